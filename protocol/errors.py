@@ -1,0 +1,311 @@
+"""A2A and JSON-RPC errors, and the one table that maps each to every binding.
+
+Every error the gateway can return is an :class:`A2AError` subclass. Bindings never
+choose codes themselves: they read :attr:`A2AError.spec` (JSON-RPC code, HTTP status,
+gRPC status, ``ErrorInfo.reason``) and build their wire shape with
+:func:`status_proto`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+ERROR_DOMAIN = "a2a-protocol.org"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    """How one kind of error looks on each binding (digest §7)."""
+
+    jsonrpc_code: int
+    http_status: int
+    grpc_status: grpc.StatusCode
+    reason: str
+    default_message: str
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One invalid field: ``field`` is a ProtoJSON path such as ``message.parts``."""
+
+    field: str
+    description: str
+
+
+class A2AError(Exception):
+    """Base of every error a binding can put on the wire.
+
+    ``metadata`` becomes ``ErrorInfo.metadata`` (string values only); ``violations``
+    becomes a ``google.rpc.BadRequest`` detail. Messages must never contain secrets.
+    """
+
+    spec: ClassVar[ErrorSpec]
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        metadata: dict[str, str] | None = None,
+        violations: list[FieldViolation] | None = None,
+    ) -> None:
+        self.message = message or self.spec.default_message
+        self.metadata = dict(metadata or {})
+        self.violations = list(violations or [])
+        super().__init__(self.message)
+
+
+def _spec(code: int, http: int, grpc_status: grpc.StatusCode, reason: str, msg: str) -> ErrorSpec:
+    return ErrorSpec(code, http, grpc_status, reason, msg)
+
+
+_S = grpc.StatusCode
+
+# --- the one table -----------------------------------------------------------------
+# Standard JSON-RPC errors (digest §7.2); REST/gRPC equivalents as the official SDK.
+
+
+class JSONParseError(A2AError):
+    spec = _spec(-32700, 400, _S.INVALID_ARGUMENT, "INVALID_REQUEST", "Invalid JSON payload")
+
+
+class InvalidRequestError(A2AError):
+    spec = _spec(
+        -32600, 400, _S.INVALID_ARGUMENT, "INVALID_REQUEST", "Request payload validation error"
+    )
+
+
+class MethodNotFoundError(A2AError):
+    spec = _spec(-32601, 404, _S.UNIMPLEMENTED, "METHOD_NOT_FOUND", "Method not found")
+
+
+class InvalidParamsError(A2AError):
+    spec = _spec(-32602, 400, _S.INVALID_ARGUMENT, "INVALID_PARAMS", "Invalid parameters")
+
+
+class InternalError(A2AError):
+    spec = _spec(-32603, 500, _S.INTERNAL, "INTERNAL_ERROR", "Internal error")
+
+
+# A2A errors (digest §7.1).
+
+
+class TaskNotFoundError(A2AError):
+    spec = _spec(-32001, 404, _S.NOT_FOUND, "TASK_NOT_FOUND", "Task not found")
+
+
+class TaskNotCancelableError(A2AError):
+    spec = _spec(
+        -32002, 400, _S.FAILED_PRECONDITION, "TASK_NOT_CANCELABLE", "Task cannot be canceled"
+    )
+
+
+class PushNotificationNotSupportedError(A2AError):
+    spec = _spec(
+        -32003,
+        400,
+        _S.FAILED_PRECONDITION,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        "Push notifications are not supported",
+    )
+
+
+class UnsupportedOperationError(A2AError):
+    spec = _spec(
+        -32004, 400, _S.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION", "Operation not supported"
+    )
+
+
+class ContentTypeNotSupportedError(A2AError):
+    spec = _spec(
+        -32005,
+        400,
+        _S.INVALID_ARGUMENT,
+        "CONTENT_TYPE_NOT_SUPPORTED",
+        "Content type not supported",
+    )
+
+
+class InvalidAgentResponseError(A2AError):
+    spec = _spec(-32006, 500, _S.INTERNAL, "INVALID_AGENT_RESPONSE", "Invalid agent response")
+
+
+class ExtendedAgentCardNotConfiguredError(A2AError):
+    spec = _spec(
+        -32007,
+        400,
+        _S.FAILED_PRECONDITION,
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        "Extended agent card is not configured",
+    )
+
+
+class ExtensionSupportRequiredError(A2AError):
+    spec = _spec(
+        -32008,
+        400,
+        _S.FAILED_PRECONDITION,
+        "EXTENSION_SUPPORT_REQUIRED",
+        "A required extension was not requested",
+    )
+
+
+class VersionNotSupportedError(A2AError):
+    spec = _spec(
+        -32009, 400, _S.FAILED_PRECONDITION, "VERSION_NOT_SUPPORTED", "Protocol version not supported"
+    )
+
+
+# Gateway errors outside the A2A table: authentication and rate limiting. JSON-RPC has
+# no code for them; we use the implementation-defined server range (-32000..-32099 is
+# taken by A2A from -32001 up, so -32000 and below -32099 stay ours).
+
+
+class UnauthenticatedError(A2AError):
+    spec = _spec(-32000, 401, _S.UNAUTHENTICATED, "UNAUTHENTICATED", "Authentication required")
+
+
+class PermissionDeniedError(A2AError):
+    spec = _spec(-32100, 403, _S.PERMISSION_DENIED, "PERMISSION_DENIED", "Permission denied")
+
+
+class RateLimitedError(A2AError):
+    spec = _spec(-32101, 429, _S.RESOURCE_EXHAUSTED, "RATE_LIMITED", "Too many requests")
+
+    def __init__(self, message: str | None = None, *, retry_after_s: int = 1) -> None:
+        super().__init__(message, metadata={"retryAfterSeconds": str(retry_after_s)})
+        self.retry_after_s = retry_after_s
+
+
+class UnavailableError(A2AError):
+    spec = _spec(-32603, 503, _S.UNAVAILABLE, "UNAVAILABLE", "Service unavailable")
+
+
+class DeadlineExceededError(A2AError):
+    spec = _spec(-32603, 504, _S.DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED", "Deadline exceeded")
+
+
+ALL_ERRORS: tuple[type[A2AError], ...] = (
+    JSONParseError,
+    InvalidRequestError,
+    MethodNotFoundError,
+    InvalidParamsError,
+    InternalError,
+    TaskNotFoundError,
+    TaskNotCancelableError,
+    PushNotificationNotSupportedError,
+    UnsupportedOperationError,
+    ContentTypeNotSupportedError,
+    InvalidAgentResponseError,
+    ExtendedAgentCardNotConfiguredError,
+    ExtensionSupportRequiredError,
+    VersionNotSupportedError,
+    UnauthenticatedError,
+    PermissionDeniedError,
+    RateLimitedError,
+    UnavailableError,
+    DeadlineExceededError,
+)
+
+#: The nine A2A protocol errors of digest §7.1, in code order.
+A2A_PROTOCOL_ERRORS: tuple[type[A2AError], ...] = tuple(
+    e for e in ALL_ERRORS if -32009 <= e.spec.jsonrpc_code <= -32001
+)
+
+_BY_REASON: dict[str, type[A2AError]] = {}
+for _cls in ALL_ERRORS:
+    _BY_REASON.setdefault(_cls.spec.reason, _cls)
+# Unique JSON-RPC codes map back to one class; -32603 is shared, InternalError wins.
+_BY_JSONRPC_CODE: dict[int, type[A2AError]] = {}
+for _cls in ALL_ERRORS:
+    _BY_JSONRPC_CODE.setdefault(_cls.spec.jsonrpc_code, _cls)
+
+
+def error_for_reason(reason: str) -> type[A2AError] | None:
+    """The error class whose ``ErrorInfo.reason`` is ``reason``, if any."""
+    return _BY_REASON.get(reason)
+
+
+def error_for_jsonrpc_code(code: int) -> type[A2AError] | None:
+    """The error class for a JSON-RPC error code, if any."""
+    return _BY_JSONRPC_CODE.get(code)
+
+
+def http_status_name(status: grpc.StatusCode) -> str:
+    """``google.rpc.Code`` name used in the REST error body's ``status`` field."""
+    return str(status.name)
+
+
+def error_info(error: A2AError) -> error_details_pb2.ErrorInfo:
+    return error_details_pb2.ErrorInfo(
+        reason=error.spec.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+    )
+
+
+def bad_request(error: A2AError) -> error_details_pb2.BadRequest | None:
+    if not error.violations:
+        return None
+    return error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in error.violations
+        ]
+    )
+
+
+def status_proto(error: A2AError, *, code_as_http: bool = False) -> status_pb2.Status:
+    """``google.rpc.Status`` for ``error`` with ``ErrorInfo`` (and ``BadRequest``) details.
+
+    ``code`` is the gRPC code, or the HTTP status when ``code_as_http`` (the REST body
+    carries the HTTP status in ``code``, as Google's HTTP APIs and the A2A SDK do).
+    """
+    details: list[any_pb2.Any] = []
+    info = any_pb2.Any()
+    info.Pack(error_info(error))
+    details.append(info)
+    violations = bad_request(error)
+    if violations is not None:
+        packed = any_pb2.Any()
+        packed.Pack(violations)
+        details.append(packed)
+    code = error.spec.http_status if code_as_http else error.spec.grpc_status.value[0]
+    return status_pb2.Status(code=code, message=error.message, details=details)
+
+
+def error_from_status(status: status_pb2.Status, fallback: type[A2AError] = InternalError) -> A2AError:
+    """Rebuild the typed error from a ``google.rpc.Status`` (client side)."""
+    cls: type[A2AError] = fallback
+    metadata: dict[str, str] = {}
+    violations: list[FieldViolation] = []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            found = error_for_reason(info.reason)
+            if found is not None:
+                cls = found
+            metadata = dict(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            request = error_details_pb2.BadRequest()
+            detail.Unpack(request)
+            violations = [FieldViolation(v.field, v.description) for v in request.field_violations]
+    error = cls(status.message or None, metadata=metadata, violations=violations)
+    return error
+
+
+__all__ = [
+    "A2AError",
+    "A2A_PROTOCOL_ERRORS",
+    "ALL_ERRORS",
+    "ERROR_DOMAIN",
+    "ErrorSpec",
+    "FieldViolation",
+    "error_for_jsonrpc_code",
+    "error_for_reason",
+    "error_from_status",
+    "status_proto",
+]
