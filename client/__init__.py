@@ -1,0 +1,61 @@
+"""Outbound A2A: the typed service over JSON-RPC, HTTP+JSON and gRPC.
+
+    async with await connect("http://127.0.0.1:8080", key=key) as agent:
+        reply = await agent.send_message(request)
+
+Errors are the protocol's typed :class:`~a2a_gateway.protocol.errors.A2AError` classes;
+:class:`Unreachable`, :class:`Timeout`, :class:`AuthRejected` and :class:`CardError`
+subclass them and should be caught first.
+"""
+
+from .cards import WELL_KNOWN_PATH, binding_for, card_url, choose_interface, fetch_card, parse_card
+from .credentials import Credentials, credentials_for
+from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
+from .grpc_transport import GrpcTransport
+from .jsonrpc import JsonRpcTransport
+from .messages import file_part, send_request, task_text, user_message
+from .remote import RemoteService, connect, make_transport, resolve_card
+from .rest import RestTransport
+from .transport import (
+    DEFAULT_STREAM_IDLE_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    GRPC,
+    HTTP_JSON,
+    JSONRPC,
+    CallOptions,
+    Transport,
+)
+
+__all__ = [
+    "DEFAULT_STREAM_IDLE_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "GRPC",
+    "HTTP_JSON",
+    "JSONRPC",
+    "WELL_KNOWN_PATH",
+    "AuthRejected",
+    "CallOptions",
+    "CardError",
+    "Credentials",
+    "GrpcTransport",
+    "JsonRpcTransport",
+    "Redactor",
+    "RemoteService",
+    "RestTransport",
+    "Timeout",
+    "Transport",
+    "Unreachable",
+    "binding_for",
+    "card_url",
+    "choose_interface",
+    "connect",
+    "credentials_for",
+    "fetch_card",
+    "file_part",
+    "make_transport",
+    "parse_card",
+    "resolve_card",
+    "send_request",
+    "task_text",
+    "user_message",
+]

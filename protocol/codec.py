@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import google.api.field_behavior_pb2 as field_behavior_pb2
 import orjson
-from google.api import field_behavior_pb2
 from google.protobuf import descriptor, json_format, message
 
 from .errors import FieldViolation, InvalidParamsError, JSONParseError
@@ -31,6 +31,8 @@ MAX_BODY_BYTES = 24 * 1024 * 1024
 MAX_JSON_DEPTH = 32
 
 _A2A_PACKAGE = "lf.a2a.v1"
+# googleapis stubs type the extension as a plain FieldDescriptor; the runtime object is right.
+_FIELD_BEHAVIOR: Any = field_behavior_pb2.field_behavior
 
 
 def loads(body: bytes | str, *, max_bytes: int = MAX_BODY_BYTES) -> Any:
@@ -62,9 +64,7 @@ def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
         else:
             continue
         if depth > limit:
-            raise InvalidParamsError(
-                f"JSON nesting deeper than {limit} levels is not accepted"
-            )
+            raise InvalidParamsError(f"JSON nesting deeper than {limit} levels is not accepted")
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
@@ -78,7 +78,7 @@ def parse(cls: type[M], value: Any, *, path: str = "params") -> M:
             violations=[FieldViolation(path, "must be a JSON object")],
         )
     try:
-        msg = json_format.ParseDict(value, cls(), ignore_unknown_fields=False)
+        msg = json_format.ParseDict(cast(dict[str, Any], value), cls(), ignore_unknown_fields=False)
     except json_format.ParseError as exc:
         text = str(exc).split("\n", 1)[0]
         raise InvalidParamsError(
@@ -134,7 +134,7 @@ def from_json(cls: type[M], body: bytes, *, path: str = "body") -> M:
 
 
 def _is_required(fd: descriptor.FieldDescriptor) -> bool:
-    behaviors = fd.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+    behaviors: Any = fd.GetOptions().Extensions[_FIELD_BEHAVIOR]
     return field_behavior_pb2.REQUIRED in behaviors
 
 

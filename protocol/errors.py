@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import google.rpc.error_details_pb2 as error_details_pb2
+import google.rpc.status_pb2 as status_pb2
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2
 
 ERROR_DOMAIN = "a2a-protocol.org"
 
@@ -156,7 +157,11 @@ class ExtensionSupportRequiredError(A2AError):
 
 class VersionNotSupportedError(A2AError):
     spec = _spec(
-        -32009, 400, _S.FAILED_PRECONDITION, "VERSION_NOT_SUPPORTED", "Protocol version not supported"
+        -32009,
+        400,
+        _S.FAILED_PRECONDITION,
+        "VERSION_NOT_SUPPORTED",
+        "Protocol version not supported",
     )
 
 
@@ -176,9 +181,26 @@ class PermissionDeniedError(A2AError):
 class RateLimitedError(A2AError):
     spec = _spec(-32101, 429, _S.RESOURCE_EXHAUSTED, "RATE_LIMITED", "Too many requests")
 
-    def __init__(self, message: str | None = None, *, retry_after_s: int = 1) -> None:
-        super().__init__(message, metadata={"retryAfterSeconds": str(retry_after_s)})
-        self.retry_after_s = retry_after_s
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        retry_after_s: int | None = None,
+        metadata: dict[str, str] | None = None,
+        violations: list[FieldViolation] | None = None,
+    ) -> None:
+        metadata = dict(metadata or {})
+        if retry_after_s is not None:
+            metadata["retryAfterSeconds"] = str(retry_after_s)
+        super().__init__(message, metadata=metadata, violations=violations)
+        seconds = self.metadata.get("retryAfterSeconds", "1")
+        self.retry_after_s = int(seconds) if seconds.isdigit() else 1
+
+
+class MethodNotAllowedError(A2AError):
+    """HTTP+JSON only: a known path with the wrong HTTP method (405 with ``Allow``)."""
+
+    spec = _spec(-32601, 405, _S.UNIMPLEMENTED, "METHOD_NOT_ALLOWED", "HTTP method not allowed")
 
 
 class UnavailableError(A2AError):
@@ -209,6 +231,7 @@ ALL_ERRORS: tuple[type[A2AError], ...] = (
     RateLimitedError,
     UnavailableError,
     DeadlineExceededError,
+    MethodNotAllowedError,
 )
 
 #: The nine A2A protocol errors of digest §7.1, in code order.
@@ -276,20 +299,22 @@ def status_proto(error: A2AError, *, code_as_http: bool = False) -> status_pb2.S
     return status_pb2.Status(code=code, message=error.message, details=details)
 
 
-def error_from_status(status: status_pb2.Status, fallback: type[A2AError] = InternalError) -> A2AError:
+def error_from_status(
+    status: status_pb2.Status, fallback: type[A2AError] = InternalError
+) -> A2AError:
     """Rebuild the typed error from a ``google.rpc.Status`` (client side)."""
     cls: type[A2AError] = fallback
     metadata: dict[str, str] = {}
     violations: list[FieldViolation] = []
     for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+        if detail.TypeName() == "google.rpc.ErrorInfo":
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
             found = error_for_reason(info.reason)
             if found is not None:
                 cls = found
             metadata = dict(info.metadata)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+        elif detail.TypeName() == "google.rpc.BadRequest":
             request = error_details_pb2.BadRequest()
             detail.Unpack(request)
             violations = [FieldViolation(v.field, v.description) for v in request.field_violations]
@@ -298,10 +323,10 @@ def error_from_status(status: status_pb2.Status, fallback: type[A2AError] = Inte
 
 
 __all__ = [
-    "A2AError",
     "A2A_PROTOCOL_ERRORS",
     "ALL_ERRORS",
     "ERROR_DOMAIN",
+    "A2AError",
     "ErrorSpec",
     "FieldViolation",
     "error_for_jsonrpc_code",

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.api import annotations_pb2, http_pb2
+import google.api.annotations_pb2 as annotations_pb2
+import google.api.http_pb2 as http_pb2
 from google.protobuf import descriptor
 
 from .errors import FieldViolation, InvalidParamsError
@@ -21,6 +22,9 @@ from .service import SERVICE_DESCRIPTOR
 
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_.]*)(?:=([^}]*))?\}")
 _VERBS = ("get", "put", "post", "delete", "patch")
+# The googleapis stubs type extensions as plain FieldDescriptors; protobuf's own stubs
+# want _ExtensionFieldDescriptor. The runtime object is right for both.
+_HTTP_RULE: Any = annotations_pb2.http
 
 #: Query parameters that are service parameters, not request fields.
 SERVICE_QUERY_PARAMETERS = frozenset({"A2A-Version", "a2a-version"})
@@ -43,7 +47,9 @@ class Route:
     def rpc(self) -> str:
         return str(self.method.name)
 
-    def build(self, request: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]], dict[str, Any] | None]:
+    def build(
+        self, request: Mapping[str, Any]
+    ) -> tuple[str, list[tuple[str, str]], dict[str, Any] | None]:
         """Client side: (path, query, body) for a ProtoJSON request dict.
 
         Path variables are taken out of the request; for GET/DELETE the remaining
@@ -90,7 +96,11 @@ def _compile(template: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
         if segments not in ("*", "**"):
             raise ValueError(f"unsupported path template segment {segments!r} in {template}")
         variables.append(name)
-        pattern += f"(?P<v{len(variables) - 1}>[^/]+)" if segments == "*" else f"(?P<v{len(variables) - 1}>.+)"
+        pattern += (
+            f"(?P<v{len(variables) - 1}>[^/]+)"
+            if segments == "*"
+            else f"(?P<v{len(variables) - 1}>.+)"
+        )
         position = match.end()
     pattern += re.escape(template[position:])
     return re.compile(f"^{pattern}$"), tuple(variables)
@@ -104,10 +114,10 @@ def _rules(rule: http_pb2.HttpRule) -> Iterable[tuple[http_pb2.HttpRule, bool]]:
 
 def _routes_of(method: descriptor.MethodDescriptor) -> list[Route]:
     options = method.GetOptions()
-    if not options.HasExtension(annotations_pb2.http):
+    if not options.HasExtension(_HTTP_RULE):
         return []
     routes: list[Route] = []
-    for rule, additional in _rules(options.Extensions[annotations_pb2.http]):
+    for rule, additional in _rules(options.Extensions[_HTTP_RULE]):
         verb = rule.WhichOneof("pattern")
         if verb not in _VERBS:
             continue
@@ -179,19 +189,23 @@ def match(http_method: str, raw_path: str) -> Match:
         if route.http_method != http_method:
             allowed.append(route.http_method)
             continue
-        params = {
-            name: urllib.parse.unquote(found.group(f"v{i}"), errors="strict")
-            for i, name in enumerate(route.variables)
-        }
+        params: dict[str, str] = {}
+        for i, name in enumerate(route.variables):
+            try:
+                params[name] = urllib.parse.unquote(found.group(f"v{i}"), errors="strict")
+            except UnicodeDecodeError:
+                json_name = route.method.input_type.fields_by_name[name].json_name
+                raise InvalidParamsError(
+                    f"{json_name}: path segment is not percent-encoded UTF-8",
+                    violations=[FieldViolation(json_name, "is not percent-encoded UTF-8")],
+                ) from None
         return Match(route, params)
     if allowed:
         raise MethodNotAllowed(sorted(set(allowed)))
     raise RouteNotFound(raw_path)
 
 
-def request_dict(
-    found: Match, query: Iterable[tuple[str, str]], body: Any
-) -> dict[str, Any]:
+def request_dict(found: Match, query: Iterable[tuple[str, str]], body: Any) -> dict[str, Any]:
     """The ProtoJSON request for a matched route: body, query and path merged.
 
     Path values must agree with any body value for the same field (a gateway must not
@@ -204,7 +218,8 @@ def request_dict(
             body = {}
         if not isinstance(body, dict):
             raise InvalidParamsError(
-                "body: expected a JSON object", violations=[FieldViolation("body", "must be a JSON object")]
+                "body: expected a JSON object",
+                violations=[FieldViolation("body", "must be a JSON object")],
             )
         result: dict[str, Any] = dict(body)
     else:
@@ -227,24 +242,35 @@ def request_dict(
     return result
 
 
-def _query_dict(input_type: descriptor.Descriptor, query: Iterable[tuple[str, str]]) -> dict[str, Any]:
+def _query_dict(
+    input_type: descriptor.Descriptor, query: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
     by_name: dict[str, descriptor.FieldDescriptor] = {}
-    for field in input_type.fields:
-        by_name[field.json_name] = field
-        by_name[field.name] = field
+    for known in input_type.fields:
+        by_name[known.json_name] = known
+        by_name[known.name] = known
     result: dict[str, Any] = {}
     for key, value in query:
         if key in SERVICE_QUERY_PARAMETERS:
             continue
-        field = by_name.get(key)
-        if field is None:
+        found = by_name.get(key)
+        if found is None:
             raise InvalidParamsError(
                 f"unknown query parameter {key[:64]!r}",
                 violations=[FieldViolation(key[:64], "is not a field of " + input_type.name)],
             )
-        if field.message_type is not None and field.message_type.full_name != "google.protobuf.Timestamp":
-            raise InvalidParamsError(f"{field.json_name}: objects cannot be sent as query parameters")
-        converted = [_query_value(field, item) for item in (value.split(",") if field.is_repeated else [value])]
+        field = found
+        if (
+            field.message_type is not None
+            and field.message_type.full_name != "google.protobuf.Timestamp"
+        ):
+            raise InvalidParamsError(
+                f"{field.json_name}: objects cannot be sent as query parameters"
+            )
+        converted = [
+            _query_value(field, item)
+            for item in (value.split(",") if field.is_repeated else [value])
+        ]
         if field.is_repeated:
             result.setdefault(field.json_name, []).extend(converted)
         elif field.json_name in result:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from google.protobuf import descriptor, empty_pb2
 
-from lf.a2a.v1 import a2a_pb2 as pb
+import lf.a2a.v1.a2a_pb2 as pb
 
 from .context import CallContext
 

@@ -1,0 +1,256 @@
+"""The agent interface: what runs one turn of a task.
+
+The task engine (``a2a_gateway.server.engine``) owns tasks, their states, streams and
+storage; an agent only answers turns. For each user message the engine builds a
+:class:`Turn` (the message, a read-only snapshot of the task, the caller, the context id
+and a cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
+
+- :class:`TextChunk`: text for the task's ``response`` artifact (each run replaces it);
+- :class:`ArtifactChunk`: any other artifact, or a chunk of one (``append``/``last_chunk``);
+- :class:`Progress`: a WORKING status message (progress text);
+- one ending, after which nothing more is read: :class:`Completed`,
+  :class:`InputRequired` (a question; the caller's next message on the task continues
+  it), :class:`AuthRequired`, :class:`Failed`, :class:`Rejected`.
+
+A run that ends without an ending is completed. Raising :class:`AgentError` fails the
+task with the (redacted) error text; any other exception fails it with "The run failed
+unexpectedly." and the details go to the log only.
+
+Before a *new* task exists, :meth:`Agent.reply` may answer with a plain Message instead
+(the A2A "message reply": no task is created). Continuations never get one.
+
+Cancellation: when the task is canceled (CancelTask, or server shutdown),
+``turn.cancelled`` is set and the run's asyncio task is cancelled, so the agent sees
+``CancelledError`` at its next ``await`` (clean up in ``finally``). Outputs yielded after
+that are ignored.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a_gateway.protocol.context import Caller
+from lf.a2a.v1 import a2a_pb2 as pb
+
+#: Name of the artifact built from :class:`TextChunk` outputs.
+RESPONSE_ARTIFACT = "response"
+
+
+class Signal:
+    """A one-shot flag to wait on (``asyncio.Event``'s API, a tenth of its memory: the
+    engine holds one per live run, and the bench holds a thousand runs open)."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Return once the signal is set (at once if it already is)."""
+        if self._set:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if self._waiters is not None and waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of a task, as the agent sees it. Treat every field as read-only.
+
+    ``task`` is the live task (it changes as the run's outputs are applied) and
+    includes this turn's message as the last history entry; it is ``None`` only in
+    :meth:`Agent.reply` (no task exists yet). ``cancelled`` is set when the run must
+    stop. ``hops`` is the ``a2a-gateway.hops`` count of the inbound request: an agent
+    that calls other agents sends ``hops + 1``. ``accepted_output_modes`` and
+    ``metadata`` (as JSON values) come from the SendMessage request.
+    """
+
+    message: pb.Message
+    task: pb.Task | None
+    caller: Caller
+    context_id: str
+    cancelled: Signal
+    hops: int = 0
+    accepted_output_modes: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """The text of the message's text parts, joined by newlines."""
+        return "\n".join(p.text for p in self.message.parts if p.WhichOneof("content") == "text")
+
+    def first_text(self) -> str:
+        """The first text part of the message (``""`` when it has none)."""
+        for part in self.message.parts:
+            if part.WhichOneof("content") == "text":
+                return part.text
+        return ""
+
+
+# --- outputs --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """Text for the ``response`` artifact: the first chunk of a run replaces the
+    artifact, later ones are appended; ``last`` marks the last chunk."""
+
+    text: str
+    last: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactChunk:
+    """An artifact (``append=False``: new, or replaces the one with its id) or a chunk
+    appended to one. An empty ``artifact_id`` gets a fresh one."""
+
+    artifact: pb.Artifact
+    append: bool = False
+    last_chunk: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A WORKING status with this text as its message."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The run ended normally; ``text``, when set, becomes the status message."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequired:
+    """Ask the caller: the task waits (INPUT_REQUIRED) with ``question`` as its status
+    message; the caller's next message with this task's id continues it."""
+
+    question: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequired:
+    """The task needs credentials (AUTH_REQUIRED); ``text`` explains which."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The run failed; ``text`` is shown to the caller as is (no secrets in it)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The agent declines the task (REJECTED)."""
+
+    text: str
+
+
+Ending = Completed | InputRequired | AuthRequired | Failed | Rejected
+Output = TextChunk | ArtifactChunk | Progress | Ending
+ENDINGS: tuple[type, ...] = (Completed, InputRequired, AuthRequired, Failed, Rejected)
+
+
+class AgentError(Exception):
+    """A known failure of a run (a provider error, a bad file, ...). The task fails
+    with ``redact(str(error))`` as its status message."""
+
+
+class Agent(abc.ABC):
+    """What answers turns. One instance serves every task, concurrently."""
+
+    async def reply(self, turn: Turn) -> pb.Message | None:
+        """Answer a new message with a plain Message (no task), or ``None`` (default)
+        to run a task. ``turn.task`` is ``None`` here."""
+        return None
+
+    @abc.abstractmethod
+    def run(self, turn: Turn) -> AsyncIterator[Output]:
+        """Run one turn (an async generator yielding outputs)."""
+
+
+# --- redaction ------------------------------------------------------------------------
+
+_MAX_ERROR_CHARS = 500
+_UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # Authorization header values and "Bearer <token>" in messages.
+    re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    # key=value / "key": "value" pairs whose name says secret.
+    re.compile(
+        r"(?i)\b([A-Za-z0-9_-]*(?:api[_-]?key|secret|token|password|passwd|credential)s?)"
+        r"(\"?\s*[:=]\s*\"?)[^\s\"'&,;]+"
+    ),
+    # Well-known key prefixes (OpenAI/Anthropic sk-, GitHub ghp_, Slack xox*, AWS AKIA).
+    re.compile(
+        r"\b(?:sk-[A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|xox[abpr]-[A-Za-z0-9-]{8,}|AKIA[0-9A-Z]{16})"
+    ),
+)
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=]{32,}")
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with secrets replaced by ``[redacted]``: the given ``secrets`` values,
+    bearer/basic tokens, ``api_key=...``-style pairs, well-known key prefixes and
+    long opaque tokens (32+ characters; UUIDs are kept). Capped at 500 characters."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    text = _SECRET_PATTERNS[0].sub(lambda m: f"{m.group(1)} [redacted]", text)
+    text = _SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
+    text = _SECRET_PATTERNS[2].sub("[redacted]", text)
+    text = _LONG_TOKEN.sub(lambda m: m.group(0) if _UUID.match(m.group(0)) else "[redacted]", text)
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[: _MAX_ERROR_CHARS - 1] + "…"
+    return text
+
+
+__all__ = [
+    "ENDINGS",
+    "RESPONSE_ARTIFACT",
+    "Agent",
+    "AgentError",
+    "ArtifactChunk",
+    "AuthRequired",
+    "Completed",
+    "Ending",
+    "Failed",
+    "InputRequired",
+    "Output",
+    "Progress",
+    "Rejected",
+    "Signal",
+    "TextChunk",
+    "Turn",
+    "redact",
+]

@@ -1,0 +1,172 @@
+"""The gRPC binding: ``grpc.aio`` with the generated ``A2AServiceStub``; service parameters
+travel as lower-case metadata, errors as ``google.rpc.Status`` in the trailers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import grpc
+from google.protobuf import message
+
+import lf.a2a.v1.a2a_pb2 as pb
+import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
+from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
+
+from .credentials import Credentials
+from .errors import Redactor, Timeout, Unreachable, explain_auth, from_grpc_status, quote
+from .transport import GRPC, CallOptions, M, Transport, service_headers
+
+#: Largest message accepted either way (a 10 MB file part plus its envelope fits).
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+_CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+_SECURE_SCHEMES = ("grpcs://", "https://")
+_PLAIN_SCHEMES = ("grpc://", "http://")
+
+
+def grpc_target(url: str) -> tuple[str, bool]:
+    """``(host:port, use_tls)`` for an interface url.
+
+    Cards give gRPC urls as ``host:port``; ``grpc://``/``http://`` mean plaintext and
+    ``grpcs://``/``https://`` TLS. A bare ``host:port`` uses TLS on port 443 only.
+    """
+    text = url.strip()
+    lowered = text.lower()
+    for prefix in _SECURE_SCHEMES:
+        if lowered.startswith(prefix):
+            return _authority(text[len(prefix) :], 443), True
+    for prefix in _PLAIN_SCHEMES:
+        if lowered.startswith(prefix):
+            return _authority(text[len(prefix) :], 80), False
+    target = _authority(text, 443)
+    return target, target.rsplit(":", 1)[-1] == "443"
+
+
+def _authority(rest: str, default_port: int) -> str:
+    authority = rest.split("/", 1)[0]
+    if authority.startswith("["):  # an IPv6 literal, [::1]:50051
+        return authority if "]:" in authority else f"{authority}:{default_port}"
+    host, sep, port = authority.rpartition(":")
+    if sep and host and port.isdigit():
+        return authority
+    return f"{authority}:{default_port}"
+
+
+class GrpcTransport(Transport):
+    """Calls one gRPC endpoint. Owns its channel unless one was passed in."""
+
+    binding = GRPC
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        credentials: Credentials | None = None,
+        redact: Redactor | None = None,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        super().__init__(url, credentials=credentials, redact=redact or Redactor())
+        target, secure = grpc_target(url)
+        self._owns_channel = channel is None
+        if channel is None:
+            if secure:
+                channel = grpc.aio.secure_channel(
+                    target, grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS
+                )
+            else:
+                channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._channel = channel
+        self._stub: Any = a2a_pb2_grpc.A2AServiceStub(channel)
+        self._closed = False
+
+    def _metadata(self, options: CallOptions) -> tuple[tuple[str, str], ...]:
+        headers = service_headers(options, None)
+        pairs = tuple((key.lower(), value) for key, value in headers.items())
+        if self.credentials is not None:
+            pairs += self.credentials.grpc_metadata()
+        return pairs
+
+    def _error(self, exc: grpc.aio.AioRpcError, timeout: float) -> A2AError:
+        code = exc.code()
+        details = exc.details() or ""
+        # grpc-stubs mistypes the trailers; at runtime they are (key, value) pairs.
+        raw: Any = exc.trailing_metadata() or ()
+        trailing: list[tuple[str, str | bytes]] = [(str(k), v) for k, v in raw]
+        has_status = any(key == "grpc-status-details-bin" for key, _ in trailing)
+        where = self.redact(self.target)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and not has_status:
+            return Timeout(f"{where} did not answer within {timeout:g} s")
+        if code == grpc.StatusCode.UNAVAILABLE and not has_status:
+            return Unreachable(f"Could not reach {where}: {quote(details, self.redact)}")
+        error = from_grpc_status(code, details, trailing, self.redact)
+        return explain_auth(
+            error, self.target, has_key=self.credentials is not None, redact=self.redact
+        )
+
+    async def _report_extensions(self, call: Any, options: CallOptions) -> None:
+        metadata = await call.initial_metadata()
+        if metadata:
+            values = [str(v) for k, v in metadata if k == EXTENSIONS_HEADER.lower()]
+            options.on_extensions(parse_extensions(values))
+
+    async def unary(
+        self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
+    ) -> M:
+        call = getattr(self._stub, rpc)(
+            request, timeout=options.timeout, metadata=self._metadata(options)
+        )
+        try:
+            # grpc's own deadline ends the call; the asyncio bound also covers a channel
+            # that never connects.
+            async with asyncio.timeout(options.timeout):
+                response = await call
+                await self._report_extensions(call, options)
+        except TimeoutError:
+            call.cancel()
+            raise Timeout(
+                f"{self.redact(self.target)} did not answer within {options.timeout:g} s"
+            ) from None
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, options.timeout) from None
+        if not isinstance(response, response_type):
+            raise InvalidAgentResponseError(f"unexpected gRPC response {type(response).__name__}")
+        return response
+
+    async def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        call = getattr(self._stub, rpc)(request, metadata=self._metadata(options))
+        first = True
+        try:
+            while True:
+                bound = options.timeout if first else options.idle_timeout
+                try:
+                    async with asyncio.timeout(bound):
+                        item = await call.read()
+                except TimeoutError:
+                    what = "did not answer within" if first else "sent nothing for"
+                    raise Timeout(f"{self.redact(self.target)} {what} {bound:g} s") from None
+                except grpc.aio.AioRpcError as exc:
+                    raise self._error(exc, bound) from None
+                if not isinstance(item, pb.StreamResponse):
+                    return  # grpc.aio.EOF: the server ended the stream
+                if first:
+                    first = False
+                    await self._report_extensions(call, options)
+                if item.WhichOneof("payload") is not None:
+                    yield item
+        finally:
+            if not call.done():
+                call.cancel()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_channel:
+            await self._channel.close(grace=None)

@@ -1,0 +1,154 @@
+"""The JSON-RPC 2.0 binding: one POST URL, PascalCase methods, SSE for streams."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import httpx
+import orjson
+from google.protobuf import message
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.errors import A2AError
+
+from . import http_calls
+from .credentials import Credentials
+from .errors import Redactor, explain_auth, from_jsonrpc_error, from_rest_error
+from .transport import JSONRPC, CallOptions, M, Transport, service_headers
+
+
+class JsonRpcTransport(Transport):
+    """Calls one JSON-RPC endpoint (the interface ``url``) over a shared httpx client."""
+
+    binding = JSONRPC
+
+    def __init__(
+        self,
+        url: str,
+        http: httpx.AsyncClient,
+        *,
+        credentials: Credentials | None = None,
+        redact: Redactor | None = None,
+    ) -> None:
+        super().__init__(url, credentials=credentials, redact=redact or Redactor())
+        self._http = http
+        self._url = http_calls.checked_url(url, redact=self.redact)
+
+    def _request(
+        self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool
+    ) -> httpx.Request:
+        envelope = {
+            "jsonrpc": "2.0",
+            "id": uuid.uuid4().hex,
+            "method": rpc,
+            "params": codec.to_dict(request),
+        }
+        headers = service_headers(options, self.credentials)
+        headers["Content-Type"] = "application/json"
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        read = options.idle_timeout if stream else options.timeout
+        return self._http.build_request(
+            "POST",
+            self._url,
+            content=codec.dumps(envelope),
+            headers=headers,
+            timeout=http_calls.request_timeout(options.timeout, read),
+        )
+
+    def _error(self, status: int, body: bytes) -> A2AError:
+        """The error of a non-result answer: a JSON-RPC error, or a plain HTTP failure."""
+        value: Any = None
+        with contextlib.suppress(orjson.JSONDecodeError):
+            value = orjson.loads(body)
+        if isinstance(value, dict) and "jsonrpc" in value and "error" in value:
+            error = from_jsonrpc_error(value["error"], self.redact, http_status=status)
+        else:
+            error = from_rest_error(status, body, self.redact)
+        return explain_auth(
+            error, self.target, has_key=self.credentials is not None, redact=self.redact
+        )
+
+    async def unary(
+        self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
+    ) -> M:
+        response, body = await http_calls.fetch(
+            self._http,
+            self._request(rpc, request, options, stream=False),
+            target=self.target,
+            bound=options.timeout,
+            redact=self.redact,
+        )
+        if response.status_code != 200:
+            raise self._error(response.status_code, body)
+        options.on_extensions(http_calls.reported_extensions(response))
+        value = http_calls.load_json(
+            body, target=self.target, what="JSON-RPC response", redact=self.redact
+        )
+        if not isinstance(value, dict):
+            raise http_calls.invalid_response(
+                self.target, "JSON-RPC response", "not an object", self.redact
+            )
+        if "error" in value:
+            raise self._error(response.status_code, body)
+        if "result" not in value:
+            raise http_calls.invalid_response(
+                self.target, "JSON-RPC response", "neither result nor error", self.redact
+            )
+        return http_calls.parse_message(
+            response_type, value["result"], target=self.target, redact=self.redact
+        )
+
+    async def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        response = await http_calls.open_stream(
+            self._http,
+            self._request(rpc, request, options, stream=True),
+            target=self.target,
+            bound=options.timeout,
+            redact=self.redact,
+        )
+        try:
+            if response.status_code != 200 or not http_calls.is_event_stream(response):
+                # Errors found before the stream starts come back as plain JSON (§16.17).
+                body = await http_calls.read_error_body(
+                    response, target=self.target, bound=options.timeout, redact=self.redact
+                )
+                raise self._error(response.status_code, body)
+            options.on_extensions(http_calls.reported_extensions(response))
+            events = http_calls.events(
+                response, target=self.target, idle_timeout=options.idle_timeout, redact=self.redact
+            )
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    value = http_calls.load_json(
+                        event.data, target=self.target, what="stream event", redact=self.redact
+                    )
+                    if not isinstance(value, dict):
+                        raise http_calls.invalid_response(
+                            self.target, "stream event", "not an object", self.redact
+                        )
+                    if "error" in value:
+                        raise explain_auth(
+                            from_jsonrpc_error(value["error"], self.redact),
+                            self.target,
+                            has_key=self.credentials is not None,
+                            redact=self.redact,
+                        )
+                    item = http_calls.parse_message(
+                        pb.StreamResponse,
+                        value.get("result"),
+                        target=self.target,
+                        redact=self.redact,
+                    )
+                    if item.WhichOneof("payload") is not None:
+                        yield item
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """The httpx client belongs to whoever passed it in."""

@@ -1,0 +1,335 @@
+"""RemoteService: the typed A2A service implemented over the network.
+
+It is the same interface the task engine implements, so callers (our agent's tool, the
+CLI, proxy-mode server bindings) never know which wire is used. :func:`connect` resolves
+the card, picks the interface, sets up credentials and builds the transport.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Iterable
+from types import TracebackType
+from typing import Self
+
+import httpx
+from google.protobuf import empty_pb2, message
+
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.service import A2AService
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .cards import choose_interface, fetch_card
+from .credentials import Credentials, credentials_for
+from .errors import CardError, Redactor
+from .grpc_transport import GrpcTransport
+from .http_calls import new_http_client
+from .jsonrpc import JsonRpcTransport
+from .rest import RestTransport
+from .transport import (
+    DEFAULT_STREAM_IDLE_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    GRPC,
+    HTTP_JSON,
+    JSONRPC,
+    CallOptions,
+    M,
+    Transport,
+)
+
+log = logging.getLogger(__name__)
+
+R = message.Message
+
+
+class RemoteService(A2AService):
+    """The A2A operations of one remote agent, over one transport.
+
+    ``timeout`` bounds each call (and the opening of a stream); ``stream_idle_timeout``
+    bounds the silence between stream events. A :class:`CallContext` passed to a call
+    can only shorten them (its ``deadline``) and adds its requested extensions; the
+    extensions the agent reports as activated are added to its ``activated_extensions``.
+    The chosen interface's ``tenant`` replaces the tenant of every request (the caller's
+    message is copied, never modified). ``http`` is an httpx client this service owns and
+    closes in :meth:`aclose` (the one its JSON-RPC/REST transport uses).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        card: pb.AgentCard | None = None,
+        interface: pb.AgentInterface | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
+        extensions: Iterable[str] = (),
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.transport = transport
+        self.card = card if card is not None else pb.AgentCard()
+        if interface is None:
+            interface = pb.AgentInterface(
+                url=transport.target, protocol_binding=transport.binding, protocol_version="1.0"
+            )
+        self.interface = interface
+        self.timeout = timeout
+        self.stream_idle_timeout = stream_idle_timeout
+        self.extensions = frozenset(extensions)
+        self._http = http
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"RemoteService({self.card.name!r}, {self.transport!r})"
+
+    @property
+    def binding(self) -> str:
+        """``JSONRPC``, ``HTTP+JSON`` or ``GRPC``."""
+        return self.transport.binding
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the transport and the HTTP client this service owns. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.transport.aclose()
+        finally:
+            if self._http is not None:
+                await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _options(self, context: CallContext | None) -> CallOptions:
+        timeout, idle, extensions = self.timeout, self.stream_idle_timeout, self.extensions
+        if context is None:
+            return CallOptions(timeout, idle, extensions)
+        remaining = context.remaining()
+        if remaining is not None:
+            timeout, idle = min(timeout, remaining), min(idle, remaining)
+        return CallOptions(
+            timeout,
+            idle,
+            extensions | context.extensions,
+            on_extensions=context.activated_extensions.update,
+        )
+
+    def _prepare(self, request: R) -> R:
+        if self._closed:
+            raise RuntimeError("this RemoteService is closed")
+        prepared = type(request)()
+        prepared.CopyFrom(request)
+        # Digest §9: the chosen interface's tenant goes on every request (none: omitted).
+        # Every request type has a tenant field; the type here is the generic Message.
+        setattr(prepared, "tenant", self.interface.tenant)  # noqa: B010
+        return prepared
+
+    async def _unary(
+        self, rpc: str, request: R, response_type: type[M], context: CallContext | None
+    ) -> M:
+        prepared = self._prepare(request)
+        return await self.transport.unary(rpc, prepared, response_type, self._options(context))
+
+    async def _stream(
+        self, rpc: str, request: R, context: CallContext | None
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        prepared = self._prepare(request)
+        events = self.transport.stream(rpc, prepared, self._options(context))
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+    # --- the service ----------------------------------------------------------------------
+
+    async def send_message(
+        self, request: pb.SendMessageRequest, context: CallContext | None = None
+    ) -> pb.SendMessageResponse:
+        return await self._unary("SendMessage", request, pb.SendMessageResponse, context)
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext | None = None
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        return self._stream("SendStreamingMessage", request, context)
+
+    async def get_task(
+        self, request: pb.GetTaskRequest, context: CallContext | None = None
+    ) -> pb.Task:
+        return await self._unary("GetTask", request, pb.Task, context)
+
+    async def list_tasks(
+        self, request: pb.ListTasksRequest, context: CallContext | None = None
+    ) -> pb.ListTasksResponse:
+        return await self._unary("ListTasks", request, pb.ListTasksResponse, context)
+
+    async def cancel_task(
+        self, request: pb.CancelTaskRequest, context: CallContext | None = None
+    ) -> pb.Task:
+        return await self._unary("CancelTask", request, pb.Task, context)
+
+    def subscribe_to_task(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext | None = None
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        return self._stream("SubscribeToTask", request, context)
+
+    async def create_task_push_notification_config(
+        self, request: pb.TaskPushNotificationConfig, context: CallContext | None = None
+    ) -> pb.TaskPushNotificationConfig:
+        return await self._unary(
+            "CreateTaskPushNotificationConfig", request, pb.TaskPushNotificationConfig, context
+        )
+
+    async def get_task_push_notification_config(
+        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext | None = None
+    ) -> pb.TaskPushNotificationConfig:
+        return await self._unary(
+            "GetTaskPushNotificationConfig", request, pb.TaskPushNotificationConfig, context
+        )
+
+    async def list_task_push_notification_configs(
+        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext | None = None
+    ) -> pb.ListTaskPushNotificationConfigsResponse:
+        return await self._unary(
+            "ListTaskPushNotificationConfigs",
+            request,
+            pb.ListTaskPushNotificationConfigsResponse,
+            context,
+        )
+
+    async def delete_task_push_notification_config(
+        self,
+        request: pb.DeleteTaskPushNotificationConfigRequest,
+        context: CallContext | None = None,
+    ) -> empty_pb2.Empty:
+        return await self._unary(
+            "DeleteTaskPushNotificationConfig", request, empty_pb2.Empty, context
+        )
+
+    async def get_extended_agent_card(
+        self,
+        request: pb.GetExtendedAgentCardRequest | None = None,
+        context: CallContext | None = None,
+    ) -> pb.AgentCard:
+        request = request if request is not None else pb.GetExtendedAgentCardRequest()
+        return await self._unary("GetExtendedAgentCard", request, pb.AgentCard, context)
+
+    async def use_extended_card(self) -> bool:
+        """Replace :attr:`card` by the extended card; keep the public one if that fails."""
+        try:
+            self.card = await self.get_extended_agent_card()
+        except A2AError as exc:
+            log.warning(
+                "extended card of %s unavailable, using the public card: %s (%s)",
+                self.transport.redact(self.transport.target),
+                exc.message,
+                type(exc).__name__,
+            )
+            return False
+        return True
+
+
+def make_transport(
+    interface: pb.AgentInterface,
+    *,
+    http: httpx.AsyncClient,
+    credentials: Credentials | None = None,
+    redact: Redactor | None = None,
+) -> Transport:
+    """The transport for a card interface (JSON-RPC and REST share ``http``)."""
+    redact = redact or Redactor()
+    binding = interface.protocol_binding.upper()
+    if binding == JSONRPC:
+        return JsonRpcTransport(interface.url, http, credentials=credentials, redact=redact)
+    if binding == HTTP_JSON:
+        return RestTransport(interface.url, http, credentials=credentials, redact=redact)
+    if binding == GRPC:
+        return GrpcTransport(interface.url, credentials=credentials, redact=redact)
+    raise ValueError(f"unsupported protocol binding {interface.protocol_binding[:40]!r}")
+
+
+async def connect(
+    url: str,
+    *,
+    key: str | None = None,
+    transport: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 (each call is bounded by it)
+    stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
+    extensions: Iterable[str] = (),
+    extended_card: bool = True,
+) -> RemoteService:
+    """Connect to the agent at ``url`` (its base URL, or its card URL ending in ``.json``).
+
+    Fetches the public card, picks the first interface we speak (or the one of the forced
+    ``transport``: ``jsonrpc``, ``rest``, ``grpc``), presents ``key`` as the card's
+    security schemes ask, and, with a key and a card that offers one, switches to the
+    extended card (falling back to the public card on failure).
+
+    Raises Unreachable, Timeout, AuthRejected, CardError, or ValueError for an unknown
+    ``transport`` name. The caller must ``aclose()`` the service (or use ``async with``).
+    """
+    redact = Redactor([key])
+    http = new_http_client(timeout)
+    service: RemoteService | None = None
+    try:
+        card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+        interface = choose_interface(card, transport)
+        wire = make_transport(
+            interface, http=http, credentials=credentials_for(card, key), redact=redact
+        )
+        service = RemoteService(
+            wire,
+            card=card,
+            interface=interface,
+            timeout=timeout,
+            stream_idle_timeout=stream_idle_timeout,
+            extensions=extensions,
+            http=http,
+        )
+        if key and extended_card and card.capabilities.extended_agent_card:
+            await service.use_extended_card()
+        return service
+    except BaseException:
+        if service is not None:
+            await service.aclose()
+        else:
+            await http.aclose()
+        raise
+
+
+async def resolve_card(
+    url: str,
+    *,
+    key: str | None = None,
+    transport: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 (each call is bounded by it)
+) -> pb.AgentCard:
+    """The agent's card: the extended card when ``key`` is given and the card offers one
+    (and it can be fetched), else the public card. For ``a2a-gateway card URL``."""
+    redact = Redactor([key])
+    async with new_http_client(timeout) as http:
+        card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+        if not key or not card.capabilities.extended_agent_card:
+            return card
+        try:
+            interface = choose_interface(card, transport)
+        except CardError:
+            return card  # nothing we can call: the public card is all there is
+        wire = make_transport(
+            interface, http=http, credentials=credentials_for(card, key), redact=redact
+        )
+        async with RemoteService(wire, card=card, interface=interface, timeout=timeout) as service:
+            await service.use_extended_card()
+            return service.card

@@ -1,0 +1,142 @@
+"""The HTTP+JSON binding: paths from the schema's ``google.api.http`` annotations
+(``protocol.routes``), ProtoJSON bodies, ``google.rpc.Status`` errors, SSE for streams."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+
+import httpx
+from google.protobuf import message
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol import codec, routes
+from a2a_gateway.protocol.errors import A2AError
+
+from . import http_calls
+from .credentials import Credentials
+from .errors import Redactor, explain_auth, from_rest_error
+from .transport import HTTP_JSON, CallOptions, M, Transport, service_headers
+
+#: The REST media type (digest §8); servers accept ``application/json`` too.
+A2A_JSON = "application/a2a+json"
+
+
+class RestTransport(Transport):
+    """Calls one HTTP+JSON base URL (the interface ``url``) over a shared httpx client."""
+
+    binding = HTTP_JSON
+
+    def __init__(
+        self,
+        url: str,
+        http: httpx.AsyncClient,
+        *,
+        credentials: Credentials | None = None,
+        redact: Redactor | None = None,
+    ) -> None:
+        super().__init__(url, credentials=credentials, redact=redact or Redactor())
+        self._http = http
+        http_calls.checked_url(url, redact=self.redact)
+        self._base = url.strip().rstrip("/")
+
+    def _request(
+        self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool
+    ) -> httpx.Request:
+        tenant = getattr(request, "tenant", "")
+        # The tenant travels as the /{tenant} path prefix (the schema's additional binding).
+        route = routes.TENANT[rpc] if tenant else routes.PRIMARY[rpc]
+        path, query, body = route.build(codec.to_dict(request))
+        headers = service_headers(options, self.credentials)
+        headers["Accept"] = sse_or_json(stream)
+        content: bytes | None = None
+        if body is not None:
+            headers["Content-Type"] = A2A_JSON
+            content = codec.dumps(body)
+        read = options.idle_timeout if stream else options.timeout
+        return self._http.build_request(
+            route.http_method,
+            self._base + path,
+            params=tuple(query) if query else None,
+            content=content,
+            headers=headers,
+            timeout=http_calls.request_timeout(options.timeout, read),
+        )
+
+    def _error(self, status: int, body: bytes) -> A2AError:
+        return explain_auth(
+            from_rest_error(status, body, self.redact),
+            self.target,
+            has_key=self.credentials is not None,
+            redact=self.redact,
+        )
+
+    async def unary(
+        self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
+    ) -> M:
+        response, body = await http_calls.fetch(
+            self._http,
+            self._request(rpc, request, options, stream=False),
+            target=self.target,
+            bound=options.timeout,
+            redact=self.redact,
+        )
+        if not 200 <= response.status_code < 300:
+            raise self._error(response.status_code, body)
+        options.on_extensions(http_calls.reported_extensions(response))
+        value = (
+            http_calls.load_json(body, target=self.target, what="response", redact=self.redact)
+            if body.strip()
+            else {}
+        )
+        return http_calls.parse_message(
+            response_type, value, target=self.target, redact=self.redact
+        )
+
+    async def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        response = await http_calls.open_stream(
+            self._http,
+            self._request(rpc, request, options, stream=True),
+            target=self.target,
+            bound=options.timeout,
+            redact=self.redact,
+        )
+        try:
+            if not 200 <= response.status_code < 300 or not http_calls.is_event_stream(response):
+                body = await http_calls.read_error_body(
+                    response, target=self.target, bound=options.timeout, redact=self.redact
+                )
+                if 200 <= response.status_code < 300:
+                    raise http_calls.invalid_response(
+                        self.target, "stream", "expected text/event-stream", self.redact
+                    )
+                raise self._error(response.status_code, body)
+            options.on_extensions(http_calls.reported_extensions(response))
+            events = http_calls.events(
+                response, target=self.target, idle_timeout=options.idle_timeout, redact=self.redact
+            )
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    value = http_calls.load_json(
+                        event.data, target=self.target, what="stream event", redact=self.redact
+                    )
+                    if isinstance(value, dict) and isinstance(value.get("error"), dict):
+                        code = value["error"].get("code")
+                        status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                        raise self._error(status, event.data.encode())
+                    item = http_calls.parse_message(
+                        pb.StreamResponse, value, target=self.target, redact=self.redact
+                    )
+                    if item.WhichOneof("payload") is not None:
+                        yield item
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """The httpx client belongs to whoever passed it in."""
+
+
+def sse_or_json(stream: bool) -> str:
+    return "text/event-stream" if stream else f"{A2A_JSON}, application/json"

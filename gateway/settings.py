@@ -1,0 +1,144 @@
+"""Configuration sources for ``serve``: flags, then ``A2A_GATEWAY_*`` environment, then TOML.
+
+Every setting has a default that works with no configuration at all on 127.0.0.1.
+A flag given on the command line wins over the environment, which wins over the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "A2A_GATEWAY_"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One ``serve`` setting: its flag, environment name, TOML key and type."""
+
+    name: str  # attribute name, also the TOML key
+    kind: type  # str, int, float, bool, or list (of str)
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("host", str, "127.0.0.1", "address to listen on (HTTP and gRPC)"),
+    Setting("port", int, 8080, "HTTP port (JSON-RPC, HTTP+JSON, card)"),
+    Setting("grpc_port", int, 8081, "gRPC port; 0 picks a free port, -1 disables gRPC"),
+    Setting("public_url", str, "", "external base URL for the card's interfaces"),
+    Setting("workspace", list, [], "workspace folder (repeatable)"),
+    Setting("workspaces_root", str, "", "each subfolder of this folder is one workspace"),
+    Setting("agent", str, "", "agent to host, as module:attr"),
+    Setting("exec", str, "", "run this command per turn as the agent (text on stdin)"),
+    Setting("faux", bool, False, "host the built-in faux agent (directives, for tests)"),
+    Setting("upstream", str, "", "proxy mode: forward every call to this A2A agent URL"),
+    Setting("upstream_key", str, "", "API key for the upstream agent"),
+    Setting("allow_anonymous", bool, False, "accept requests without a key (loopback only)"),
+    Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
+    Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),
+    Setting("rest_path", str, "/a2a/v1", "HTTP+JSON mount point ('' or '/' = root)"),
+    Setting("name", str, "a2a-gateway agent", "agent name on the card"),
+    Setting("description", str, "", "agent description (default: first line of PERSONA.md)"),
+    Setting("max_hops", int, 3, "refuse tasks whose a2a-gateway.hops exceeds this"),
+    Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),
+    Setting("store", str, "workspace", "task store: workspace (files) or memory"),
+    Setting("fsync", bool, False, "fsync task files (survive power loss; slower)"),
+    Setting("log_format", str, "plain", "plain or json"),
+    Setting("log_level", str, "info", "debug, info, warning, error"),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+class SettingsError(ValueError):
+    """A setting has a value of the wrong type; the message names the source and key."""
+
+
+def _convert(setting: Setting, value: Any, source: str) -> Any:
+    where = f"{source}: {setting.name}"
+    if setting.kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in (
+            "1",
+            "true",
+            "yes",
+            "on",
+            "0",
+            "false",
+            "no",
+            "off",
+            "",
+        ):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise SettingsError(f"{where} must be true or false")
+    if setting.kind is list:
+        if isinstance(value, str):
+            return [v for v in value.split(os.pathsep) if v]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        raise SettingsError(f"{where} must be a list of strings")
+    if setting.kind in (int, float):
+        if isinstance(value, bool):
+            raise SettingsError(f"{where} must be a number")
+        try:
+            return setting.kind(value)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{where} must be a number") from None
+    if not isinstance(value, str):
+        raise SettingsError(f"{where} must be a string")
+    return value
+
+
+@dataclass(slots=True)
+class Settings:
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+
+def resolve(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Merge the three sources; ``flags`` holds only the flags actually given."""
+    environ = os.environ if environ is None else environ
+    from_file: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{config_file}: {exc}") from None
+        section = data.get("serve", data)
+        if not isinstance(section, dict):
+            raise SettingsError(f"{config_file}: [serve] must be a table")
+        for key, value in section.items():
+            if key not in BY_NAME:
+                raise SettingsError(f"{config_file}: unknown setting {key!r}")
+            from_file[key] = _convert(BY_NAME[key], value, str(config_file))
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.name in flags and flags[setting.name] is not None:
+            values[setting.name] = flags[setting.name]
+        elif setting.env in environ:
+            values[setting.name] = _convert(setting, environ[setting.env], setting.env)
+        elif setting.name in from_file:
+            values[setting.name] = from_file[setting.name]
+        else:
+            values[setting.name] = setting.default
+    return Settings(values)

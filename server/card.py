@@ -1,0 +1,320 @@
+"""Agent cards: the public card (served with ETag and Cache-Control) and the per-caller
+extended card.
+
+Both are built fresh on every call from :class:`ServerConfig` and the workspace files
+(``PERSONA.md``, ``.a2a/card.json``), so edits apply at once. Nothing here depends on
+the task engine: it receives :meth:`CardProvider.extended_card` as a plain function.
+
+Base URL of the interfaces: ``config.public_url`` when set, else the request's own
+scheme and ``Host``. ``X-Forwarded-Proto``/``X-Forwarded-Host`` are deliberately NOT
+honoured: any client can send them, and the card is served ``Cache-Control: public``,
+so a shared cache could keep a card pointing at a host of the attacker's choosing.
+Behind a reverse proxy, set ``public_url``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import logging
+import re
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import hdrs, web
+
+from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
+from a2a_gateway.protocol.errors import A2AError
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .auth import API_KEY_HEADER
+from .config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+CARD_FILE = Path(".a2a") / "card.json"
+PERSONA_FILE = "PERSONA.md"
+DEFAULT_DESCRIPTION = "A conversational agent reachable over the A2A protocol."
+DEFAULT_INPUT_MODES = ("text/plain", "application/json", "application/octet-stream")
+DEFAULT_OUTPUT_MODES = ("text/plain", "application/json", "application/octet-stream")
+CARD_CONTENT_TYPE = "application/json"
+
+API_KEY_SCHEME = "apiKey"
+BEARER_SCHEME = "bearer"
+
+_MAX_FILE_BYTES = 1024 * 1024
+_MAX_DESCRIPTION_CHARS = 512
+_CARD_KEYS = frozenset({"name", "description", "skills"})
+# A Host header we are willing to put in a card: a DNS name or IPv4 (or [IPv6]) and a port.
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$"
+)
+
+#: Base URL of the HTTP request being served, set by the HTTP bindings so the extended
+#: card (built inside the service call) advertises the same URLs as the public one.
+_REQUEST_BASE_URL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "a2a_request_base_url", default=None
+)
+
+
+def bind_request(request: web.Request) -> None:
+    """Remember ``request``'s base URL for cards built during this request."""
+    _REQUEST_BASE_URL.set(request_base_url(request))
+
+
+def request_base_url(request: web.Request) -> str | None:
+    """``scheme://host[:port]`` of the request, or None when its Host looks wrong."""
+    host = request.host
+    if not _HOST.match(host):
+        return None
+    return f"{request.scheme}://{host}"
+
+
+def first_line(path: Path) -> str | None:
+    """First non-empty line of a text file (heading marks stripped), or None."""
+    try:
+        with path.open("rb") as handle:
+            text = handle.read(_MAX_FILE_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        stripped = line.strip().lstrip("#").strip()
+        if stripped:
+            return stripped[:_MAX_DESCRIPTION_CHARS]
+    return None
+
+
+class _MalformedCard(Exception):
+    pass
+
+
+class CardProvider:
+    """Builds agent cards from the configuration; see the module docstring."""
+
+    def __init__(self, config: ServerConfig, *, push_notifications: bool = False) -> None:
+        self.config = config
+        self.push_notifications = push_notifications
+
+    # --- URLs ---------------------------------------------------------------------
+
+    def base_url(self, request: web.Request | None = None) -> str:
+        """Base URL for interface URLs: public_url, else the request, else the bind."""
+        if self.config.public_url:
+            return self.config.public_url.rstrip("/")
+        derived = request_base_url(request) if request is not None else _REQUEST_BASE_URL.get()
+        if derived is not None:
+            return derived
+        host = self.config.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.config.port}"
+
+    def interfaces(self, base_url: str) -> list[pb.AgentInterface]:
+        """Every mounted binding: JSON-RPC, then HTTP+JSON, then gRPC (``host:port``)."""
+        mounts = self.config.mounts
+        jsonrpc = mount_path(mounts.jsonrpc) or "/"
+        found = [
+            pb.AgentInterface(
+                url=base_url + jsonrpc,
+                protocol_binding="JSONRPC",
+                protocol_version=PROTOCOL_VERSION,
+            ),
+            pb.AgentInterface(
+                url=base_url + mount_path(mounts.rest),
+                protocol_binding="HTTP+JSON",
+                protocol_version=PROTOCOL_VERSION,
+            ),
+        ]
+        address = self.grpc_address(base_url)
+        if address:
+            found.append(
+                pb.AgentInterface(
+                    url=address, protocol_binding="GRPC", protocol_version=PROTOCOL_VERSION
+                )
+            )
+        return found
+
+    def grpc_address(self, base_url: str) -> str:
+        """``host:port`` advertised for gRPC ("" when gRPC is off)."""
+        if self.config.grpc_port is None:
+            return ""
+        if self.config.grpc_public_address:
+            return self.config.grpc_public_address
+        host = urllib.parse.urlsplit(base_url).hostname or "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{self.config.grpc_port}"
+
+    # --- cards --------------------------------------------------------------------
+
+    def public_card(self, base_url: str | None = None) -> pb.AgentCard:
+        """The public card; ``base_url`` defaults to :meth:`base_url` (see module doc)."""
+        settings = self.config.card
+        description = settings.description
+        if not description and self.config.workspaces:
+            description = first_line(self.config.workspaces[0] / PERSONA_FILE) or ""
+        card = pb.AgentCard(
+            name=settings.name,
+            description=description or DEFAULT_DESCRIPTION,
+            supported_interfaces=self.interfaces(base_url or self.base_url()),
+            version=settings.version,
+            capabilities=pb.AgentCapabilities(
+                streaming=True,
+                push_notifications=self.push_notifications,
+                extended_agent_card=True,
+            ),
+            default_input_modes=DEFAULT_INPUT_MODES,
+            default_output_modes=DEFAULT_OUTPUT_MODES,
+            skills=[_chat_skill()],
+        )
+        if settings.provider_organization and settings.provider_url:
+            card.provider.organization = settings.provider_organization
+            card.provider.url = settings.provider_url
+        if settings.documentation_url:
+            card.documentation_url = settings.documentation_url
+        card.security_schemes[API_KEY_SCHEME].api_key_security_scheme.CopyFrom(
+            pb.APIKeySecurityScheme(
+                location="header", name=API_KEY_HEADER, description="The caller's API key."
+            )
+        )
+        card.security_schemes[BEARER_SCHEME].http_auth_security_scheme.CopyFrom(
+            pb.HTTPAuthSecurityScheme(
+                scheme="Bearer", description="The caller's API key as a bearer token."
+            )
+        )
+        # Either scheme will do (OR across entries). With anonymous access on, no
+        # requirement is listed: a key is accepted but not needed.
+        if not self.config.allow_anonymous:
+            for name in (API_KEY_SCHEME, BEARER_SCHEME):
+                requirement = card.security_requirements.add()
+                requirement.schemes[name].SetInParent()
+        return card
+
+    def extended_card(self, context: CallContext) -> pb.AgentCard:
+        """The caller's extended card: its workspace's ``.a2a/card.json`` (name,
+        description, skills) over the public card.
+
+        Without a card.json the description comes from the caller's ``PERSONA.md``
+        when there is one. A malformed card.json is treated like a missing one, with a
+        warning naming the file (never its content).
+        """
+        card = self.public_card()
+        if not context.caller.workspace:
+            return card
+        workspace = Path(context.caller.workspace)
+        persona = None if self.config.card.description else first_line(workspace / PERSONA_FILE)
+        if persona:
+            card.description = persona
+        path = workspace / CARD_FILE
+        try:
+            overlay = _read_card_file(path)
+        except _MalformedCard as exc:
+            log.warning("agent card file %s is malformed (%s); using the default card", path, exc)
+            return card
+        if overlay is None:
+            return card
+        name, description, skills = overlay
+        if name is not None:
+            card.name = name
+        if description is not None:
+            card.description = description
+        if skills is not None:
+            del card.skills[:]
+            card.skills.extend(skills)
+        return card
+
+    # --- serving --------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """``GET`` the public card, with a content-hash ETag and 304 revalidation."""
+        body = codec.to_json(self.public_card(self.base_url(request)))
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        headers = {
+            hdrs.ETAG: etag,
+            hdrs.CACHE_CONTROL: f"public, max-age={self.config.card_max_age_s}",
+        }
+        if etag_matches(request.headers.get(hdrs.IF_NONE_MATCH), etag):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=body, content_type=CARD_CONTENT_TYPE, headers=headers)
+
+
+CARDS = web.AppKey("a2a_cards", CardProvider)
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 weak comparison of an ``If-None-Match`` list (or ``*``) with ``etag``."""
+    if not if_none_match:
+        return False
+    bare = etag.removeprefix("W/")
+    for item in if_none_match.split(","):
+        tag = item.strip()
+        if tag == "*" or tag.removeprefix("W/") == bare:
+            return True
+    return False
+
+
+def mount_path(mount: str) -> str:
+    """``"a2a/"`` -> ``"/a2a"``; ``""`` and ``"/"`` -> ``""`` (the root)."""
+    path = mount.strip().strip("/")
+    return "/" + path if path else ""
+
+
+def _chat_skill() -> pb.AgentSkill:
+    return pb.AgentSkill(
+        id="chat",
+        name="Chat",
+        description="Talk with the agent in natural language; it can also read attached files.",
+        tags=["chat", "general"],
+        examples=["What can you help me with?"],
+    )
+
+
+def _read_card_file(path: Path) -> tuple[str | None, str | None, list[pb.AgentSkill] | None] | None:
+    """(name, description, skills) from a card.json; None when there is no file."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _MalformedCard(f"unreadable: {exc.strerror}") from None
+    if size > _MAX_FILE_BYTES:
+        raise _MalformedCard(f"larger than {_MAX_FILE_BYTES} bytes")
+    try:
+        data: Any = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise _MalformedCard(f"unreadable: {exc.strerror}") from None
+    except orjson.JSONDecodeError:
+        raise _MalformedCard("not valid JSON") from None
+    if not isinstance(data, dict):
+        raise _MalformedCard("not a JSON object")
+    unknown = sorted(set(data) - _CARD_KEYS)
+    if unknown:
+        raise _MalformedCard(f"unknown key {unknown[0][:40]!r}; allowed: name, description, skills")
+    name = _text(data, "name")
+    description = _text(data, "description")
+    skills: list[pb.AgentSkill] | None = None
+    if "skills" in data:
+        raw = data["skills"]
+        if not isinstance(raw, list) or not raw:
+            raise _MalformedCard("skills must be a non-empty array")
+        skills = []
+        for index, item in enumerate(raw):
+            try:
+                skills.append(codec.parse(pb.AgentSkill, item, path=f"skills[{index}]"))
+            except A2AError as exc:
+                raise _MalformedCard(f"skills[{index}]: {exc.message}") from None
+    return name, description, skills
+
+
+def _text(data: dict[str, Any], key: str) -> str | None:
+    if key not in data:
+        return None
+    value = data[key]
+    if not isinstance(value, str) or not value.strip():
+        raise _MalformedCard(f"{key} must be a non-empty string")
+    return value.strip()

@@ -1,0 +1,269 @@
+"""The gRPC binding: ``lf.a2a.v1.A2AService`` on grpc.aio, adapted to :class:`A2AService`.
+
+Thin by design: authenticate from metadata, build the :class:`CallContext`, validate,
+call the service, write the response(s), map errors. The rpc list comes from the
+schema's service descriptor; nothing here names the 11 operations.
+
+Errors leave as the spec's gRPC status with a ``google.rpc.Status`` (ErrorInfo, and
+BadRequest for field violations) in the ``grpc-status-details-bin`` trailer, which is
+what ``grpcio-status``'s ``rpc_status.to_status`` reads on the client side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf import descriptor, message, message_factory
+
+from a2a_gateway.protocol import codec, versioning
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import (
+    A2AError,
+    InternalError,
+    InvalidParamsError,
+    InvalidRequestError,
+    status_proto,
+)
+from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
+
+from .auth import Authenticator
+
+log = logging.getLogger(__name__)
+
+#: Trailing metadata key carrying the serialized ``google.rpc.Status``.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+#: Service parameters as gRPC metadata keys (gRPC metadata keys are lower-case).
+VERSION_KEY = versioning.VERSION_HEADER.lower()
+EXTENSIONS_KEY = versioning.EXTENSIONS_HEADER.lower()
+
+#: Bound on closing a service stream after the client went away or the rpc failed.
+STREAM_CLOSE_TIMEOUT_S = 5.0
+
+Unary = Callable[[Any, CallContext], Awaitable[message.Message]]
+Streaming = Callable[[Any, CallContext], AsyncIterator[message.Message]]
+
+
+class BadFrame:
+    """What the deserializer returns for bytes that are not a valid request.
+
+    A deserializer that raises makes grpc answer INTERNAL/UNKNOWN on its own; returning
+    this sentinel lets the handler answer INVALID_ARGUMENT after authentication, as
+    every other bad input is answered.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: A2AError) -> None:
+        self.error = error
+
+
+class MetadataView:
+    """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped)."""
+
+    def __init__(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
+        self._values: dict[str, list[str]] = {}
+        for key, value in metadata or ():
+            if isinstance(value, str):
+                self._values.setdefault(key.lower(), []).append(value)
+
+    def get(self, name: str) -> str | None:
+        """First value of ``name``; the :data:`~.auth.HeaderGetter` shape."""
+        values = self._values.get(name.lower())
+        return values[0] if values else None
+
+    def get_all(self, name: str) -> list[str]:
+        return list(self._values.get(name.lower(), ()))
+
+
+def status_trailer(error: A2AError) -> tuple[tuple[str, bytes]]:
+    """The trailing metadata that carries ``error`` as a ``google.rpc.Status``."""
+    return ((STATUS_DETAILS_KEY, status_proto(error).SerializeToString()),)
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> NoReturn:
+    """End the rpc with the spec's status for ``error`` (raises grpc's AbortError)."""
+    await context.abort(error.spec.grpc_status, error.message, status_trailer(error))
+
+
+def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+    # Stubs say float; with no deadline grpc returns None or a huge value.
+    remaining: float | None = context.time_remaining()
+    if remaining is None or not math.isfinite(remaining) or remaining > 10 * 365 * 86400:
+        return None
+    return asyncio.get_running_loop().time() + max(0.0, remaining)
+
+
+async def _close(events: AsyncIterator[message.Message], rpc: str) -> None:
+    """Close the service's iterator (bounded) so the engine drops its subscription."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        async with asyncio.timeout(STREAM_CLOSE_TIMEOUT_S):
+            await aclose()
+    except TimeoutError:
+        log.warning("gRPC %s: service stream did not close within %ss", rpc, STREAM_CLOSE_TIMEOUT_S)
+    except Exception:
+        log.exception("gRPC %s: service stream failed while closing", rpc)
+
+
+class RpcAdapter:
+    """One rpc of the schema bound to the service: deserializer and handler."""
+
+    def __init__(
+        self,
+        method: descriptor.MethodDescriptor,
+        service: A2AService,
+        authenticator: Authenticator,
+    ) -> None:
+        self.name = method.name
+        self.streaming = bool(method.server_streaming)
+        self.request_class: type[message.Message] = message_factory.GetMessageClass(
+            method.input_type
+        )
+        self.response_class: type[message.Message] = message_factory.GetMessageClass(
+            method.output_type
+        )
+        self._call: Any = getattr(service, method_name(method.name))
+        self._authenticator = authenticator
+
+    # -- (de)serialization: must never raise into grpc's machinery ---------------------
+
+    def deserialize(self, data: bytes) -> message.Message | BadFrame:
+        kind = self.request_class.DESCRIPTOR.name
+        try:
+            return self.request_class.FromString(data)
+        except message.DecodeError as exc:
+            text = str(exc).lower()  # upb: "Exceeded upb_DecodeOptions_MaxDepth"
+            if "depth" in text or "recursion" in text:
+                return BadFrame(InvalidParamsError(f"Invalid {kind}: message nesting is too deep"))
+            return BadFrame(InvalidRequestError(f"Invalid {kind}: not a valid protobuf message"))
+        except Exception:  # defensive: grpc would turn this into UNKNOWN
+            log.exception("gRPC %s: request deserialization failed", self.name)
+            return BadFrame(InvalidRequestError(f"Invalid {kind}: not a valid protobuf message"))
+
+    @staticmethod
+    def serialize(response: message.Message) -> bytes:
+        return response.SerializeToString()
+
+    # -- handlers ---------------------------------------------------------------------
+
+    def _prepare(
+        self, request: message.Message | BadFrame, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tuple[message.Message, CallContext]:
+        """Authenticate, negotiate, decode and validate; raise A2AError on bad input."""
+        metadata = MetadataView(context.invocation_metadata())
+        caller = self._authenticator.authenticate(metadata.get)
+        version = versioning.negotiate_version(metadata.get(VERSION_KEY))
+        if isinstance(request, BadFrame):
+            raise request.error
+        codec.validate(request)
+        call_context = CallContext(
+            caller=caller,
+            tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
+            version=version,
+            extensions=versioning.parse_extensions(metadata.get_all(EXTENSIONS_KEY)),
+            deadline=_deadline(context),
+        )
+        return request, call_context
+
+    def _checked(self, response: object) -> message.Message:
+        if not isinstance(response, self.response_class):
+            raise TypeError(
+                f"service returned {type(response).__name__} for {self.name}, "
+                f"expected {self.response_class.DESCRIPTOR.full_name}"
+            )
+        return response
+
+    async def _send_extensions(
+        self, context: grpc.aio.ServicerContext[Any, Any], call_context: CallContext
+    ) -> None:
+        # The gRPC form of the A2A-Extensions response header: initial metadata.
+        if call_context.activated_extensions:
+            value = versioning.format_extensions(call_context.activated_extensions)
+            await context.send_initial_metadata(((EXTENSIONS_KEY, value),))
+
+    async def unary(
+        self, request: message.Message | BadFrame, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> message.Message:
+        try:
+            decoded, call_context = self._prepare(request, context)
+            call: Unary = self._call
+            response = self._checked(await call(decoded, call_context))
+            await self._send_extensions(context, call_context)
+            return response
+        except A2AError as exc:
+            error: A2AError = exc
+        except Exception:
+            log.exception("gRPC %s failed", self.name)
+            error = InternalError()
+        await abort(context, error)
+
+    async def stream(
+        self, request: message.Message | BadFrame, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        # A coroutine writing with context.write (not an async generator) so a client
+        # cancel lands here, and the finally below closes the service stream at once.
+        try:
+            decoded, call_context = self._prepare(request, context)
+            call: Streaming = self._call
+            events = call(decoded, call_context)
+            try:
+                first = True
+                async for event in events:
+                    if first:
+                        await self._send_extensions(context, call_context)
+                        first = False
+                    await context.write(self._checked(event))
+            finally:
+                await _close(events, self.name)
+            return
+        except A2AError as exc:
+            error: A2AError = exc
+        except Exception:
+            if context.cancelled() or context.done():
+                return  # the client went away while we were writing: nothing to tell
+            log.exception("gRPC %s failed", self.name)
+            error = InternalError()
+        await abort(context, error)
+
+    def method_handler(self) -> grpc.RpcMethodHandler[Any, Any]:
+        factory = (
+            grpc.unary_stream_rpc_method_handler
+            if self.streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        return factory(
+            self.stream if self.streaming else self.unary,
+            request_deserializer=self.deserialize,
+            response_serializer=self.serialize,
+        )
+
+
+def a2a_rpc_handler(
+    service: A2AService, authenticator: Authenticator
+) -> grpc.GenericRpcHandler[Any, Any]:
+    """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``."""
+    handlers = {
+        method.name: RpcAdapter(method, service, authenticator).method_handler()
+        for method in SERVICE_DESCRIPTOR.methods
+    }
+    return grpc.method_handlers_generic_handler(SERVICE_DESCRIPTOR.full_name, handlers)
+
+
+__all__ = [
+    "EXTENSIONS_KEY",
+    "STATUS_DETAILS_KEY",
+    "VERSION_KEY",
+    "BadFrame",
+    "MetadataView",
+    "RpcAdapter",
+    "a2a_rpc_handler",
+    "abort",
+    "status_trailer",
+]

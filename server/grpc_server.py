@@ -1,0 +1,79 @@
+"""The gRPC server: the A2A binding plus standard health and reflection, on its own port.
+
+``build_grpc_server`` binds at once (so port 0 resolves to a real port) and returns the
+grpc.aio server and its port; ``await server.start()`` serves.
+
+Graceful stop is grpc's own ``await server.stop(grace)``: new rpcs (health checks
+included) are refused at once, rpcs in flight get up to ``grace`` seconds to finish,
+then they are cancelled; a cancelled stream closes its service iterator (the engine
+sees the subscriber leave). ``grace=None`` cancels everything immediately. Long-lived
+subscriptions normally run until the grace expires, so end them first (the engine's
+``aclose()``) and keep the grace short (``config.shutdown_grace_s``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
+
+from .auth import Authenticator
+from .config import ServerConfig
+from .grpc_binding import a2a_rpc_handler
+
+SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
+#: Health entries set to SERVING: the whole server ("") and the A2A service.
+HEALTH_SERVICES = ("", SERVICE_NAME)
+
+
+def grpc_address(host: str, port: int) -> str:
+    """``host:port`` for grpc, bracketing IPv6 literals."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    return [
+        # A request may be as large as an HTTP body (binary is smaller than its JSON).
+        ("grpc.max_receive_message_length", config.max_body_bytes),
+        # Responses are not capped here (grpc's default), as on the HTTP bindings.
+        ("grpc.max_send_message_length", -1),
+        # Fail loudly when the port is taken instead of sharing it with another process.
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+async def build_grpc_server(
+    service: A2AService, config: ServerConfig, authenticator: Authenticator
+) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server for ``service`` bound to ``config.host:config.grpc_port`` (0: any
+    free port), and the port it is bound to. Not started: ``await server.start()``.
+
+    Serves ``lf.a2a.v1.A2AService``, ``grpc.health.v1.Health`` (SERVING for ``""`` and
+    the A2A service) and server reflection for all three.
+    """
+    if config.grpc_port is None:
+        raise ValueError("gRPC is disabled (config.grpc_port is None)")
+    server = grpc.aio.server(options=server_options(config))
+    server.add_generic_rpc_handlers((a2a_rpc_handler(service, authenticator),))
+    requested = grpc_address(config.host, config.grpc_port)
+    try:
+        port = server.add_insecure_port(requested)
+    except RuntimeError as exc:  # grpc reports bind failures as RuntimeError
+        raise OSError(f"cannot bind gRPC server to {requested}: {exc}") from None
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    for name in HEALTH_SERVICES:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    return server, port
+
+
+__all__ = ["HEALTH_SERVICES", "SERVICE_NAME", "build_grpc_server", "grpc_address"]

@@ -1,0 +1,77 @@
+"""The faux agent's directives, turn by turn."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agent_helpers import outputs, turn
+
+from a2a_gateway.agent.base import (
+    AuthRequired,
+    Completed,
+    Failed,
+    InputRequired,
+    Rejected,
+    Signal,
+    TextChunk,
+)
+from a2a_gateway.agent.faux import FauxAgent
+from lf.a2a.v1 import a2a_pb2 as pb
+
+
+async def test_plain_text_is_echoed_exactly() -> None:
+    for text in ("hi", "  spaced  ", "with: colon", "message without prefix", ""):
+        assert await outputs(FauxAgent(), turn(text)) == [TextChunk(text, last=True)]
+
+
+async def test_chunks() -> None:
+    got = await outputs(FauxAgent(), turn("chunks:3"))
+    assert got == [TextChunk("chunk-0"), TextChunk("chunk-1"), TextChunk("chunk-2", last=True)]
+    assert await outputs(FauxAgent(), turn("chunks:zero")) == [TextChunk("chunk-0", last=True)]
+    assert len(await outputs(FauxAgent(), turn("chunks:99999"))) == 10_000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ask:Which city?", InputRequired("Which city?")),
+        ("fail:disk full", Failed("disk full")),
+        ("reject:no", Rejected("no")),
+        ("auth:token please", AuthRequired("token please")),
+        ("hold:0", Completed()),
+        ("hold:nan", Completed()),
+    ],
+)
+async def test_outcome_directives(text: str, expected: object) -> None:
+    got = await outputs(FauxAgent(), turn(text))
+    assert got == [expected]
+
+
+async def test_hold_ends_early_when_canceled() -> None:
+    cancelled = Signal()
+    running = asyncio.create_task(outputs(FauxAgent(), turn("hold:120", cancelled=cancelled)))
+    await asyncio.sleep(0)
+    cancelled.set()
+    assert await running == [Completed()]
+
+
+async def test_hold_sees_task_cancellation() -> None:
+    running = asyncio.create_task(outputs(FauxAgent(), turn("hold:120")))
+    await asyncio.sleep(0.01)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+
+async def test_message_directive_is_a_direct_reply() -> None:
+    reply = await FauxAgent().reply(turn("message:hello"))
+    assert reply is not None
+    assert reply.role == pb.ROLE_AGENT and reply.context_id == "c-1"
+    assert [p.text for p in reply.parts] == ["hello"]
+    assert await FauxAgent().reply(turn("hi")) is None
+
+
+async def test_crash_raises() -> None:
+    with pytest.raises(RuntimeError):
+        await outputs(FauxAgent(), turn("crash"))

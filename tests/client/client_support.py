@@ -1,0 +1,127 @@
+"""Shared helpers of the client tests (imported by conftest and the test modules)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.client import Credentials, Redactor, RemoteService, make_transport
+from a2a_gateway.client.http_calls import new_http_client
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER_PYTHON = ROOT / ".venv-peer" / "bin" / "python"
+SDK_SERVER = ROOT / "tests" / "interop" / "peers" / "sdk_server.py"
+HOST = "127.0.0.1"
+#: The key the SDK peer requires (long enough to be scrubbed wherever it appears).
+PEER_KEY = "peer-key-7c1e9b2a4d"
+#: The caller key our own gateway is started with.
+OWN_KEY = "own-key-3e5d7f9b1a2c"
+READY_TIMEOUT_S = 30.0
+TRANSPORTS = ("jsonrpc", "rest", "grpc")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def text_request(
+    text: str,
+    *,
+    task_id: str = "",
+    context_id: str = "",
+    return_immediately: bool = False,
+) -> pb.SendMessageRequest:
+    message = pb.Message(
+        role=pb.ROLE_USER,
+        message_id=uuid.uuid4().hex,
+        parts=[pb.Part(text=text)],
+        task_id=task_id,
+        context_id=context_id,
+    )
+    request = pb.SendMessageRequest(message=message)
+    if return_immediately:
+        request.configuration.return_immediately = True
+    return request
+
+
+@dataclass(frozen=True)
+class Peer:
+    url: str  # the agent's base URL (card at /.well-known/agent-card.json)
+    key: str
+
+
+def remote(
+    binding: str,
+    url: str,
+    *,
+    key: str | None = None,
+    credentials: Credentials | None = None,
+    tenant: str = "",
+    timeout: float = 5.0,
+    idle_timeout: float = 5.0,
+    extensions: tuple[str, ...] = (),
+) -> RemoteService:
+    """A RemoteService over one binding without a card (the test picks the interface)."""
+    redact = Redactor([key])
+    if credentials is None and key is not None:
+        credentials = Credentials("X-API-Key", key)
+    interface = pb.AgentInterface(
+        url=url, protocol_binding=binding, protocol_version="1.0", tenant=tenant
+    )
+    http = new_http_client(timeout)
+    wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
+    return RemoteService(
+        wire,
+        interface=interface,
+        timeout=timeout,
+        stream_idle_timeout=idle_timeout,
+        extensions=extensions,
+        http=http,
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Run ``app`` on a free 127.0.0.1 port; yields its base URL."""
+    server = TestServer(app, host=HOST, port=0)
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[int]:
+    """A TCP server that accepts connections and never answers; yields its port."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        with contextlib.suppress(ConnectionError):
+            await reader.read()  # until the client gives up
+
+    server = await asyncio.start_server(handle, HOST, 0)
+    try:
+        yield int(server.sockets[0].getsockname()[1])
+    finally:
+        server.close()
+        for writer in writers:
+            writer.close()
+        await server.wait_closed()
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound once, then released)."""
+    return free_port()

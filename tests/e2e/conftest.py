@@ -1,0 +1,213 @@
+"""A whole gateway in-process on real ports, and one wire driver per binding.
+
+The drivers speak raw JSON-RPC, HTTP+JSON and gRPC (no client library of ours), so the
+scenario table checks what each binding puts on the wire.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from google.protobuf import json_format, message_factory
+from google.rpc import error_details_pb2, status_pb2
+
+from a2a_gateway.protocol import codec, routes, sse
+from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
+from a2a_gateway.serve import Gateway
+from a2a_gateway.settings import resolve
+
+KEY_ALICE = "alice-key-0f3e9a7c51d2"
+KEY_BOB = "bob-key-7d1c0b9e44aa"
+BINDINGS = ("jsonrpc", "rest", "grpc")
+
+
+class WireError(Exception):
+    """An error answer: the ErrorInfo reason plus the binding's own code."""
+
+    def __init__(self, reason: str, code: Any, message: str) -> None:
+        super().__init__(f"{reason} ({code}): {message}")
+        self.reason = reason
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Driver:
+    binding: str
+    http: aiohttp.ClientSession
+    base: str
+    channel: grpc.aio.Channel
+    key: str = KEY_ALICE
+    version: str | None = "1.0"
+
+    def headers(self) -> dict[str, str]:
+        headers = {"X-API-Key": self.key} if self.key else {}
+        if self.version is not None:
+            headers["A2A-Version"] = self.version
+        return headers
+
+    async def call(self, rpc: str, request: dict[str, Any]) -> dict[str, Any]:
+        events = [e async for e in self._run(rpc, request, stream=False)]
+        return events[0]
+
+    async def stream(self, rpc: str, request: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e async for e in self._run(rpc, request, stream=True)]
+
+    def open_stream(self, rpc: str, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        return self._run(rpc, request, stream=True)
+
+    def _run(
+        self, rpc: str, request: dict[str, Any], *, stream: bool
+    ) -> AsyncIterator[dict[str, Any]]:
+        if self.binding == "jsonrpc":
+            return self._jsonrpc(rpc, request, stream)
+        if self.binding == "rest":
+            return self._rest(rpc, request, stream)
+        return self._grpc(rpc, request, stream)
+
+    _ids = itertools.count(1)
+
+    async def _jsonrpc(
+        self, rpc: str, request: dict[str, Any], stream: bool
+    ) -> AsyncIterator[dict[str, Any]]:
+        request_id = next(self._ids)
+        body = {"jsonrpc": "2.0", "id": request_id, "method": rpc, "params": request}
+        async with self.http.post(
+            f"{self.base}/a2a", json=body, headers=self.headers()
+        ) as response:
+            if response.content_type == sse.CONTENT_TYPE:
+                assert stream, "SSE for a unary call"
+                async for data in _sse_events(response):
+                    envelope = json.loads(data)
+                    assert envelope["id"] == request_id
+                    if "error" in envelope:
+                        raise _jsonrpc_error(envelope["error"])
+                    yield envelope["result"]
+                return
+            envelope = await response.json(content_type=None)
+            if "error" in envelope:
+                raise _jsonrpc_error(envelope["error"], response.status)
+            assert response.status == 200
+            assert envelope["id"] == request_id
+            yield envelope["result"]
+
+    async def _rest(
+        self, rpc: str, request: dict[str, Any], stream: bool
+    ) -> AsyncIterator[dict[str, Any]]:
+        tenant = request.get("tenant")
+        route = (routes.TENANT if tenant else routes.PRIMARY)[rpc]
+        path, query, body = route.build(
+            request if tenant else {k: v for k, v in request.items() if k != "tenant"}
+        )
+        url = f"{self.base}/a2a/v1{path}"
+        async with self.http.request(
+            route.http_method, url, params=query, json=body, headers=self.headers()
+        ) as response:
+            if response.content_type == sse.CONTENT_TYPE:
+                assert stream, "SSE for a unary call"
+                async for data in _sse_events(response):
+                    payload = json.loads(data)
+                    if "error" in payload:
+                        raise _status_error(payload["error"])
+                    yield payload
+                return
+            payload = await response.json(content_type=None)
+            if response.status != 200:
+                raise _status_error(payload["error"], response.status)
+            yield payload
+
+    async def _grpc(
+        self, rpc: str, request: dict[str, Any], stream: bool
+    ) -> AsyncIterator[dict[str, Any]]:
+        method = SERVICE_DESCRIPTOR.methods_by_name[rpc]
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        message = json_format.ParseDict(request, request_cls())
+        path = f"/{SERVICE_DESCRIPTOR.full_name}/{rpc}"
+        metadata = tuple((k.lower(), v) for k, v in self.headers().items())
+        try:
+            if method.server_streaming:
+                call = self.channel.unary_stream(
+                    path,
+                    request_serializer=request_cls.SerializeToString,
+                    response_deserializer=response_cls.FromString,
+                )(message, metadata=metadata, timeout=30)
+                async for item in call:
+                    yield codec.to_dict(item)
+            else:
+                unary = self.channel.unary_unary(
+                    path,
+                    request_serializer=request_cls.SerializeToString,
+                    response_deserializer=response_cls.FromString,
+                )
+                yield codec.to_dict(await unary(message, metadata=metadata, timeout=30))
+        except grpc.aio.AioRpcError as exc:
+            raise _grpc_error(exc) from None
+
+
+async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    decoder = sse.Decoder()
+    async for chunk in response.content.iter_any():
+        for event in decoder.feed(chunk):
+            yield event.data
+
+
+def _jsonrpc_error(error: dict[str, Any], status: int = 200) -> WireError:
+    data = error.get("data") or []
+    reason = next((d["reason"] for d in data if d.get("@type", "").endswith("ErrorInfo")), "")
+    return WireError(reason, error["code"], error["message"])
+
+
+def _status_error(error: dict[str, Any], status: int = 0) -> WireError:
+    details = error.get("details") or []
+    reason = next((d["reason"] for d in details if d.get("@type", "").endswith("ErrorInfo")), "")
+    return WireError(reason, status or error.get("code"), error.get("message", ""))
+
+
+def _grpc_error(exc: grpc.aio.AioRpcError) -> WireError:
+    reason = ""
+    for key, value in exc.trailing_metadata() or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    reason = info.reason
+    return WireError(reason, exc.code(), exc.details() or "")
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
+    )
+    settings = resolve(
+        {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True, "keepalive": 0.2},
+        environ={},
+    )
+    server = Gateway(settings)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture(params=BINDINGS)
+async def driver(request: pytest.FixtureRequest, gateway: Gateway) -> AsyncIterator[Driver]:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel,
+    ):
+        yield Driver(request.param, http, f"http://127.0.0.1:{gateway.http_port}", channel)

@@ -1,0 +1,110 @@
+"""The README's curl examples, run verbatim against a real ``serve`` subprocess.
+
+Each ``sh`` block of the "Try it with curl" section runs in bash with only the port
+changed; every ``# → ...`` line after it is a claim: each fragment between ``...``
+must appear in what the command printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def readme_blocks() -> list[tuple[str, list[str]]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Try it with curl", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    result = []
+    for block in blocks:
+        claims = [
+            line.split("# → ", 1)[1] for line in block.splitlines() if line.startswith("# → ")
+        ]
+        result.append((block, claims))
+    return result
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[int]:
+    port = _free_port()
+    log = (tmp_path / "server.log").open("w+")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "a2a_gateway",
+            "serve",
+            "--faux",
+            "--allow-anonymous",
+            "--workspace",
+            str(tmp_path / "ws"),
+            "--port",
+            str(port),
+            "--grpc-port",
+            "-1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/.well-known/agent-card.json", timeout=1
+                )
+                break
+            except OSError:
+                assert process.poll() is None, "server exited"
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        log.seek(0)
+        assert "Traceback" not in log.read()
+        log.close()
+
+
+def test_readme_curl_examples(served: int) -> None:
+    assert shutil.which("curl"), "the README examples need curl"
+    blocks = readme_blocks()
+    assert len(blocks) >= 5
+    for block, claims in blocks:
+        script = block.replace("127.0.0.1:8080", f"127.0.0.1:{served}")
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "LC_ALL": "C.UTF-8"},
+        )
+        assert result.returncode == 0, (block, result.stderr)
+        assert result.stdout.strip(), block
+        for claim in claims:
+            for fragment in claim.split("..."):
+                fragment = fragment.strip()
+                if fragment:
+                    assert fragment in result.stdout, (fragment, result.stdout[:2000])

@@ -1,0 +1,317 @@
+"""One scenario table, run against JSON-RPC, HTTP+JSON and gRPC: same inputs, same outcomes.
+
+Functional equivalence of bindings is a requirement of the spec; every row below runs on
+all three (the ``driver`` fixture is parametrized over them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from .conftest import KEY_BOB, Driver, WireError
+
+COMPLETED = "TASK_STATE_COMPLETED"
+
+
+def send(text: str, **extra: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "ROLE_USER",
+        "messageId": str(uuid.uuid4()),
+        "parts": [{"text": text}],
+    }
+    message.update(extra.pop("message", {}))
+    return {"message": message, **extra}
+
+
+def artifact_text(task: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for a in task.get("artifacts", []) for p in a["parts"])
+
+
+async def expect_error(reason: str, coro: Any) -> WireError:
+    with pytest.raises(WireError) as caught:
+        await coro
+    assert caught.value.reason == reason, caught.value
+    return caught.value
+
+
+async def test_send_completes_with_echo_artifact(driver: Driver) -> None:
+    result = await driver.call("SendMessage", send("hello"))
+    task = result["task"]
+    assert task["status"]["state"] == COMPLETED
+    assert task["status"]["timestamp"].endswith("Z")
+    assert artifact_text(task) == "hello"
+    assert [a["name"] for a in task["artifacts"]] == ["response"]
+    got = await driver.call("GetTask", {"id": task["id"]})
+    assert got["id"] == task["id"] and got["contextId"] == task["contextId"]
+
+
+async def test_message_reply_has_no_task(driver: Driver) -> None:
+    result = await driver.call("SendMessage", send("message:hi there"))
+    assert set(result) == {"message"}
+    assert result["message"]["role"] == "ROLE_AGENT"
+    assert result["message"]["parts"][0]["text"] == "hi there"
+
+
+async def test_unknown_task_is_task_not_found_everywhere(driver: Driver) -> None:
+    missing = str(uuid.uuid4())
+    await expect_error("TASK_NOT_FOUND", driver.call("GetTask", {"id": missing}))
+    await expect_error("TASK_NOT_FOUND", driver.call("CancelTask", {"id": missing}))
+    await expect_error("TASK_NOT_FOUND", driver.stream("SubscribeToTask", {"id": missing}))
+    await expect_error(
+        "TASK_NOT_FOUND",
+        driver.call("SendMessage", send("x", message={"taskId": missing})),
+    )
+
+
+async def test_another_callers_task_is_not_found(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("mine")))["task"]
+    driver.key = KEY_BOB
+    await expect_error("TASK_NOT_FOUND", driver.call("GetTask", {"id": task["id"]}))
+    await expect_error("TASK_NOT_FOUND", driver.call("CancelTask", {"id": task["id"]}))
+    listed = await driver.call("ListTasks", {})
+    assert task["id"] not in [t["id"] for t in listed.get("tasks", [])]
+
+
+async def test_cancel_terminal_is_not_cancelable(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("done")))["task"]
+    await expect_error("TASK_NOT_CANCELABLE", driver.call("CancelTask", {"id": task["id"]}))
+
+
+async def test_return_immediately_then_cancel(driver: Driver) -> None:
+    result = await driver.call(
+        "SendMessage", send("hold:30", configuration={"returnImmediately": True})
+    )
+    task = result["task"]
+    assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    canceled = await driver.call("CancelTask", {"id": task["id"]})
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    got = await driver.call("GetTask", {"id": task["id"]})
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_stream_task_first_then_chunks_then_completed(driver: Driver) -> None:
+    events = await driver.stream("SendStreamingMessage", send("chunks:3"))
+    assert "task" in events[0]
+    chunks = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+    assert [c["artifact"]["parts"][0]["text"] for c in chunks] == ["chunk-0", "chunk-1", "chunk-2"]
+    assert [bool(c.get("append")) for c in chunks] == [False, True, True]
+    assert [bool(c.get("lastChunk")) for c in chunks] == [False, False, True]
+    assert len({c["artifact"]["artifactId"] for c in chunks}) == 1
+    assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
+
+
+async def test_stream_message_reply_is_one_event(driver: Driver) -> None:
+    events = await driver.stream("SendStreamingMessage", send("message:one"))
+    assert len(events) == 1 and "message" in events[0]
+
+
+async def test_subscribe_snapshot_first_then_live_until_canceled(driver: Driver) -> None:
+    task = (
+        await driver.call("SendMessage", send("hold:30", configuration={"returnImmediately": True}))
+    )["task"]
+    events: list[dict[str, Any]] = []
+    first_event = asyncio.Event()
+
+    async def follow() -> None:
+        async for event in driver.open_stream("SubscribeToTask", {"id": task["id"]}):
+            events.append(event)
+            first_event.set()
+
+    follower = asyncio.create_task(follow())
+    async with asyncio.timeout(10):
+        await first_event.wait()
+        await driver.call("CancelTask", {"id": task["id"]})
+        await follower
+    assert events[0]["task"]["id"] == task["id"]
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_subscribe_to_terminal_is_unsupported(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("done")))["task"]
+    await expect_error(
+        "UNSUPPORTED_OPERATION", driver.stream("SubscribeToTask", {"id": task["id"]})
+    )
+
+
+async def test_send_to_terminal_task_is_unsupported(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("done")))["task"]
+    await expect_error(
+        "UNSUPPORTED_OPERATION",
+        driver.call("SendMessage", send("again", message={"taskId": task["id"]})),
+    )
+
+
+async def test_multi_turn_ask_then_answer(driver: Driver) -> None:
+    first = (await driver.call("SendMessage", send("ask:What city?")))["task"]
+    assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert first["status"]["message"]["parts"][0]["text"] == "What city?"
+    second = (await driver.call("SendMessage", send("Paris", message={"taskId": first["id"]})))[
+        "task"
+    ]
+    assert second["id"] == first["id"] and second["contextId"] == first["contextId"]
+    assert second["status"]["state"] == COMPLETED
+    assert "Paris" in artifact_text(second)
+
+
+async def test_continuation_with_other_context_is_invalid(driver: Driver) -> None:
+    first = (await driver.call("SendMessage", send("ask:Q?")))["task"]
+    await expect_error(
+        "INVALID_PARAMS",
+        driver.call(
+            "SendMessage", send("A", message={"taskId": first["id"], "contextId": "other"})
+        ),
+    )
+
+
+@pytest.mark.parametrize("context_id", ["has space", "x" * 101, "semi;colon"])
+async def test_bad_context_id_is_invalid_params(driver: Driver, context_id: str) -> None:
+    await expect_error(
+        "INVALID_PARAMS", driver.call("SendMessage", send("x", message={"contextId": context_id}))
+    )
+
+
+async def test_context_busy(driver: Driver) -> None:
+    context = f"ctx-{uuid.uuid4().hex[:8]}"
+    first = await driver.call(
+        "SendMessage",
+        send("hold:30", message={"contextId": context}, configuration={"returnImmediately": True}),
+    )
+    err = await expect_error(
+        "UNSUPPORTED_OPERATION",
+        driver.call("SendMessage", send("x", message={"contextId": context})),
+    )
+    assert "busy" in err.message
+    await driver.call("CancelTask", {"id": first["task"]["id"]})
+
+
+async def test_retried_message_id_returns_the_same_task(driver: Driver) -> None:
+    request = send("once")
+    first = (await driver.call("SendMessage", request))["task"]
+    second = (await driver.call("SendMessage", request))["task"]
+    assert first["id"] == second["id"]
+
+
+async def test_hop_guard_fails_the_task(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("x", metadata={"a2a-gateway.hops": 4})))["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+
+
+async def test_failures_and_rejections(driver: Driver) -> None:
+    failed = (await driver.call("SendMessage", send("fail:nope")))["task"]
+    assert failed["status"]["state"] == "TASK_STATE_FAILED"
+    rejected = (await driver.call("SendMessage", send("reject:no thanks")))["task"]
+    assert rejected["status"]["state"] == "TASK_STATE_REJECTED"
+    auth = (await driver.call("SendMessage", send("auth:need creds")))["task"]
+    assert auth["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    crashed = (await driver.call("SendMessage", send("crash")))["task"]
+    assert crashed["status"]["state"] == "TASK_STATE_FAILED"
+    text = crashed["status"]["message"]["parts"][0]["text"]
+    assert text == "The run failed unexpectedly."
+
+
+async def test_history_length(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("hist")))["task"]
+    none = await driver.call("GetTask", {"id": task["id"], "historyLength": 0})
+    assert "history" not in none
+    one = await driver.call("GetTask", {"id": task["id"], "historyLength": 1})
+    assert len(one["history"]) == 1
+
+
+async def test_list_tasks_paging_and_filters(driver: Driver) -> None:
+    context = f"list-{uuid.uuid4().hex[:8]}"
+    ids = [
+        (await driver.call("SendMessage", send(f"n{i}", message={"contextId": context})))["task"][
+            "id"
+        ]
+        for i in range(3)
+    ]
+    page = await driver.call("ListTasks", {"contextId": context, "pageSize": 2})
+    assert page["pageSize"] == 2 and page["totalSize"] == 3
+    assert [t["id"] for t in page["tasks"]] == ids[::-1][:2]
+    assert "artifacts" not in page["tasks"][0]
+    assert page["nextPageToken"]
+    rest = await driver.call(
+        "ListTasks", {"contextId": context, "pageSize": 2, "pageToken": page["nextPageToken"]}
+    )
+    assert [t["id"] for t in rest["tasks"]] == [ids[0]]
+    assert rest["nextPageToken"] == ""
+    with_artifacts = await driver.call(
+        "ListTasks", {"contextId": context, "includeArtifacts": True}
+    )
+    assert artifact_text(with_artifacts["tasks"][0]) == "n2"
+    by_state = await driver.call(
+        "ListTasks", {"contextId": context, "status": "TASK_STATE_WORKING"}
+    )
+    assert by_state["tasks"] == [] or "tasks" not in by_state
+    assert by_state["totalSize"] == 0 if "totalSize" in by_state else True
+
+
+@pytest.mark.parametrize("page_size", [0, 101, -1])
+async def test_list_page_size_out_of_range(driver: Driver, page_size: int) -> None:
+    await expect_error("INVALID_PARAMS", driver.call("ListTasks", {"pageSize": page_size}))
+
+
+async def test_list_forged_page_token(driver: Driver) -> None:
+    await expect_error("INVALID_PARAMS", driver.call("ListTasks", {"pageToken": "forged!"}))
+
+
+async def test_missing_required_field_is_invalid_params(driver: Driver) -> None:
+    err = await expect_error(
+        "INVALID_PARAMS",
+        driver.call(
+            "SendMessage", {"message": {"role": "ROLE_USER", "messageId": "m", "parts": []}}
+        ),
+    )
+    assert "parts" in err.message
+
+
+async def test_push_config_calls_are_not_supported_yet(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("push")))["task"]
+    config = {"taskId": task["id"], "url": "https://example.invalid/hook"}
+    await expect_error(
+        "PUSH_NOTIFICATION_NOT_SUPPORTED", driver.call("CreateTaskPushNotificationConfig", config)
+    )
+    await expect_error(
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        driver.call("GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1"}),
+    )
+    await expect_error(
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        driver.call("ListTaskPushNotificationConfigs", {"taskId": task["id"]}),
+    )
+    await expect_error(
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        driver.call("DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1"}),
+    )
+
+
+async def test_extended_card_for_an_authenticated_caller(driver: Driver) -> None:
+    card = await driver.call("GetExtendedAgentCard", {})
+    assert card["name"] and card["supportedInterfaces"]
+
+
+async def test_unsupported_version(driver: Driver) -> None:
+    driver.version = "2.0"
+    await expect_error("VERSION_NOT_SUPPORTED", driver.call("GetTask", {"id": "x"}))
+
+
+async def test_missing_version_is_served_as_1_0(driver: Driver) -> None:
+    driver.version = None
+    result = await driver.call("SendMessage", send("no header"))
+    assert result["task"]["status"]["state"] == COMPLETED
+
+
+async def test_bad_key_is_unauthenticated(driver: Driver) -> None:
+    driver.key = "wrong-key-123456"
+    await expect_error("UNAUTHENTICATED", driver.call("GetTask", {"id": "x"}))
+    driver.key = ""
+    await expect_error("UNAUTHENTICATED", driver.call("ListTasks", {}))
+
+
+async def test_tenant_form(driver: Driver) -> None:
+    result = await driver.call("SendMessage", {**send("tenant hi"), "tenant": "acme"})
+    assert result["task"]["status"]["state"] == COMPLETED

@@ -1,0 +1,103 @@
+"""SSE framing: the encoder and the tolerant incremental decoder."""
+
+from __future__ import annotations
+
+import pytest
+
+from a2a_gateway.protocol import sse
+
+
+def decode(*chunks: bytes) -> list[sse.Event]:
+    decoder = sse.Decoder()
+    events: list[sse.Event] = []
+    for chunk in chunks:
+        events.extend(decoder.feed(chunk))
+    return events
+
+
+def test_encode_one_line() -> None:
+    assert sse.encode(b'{"a":1}') == b'data: {"a":1}\n\n'
+
+
+def test_encode_with_event_and_id() -> None:
+    assert sse.encode(b"x", event="error", event_id="7") == b"event: error\nid: 7\ndata: x\n\n"
+
+
+def test_encode_splits_multiline_data() -> None:
+    assert sse.encode(b"a\r\nb\rc\nd") == b"data: a\ndata: b\ndata: c\ndata: d\n\n"
+
+
+def test_comment() -> None:
+    assert sse.comment() == b": keep-alive\n\n"
+    assert sse.comment("ping") == b": ping\n\n"
+
+
+def test_round_trip() -> None:
+    raw = sse.encode(b'{"x":"y"}') + sse.comment() + sse.encode(b"two\nlines", event="error")
+    assert decode(raw) == [
+        sse.Event(data='{"x":"y"}'),
+        sse.Event(data="two\nlines", event="error"),
+    ]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_line_endings(newline: bytes) -> None:
+    raw = newline.join([b"event: e", b"data: 1", b"", b"data: 2", b"", b""])
+    assert decode(raw) == [sse.Event(data="1", event="e"), sse.Event(data="2")]
+
+
+def test_every_split_point_gives_the_same_events() -> None:
+    raw = b': ping - 2025\r\n\r\nevent: error\r\ndata: {"\xc3\xa9":1}\r\n\r\ndata: b\r\rdata: c\n\n'
+    expected = decode(raw)
+    assert expected == [
+        sse.Event(data='{"é":1}', event="error"),
+        sse.Event(data="b"),
+        sse.Event(data="c"),
+    ]
+    for cut in range(1, len(raw)):
+        assert decode(raw[:cut], raw[cut:]) == expected, cut
+
+
+def test_byte_by_byte() -> None:
+    raw = sse.encode("naïve ✓".encode()) + sse.encode(b"2")
+    assert decode(*[raw[i : i + 1] for i in range(len(raw))]) == [
+        sse.Event(data="naïve ✓"),
+        sse.Event(data="2"),
+    ]
+
+
+def test_comments_and_empty_events_are_not_dispatched() -> None:
+    assert decode(b": keep-alive\n\n:\n\nevent: lonely\n\n") == []
+
+
+def test_event_name_resets_after_dispatch() -> None:
+    assert [e.event for e in decode(b"event: error\ndata: 1\n\ndata: 2\n\n")] == [
+        "error",
+        "message",
+    ]
+
+
+def test_fields_without_space_and_without_colon() -> None:
+    assert decode(b"data:x\ndata\n\n") == [sse.Event(data="x\n")]
+
+
+def test_id_persists_and_retry_is_read() -> None:
+    events = decode(b"id: 1\nretry: 500\ndata: a\n\ndata: b\n\nid: 2\0x\ndata: c\n\n")
+    assert [(e.data, e.id) for e in events] == [("a", "1"), ("b", "1"), ("c", "1")]
+    assert events[0].retry == 500
+
+
+def test_unknown_fields_are_ignored() -> None:
+    assert decode(b"foo: bar\ndata: ok\n\n") == [sse.Event(data="ok")]
+
+
+def test_an_unterminated_event_waits_for_more() -> None:
+    decoder = sse.Decoder()
+    assert list(decoder.feed(b"data: partial")) == []
+    assert list(decoder.feed(b"\n")) == []
+    assert list(decoder.feed(b"\n")) == [sse.Event(data="partial")]
+
+
+def test_invalid_utf8_is_replaced_not_fatal() -> None:
+    events = decode(b"data: \xff\xfe\xfd\xfc ok\n\n")
+    assert len(events) == 1 and events[0].data.endswith("ok")

@@ -1,0 +1,233 @@
+"""The workspace file store: atomic files, fresh reads, malformed files, id validation,
+routing by workspace, and lazy restart recovery (a new store and engine on one folder)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from engine_helpers import ALICE, BOB, ctx, send, state_name, status_text
+
+from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol import errors
+from a2a_gateway.protocol.context import ANONYMOUS, Caller
+from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine
+from a2a_gateway.server.file_store import (
+    WorkspaceTaskStore,
+    WorkspaceTaskStores,
+    decode_record,
+)
+from a2a_gateway.server.task_store import TaskRecord
+from lf.a2a.v1 import a2a_pb2 as pb
+
+
+@pytest.fixture
+async def files(tmp_path: Path) -> AsyncIterator[TaskEngine]:
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path))
+    yield engine
+    await engine.aclose()
+
+
+def task_file(workspace: Path, task_id: str) -> Path:
+    return workspace / ".a2a" / "tasks" / f"{task_id}.json"
+
+
+async def get(engine: TaskEngine, task_id: str) -> pb.Task:
+    return await engine.get_task(pb.GetTaskRequest(id=task_id), ctx())
+
+
+async def test_one_json_file_per_task_written_atomically(files: TaskEngine, tmp_path: Path) -> None:
+    task = await send(files, "hello")
+    path = task_file(tmp_path, task.id)
+    document = json.loads(path.read_bytes())
+    assert document["version"] == 1
+    assert document["owner"] == {"name": ALICE.name, "workspace": ALICE.workspace}
+    assert document["task"]["id"] == task.id
+    assert document["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert document["task"]["artifacts"][0]["parts"] == [{"text": "hello"}]
+    assert document["pushConfigs"] == []
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp files
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+async def test_edits_and_removals_on_disk_apply_to_the_next_request(
+    files: TaskEngine, tmp_path: Path
+) -> None:
+    task = await send(files, "hello")
+    assert [p.text for p in (await get(files, task.id)).artifacts[0].parts] == ["hello"]
+    path = task_file(tmp_path, task.id)
+    document = json.loads(path.read_bytes())
+    document["task"]["artifacts"][0]["parts"] = [{"text": "edited by hand, a longer text"}]
+    path.write_text(json.dumps(document))
+    assert [p.text for p in (await get(files, task.id)).artifacts[0].parts] == [
+        "edited by hand, a longer text"
+    ]
+    listed = await files.list_tasks(pb.ListTasksRequest(), ctx())
+    assert [t.id for t in listed.tasks] == [task.id]
+    path.unlink()
+    with pytest.raises(errors.TaskNotFoundError):
+        await get(files, task.id)
+    assert (await files.list_tasks(pb.ListTasksRequest(), ctx())).total_size == 0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"[]",
+        b'{"owner": {"name": "alice", "workspace": "/ws/one"}, "task": {"id": 5}}',
+        b'{"owner": {"name": "alice", "workspace": "/ws/one"}, "task": {"id": "other-id",'
+        b' "status": {"state": "TASK_STATE_COMPLETED"}}}',
+        b'{"owner": {"name": "alice", "workspace": "/ws/one"}, "task": {"id": "TID"}}',
+        b'{"task": {"id": "TID", "status": {"state": "TASK_STATE_COMPLETED"}}}',
+        b"",
+    ],
+)
+async def test_a_malformed_file_reads_as_task_not_found(
+    files: TaskEngine, tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    task = await send(files, "hello")
+    path = task_file(tmp_path, task.id)
+    path.write_bytes(content.replace(b"TID", task.id.encode()))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            with pytest.raises(errors.TaskNotFoundError):
+                await get(files, task.id)
+        listed = await files.list_tasks(pb.ListTasksRequest(), ctx())
+    assert listed.total_size == 0
+    warnings = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(warnings) == 1  # once per version of the file, naming its path
+    assert str(path) in warnings[0].getMessage()
+
+
+async def test_a_file_owned_by_another_caller_is_not_found(
+    files: TaskEngine, tmp_path: Path
+) -> None:
+    task = await send(files, "hello")
+    path = task_file(tmp_path, task.id)
+    document = json.loads(path.read_bytes())
+    document["owner"]["name"] = BOB.name
+    path.write_text(json.dumps(document))
+    with pytest.raises(errors.TaskNotFoundError):
+        await get(files, task.id)
+    found = await files.get_task(pb.GetTaskRequest(id=task.id), ctx(BOB))
+    assert found.id == task.id
+
+
+async def test_task_ids_are_validated_before_they_touch_a_path(
+    files: TaskEngine, tmp_path: Path
+) -> None:
+    task = await send(files, "hello")
+    record = json.loads(task_file(tmp_path, task.id).read_bytes())
+    # Valid records placed where a crafted id would reach them.
+    (tmp_path / ".a2a" / "outside.json").write_text(json.dumps(record))
+    (tmp_path / "outside.json").write_text(json.dumps(record))
+    link = task_file(tmp_path, "linked")
+    link.symlink_to(tmp_path / "outside.json")
+    for task_id in ("../outside", "../../outside", "/etc/passwd", "linked", "a\x00b", ".", ""):
+        with pytest.raises(errors.TaskNotFoundError):
+            await get(files, task_id)
+
+
+async def test_stale_temp_files_are_removed_when_a_store_opens(tmp_path: Path) -> None:
+    folder = tmp_path / ".a2a" / "tasks"
+    folder.mkdir(parents=True)
+    (folder / ".abc.123.4.tmp").write_text("half a record")
+    WorkspaceTaskStore(tmp_path)
+    assert list(folder.iterdir()) == []
+
+
+async def test_fsync_store_writes_the_same_files(tmp_path: Path) -> None:
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path, fsync=True))
+    try:
+        task = await send(engine, "durable")
+        decoded, owner, _ = decode_record(task_file(tmp_path, task.id).read_bytes(), task.id)
+        assert decoded == task and owner == ALICE
+    finally:
+        await engine.aclose()
+
+
+async def test_workspace_stores_route_each_caller_to_its_workspace(tmp_path: Path) -> None:
+    one, two, default = tmp_path / "one", tmp_path / "two", tmp_path / "default"
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStores(default))
+    carol = Caller(name="carol", workspace=str(one))
+    dave = Caller(name="carol", workspace=str(two))  # same name, other workspace
+    try:
+        in_one = await send(engine, "hi", carol)
+        in_two = await send(engine, "hi", dave)
+        anonymous = await send(engine, "hi", ANONYMOUS)
+        assert task_file(one, in_one.id).exists()
+        assert task_file(two, in_two.id).exists()
+        assert task_file(default, anonymous.id).exists()
+        with pytest.raises(errors.TaskNotFoundError):
+            await engine.get_task(pb.GetTaskRequest(id=in_one.id), ctx(dave))
+    finally:
+        await engine.aclose()
+
+
+# --- lazy restart recovery --------------------------------------------------------------
+
+
+async def test_restart_recovery_is_lazy_and_spares_input_required(tmp_path: Path) -> None:
+    before = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path))
+    after = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path))
+    try:
+        held = await send(before, "hold:60", return_immediately=True)
+        listed_held = await send(before, "hold:60", return_immediately=True)
+        asked = await send(before, "ask:Which city?")
+        path = task_file(tmp_path, held.id)
+        on_disk = json.loads(path.read_bytes())
+        assert on_disk["task"]["status"]["state"] in {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"}
+        asked_bytes = task_file(tmp_path, asked.id).read_bytes()
+
+        # A new store and engine over the same folder: the first engine's runs are lost.
+        recovered = await after.get_task(pb.GetTaskRequest(id=held.id), ctx())
+        assert state_name(recovered) == "FAILED"
+        assert status_text(recovered) == SERVER_RESTARTED
+        assert json.loads(path.read_bytes())["task"]["status"]["state"] == "TASK_STATE_FAILED"
+        listed = await after.list_tasks(pb.ListTasksRequest(), ctx())
+        states = {t.id: state_name(t) for t in listed.tasks}
+        assert states == {held.id: "FAILED", listed_held.id: "FAILED", asked.id: "INPUT_REQUIRED"}
+        waiting = await after.get_task(pb.GetTaskRequest(id=asked.id), ctx())
+        assert state_name(waiting) == "INPUT_REQUIRED"
+        assert task_file(tmp_path, asked.id).read_bytes() == asked_bytes  # untouched
+        answered = await send(after, "Paris", task_id=asked.id)
+        assert state_name(answered) == "COMPLETED"
+        with pytest.raises(errors.TaskNotCancelableError):
+            await after.cancel_task(pb.CancelTaskRequest(id=listed_held.id), ctx())
+    finally:
+        await after.aclose()
+        await before.aclose()
+
+
+async def test_store_round_trips_records(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    task = pb.Task(id="t-1", context_id="c-1")
+    task.status.state = pb.TASK_STATE_WORKING
+    task.history.add(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(raw=b"\x00\xff")])
+    task.metadata.update({"k": [1, "two", None]})
+    config = pb.TaskPushNotificationConfig(
+        id="p", task_id="t-1", url="https://x.example", token="t"
+    )
+    await store.save(TaskRecord(task, ALICE, [config]))
+    fresh = WorkspaceTaskStore(tmp_path)  # no cache: parsed from the file
+    loaded = await fresh.load(ALICE, "t-1")
+    assert loaded is not None
+    assert loaded.task == task and loaded.push_configs == [config] and loaded.owner == ALICE
+    assert await fresh.load(BOB, "t-1") is None
+    assert [s.task_id for s in await fresh.summaries(ALICE)] == ["t-1"]
+    assert await fresh.summaries(BOB) == []
+    raw = orjson.loads(task_file(tmp_path, "t-1").read_bytes())
+    assert raw["task"]["history"][0]["parts"][0]["raw"] == "AP8="
+    os.chmod(task_file(tmp_path, "t-1"), 0o000)
+    try:
+        unreadable = WorkspaceTaskStore(tmp_path)
+        if os.geteuid() != 0:  # root reads anyway
+            assert await unreadable.load(ALICE, "t-1") is None
+    finally:
+        os.chmod(task_file(tmp_path, "t-1"), 0o600)
