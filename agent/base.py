@@ -2,8 +2,8 @@
 
 The task engine (``a2a_gateway.server.engine``) owns tasks, their states, streams and
 storage; an agent only answers turns. For each user message the engine builds a
-:class:`Turn` (the message, a read-only snapshot of the task, the caller, the context id
-and a cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
+:class:`Turn` (the message, the task (read-only), the caller, the context id and a
+cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
 
 - :class:`TextChunk`: text for the task's ``response`` artifact (each run replaces it);
 - :class:`ArtifactChunk`: any other artifact, or a chunk of one (``append``/``last_chunk``);
@@ -19,10 +19,20 @@ unexpectedly." and the details go to the log only.
 Before a *new* task exists, :meth:`Agent.reply` may answer with a plain Message instead
 (the A2A "message reply": no task is created). Continuations never get one.
 
-Cancellation: when the task is canceled (CancelTask, or server shutdown),
+Cancellation: when the run must stop (CancelTask, the run timeout, server shutdown),
 ``turn.cancelled`` is set and the run's asyncio task is cancelled, so the agent sees
 ``CancelledError`` at its next ``await`` (clean up in ``finally``). Outputs yielded after
 that are ignored.
+
+Example::
+
+    class Shout(Agent):
+        async def run(self, turn: Turn) -> AsyncIterator[Output]:
+            text = turn.text()
+            if not text:
+                yield InputRequired("What should I shout?")
+                return
+            yield TextChunk(text.upper(), last=True)
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from a2a_gateway.protocol.context import Caller
@@ -39,6 +50,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 #: Name of the artifact built from :class:`TextChunk` outputs.
 RESPONSE_ARTIFACT = "response"
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
 class Signal:
@@ -97,7 +109,7 @@ class Turn:
     cancelled: Signal
     hops: int = 0
     accepted_output_modes: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=lambda: _NO_METADATA)
 
     def text(self) -> str:
         """The text of the message's text parts, joined by newlines."""

@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .callers_cli import add_parser as _add_callers
+from .callers_cli import run as _callers
 from .logs import setup_logging
 from .settings import SETTINGS, Settings, SettingsError, resolve
+from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
 
 log = logging.getLogger("a2a_gateway")
 
@@ -34,10 +37,18 @@ def _add_serve(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="a2a-gateway", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="a2a-gateway",
+        description=__doc__,
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"a2a-gateway {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
     _add_serve(sub)
+    _add_callers(sub)
+    # The verbs that call agents: card, send, get, list, cancel, subscribe (verbs.py).
+    add_verbs(sub)
     return parser
 
 
@@ -64,7 +75,13 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from .proxy import settings_problem
     from .serve import run_server
+
+    problem = settings_problem(settings)
+    if problem:
+        print(f"a2a-gateway: {problem}", file=sys.stderr)
+        return 2
 
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
@@ -87,6 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.verb == "serve":
         return _serve(args)
+    if args.verb == "callers":
+        return _callers(args)
+    if args.verb in VERBS:
+        return run_verb(args)
     parser.error(f"unknown verb {args.verb}")
     return 2
 

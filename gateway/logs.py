@@ -19,19 +19,23 @@ import orjson
 _MIN_SECRET_LEN = 6
 _lock = threading.Lock()
 _secrets: set[str] = set()
+# Longest first, so a secret containing another is replaced whole; rebuilt on change
+# (registration is rare, redaction runs for every record).
+_ordered: tuple[str, ...] = ()
 
 
 def register_secret(secret: str) -> None:
     """Redact ``secret`` from every log line from now on (short values are ignored)."""
-    if len(secret) >= _MIN_SECRET_LEN:
-        with _lock:
-            _secrets.add(secret)
+    global _ordered
+    if len(secret) < _MIN_SECRET_LEN or secret in _secrets:
+        return
+    with _lock:
+        _secrets.add(secret)
+        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
 
 
 def redact(text: str) -> str:
-    with _lock:
-        secrets = sorted(_secrets, key=len, reverse=True)
-    for secret in secrets:
+    for secret in _ordered:
         if secret in text:
             text = text.replace(secret, "***")
     return text
@@ -48,6 +52,8 @@ class RedactingFilter(logging.Filter):
                 record.exc_text = logging.Formatter().formatException(record.exc_info)
             if record.exc_text:
                 record.exc_text = redact(record.exc_text)
+            if record.stack_info:
+                record.stack_info = redact(record.stack_info)
         return True
 
 
@@ -65,14 +71,28 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
+class _GatewayHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`setup_logging` installs (so a second call replaces it)."""
+
+
 def setup_logging(level: str = "info", fmt: str = "plain") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    """Log to stderr, plain or as JSON lines, through the redaction filter.
+
+    Replaces a handler installed by an earlier call and the plain stream handlers of
+    ``logging.basicConfig``; other handlers (a test harness's capture) are kept.
+    """
+    handler = _GatewayHandler(sys.stderr)
     handler.addFilter(RedactingFilter())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in list(root.handlers):
+        if isinstance(old, _GatewayHandler) or type(old) is logging.StreamHandler:
+            root.removeHandler(old)
+    root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)

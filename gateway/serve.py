@@ -20,15 +20,18 @@ from a2a_gateway.agent.base import Agent
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import load_agent
 from a2a_gateway.agent.process import ProcessAgent
+from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import CardConfig, Mounts, ServerConfig
 from a2a_gateway.server.engine import TaskEngine
-from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.http_app import build_http_app
+from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
+from .proxy import UpstreamProxy, build_proxy
 from .settings import Settings
 
 log = logging.getLogger("a2a_gateway.serve")
@@ -60,6 +63,14 @@ def server_config(settings: Settings) -> ServerConfig:
         allow_private_urls=settings["allow_private_urls"],
         keepalive_interval_s=settings["keepalive"],
         max_hops=settings["max_hops"],
+        rate_limits=RateLimits(
+            per_caller_per_minute=settings["rate_limit_per_minute"],
+            per_ip_per_minute=settings["ip_rate_limit_per_minute"],
+        ),
+        task_caps=TaskCaps(
+            max_running_tasks=settings["max_running_tasks"],
+            max_open_contexts=settings["max_open_contexts"],
+        ),
     )
 
 
@@ -76,15 +87,18 @@ def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
         return MemoryTaskStore()
     for workspace in config.workspaces:
         workspace.mkdir(parents=True, exist_ok=True)
-    return WorkspaceTaskStore(config.workspaces[0], fsync=settings["fsync"])
+    # Each caller's tasks live in its own workspace; anonymous callers use the first.
+    return WorkspaceTaskStores(config.workspaces[0], fsync=settings["fsync"])
 
 
 def build_authenticator(config: ServerConfig) -> Authenticator:
     if not config.workspaces:
         # No workspace, so no callers.json can exist: the zero-configuration default
         # serves anonymous callers, and the CLI only allows that on loopback.
-        return AllowAnonymous()
-    return WorkspaceCallers(config.workspaces, allow_anonymous=config.allow_anonymous)
+        return AllowAnonymous(limits=config.rate_limits)
+    return WorkspaceCallers(
+        config.workspaces, allow_anonymous=config.allow_anonymous, limits=config.rate_limits
+    )
 
 
 class Gateway:
@@ -92,14 +106,28 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.config = server_config(settings)
-        self.cards = CardProvider(self.config)
-        self.engine = TaskEngine(
-            build_agent(settings),
-            build_store(settings, self.config),
-            max_hops=self.config.max_hops,
-            extended_card=self.cards.extended_card,
-        )
+        self.engine: TaskEngine | None = None
+        self.proxy: UpstreamProxy | None = None
+        self.cards: CardProvider
+        self.service: A2AService
+        if settings["upstream"]:
+            # Proxy mode (proxy.py): every call goes to the upstream agent.
+            self.proxy, self.cards = build_proxy(settings, self.config)
+            self.service = self.proxy
+        else:
+            self.cards = CardProvider(self.config)
         self.authenticator = build_authenticator(self.config)
+        if self.proxy is None:
+            self.engine = TaskEngine(
+                build_agent(settings),
+                build_store(settings, self.config),
+                max_hops=self.config.max_hops,
+                extended_card=self.cards.extended_card,
+                task_limiter=TaskLimiter(
+                    self.config.task_caps, limits_for=self.authenticator.limits_for
+                ),
+            )
+            self.service = self.engine
         self._runner: web.AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
         self.http_port: int | None = None
@@ -107,13 +135,15 @@ class Gateway:
 
     async def start(self) -> None:
         config = self.config
+        if self.proxy is not None:
+            await self.proxy.start()  # reads the upstream's card (not fatal if down)
         if config.grpc_port is not None:
             # Bind gRPC first: with port 0 the card must advertise the real port.
             self._grpc, self.grpc_port = await build_grpc_server(
-                self.engine, config, self.authenticator
+                self.service, config, self.authenticator
             )
             config.grpc_port = self.grpc_port
-        app = build_http_app(self.engine, config, self.authenticator, self.cards)
+        app = build_http_app(self.service, config, self.authenticator, self.cards)
         self._runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s
         )
@@ -135,7 +165,10 @@ class Gateway:
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
         log.info("shutting down")
-        await self.engine.aclose()
+        if self.engine is not None:
+            await self.engine.aclose()
+        if self.proxy is not None:
+            await self.proxy.aclose()
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_s)
             self._grpc = None

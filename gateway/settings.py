@@ -24,6 +24,7 @@ class Setting:
     kind: type  # str, int, float, bool, or list (of str)
     default: Any
     help: str
+    minimum: float | None = None  # numbers only: the smallest accepted value
 
     @property
     def flag(self) -> str:
@@ -56,6 +57,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),
     Setting("store", str, "workspace", "task store: workspace (files) or memory"),
     Setting("fsync", bool, False, "fsync task files (survive power loss; slower)"),
+    Setting("rate_limit_per_minute", int, 0, "requests per minute per caller (0: unlimited)", 0),
+    Setting(
+        "ip_rate_limit_per_minute",
+        int,
+        0,
+        "requests per minute per client address (0: unlimited)",
+        0,
+    ),
+    Setting("max_running_tasks", int, 64, "running tasks per caller (0: unlimited)", 0),
+    Setting(
+        "max_open_contexts",
+        int,
+        256,
+        "contexts with unfinished tasks per caller (0: unlimited)",
+        0,
+    ),
     Setting("log_format", str, "plain", "plain or json"),
     Setting("log_level", str, "info", "debug, info, warning, error"),
 )
@@ -95,9 +112,12 @@ def _convert(setting: Setting, value: Any, source: str) -> Any:
         if isinstance(value, bool):
             raise SettingsError(f"{where} must be a number")
         try:
-            return setting.kind(value)
+            number = setting.kind(value)
         except (TypeError, ValueError):
             raise SettingsError(f"{where} must be a number") from None
+        if setting.minimum is not None and number < setting.minimum:
+            raise SettingsError(f"{where} must be at least {setting.minimum:g}")
+        return number
     if not isinstance(value, str):
         raise SettingsError(f"{where} must be a string")
     return value
@@ -134,7 +154,7 @@ def resolve(
     values: dict[str, Any] = {}
     for setting in SETTINGS:
         if setting.name in flags and flags[setting.name] is not None:
-            values[setting.name] = flags[setting.name]
+            values[setting.name] = _convert(setting, flags[setting.name], setting.flag)
         elif setting.env in environ:
             values[setting.name] = _convert(setting, environ[setting.env], setting.env)
         elif setting.name in from_file:

@@ -16,6 +16,7 @@ import google.api.field_behavior_pb2 as field_behavior_pb2
 import orjson
 from google.protobuf import descriptor, json_format, message
 
+from . import proto_dict
 from .errors import FieldViolation, InvalidParamsError, JSONParseError
 
 M = TypeVar("M", bound=message.Message)
@@ -97,7 +98,7 @@ def to_dict(msg: message.Message) -> dict[str, Any]:
     Top-level REQUIRED scalars and lists are always present, even at their default
     (``ListTasksResponse`` must always carry ``nextPageToken``, ``pageSize``, ...).
     """
-    out: dict[str, Any] = json_format.MessageToDict(msg)
+    out: dict[str, Any] = proto_dict.to_dict(msg)
     for json_name, default in _always_emitted(msg.DESCRIPTOR):
         if json_name not in out:
             out[json_name] = [] if default is _LIST else default

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .limits import RateLimits, TaskCaps
+
 
 @dataclass(slots=True)
 class Mounts:
@@ -37,6 +39,8 @@ class ServerConfig:
     workspaces: list[Path] = field(default_factory=list)
     allow_anonymous: bool = False  # serve unauthenticated callers (loopback binds only)
     allow_private_urls: bool = False  # outbound guard off (tests, private networks)
+    rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
+    task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
     max_body_bytes: int = 24 * 1024 * 1024
     keepalive_interval_s: float = 15.0  # SSE comment cadence on idle streams
     card_max_age_s: int = 300  # Cache-Control max-age of the public card

@@ -17,8 +17,12 @@ Decisions (digest §6 and §15 leave them open):
   UnsupportedOperation. One run per (caller, context) at a time; a second message gets
   UnsupportedOperation "context busy, retry when the current task ends".
 - A retried messageId (same caller) returns the existing task instead of running twice:
-  blocking calls wait for it as usual, streams get its snapshot and live events. The
-  index is in memory, bounded (``dedupe_entries``), and does not survive a restart.
+  SendMessage answers with it (a blocking call waits for it as usual). A
+  SendStreamingMessage retry joins the task while its run is live (snapshot, then live
+  events); once that run has ended there is nothing to stream and the message starts a
+  new task (streams replay nothing, and load generators such as the bench reuse
+  messageIds across runs). The index is in memory, bounded (``dedupe_entries``), and
+  does not survive a restart.
 - Hop guard: ``a2a-gateway.hops`` from the request metadata, else the message metadata,
   else 0 (a non-negative integer, else InvalidParams); above ``max_hops`` the task is
   created and failed at once.
@@ -33,14 +37,16 @@ Decisions (digest §6 and §15 leave them open):
 
 Persistence (the hot path matters: the bench sends thousands of ``hi`` per second):
 
-- A task is written when its id first leaves the engine (returnImmediately answer,
-  first stream event), at every interrupted or terminal state (before anyone can see
-  that state), and otherwise lazily: a status change marks it dirty, and a flusher task
+- A task is written when its id first leaves the engine (returnImmediately answer;
+  first stream event, sent after the run's first step so that a run that ends at once
+  is written only finished), at every interrupted or terminal state (before anyone can
+  see that state), and otherwise lazily: a status change marks it dirty, and a flusher task
   writes what is still dirty ``FLUSH_DELAY_S`` (50 ms) later. A run that ends sooner
   (the faux ``hi``) is written once, finished: under load this halves the file writes,
   and creating files is the dominant cost of a blocking send on ext4. Artifact chunks
   never cause a write; they are saved with the next status write. ListTasks writes the
-  live tasks it returns first, like every other path that reveals a task id.
+  live tasks it returns first, like every other path that reveals a task id. A store
+  that is not ``durable`` (memory) only gets interrupted and final states.
 - Lazy restart recovery: a stored task that is submitted/working but has no live run
   in this engine (the process died mid-run) is rewritten failed ("server restarted")
   the first time anything reads it. Input-required tasks are untouched. One engine
@@ -105,6 +111,7 @@ from .lifecycle import (
     timestamp_ns,
     valid_id,
 )
+from .limits import RunSlot, TaskLimiter
 from .paging import PageTokens
 from .task_store import TaskRecord, TaskStore, TaskSummary
 
@@ -144,11 +151,15 @@ class _Run:
         "record",
         "response_index",
         "settled",
+        "slot",
         "stopping",
         "turn",
     )
 
-    def __init__(self, record: TaskRecord, busy_key: _ContextKey, turn: Turn) -> None:
+    def __init__(
+        self, record: TaskRecord, busy_key: _ContextKey, turn: Turn, slot: RunSlot | None
+    ) -> None:
+        self.slot = slot  # the caller's task-cap slot, given back when the run ends
         self.record = record
         self.busy_key = busy_key
         self.turn = turn
@@ -201,6 +212,7 @@ class TaskEngine(A2AService):
         run_timeout_s: float = 3600.0,
         cancel_grace_s: float = 5.0,
         dedupe_entries: int = 100_000,
+        task_limiter: TaskLimiter | None = None,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -210,6 +222,7 @@ class TaskEngine(A2AService):
         self.run_timeout_s = run_timeout_s
         self.cancel_grace_s = cancel_grace_s
         self.dedupe_entries = dedupe_entries
+        self.task_limiter = task_limiter
         self._runs: dict[str, _Run] = {}
         self._busy: dict[_ContextKey, str] = {}
         self._seen: dict[_ContextKey, str] = {}  # (ws, caller, messageId) -> task id
@@ -274,7 +287,12 @@ class TaskEngine(A2AService):
         try:
             # The snapshot is taken in the same step the subscriber joined the hub.
             task_view(got.record.task, history_length, into=snapshot.task)
-            await self._persist_if_dirty(got)  # its id is about to leave the engine
+            if got.dirty:
+                # Its id is about to leave the engine, so it must be on disk. Let the
+                # run take its first step first: a run that finishes without waiting
+                # (the faux chunks) is then written once, finished, not twice.
+                await asyncio.sleep(0)
+                await self._persist_if_dirty(got)
             yield snapshot
             while True:
                 if subscriber.events:
@@ -358,7 +376,8 @@ class TaskEngine(A2AService):
             _apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
             await self._save(record)
             return task
-        return self._start(record, busy_key, seen_key, hops, request, subscriber)
+        slot = self._admit(caller, context_id)
+        return self._start(record, busy_key, seen_key, hops, request, subscriber, slot)
 
     async def _reply(
         self, request: pb.SendMessageRequest, caller: Caller, context_id: str, hops: int
@@ -383,7 +402,8 @@ class TaskEngine(A2AService):
     async def _existing(
         self, seen_key: _ContextKey, caller: Caller, subscriber: Subscriber | None
     ) -> pb.Task | _Run | None:
-        """The task a retried messageId already created, if we remember one."""
+        """The task a retried messageId already created, if we remember one (for a
+        stream, i.e. with a ``subscriber``, only while its run is live)."""
         task_id = self._seen.get(seen_key)
         if task_id is None:
             return None
@@ -392,15 +412,13 @@ class TaskEngine(A2AService):
             if subscriber is not None:
                 self._subscribe(task_id, subscriber)
             return run
+        if subscriber is not None:
+            return None
         record = await self._load(caller, task_id)
         if record is None:
             return None
         run = self._live(caller, task_id)  # a continuation may have started meanwhile
-        if run is not None:
-            if subscriber is not None:
-                self._subscribe(task_id, subscriber)
-            return run
-        return record.task
+        return run if run is not None else record.task
 
     async def _continue(
         self,
@@ -439,6 +457,7 @@ class TaskEngine(A2AService):
             busy_key = (caller.workspace, caller.name, task.context_id)
             if busy_key in self._busy:
                 raise UnsupportedOperationError(CONTEXT_BUSY)
+            slot = None if hops > self.max_hops else self._admit(caller, task.context_id)
             _archive_status_message(task)  # the question, before its answer
             stored_message = task.history.add()
             stored_message.CopyFrom(message)
@@ -451,10 +470,18 @@ class TaskEngine(A2AService):
                 _apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
                 await self._save(record)
                 self._publish_status(task)
+                if self.task_limiter is not None:
+                    self.task_limiter.close_context(caller, task.context_id)
                 return task
             _apply_status(task, pb.TASK_STATE_WORKING, None)
             self._publish_status(task)
-            return self._start(record, busy_key, seen_key, hops, request, subscriber)
+            return self._start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+    def _admit(self, caller: Caller, context_id: str) -> RunSlot | None:
+        """A task-cap slot for a new run (RateLimitedError when the caller is at a cap)."""
+        if self.task_limiter is None:
+            return None
+        return self.task_limiter.start(caller, context_id)
 
     def _start(
         self,
@@ -464,10 +491,11 @@ class TaskEngine(A2AService):
         hops: int,
         request: pb.SendMessageRequest,
         subscriber: Subscriber | None,
+        slot: RunSlot | None,
     ) -> _Run:
         task = record.task
         turn = _turn(request, task.history[-1], task, record.owner, task.context_id, Signal(), hops)
-        run = _Run(record, busy_key, turn)
+        run = _Run(record, busy_key, turn, slot)
         task_id = task.id
         self._runs[task_id] = run
         self._busy[busy_key] = task_id
@@ -645,6 +673,8 @@ class TaskEngine(A2AService):
         try:
             await self._persist(run)  # on disk before anyone can see the final state
         finally:
+            if run.slot is not None:
+                run.slot.finish(keep_context_open=state in INTERRUPTED)
             self._publish_status(task)
             run.settled.set()
             task_id = task.id
@@ -838,29 +868,25 @@ class TaskEngine(A2AService):
     async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
         caller = context.caller
         task_id = request.id
+        if not valid_id(task_id):
+            raise _not_found(task_id)
         run = self._live(caller, task_id)
-        if run is None:
-            if not valid_id(task_id):
-                raise _not_found(task_id)
-            async with self._locks.hold(task_id):
-                run = self._live(caller, task_id)
-                if run is None:
-                    return await self._cancel_stored(caller, task_id)
-        return await self._cancel_run(run)
-
-    async def _cancel_run(self, run: _Run) -> pb.Task:
-        task = run.record.task
-        if run.finished:
-            # Its final state is being stored right now: answer from that state.
-            if task.status.state in TERMINAL:
-                raise TaskNotCancelableError(
-                    f"Task {task.id} is already {pb.TaskState.Name(task.status.state)}",
-                    metadata={"taskId": task.id},
-                )
+        if run is not None and not run.finished:
+            return await self._cancel_run(run)
+        if run is not None:
+            # Its final state is being stored right now; answer from that state.
+            _check_cancelable(run.record.task)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.cancel_grace_s):
                     await run.settled.wait()
-            return await self._cancel_stored(run.record.owner, task.id)
+        async with self._locks.hold(task_id):  # no continuation starts meanwhile
+            run = self._live(caller, task_id)
+            if run is None or run.finished:
+                return await self._cancel_stored(caller, task_id)
+        return await self._cancel_run(run)  # a continuation had just started
+
+    async def _cancel_run(self, run: _Run) -> pb.Task:
+        task = run.record.task
         run.turn.cancelled.set()
         await self._finish(run, pb.TASK_STATE_CANCELED, "")
         aio = run.aio
@@ -875,14 +901,12 @@ class TaskEngine(A2AService):
         if record is None:
             raise _not_found(task_id)
         task = record.task
-        if task.status.state in TERMINAL:
-            raise TaskNotCancelableError(
-                f"Task {task_id} is already {pb.TaskState.Name(task.status.state)}",
-                metadata={"taskId": task_id},
-            )
+        _check_cancelable(task)
         _apply_status(task, pb.TASK_STATE_CANCELED, None)
         await self._save(record)
         self._publish_status(task)
+        if self.task_limiter is not None:
+            self.task_limiter.close_context(caller, task.context_id)
         return task_view(task)
 
     def subscribe_to_task(
@@ -1085,8 +1109,18 @@ def _turn(
     modes = (
         tuple(configuration.accepted_output_modes) if configuration.accepted_output_modes else ()
     )
-    metadata = json_format.MessageToDict(request.metadata) if request.HasField("metadata") else {}
-    return Turn(message, task, caller, context_id, cancelled, hops, modes, metadata)
+    if request.HasField("metadata"):
+        metadata = json_format.MessageToDict(request.metadata)
+        return Turn(message, task, caller, context_id, cancelled, hops, modes, metadata)
+    return Turn(message, task, caller, context_id, cancelled, hops, modes)
+
+
+def _check_cancelable(task: pb.Task) -> None:
+    state = task.status.state
+    if state in TERMINAL:
+        raise TaskNotCancelableError(
+            f"Task {task.id} is already {pb.TaskState.Name(state)}", metadata={"taskId": task.id}
+        )
 
 
 def _check_not_terminal(task: pb.Task) -> None:

@@ -1,8 +1,13 @@
 """The gRPC binding: ``lf.a2a.v1.A2AService`` on grpc.aio, adapted to :class:`A2AService`.
 
-Thin by design: authenticate from metadata, build the :class:`CallContext`, validate,
-call the service, write the response(s), map errors. The rpc list comes from the
-schema's service descriptor; nothing here names the 11 operations.
+Thin by design: admit from metadata (rate limits, authentication, a signing caller's
+``x-a2a-signature``), build the :class:`CallContext`, decode and validate, call the
+service, write the response(s), map errors. The rpc list comes from the schema's
+service descriptor; nothing here names the 11 operations.
+
+The request deserializer passes the raw message bytes through: they are decoded only
+after the caller is admitted (as on HTTP, where the key is checked before the body is
+parsed), and a signing caller's signature covers exactly those bytes.
 
 Errors leave as the spec's gRPC status with a ``google.rpc.Status`` (ErrorInfo, and
 BadRequest for field violations) in the ``grpc-status-details-bin`` trailer, which is
@@ -31,7 +36,8 @@ from a2a_gateway.protocol.errors import (
 )
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 
-from .auth import Authenticator
+from . import signing
+from .auth import Authenticator, single_values
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +52,6 @@ STREAM_CLOSE_TIMEOUT_S = 5.0
 
 Unary = Callable[[Any, CallContext], Awaitable[message.Message]]
 Streaming = Callable[[Any, CallContext], AsyncIterator[message.Message]]
-
-
-class BadFrame:
-    """What the deserializer returns for bytes that are not a valid request.
-
-    A deserializer that raises makes grpc answer INTERNAL/UNKNOWN on its own; returning
-    this sentinel lets the handler answer INVALID_ARGUMENT after authentication, as
-    every other bad input is answered.
-    """
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: A2AError) -> None:
-        self.error = error
 
 
 class MetadataView:
@@ -88,6 +80,20 @@ def status_trailer(error: A2AError) -> tuple[tuple[str, bytes]]:
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> NoReturn:
     """End the rpc with the spec's status for ``error`` (raises grpc's AbortError)."""
     await context.abort(error.spec.grpc_status, error.message, status_trailer(error))
+
+
+def peer_address(peer: str | None) -> str | None:
+    """The client IP from grpc's ``context.peer()`` (``ipv4:1.2.3.4:5``,
+    ``ipv6:[::1]:5``, ``ipv6:%5B::1%5D:5``); None for other transports (``unix:``)."""
+    if not peer:
+        return None
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or None
+    if kind == "ipv6":
+        host = rest.replace("%5B", "[").replace("%5D", "]").rpartition(":")[0]
+        return host.strip("[]") or None
+    return None
 
 
 def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
@@ -134,37 +140,46 @@ class RpcAdapter:
 
     # -- (de)serialization: must never raise into grpc's machinery ---------------------
 
-    def deserialize(self, data: bytes) -> message.Message | BadFrame:
+    @staticmethod
+    def deserialize(data: bytes) -> bytes:
+        """Pass the raw bytes through; :meth:`decode` runs after admission."""
+        return data
+
+    @staticmethod
+    def serialize(response: message.Message) -> bytes:
+        return response.SerializeToString()
+
+    def decode(self, data: bytes) -> message.Message:
+        """The request message, or InvalidRequest / InvalidParams for bad bytes."""
         kind = self.request_class.DESCRIPTOR.name
         try:
             return self.request_class.FromString(data)
         except message.DecodeError as exc:
             text = str(exc).lower()  # upb: "Exceeded upb_DecodeOptions_MaxDepth"
             if "depth" in text or "recursion" in text:
-                return BadFrame(InvalidParamsError(f"Invalid {kind}: message nesting is too deep"))
-            return BadFrame(InvalidRequestError(f"Invalid {kind}: not a valid protobuf message"))
-        except Exception:  # defensive: grpc would turn this into UNKNOWN
+                raise InvalidParamsError(f"Invalid {kind}: message nesting is too deep") from None
+            raise InvalidRequestError(f"Invalid {kind}: not a valid protobuf message") from None
+        except Exception:  # defensive: never let a decoder bug become UNKNOWN
             log.exception("gRPC %s: request deserialization failed", self.name)
-            return BadFrame(InvalidRequestError(f"Invalid {kind}: not a valid protobuf message"))
-
-    @staticmethod
-    def serialize(response: message.Message) -> bytes:
-        return response.SerializeToString()
+            raise InvalidRequestError(f"Invalid {kind}: not a valid protobuf message") from None
 
     # -- handlers ---------------------------------------------------------------------
 
     def _prepare(
-        self, request: message.Message | BadFrame, context: grpc.aio.ServicerContext[Any, Any]
+        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tuple[message.Message, CallContext]:
-        """Authenticate, negotiate, decode and validate; raise A2AError on bad input."""
+        """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
-        caller = self._authenticator.authenticate(metadata.get)
+        get = single_values(metadata.get_all)
+        identity = self._authenticator.admit(get, peer_address(context.peer()))
         version = versioning.negotiate_version(metadata.get(VERSION_KEY))
-        if isinstance(request, BadFrame):
-            raise request.error
+        secret = identity.policy.signing_secret
+        if secret is not None:
+            signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
+        request = self.decode(raw)
         codec.validate(request)
         call_context = CallContext(
-            caller=caller,
+            caller=identity.caller,
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
             version=version,
             extensions=versioning.parse_extensions(metadata.get_all(EXTENSIONS_KEY)),
@@ -189,7 +204,7 @@ class RpcAdapter:
             await context.send_initial_metadata(((EXTENSIONS_KEY, value),))
 
     async def unary(
-        self, request: message.Message | BadFrame, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> message.Message:
         try:
             decoded, call_context = self._prepare(request, context)
@@ -204,9 +219,7 @@ class RpcAdapter:
             error = InternalError()
         await abort(context, error)
 
-    async def stream(
-        self, request: message.Message | BadFrame, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> None:
+    async def stream(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         # A coroutine writing with context.write (not an async generator) so a client
         # cancel lands here, and the finally below closes the service stream at once.
         try:
@@ -260,10 +273,10 @@ __all__ = [
     "EXTENSIONS_KEY",
     "STATUS_DETAILS_KEY",
     "VERSION_KEY",
-    "BadFrame",
     "MetadataView",
     "RpcAdapter",
     "a2a_rpc_handler",
     "abort",
+    "peer_address",
     "status_trailer",
 ]

@@ -1,9 +1,11 @@
 """What the HTTP bindings share: app state keys, the call context, body reading, JSON
 responses, error headers and the SSE pump.
 
-Order per request (every binding): authenticate from the headers, negotiate the
-version, then (and only then) read the body. Nothing here knows JSON-RPC or REST
-shapes; the bindings pass their own encoders.
+Order per request (every binding): admit from the headers (per-address rate limit,
+authentication, per-caller rate limit, the signature header of a signing caller),
+negotiate the version, then (and only then) read the body; a signing caller's body is
+checked against its signature as soon as it has been read, before it is parsed.
+Nothing here knows JSON-RPC or REST shapes; the bindings pass their own encoders.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from a2a_gateway.protocol.errors import (
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from . import card
-from .auth import Authenticator
+from . import card, signing
+from .auth import Authenticator, Identity, single_values
 from .config import ServerConfig
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ CONFIG = web.AppKey("a2a_config", ServerConfig)
 # A2AService is abstract, so the key is typed by annotation rather than by class.
 SERVICE: web.AppKey[A2AService] = web.AppKey("a2a_service")
 AUTHENTICATOR = web.AppKey("a2a_authenticator", Authenticator)
+#: A signing caller's parsed signature, waiting for the body it must cover.
+PENDING_SIGNATURE = web.RequestKey("a2a_pending_signature", signing.PendingSignature)
 
 # --- media types --------------------------------------------------------------------
 
@@ -64,7 +68,10 @@ def call_context(request: web.Request) -> CallContext:
     (digest §9 allows both). Extensions come from ``A2A-Extensions`` and the 0.3 name
     ``X-A2A-Extensions``. Also records the request's base URL for the card helpers.
     """
-    caller = request.app[AUTHENTICATOR].authenticate(request.headers.get)
+    get = single_values(lambda name: request.headers.getall(name, ()))
+    identity = request.app[AUTHENTICATOR].admit(get, request.remote)
+    expect_signature(request, identity, get)
+    caller = identity.caller
     header = request.headers.get(versioning.VERSION_HEADER)
     if header is None or not header.strip():
         header = request.query.get(versioning.VERSION_HEADER) or request.query.get(
@@ -79,6 +86,35 @@ def call_context(request: web.Request) -> CallContext:
     return CallContext(
         caller=caller, version=version, extensions=versioning.parse_extensions(values)
     )
+
+
+def expect_signature(
+    request: web.Request, identity: Identity, get: Callable[[str], str | None]
+) -> None:
+    """For a signing caller: check the signature header now (missing, malformed, stale)
+    and its digest once the body is known. A request without a body is checked at once;
+    otherwise :func:`read_body` (or :func:`ensure_signature`) checks it."""
+    secret = identity.policy.signing_secret
+    if secret is None:
+        return
+    pending = signing.PendingSignature(secret, signing.parse(get(signing.SIGNATURE_HEADER)))
+    if not request.body_exists:
+        pending.verify(b"")
+        return
+    if request.method in (hdrs.METH_GET, hdrs.METH_HEAD, hdrs.METH_DELETE):
+        # These routes never read a body, so a signature over one could not be checked.
+        raise InvalidRequestError(f"a signed {request.method} request must not have a body")
+    request[PENDING_SIGNATURE] = pending
+
+
+async def ensure_signature(request: web.Request) -> None:
+    """Check a pending signature against the body if nothing has read it yet.
+
+    Bindings that skip the body on some routes call this before the service runs.
+    """
+    pending = request.get(PENDING_SIGNATURE)
+    if pending is not None and not pending.verified:
+        await read_body(request, request.app[CONFIG].max_body_bytes)
 
 
 def require_json(request: web.Request) -> None:
@@ -134,7 +170,11 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     except (ConnectionError, HttpProcessingError):
         # The client went away or sent a broken chunked body: not a server fault.
         raise InvalidRequestError("request body could not be read") from None
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    pending = request.get(PENDING_SIGNATURE)
+    if pending is not None:
+        pending.verify(body)
+    return body
 
 
 def json_response(
@@ -303,6 +343,7 @@ async def stream_events(
     pump = EventPump(request, events, keepalive_s)
     try:
         try:
+            await ensure_signature(request)  # before the service's stream starts
             event = await pump.next(None)
         except A2AError as exc:
             return error_response(exc)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agent_helpers import outputs, turn
 
 from a2a_gateway.agent.base import (
     AuthRequired,
@@ -16,8 +15,10 @@ from a2a_gateway.agent.base import (
     Signal,
     TextChunk,
 )
-from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.agent.faux import FauxAgent, _chunks, _hold_seconds
 from lf.a2a.v1 import a2a_pb2 as pb
+
+from .agent_helpers import outputs, turn
 
 
 async def test_plain_text_is_echoed_exactly() -> None:
@@ -40,12 +41,22 @@ async def test_chunks() -> None:
         ("reject:no", Rejected("no")),
         ("auth:token please", AuthRequired("token please")),
         ("hold:0", Completed()),
-        ("hold:nan", Completed()),
     ],
 )
 async def test_outcome_directives(text: str, expected: object) -> None:
     got = await outputs(FauxAgent(), turn(text))
     assert got == [expected]
+
+
+def test_hold_and_chunk_arguments_are_clamped() -> None:
+    assert [_hold_seconds(a) for a in ("nan", "x", "-5", "1e9", "2.5")] == [
+        1.0,
+        1.0,
+        0.0,
+        120.0,
+        2.5,
+    ]
+    assert [_chunks(a) for a in ("x", "0", "7", "99999")] == [1, 1, 7, 10_000]
 
 
 async def test_hold_ends_early_when_canceled() -> None:

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from agent_helpers import outputs, turn
 
 from a2a_gateway.agent.base import Completed, Failed, TextChunk
 from a2a_gateway.agent.process import ProcessAgent
+
+from .agent_helpers import outputs, turn
 
 
 def text_of(found: Sequence[object]) -> str:

@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+
 from .client_support import (
     HOST,
     OWN_KEY,

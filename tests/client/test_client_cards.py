@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from .client_support import serving, text_request
 
 import a2a_gateway.client as client_api
 import lf.a2a.v1.a2a_pb2 as pb
@@ -26,6 +25,8 @@ from a2a_gateway.client import (
     resolve_card,
 )
 from a2a_gateway.client.grpc_transport import grpc_target
+
+from .client_support import serving, text_request
 
 BOUND_S = 10.0
 KEY = "card-key-99aa88bb77cc"

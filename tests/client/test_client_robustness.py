@@ -9,12 +9,13 @@ import grpc
 import orjson
 import pytest
 from aiohttp import web
-from .client_support import HOST, closed_port, remote, serving, silent_server, text_request
 
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import Timeout, Unreachable, connect
 from a2a_gateway.protocol import errors
+
+from .client_support import HOST, closed_port, remote, serving, silent_server, text_request
 
 BOUND_S = 10.0
 HTTP_BINDINGS = ("JSONRPC", "HTTP+JSON")

@@ -7,11 +7,12 @@ import logging
 from collections.abc import AsyncIterator
 
 import pytest
-from .client_support import TRANSPORTS, Peer, text_request
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import AuthRejected, RemoteService, connect
 from a2a_gateway.protocol import errors
+
+from .client_support import TRANSPORTS, Peer, text_request
 
 BOUND_S = 20.0
 

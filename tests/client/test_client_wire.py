@@ -13,7 +13,6 @@ import grpc
 import orjson
 import pytest
 from aiohttp import web
-from .client_support import HOST, remote, serving, silent_server, text_request
 from google.protobuf import json_format
 
 import lf.a2a.v1.a2a_pb2 as pb
@@ -21,6 +20,8 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import AuthRejected, Credentials, Timeout
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import CallContext
+
+from .client_support import HOST, remote, serving, silent_server, text_request
 
 BOUND_S = 10.0
 KEY = "sk-live-0123456789abcdef"

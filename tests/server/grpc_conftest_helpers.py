@@ -24,10 +24,10 @@ import grpc
 from google.protobuf import empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
-import lf.a2a.v1.a2a_pb2 as pb
 
 ERRORS_BY_NAME: dict[str, type[errors.A2AError]] = {e.__name__: e for e in errors.ALL_ERRORS}
 SECRET_DETAIL = "s3cret-internal-detail"

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from .conftest import KEY, TIMEOUT_S, Http, Starter
 
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import ANONYMOUS, CallContext, Caller
@@ -17,6 +16,8 @@ from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import CardConfig, Mounts, ServerConfig
 from lf.a2a.v1 import a2a_pb2 as pb
+
+from .conftest import KEY, TIMEOUT_S, Http, Starter
 
 CARD_PATH = "/.well-known/agent-card.json"
 

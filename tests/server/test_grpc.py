@@ -12,6 +12,17 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+import lf.a2a.v1.a2a_pb2 as pb
+import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.protocol import errors
+from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
+from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
+from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.grpc_server import build_grpc_server, grpc_address
+
 from .grpc_conftest_helpers import (
     ECHO_EXTENSION,
     SECRET_DETAIL,
@@ -21,16 +32,6 @@ from .grpc_conftest_helpers import (
     field_violations,
     rich_status,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
-from a2a_gateway.protocol import errors
-from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
-from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
-from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server, grpc_address
-import lf.a2a.v1.a2a_pb2 as pb
-import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
 KEY = "k-alice-0123456789"

@@ -6,11 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from .conftest import KEY, TIMEOUT_S, Boom, Http, Starter, make_error, text_message
 from yarl import URL
 
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.config import Mounts, ServerConfig
+
+from .conftest import KEY, TIMEOUT_S, Boom, Http, Starter, make_error, text_message
 
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"

@@ -10,10 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from .conftest import TIMEOUT_S, Http, Starter, text_message
 
 from a2a_gateway.protocol import sse
 from a2a_gateway.server.config import ServerConfig
+
+from .conftest import TIMEOUT_S, Http, Starter, text_message
 
 BINDINGS = ("jsonrpc", "rest")
 

@@ -6,20 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from engine_helpers import (
-    ALICE,
-    BOB,
-    WAIT_S,
-    Scripted,
-    collect,
-    ctx,
-    kinds,
-    request,
-    response_text,
-    send,
-    state_name,
-    status_text,
-)
 
 from a2a_gateway.agent.base import (
     AgentError,
@@ -33,6 +19,21 @@ from a2a_gateway.agent.base import (
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.engine import CONTEXT_BUSY, UNEXPECTED, TaskEngine
 from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import (
+    ALICE,
+    BOB,
+    WAIT_S,
+    Scripted,
+    collect,
+    ctx,
+    kinds,
+    request,
+    response_text,
+    send,
+    state_name,
+    status_text,
+)
 
 # --- blocking send ----------------------------------------------------------------------
 
@@ -363,6 +364,10 @@ async def test_a_retried_message_id_returns_the_existing_task(engine: TaskEngine
     await engine.cancel_task(pb.CancelTaskRequest(id=held.id), ctx())
     rest = await collect(stream)
     assert kinds(rest) == ["status:CANCELED"]
+    # Once the run has ended, a streamed message with that id runs anew.
+    events = await collect(engine.send_streaming_message(request("hi", message_id="held"), ctx()))
+    assert events[0].task.id != held.id
+    assert kinds(events)[-1] == "status:COMPLETED"
 
 
 # --- hop guard ---------------------------------------------------------------------------
@@ -454,3 +459,26 @@ async def test_extended_card(new_engine: Callable[..., TaskEngine]) -> None:
     card = new_engine(extended_card=lambda c: pb.AgentCard(name=f"for {c.caller.name}"))
     got = await card.get_extended_agent_card(pb.GetExtendedAgentCardRequest(), ctx(ALICE))
     assert got.name == "for alice"
+
+
+async def test_the_agent_sees_metadata_and_output_modes(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    seen: list[tuple[tuple[str, ...], dict[str, object], str]] = []
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        assert turn.task is not None
+        seen.append((turn.accepted_output_modes, dict(turn.metadata), turn.task.id))
+        yield TextChunk("ok")
+
+    req = request("hi", metadata={"trace": "abc"})
+    req.configuration.accepted_output_modes.append("text/plain")
+    task = (await new_engine(Scripted(script)).send_message(req, ctx())).task
+    assert seen == [(("text/plain",), {"trace": "abc"}, task.id)]
+
+
+async def test_streaming_continuation(engine: TaskEngine) -> None:
+    asked = await send(engine, "ask:Q?")
+    events = await collect(engine.send_streaming_message(request("A", task_id=asked.id), ctx()))
+    assert kinds(events) == ["task:WORKING", "artifact_update", "status:COMPLETED"]
+    assert events[0].task.id == asked.id

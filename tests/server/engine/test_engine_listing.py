@@ -6,12 +6,13 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-from engine_helpers import ALICE, BOB, ctx, request, send, state_name
 
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.task_store import TaskStore
 from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import ALICE, BOB, ctx, request, send, state_name
 
 
 async def list_tasks(engine: TaskEngine, **fields: object) -> pb.ListTasksResponse:

@@ -11,12 +11,12 @@ import signal
 import sys
 from pathlib import Path
 
-from engine_helpers import ALICE, ctx, state_name, status_text
-
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStore, decode_record
 from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import ALICE, ctx, state_name, status_text
 
 CHILD = """
 import asyncio, itertools, json, sys

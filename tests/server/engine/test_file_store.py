@@ -3,15 +3,16 @@ routing by workspace, and lazy restart recovery (a new store and engine on one f
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
-from engine_helpers import ALICE, BOB, ctx, send, state_name, status_text
 
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import errors
@@ -24,6 +25,8 @@ from a2a_gateway.server.file_store import (
 )
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import ALICE, BOB, collect, ctx, request, send, state_name, status_text
 
 
 @pytest.fixture
@@ -231,3 +234,72 @@ async def test_store_round_trips_records(tmp_path: Path) -> None:
             assert await unreadable.load(ALICE, "t-1") is None
     finally:
         os.chmod(task_file(tmp_path, "t-1"), 0o600)
+
+
+# --- when files are written -------------------------------------------------------------
+
+
+class CountingStore(WorkspaceTaskStore):
+    """The real workspace store, counting its writes per task."""
+
+    def __init__(self, workspace: Path) -> None:
+        super().__init__(workspace)
+        self.writes: dict[str, list[str]] = {}
+
+    async def save(self, record: TaskRecord) -> None:
+        states = self.writes.setdefault(record.task.id, [])
+        states.append(state_name(record.task))
+        await super().save(record)
+
+
+async def test_a_run_that_never_suspends_is_written_once(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        tasks = await asyncio.gather(*(send(engine, f"hi {i}") for i in range(20)))
+        events = await collect(engine.send_streaming_message(request("chunks:50"), ctx()))
+        await asyncio.sleep(0.1)  # past the flusher's delay
+        assert all(store.writes[t.id] == ["COMPLETED"] for t in tasks)
+        assert store.writes[events[0].task.id] == ["COMPLETED"]
+    finally:
+        await engine.aclose()
+
+
+async def test_a_task_is_on_disk_before_its_id_leaves_the_engine(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        held = await send(engine, "hold:30", return_immediately=True)
+        assert task_file(tmp_path, held.id).exists()
+        stream = engine.send_streaming_message(request("hold:30"), ctx())
+        first = await stream.__anext__()
+        assert task_file(tmp_path, first.task.id).exists()
+        # The WORKING state follows lazily, without waiting for the run to end.
+        async with asyncio.timeout(5):
+            while store.writes[held.id][-1] != "WORKING":  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        await engine.aclose()
+    assert store.writes[held.id][-1] == "FAILED"  # shutdown: stored in a final state
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+async def test_both_write_paths_replace_files_and_leave_no_temp_files(
+    tmp_path: Path, unnamed: bool
+) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    store._unnamed_files = unnamed  # O_TMPFILE + linkat, or temp file + rename
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        asked = await send(engine, "ask:Q?")  # written, then replaced twice
+        done = await send(engine, "A", task_id=asked.id)
+        folder = tmp_path / ".a2a" / "tasks"
+        assert sorted(p.name for p in folder.iterdir()) == [f"{asked.id}.json"]
+        decoded, _, _ = decode_record(task_file(tmp_path, asked.id).read_bytes(), asked.id)
+        assert decoded == done
+        shutil.rmtree(folder)  # removed under the store: the next write recreates it
+        again = await send(engine, "hi")
+        assert task_file(tmp_path, again.id).exists()
+    finally:
+        await engine.aclose()

@@ -1,0 +1,231 @@
+"""``a2a-gateway callers``: manage who may call a workspace's agent.
+
+- ``callers add NAME --workspace DIR [--hashed] [--signing] [--note TEXT]`` generates a
+  strong key, prints it once on stdout (and, with ``--signing``, a signing secret on a
+  second line), and appends the entry to ``<DIR>/.a2a/callers.json``. With
+  ``--hashed`` only ``sha256:<hex>`` of the key is stored. The file is rewritten
+  atomically (temp file, fsync, rename) under a lock, keeping every existing entry as
+  it was; a malformed file is left alone and the command fails.
+- ``callers list --workspace DIR`` shows each valid caller's name, mode and note, and of
+  its key only the last 4 characters, for plaintext keys of 12 characters or more
+  (nothing of shorter keys or of hashes). Skipped entries are reported on stderr with
+  the reason, never the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from a2a_gateway.server.auth import (
+    CALLERS_FILE,
+    HASH_PREFIX,
+    MODE_ISOLATED,
+    NAME_PATTERN,
+    CallerEntry,
+    read_callers,
+)
+
+KEY_PREFIX = "a2a_"
+#: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
+HINT_CHARS = 4
+HINT_MIN = 12
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class CallersError(Exception):
+    """A problem to report in one line (exit status 1)."""
+
+
+def generate_key() -> str:
+    """256 random bits, URL-safe, with a prefix that secret scanners can spot."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def generate_signing_secret() -> str:
+    return secrets.token_hex(32)
+
+
+def hashed(key: str) -> str:
+    return HASH_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_hint(entry: CallerEntry) -> str:
+    """What ``list`` shows of a key: never more than its last 4 characters."""
+    if entry.hashed:
+        return "(sha256 hash)"
+    if len(entry.key) < HINT_MIN:
+        return "(hidden: shorter than 12)"
+    return "..." + entry.key[-HINT_CHARS:]
+
+
+# --- the file -------------------------------------------------------------------------
+
+
+def callers_path(workspace: Path) -> Path:
+    return workspace / CALLERS_FILE
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock next to ``path``, so two ``add`` runs cannot lose an entry."""
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _read_raw(path: Path) -> list[Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CallersError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(raw) if raw.strip() else []
+    except ValueError:
+        raise CallersError(f"{path} is not valid JSON; fix it first (it was not changed)") from None
+    if not isinstance(data, list):
+        raise CallersError(f"{path} is not a JSON array; fix it first (it was not changed)")
+    return data
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Temp file in the same folder (mode 0600), fsync, rename, fsync the folder."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def add_caller(
+    workspace: Path, name: str, *, hash_key: bool = False, signing: bool = False, note: str = ""
+) -> tuple[str, str | None]:
+    """Append a new caller; returns (key, signing secret or None)."""
+    if not NAME_PATTERN.match(name):
+        raise CallersError(f"name must match [a-z0-9-]{{1,40}}: {name[:60]!r}")
+    path = callers_path(workspace)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = generate_key()
+    secret = generate_signing_secret() if signing else None
+    entry: dict[str, Any] = {"name": name, "key": hashed(key) if hash_key else key}
+    entry["mode"] = MODE_ISOLATED
+    if note:
+        entry["note"] = note
+    if secret is not None:
+        entry["signing_secret"] = secret
+    with _locked(path):
+        data = _read_raw(path)
+        if any(isinstance(item, dict) and item.get("name") == name for item in data):
+            raise CallersError(f"a caller named {name!r} already exists in {path}")
+        data.append(entry)
+        write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+    return key, secret
+
+
+# --- the verbs ------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``callers add`` and ``callers list`` on the top-level subparsers."""
+    callers = sub.add_parser("callers", help="manage the callers of a workspace (API keys)")
+    verbs = callers.add_subparsers(dest="callers_verb", required=True)
+    add = verbs.add_parser("add", help="add a caller with a new key (printed once)")
+    add.add_argument("name", help="caller name, [a-z0-9-]{1,40}")
+    add.add_argument("--workspace", type=Path, required=True, help="workspace folder")
+    add.add_argument("--hashed", action="store_true", help="store only the key's SHA-256")
+    add.add_argument("--signing", action="store_true", help="also require signed requests")
+    add.add_argument("--note", default="", help="a note for the owner")
+    show = verbs.add_parser("list", help="list callers (no keys: at most their last 4 chars)")
+    show.add_argument("--workspace", type=Path, required=True, help="workspace folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.callers_verb == "add":
+            return _add(args)
+        return _list(args)
+    except CallersError as exc:
+        print(f"a2a-gateway callers: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add(args: argparse.Namespace) -> int:
+    key, secret = add_caller(
+        args.workspace, args.name, hash_key=args.hashed, signing=args.signing, note=args.note
+    )
+    path = callers_path(args.workspace)
+    print(key)
+    if secret is not None:
+        print(secret)
+    stored = "only its SHA-256 hash is stored" if args.hashed else "it is stored in the file"
+    print(
+        f"added caller {args.name!r} to {path}; the key above is shown only once "
+        f"({stored})" + ("; the second line is its signing secret" if secret else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    path = callers_path(args.workspace)
+    if not path.exists():
+        print(f"no callers: {path} does not exist", file=sys.stderr)
+        return 0
+    entries, warnings = read_callers(path, str(args.workspace))
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    rows = [
+        (
+            entry.name,
+            entry.mode,
+            key_hint(entry),
+            "yes" if entry.policy.signing_secret else "no",
+            _CONTROL.sub(" ", entry.note),
+        )
+        for entry in entries
+    ]
+    header = ("NAME", "MODE", "KEY", "SIGNED", "NOTE")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+    return 0
+
+
+__all__ = [
+    "CallersError",
+    "add_caller",
+    "add_parser",
+    "generate_key",
+    "key_hint",
+    "run",
+    "write_atomically",
+]

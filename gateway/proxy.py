@@ -1,0 +1,467 @@
+"""Proxy mode: ``a2a-gateway serve --upstream URL [--upstream-key K]``.
+
+Our bindings serve an :class:`UpstreamProxy`, an :class:`A2AService` that forwards every
+call to the upstream agent through a :class:`~a2a_gateway.client.RemoteService`, over the
+first binding the upstream's card lists that we speak. So any agent, a gRPC-only one
+included, is exposed over JSON-RPC, HTTP+JSON and gRPC. Streams are relayed event by
+event, never buffered.
+
+What the proxy decides itself (nothing else is changed on the way):
+
+- Our callers authenticate to us as usual; the upstream sees one identity, ours (the
+  upstream key). A 401/403 from the upstream is OUR configuration problem, so our caller
+  gets an InternalError saying so, never a 401 (they would think their own key is wrong).
+- Unreachable / timed-out upstreams become Unavailable / DeadlineExceeded with a message
+  that does not reveal the upstream's address (it is logged for the operator instead).
+- Tasks stay scoped to our callers: a task id seen in an answer to one caller is
+  TaskNotFound for every other caller, and ListTasks leaves such tasks out. The record
+  is in memory (bounded); tasks created before a restart belong to whoever uses them
+  first.
+- ``a2a-gateway.hops`` in the SendMessage metadata is incremented, and a message that
+  has already passed more than ``max_hops`` gateways is refused: two proxies pointing at
+  each other fail fast instead of looping.
+- Our card shows the upstream's name, description, version, skills, modes and
+  capabilities with OUR interfaces and security schemes (:class:`ProxyCardProvider`).
+  The upstream's card is read when the gateway starts, or on the first call that reaches
+  it; the extended card is the upstream's extended card when the upstream key unlocks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from google.protobuf import empty_pb2
+from google.protobuf.internal.containers import RepeatedScalarFieldContainer
+
+from a2a_gateway.client import CardError, RemoteService, Timeout, Unreachable, connect
+from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.protocol.errors import (
+    A2AError,
+    DeadlineExceededError,
+    FieldViolation,
+    InternalError,
+    InvalidParamsError,
+    PermissionDeniedError,
+    TaskNotFoundError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.server.card import CardProvider
+from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.engine import HOPS_KEY
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .logs import register_secret
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Task ids remembered per proxy (oldest forgotten first).
+MAX_OWNED_TASKS = 100_000
+UPSTREAM_REFUSED = "the upstream agent refused this gateway's credentials"
+UPSTREAM_UNREACHABLE = "the upstream agent is unreachable"
+UPSTREAM_TIMEOUT = "the upstream agent did not answer in time"
+UPSTREAM_CARD = "the upstream agent's card could not be used"
+
+
+def settings_problem(settings: Settings) -> str | None:
+    """Why these ``serve`` settings cannot run proxy mode (None when they can)."""
+    if not settings["upstream"]:
+        return None
+    if settings["agent"] or settings["exec"]:
+        return "--upstream cannot be combined with --agent or --exec (the upstream is the agent)"
+    return None
+
+
+def upstream_error(error: A2AError) -> A2AError:
+    """What our caller sees for an error of the upstream call (see the module doc)."""
+    if isinstance(error, (UnauthenticatedError, PermissionDeniedError)):
+        log.error("upstream refused our credentials: %s (check --upstream-key)", error.message)
+        return InternalError(UPSTREAM_REFUSED)
+    if isinstance(error, Unreachable):
+        log.warning("upstream unreachable: %s", error.message)
+        return UnavailableError(UPSTREAM_UNREACHABLE)
+    if isinstance(error, Timeout):
+        log.warning("upstream timeout: %s", error.message)
+        return DeadlineExceededError(UPSTREAM_TIMEOUT)
+    if isinstance(error, CardError):
+        log.warning("upstream card unusable: %s", error.message)
+        return UnavailableError(UPSTREAM_CARD)
+    return error
+
+
+class TaskOwners:
+    """Which of our callers each task id was answered to (bounded, oldest dropped)."""
+
+    def __init__(self, limit: int = MAX_OWNED_TASKS) -> None:
+        self.limit = limit
+        self._owners: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    @staticmethod
+    def _key(caller: Caller) -> tuple[str, str]:
+        return (caller.workspace, caller.name)
+
+    def visible(self, caller: Caller, task_id: str) -> bool:
+        owner = self._owners.get(task_id)
+        return owner is None or owner == self._key(caller)
+
+    def check(self, caller: Caller, task_id: str) -> None:
+        """TaskNotFound for a task of another caller (its existence is not revealed)."""
+        if task_id and not self.visible(caller, task_id):
+            raise TaskNotFoundError(f"Task {task_id} not found", metadata={"taskId": task_id})
+
+    def claim(self, caller: Caller, task_id: str) -> None:
+        if not task_id or task_id in self._owners:
+            return
+        self._owners[task_id] = self._key(caller)
+        while len(self._owners) > self.limit:
+            self._owners.popitem(last=False)
+
+    def claim_event(self, caller: Caller, event: pb.StreamResponse) -> None:
+        kind = event.WhichOneof("payload")
+        if kind == "task":
+            self.claim(caller, event.task.id)
+        elif kind == "status_update":
+            self.claim(caller, event.status_update.task_id)
+        elif kind == "artifact_update":
+            self.claim(caller, event.artifact_update.task_id)
+        elif kind == "message":
+            self.claim(caller, event.message.task_id)
+
+
+def read_hops(request: pb.SendMessageRequest) -> int:
+    """``a2a-gateway.hops`` from the request metadata, else the message's, else 0."""
+    for field, holder in (("metadata", request), ("message.metadata", request.message)):
+        if not holder.HasField("metadata") or HOPS_KEY not in holder.metadata.fields:
+            continue
+        value = holder.metadata.fields[HOPS_KEY]
+        kind = value.WhichOneof("kind")
+        if kind == "number_value" and value.number_value.is_integer() and value.number_value >= 0:
+            return int(value.number_value)
+        if kind == "string_value" and value.string_value.strip().isdigit():
+            return int(value.string_value)
+        path = f"{field}.{HOPS_KEY}"
+        raise InvalidParamsError(
+            f"{path} must be a non-negative integer",
+            violations=[FieldViolation(path, "must be a non-negative integer")],
+        )
+    return 0
+
+
+class UpstreamProxy(A2AService):
+    """The service of proxy mode: every operation forwarded to one upstream agent.
+
+    ``start()`` tries to reach the upstream (a failure is logged, not fatal: every call
+    tries again); ``aclose()`` closes the connection. ``extended_card`` builds the
+    extended card our callers get (set by :func:`build_proxy`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: str | None = None,
+        transport: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
+        max_hops: int = 3,
+    ) -> None:
+        self.url = url
+        self._key = key or None
+        self.transport = transport
+        self.timeout = timeout
+        self.stream_idle_timeout = stream_idle_timeout
+        self.max_hops = max_hops
+        self.owners = TaskOwners()
+        self.upstream_card: pb.AgentCard | None = None
+        self.upstream_extended_card: pb.AgentCard | None = None
+        self.extended_card: Callable[[CallContext], pb.AgentCard] | None = None
+        self._remote: RemoteService | None = None
+        self._connecting = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"UpstreamProxy({self._remote!r})"
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reach the upstream now, so the card shows its identity from the start."""
+        try:
+            await self._upstream()
+        except A2AError as exc:
+            log.warning("upstream not reached yet (%s); will retry on each call", exc.message)
+
+    async def aclose(self) -> None:
+        """Close the upstream connection; later calls answer Unavailable."""
+        self._closed = True
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            await remote.aclose()
+
+    async def _upstream(self) -> RemoteService:
+        if self._remote is not None:
+            return self._remote
+        if self._closed:
+            raise UnavailableError("the gateway is shutting down")
+        async with self._connecting:
+            if self._remote is None:
+                self._remote = await self._open()
+            return self._remote
+
+    async def _open(self) -> RemoteService:
+        """Connect, and read the upstream's cards (its extended one when our key has one)."""
+        try:
+            remote = await connect(
+                self.url,
+                key=self._key,
+                transport=self.transport,
+                timeout=self.timeout,
+                stream_idle_timeout=self.stream_idle_timeout,
+                extended_card=False,  # fetched below, kept apart from the public card
+            )
+        except A2AError as exc:
+            raise upstream_error(exc) from None
+        try:
+            extended: pb.AgentCard | None = None
+            if self._key and remote.card.capabilities.extended_agent_card:
+                with contextlib.suppress(A2AError):
+                    extended = await remote.get_extended_agent_card()
+            if self._closed:  # aclose() ran while we were connecting
+                raise UnavailableError("the gateway is shutting down")
+        except BaseException:
+            await remote.aclose()
+            raise
+        self.upstream_card, self.upstream_extended_card = remote.card, extended
+        log.info(
+            "proxying %r over %s %s",
+            remote.card.name,
+            remote.binding,
+            remote.transport.redact(remote.interface.url),
+        )
+        return remote
+
+    # --- forwarding -----------------------------------------------------------------------
+
+    async def _call(self, call: Callable[[RemoteService], Awaitable[T]]) -> T:
+        remote = await self._upstream()
+        try:
+            return await call(remote)
+        except A2AError as exc:
+            raise upstream_error(exc) from None
+
+    async def _relay(
+        self,
+        open_stream: Callable[[RemoteService], AsyncGenerator[pb.StreamResponse, None]],
+        caller: Caller,
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        remote = await self._upstream()
+        events = open_stream(remote)
+        try:
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    self.owners.claim_event(caller, event)
+                    yield event
+        except A2AError as exc:
+            raise upstream_error(exc) from None
+
+    def _forwarded(self, request: pb.SendMessageRequest) -> pb.SendMessageRequest:
+        """A copy carrying one more hop; refused past ``max_hops`` (proxy loops)."""
+        hops = read_hops(request) + 1
+        if hops > self.max_hops:
+            raise InternalError(
+                f"the message has passed through too many gateways ({hops} > {self.max_hops});"
+                " is a proxy pointing at itself?"
+            )
+        forwarded = pb.SendMessageRequest()
+        forwarded.CopyFrom(request)
+        forwarded.metadata.fields[HOPS_KEY].number_value = hops
+        return forwarded
+
+    # --- the service ----------------------------------------------------------------------
+
+    async def send_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> pb.SendMessageResponse:
+        self.owners.check(context.caller, request.message.task_id)
+        forwarded = self._forwarded(request)
+        reply = await self._call(lambda r: r.send_message(forwarded, context))
+        if reply.WhichOneof("payload") == "task":
+            self.owners.claim(context.caller, reply.task.id)
+        return reply
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        return self._send_stream(request, context)
+
+    async def _send_stream(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        # Checks run on the first __anext__, so bindings answer them as plain errors.
+        self.owners.check(context.caller, request.message.task_id)
+        forwarded = self._forwarded(request)
+        events = self._relay(lambda r: r.send_streaming_message(forwarded, context), context.caller)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+    async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
+        self.owners.check(context.caller, request.id)
+        task = await self._call(lambda r: r.get_task(request, context))
+        self.owners.claim(context.caller, task.id)
+        return task
+
+    async def list_tasks(
+        self, request: pb.ListTasksRequest, context: CallContext
+    ) -> pb.ListTasksResponse:
+        reply = await self._call(lambda r: r.list_tasks(request, context))
+        mine = [t for t in reply.tasks if self.owners.visible(context.caller, t.id)]
+        hidden = len(reply.tasks) - len(mine)
+        if hidden:
+            del reply.tasks[:]
+            reply.tasks.extend(mine)
+            reply.total_size = max(len(mine), reply.total_size - hidden)
+        return reply
+
+    async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
+        self.owners.check(context.caller, request.id)
+        task = await self._call(lambda r: r.cancel_task(request, context))
+        self.owners.claim(context.caller, task.id)
+        return task
+
+    def subscribe_to_task(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        return self._subscribe(request, context)
+
+    async def _subscribe(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        self.owners.check(context.caller, request.id)
+        events = self._relay(lambda r: r.subscribe_to_task(request, context), context.caller)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+    async def create_task_push_notification_config(
+        self, request: pb.TaskPushNotificationConfig, context: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        self.owners.check(context.caller, request.task_id)
+        return await self._call(lambda r: r.create_task_push_notification_config(request, context))
+
+    async def get_task_push_notification_config(
+        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        self.owners.check(context.caller, request.task_id)
+        return await self._call(lambda r: r.get_task_push_notification_config(request, context))
+
+    async def list_task_push_notification_configs(
+        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
+    ) -> pb.ListTaskPushNotificationConfigsResponse:
+        self.owners.check(context.caller, request.task_id)
+        return await self._call(lambda r: r.list_task_push_notification_configs(request, context))
+
+    async def delete_task_push_notification_config(
+        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
+    ) -> empty_pb2.Empty:
+        self.owners.check(context.caller, request.task_id)
+        return await self._call(lambda r: r.delete_task_push_notification_config(request, context))
+
+    async def get_extended_agent_card(
+        self, request: pb.GetExtendedAgentCardRequest, context: CallContext
+    ) -> pb.AgentCard:
+        # Our own card (our interfaces and schemes) with the upstream's identity; the
+        # upstream's card is read on the way if it has not been yet.
+        await self._upstream()
+        if self.extended_card is None:
+            raise InternalError("proxy card not configured")
+        return self.extended_card(context)
+
+
+# --- the card -----------------------------------------------------------------------------
+
+
+def mirror_upstream(card: pb.AgentCard, upstream: pb.AgentCard) -> pb.AgentCard:
+    """``card`` (ours) showing ``upstream``'s identity; interfaces and security stay ours."""
+    card.name = upstream.name or card.name
+    card.description = upstream.description or card.description
+    card.version = upstream.version or card.version
+    if upstream.HasField("provider"):
+        card.provider.CopyFrom(upstream.provider)
+    for optional in ("documentation_url", "icon_url"):
+        if upstream.HasField(optional):
+            setattr(card, optional, getattr(upstream, optional))
+    _replace(card.default_input_modes, upstream.default_input_modes)
+    _replace(card.default_output_modes, upstream.default_output_modes)
+    del card.skills[:]
+    card.skills.extend(upstream.skills)
+    for skill in card.skills:
+        # They name the upstream's security schemes, which our card does not have.
+        del skill.security_requirements[:]
+    theirs = upstream.capabilities
+    card.capabilities.streaming = theirs.streaming
+    card.capabilities.push_notifications = theirs.push_notifications
+    del card.capabilities.extensions[:]
+    card.capabilities.extensions.extend(theirs.extensions)
+    return card
+
+
+def _replace(target: RepeatedScalarFieldContainer[str], values: Iterable[str]) -> None:
+    items = list(values)
+    if items:
+        del target[:]
+        target.extend(items)
+
+
+class ProxyCardProvider(CardProvider):
+    """Our cards in proxy mode: the upstream's identity with our interfaces and schemes."""
+
+    def __init__(self, config: ServerConfig, proxy: UpstreamProxy) -> None:
+        super().__init__(config)
+        self.proxy = proxy
+
+    def public_card(self, base_url: str | None = None) -> pb.AgentCard:
+        card = super().public_card(base_url)
+        if self.proxy.upstream_card is not None:
+            mirror_upstream(card, self.proxy.upstream_card)
+        return card
+
+    def extended_card(self, context: CallContext) -> pb.AgentCard:
+        card = super().public_card()
+        upstream = self.proxy.upstream_extended_card or self.proxy.upstream_card
+        if upstream is not None:
+            mirror_upstream(card, upstream)
+        return card
+
+
+def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy, CardProvider]:
+    """The proxy service and its card provider, from the ``serve`` settings."""
+    key = settings["upstream_key"] or None
+    if key:
+        register_secret(key)
+    proxy = UpstreamProxy(settings["upstream"], key=key, max_hops=config.max_hops)
+    cards = ProxyCardProvider(config, proxy)
+    proxy.extended_card = cards.extended_card
+    return proxy, cards
+
+
+__all__ = [
+    "ProxyCardProvider",
+    "TaskOwners",
+    "UpstreamProxy",
+    "build_proxy",
+    "mirror_upstream",
+    "read_hops",
+    "settings_problem",
+    "upstream_error",
+]

@@ -1,0 +1,187 @@
+"""Suite-wide secret scan: no secret a test used may appear in any log of the run.
+
+One session-scoped autouse fixture attaches a capturing handler to the root logger at
+DEBUG for the whole run. At the end of the session it collects the secrets the tests
+used and fails the run if any appears in a captured record (raw, before the
+production redaction filter: secrets must never be logged in the first place) or in a
+log file a subprocess server wrote under the session's temp folder.
+
+The secrets are:
+- every plaintext ``key`` and ``signing_secret`` of every ``callers.json``, and every
+  ``key``/``token``-like member of every ``agents.json``, written under the session's
+  temp folder (so each new test's keys are covered without registering them);
+- the literal keys of :data:`KNOWN_SECRETS`, for keys that never reach a file;
+- anything a test passes to :func:`use_secret` (or the ``use_secret`` fixture).
+
+Tests that log a secret on purpose (to test redaction) must use a logger with
+``propagate = False``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Secrets shorter than this are not scanned for (they would match ordinary words).
+MIN_SECRET_CHARS = 8
+#: Keys used by tests that may never be written to a callers.json or agents.json.
+KNOWN_SECRETS = frozenset(
+    {
+        "alice-key-0f3e9a7c51d2",  # tests/e2e/conftest.py KEY_ALICE
+        "bob-key-7d1c0b9e44aa",  # tests/e2e/conftest.py KEY_BOB
+        "k-test-6b1f0c9d2e",  # tests/server/conftest.py KEY
+        "k-alice-0123456789",  # tests/server/test_grpc.py KEY
+        "card-key-99aa88bb77cc",  # tests/client/test_client_cards.py
+        "sk-live-0123456789abcdef",  # tests/client/test_client_wire.py
+        "peer-key-7c1e9b2a4d",  # tests/client/client_support.py
+        "own-key-3e5d7f9b1a2c",  # tests/client/client_support.py
+        "wrong-key-123456",  # wrong keys presented on purpose
+        "wrong-own-key-a1b2c3d4e5",
+        "wrong-key-5f3a2b1c9d0e",
+    }
+)
+#: JSON members whose string values are secrets, wherever they appear in agents.json.
+_SECRET_MEMBERS = frozenset(
+    {"key", "apiKey", "api_key", "token", "secret", "signing_secret", "signingSecret"}
+)
+#: Log files of subprocess servers and peers (interop fixtures write ``*.stderr``).
+_LOG_SUFFIXES = (".stderr", ".stdout", ".log")
+
+_registered: set[str] = set()
+_registered_lock = threading.Lock()
+
+
+def use_secret(*secrets: str) -> None:
+    """Declare secrets this test uses that are in no callers.json / agents.json."""
+    with _registered_lock:
+        _registered.update(s for s in secrets if len(s) >= MIN_SECRET_CHARS)
+
+
+@pytest.fixture(name="use_secret")
+def use_secret_fixture() -> Callable[..., None]:
+    return use_secret
+
+
+class LogCapture(logging.Handler):
+    """Keeps the text of every record (message and traceback) for the final scan."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = f"{record.name} {record.levelname}: {record.getMessage()}"
+        except Exception:  # a broken format string must not hide the raw text
+            text = f"{record.name} {record.levelname}: {record.msg!r} {record.args!r}"
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            text += "\n" + record.exc_text
+        if record.stack_info:
+            text += "\n" + record.stack_info
+        self.texts.append(text)
+
+
+_capture: LogCapture | None = None
+
+
+def captured_logs() -> list[str]:
+    """Every record captured so far in this session (empty outside the session)."""
+    return list(_capture.texts) if _capture is not None else []
+
+
+def _walk_secrets(value: Any, members: frozenset[str]) -> Iterator[str]:
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if name in members and isinstance(item, str):
+                yield item
+            else:
+                yield from _walk_secrets(item, members)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk_secrets(item, members)
+
+
+def secrets_in_files(root: Path) -> set[str]:
+    """Plaintext keys and secrets of every callers.json / agents.json under ``root``."""
+    found: set[str] = set()
+    for name, members in (
+        ("callers.json", frozenset({"key", "signing_secret"})),
+        ("agents.json", _SECRET_MEMBERS),
+    ):
+        for path in root.rglob(name):
+            try:
+                data = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                continue
+            for secret in _walk_secrets(data, members):
+                if not secret.startswith("sha256:"):
+                    found.add(secret)
+    return found
+
+
+def log_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.suffix in _LOG_SUFFIXES and p.is_file())
+
+
+def all_secrets(root: Path | None) -> set[str]:
+    with _registered_lock:
+        found = set(KNOWN_SECRETS) | _registered
+    if root is not None:
+        found |= secrets_in_files(root)
+    return {s.strip() for s in found if len(s.strip()) >= MIN_SECRET_CHARS}
+
+
+def find_leaks(texts: Iterable[tuple[str, str]], secrets: Iterable[str]) -> list[str]:
+    """One line per (secret, place) found; the secret itself is masked in the report."""
+    ordered = sorted(set(secrets), key=len, reverse=True)
+    leaks: list[str] = []
+    for where, text in texts:
+        for secret in ordered:
+            if secret in text:
+                shown = secret[:3] + "..." if len(secret) > 12 else "***"
+                excerpt = text.replace(secret, "<SECRET>")[:300].replace("\n", " | ")
+                leaks.append(f"secret {shown} in {where}: {excerpt}")
+    return leaks
+
+
+def scan(root: Path | None) -> list[str]:
+    """Leaks in the records captured so far and in the log files under ``root``."""
+    texts: list[tuple[str, str]] = [(f"log record {i}", t) for i, t in enumerate(captured_logs())]
+    if root is not None:
+        for path in log_files(root):
+            try:
+                texts.append((str(path), path.read_text(errors="replace")))
+            except OSError:
+                continue
+    return find_leaks(texts, all_secrets(root))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secrets_in_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogCapture]:
+    global _capture
+    capture = LogCapture()
+    root = logging.getLogger()
+    previous_level = root.level
+    root.addHandler(capture)
+    root.setLevel(logging.DEBUG)
+    _capture = capture
+    try:
+        yield capture
+    finally:
+        root.removeHandler(capture)
+        root.setLevel(previous_level)
+    leaks = scan(tmp_path_factory.getbasetemp())
+    _capture = None
+    if leaks:
+        pytest.fail(
+            f"{len(leaks)} secret(s) used by the tests appeared in logs:\n" + "\n".join(leaks[:20]),
+            pytrace=False,
+        )

@@ -1,0 +1,117 @@
+"""The fast ProtoJSON encoder prints exactly what json_format prints, for every A2A
+message type with every field set (each oneof member in turn), and for typical ones."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from google.protobuf import descriptor, json_format, message, message_factory, timestamp_pb2
+
+from a2a_gateway.protocol.proto_dict import timestamp_text, to_dict
+from lf.a2a.v1 import a2a_pb2 as pb
+
+_FD = descriptor.FieldDescriptor
+_counter = itertools.count(1)
+
+
+def _scalar(fd: descriptor.FieldDescriptor) -> object:
+    n = next(_counter)
+    if fd.type == _FD.TYPE_STRING:
+        return f"{fd.name}-{n}"
+    if fd.type == _FD.TYPE_BYTES:
+        return bytes([n % 256, 0, 255])
+    if fd.type == _FD.TYPE_BOOL:
+        return True
+    if fd.type == _FD.TYPE_ENUM:
+        return fd.enum_type.values[-1].number
+    if fd.type in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
+        return 1.5
+    return n
+
+
+def _fill(msg: message.Message, depth: int, choice: int, only: str | None = None) -> None:
+    """Set every field of ``msg`` (or, at the top, ``only`` that one and the oneofs);
+    in each oneof, member number ``choice`` (mod size)."""
+    desc = msg.DESCRIPTOR
+    if desc.full_name == "google.protobuf.Timestamp":
+        msg.FromMilliseconds(1_764_000_000_123)  # type: ignore[attr-defined]
+        return
+    if desc.full_name == "google.protobuf.Struct":
+        msg.update({"k": [1, "two", None, {"x": True}], "n": 3.5})  # type: ignore[attr-defined]
+        return
+    if desc.full_name == "google.protobuf.Value":
+        msg.struct_value.update({"deep": [1, 2]})  # type: ignore[attr-defined]
+        return
+    chosen = {o.name: o.fields[choice % len(o.fields)].name for o in desc.oneofs}
+    for fd in desc.fields:
+        if only is not None and fd.name != only and fd.containing_oneof is None:
+            continue  # with ``only``: that field plus the chosen oneof members
+        oneof = fd.containing_oneof
+        if oneof is not None and chosen.get(oneof.name) != fd.name:
+            continue
+        field = getattr(msg, fd.name)
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            value_fd = fd.message_type.fields_by_name["value"]
+            if value_fd.message_type is not None:
+                if depth < 4:
+                    _fill(field["key-a"], depth + 1, choice)
+            else:
+                field["key-a"] = _scalar(value_fd)
+        elif fd.message_type is not None:
+            if depth >= 4 and only is None:
+                continue
+            if fd.is_repeated:
+                for _ in range(2):
+                    _fill(field.add(), depth + 1, choice)
+            else:
+                _fill(field, depth + 1, choice)
+        elif fd.is_repeated:
+            field.extend([_scalar(fd), _scalar(fd)])
+        else:
+            setattr(msg, fd.name, _scalar(fd))
+
+
+def _all_a2a_messages() -> Iterator[type[message.Message]]:
+    for desc in pb.DESCRIPTOR.message_types_by_name.values():
+        yield message_factory.GetMessageClass(desc)
+
+
+@pytest.mark.parametrize("cls", list(_all_a2a_messages()), ids=lambda c: c.DESCRIPTOR.name)
+def test_every_field_of_every_message(cls: type[message.Message]) -> None:
+    for choice in range(4):
+        msg = cls()
+        _fill(msg, 0, choice)
+        assert to_dict(msg) == json_format.MessageToDict(msg)
+    for fd in cls.DESCRIPTOR.fields:  # one field at a time: no other field hides it
+        for choice in range(4):
+            msg = cls()
+            _fill(msg, 0, choice, only=fd.name)
+            assert to_dict(msg) == json_format.MessageToDict(msg), fd.name
+    assert to_dict(cls()) == json_format.MessageToDict(cls()) == {}
+
+
+def test_typical_shapes_and_unknown_enum_values() -> None:
+    task = pb.Task(id="t", context_id="c")
+    task.status.state = pb.TASK_STATE_COMPLETED
+    task.status.timestamp.FromMilliseconds(1_764_000_000_120)
+    task.history.add(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="")])
+    task.artifacts.add(artifact_id="a", name="response", parts=[pb.Part(text="hi")])
+    event = pb.StreamResponse()
+    event.artifact_update.task_id = "t"
+    event.artifact_update.artifact.parts.add(text="chunk-1")
+    event.artifact_update.append = True
+    odd = pb.TaskStatus(state=99)  # type: ignore[arg-type]
+    for msg in (task, event, pb.SendMessageResponse(task=task), odd, pb.Part(raw=b"\x00")):
+        assert to_dict(msg) == json_format.MessageToDict(msg)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos"),
+    [(0, 0), (1, 1), (-1, 999_999_999), (253_402_300_799, 999_000_000), (1_700_000_000, 5_000)],
+)
+def test_timestamps(seconds: int, nanos: int) -> None:
+    for _ in range(2):  # the second time from the one-second cache
+        ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+        assert timestamp_text(ts) == ts.ToJsonString()

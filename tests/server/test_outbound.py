@@ -1,0 +1,402 @@
+"""The guarded outbound client against real local servers: address policy, connect-time
+checks (a scripted resolver stands in for DNS), redirects, size caps, timeouts, proxies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+
+import pytest
+from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.test_utils import TestServer
+
+from a2a_gateway.server.outbound import (
+    OutboundClient,
+    OutboundConnectionError,
+    OutboundTimeout,
+    RedirectRefused,
+    ResponseTooLarge,
+    UrlRefused,
+    check_url,
+    forbidden_reason,
+    guarded_socket_factory,
+    url_label,
+)
+
+TIMEOUT_S = 5.0
+
+
+class ScriptedResolver(AbstractResolver):
+    """DNS stand-in: each resolve() returns the next scripted answer (the last one
+    repeats) and records the host asked for."""
+
+    def __init__(self, *answers: Iterable[str]) -> None:
+        self.answers = [list(a) for a in answers]
+        self.asked: list[str] = []
+        self.closed = False
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.asked.append(host)
+        addresses = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=0,
+            )
+            for address in addresses
+        ]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class Listener:
+    """A plain TCP listener on 127.0.0.1 that counts connections (and closes them)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> Listener:
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            writer.close()
+
+        self.server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
+    started = await Listener().start()
+    yield started
+    await started.close()
+
+
+Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[dict[str, Route]], Awaitable[str]]]:
+    """Start an aiohttp app on 127.0.0.1 with the given GET/POST routes; its base URL."""
+    servers: list[TestServer] = []
+
+    async def start(routes: dict[str, Route]) -> str:
+        app = web.Application()
+        for path, handler in routes.items():
+            app.router.add_route("*", path, handler)
+        server = TestServer(app, host="127.0.0.1", port=0)
+        await server.start_server()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.port}"
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+# --- the address policy ----------------------------------------------------------------
+
+FORBIDDEN = [
+    ("127.0.0.1", "loopback"),
+    ("127.255.255.254", "loopback"),
+    ("10.1.2.3", "private"),
+    ("172.16.0.1", "private"),
+    ("172.31.255.255", "private"),
+    ("192.168.1.1", "private"),
+    ("169.254.169.254", "link-local"),
+    ("100.64.0.1", "CGNAT shared address space"),
+    ("100.127.255.254", "CGNAT shared address space"),
+    ("198.18.0.1", "benchmarking"),
+    ("198.19.255.254", "benchmarking"),
+    ("224.0.0.1", "multicast"),
+    ("239.255.255.250", "multicast"),
+    ("0.0.0.0", "unspecified"),
+    ("0.1.2.3", "unspecified"),
+    ("255.255.255.255", "broadcast"),
+    ("240.0.0.1", "reserved"),
+    ("192.0.2.10", "documentation"),
+    ("::1", "loopback"),
+    ("::", "unspecified"),
+    ("fc00::1", "unique-local"),
+    ("fd12:3456::1", "unique-local"),
+    ("fe80::1", "link-local"),
+    ("fe80::1%lo", "link-local"),
+    ("fec0::1", "site-local"),
+    ("ff02::1", "multicast"),
+    ("::ffff:127.0.0.1", "IPv4-mapped loopback"),
+    ("::ffff:10.0.0.1", "IPv4-mapped private"),
+    ("::ffff:169.254.169.254", "IPv4-mapped link-local"),
+    ("::127.0.0.1", "IPv4-compatible"),
+    ("64:ff9b::7f00:1", "NAT64 loopback"),
+    ("2002:7f00:1::1", "6to4 loopback"),
+    ("2001:db8::1", "documentation"),
+    ("2001::1", "IETF protocol assignment"),
+]
+PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"]
+
+
+@pytest.mark.parametrize(("address", "reason"), FORBIDDEN)
+def test_each_forbidden_range_has_its_reason(address: str, reason: str) -> None:
+    assert forbidden_reason(address) == reason
+
+
+@pytest.mark.parametrize("address", PUBLIC)
+def test_public_addresses_pass(address: str) -> None:
+    assert forbidden_reason(address) is None
+
+
+def test_allow_private_still_refuses_non_unicast() -> None:
+    for address in ("127.0.0.1", "10.0.0.1", "::1", "fc00::1", "169.254.169.254"):
+        assert forbidden_reason(address, allow_private=True) is None
+    for address in ("0.0.0.0", "224.0.0.1", "ff02::1", "255.255.255.255", "::ffff:0.0.0.0"):
+        assert forbidden_reason(address, allow_private=True) == "not a unicast address"
+    assert forbidden_reason("not-an-ip") == "not an IP address"
+
+
+def test_static_url_checks() -> None:
+    with pytest.raises(UrlRefused, match="only https"):
+        check_url("http://example.com/hook")
+    assert check_url("http://example.com/hook", allow_private_urls=True).host == "example.com"
+    with pytest.raises(UrlRefused, match="only https"):
+        check_url("ftp://example.com/x", allow_private_urls=True)
+    with pytest.raises(UrlRefused, match="user info"):
+        check_url("https://user:pw@example.com/")
+    with pytest.raises(UrlRefused, match="no host"):
+        check_url("https:///path")
+    with pytest.raises(UrlRefused, match="longer than"):
+        check_url("https://example.com/" + "a" * 3000)
+    with pytest.raises(UrlRefused, match="whitespace or control"):
+        check_url("https://example.com/a b")
+    with pytest.raises(UrlRefused, match=r"127\.0\.0\.1 is not allowed \(loopback\)"):
+        check_url("https://127.0.0.1/hook")
+    with pytest.raises(UrlRefused, match="IPv4-mapped loopback"):
+        check_url("https://[::ffff:127.0.0.1]/hook")
+    with pytest.raises(UrlRefused, match="link-local"):
+        check_url("https://169.254.169.254/latest/meta-data/")
+    assert check_url("https://8.8.8.8/x").host == "8.8.8.8"
+
+
+def test_messages_never_show_path_or_query() -> None:
+    assert url_label("https://hooks.example.com:8443/p/secret-path?token=s3cr3t") == (
+        "https://hooks.example.com:8443"
+    )
+    with pytest.raises(UrlRefused) as refused:
+        check_url("https://10.0.0.1/secret-path?token=s3cr3t")
+    assert "secret" not in str(refused.value)
+
+
+def test_socket_factory_refuses_before_creating_a_socket() -> None:
+    factory = guarded_socket_factory(False)
+    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        with pytest.raises(UrlRefused, match="loopback"):
+            factory((family, socket.SOCK_STREAM, 6, "", (address, 80)))
+    sock = factory((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("8.8.8.8", 443)))
+    sock.close()
+    sock = guarded_socket_factory(True)(
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 1))
+    )
+    sock.close()
+
+
+# --- connect-time checks with a real client ---------------------------------------------
+
+
+@pytest.mark.parametrize(("address", "reason"), FORBIDDEN)
+async def test_each_forbidden_answer_is_refused_at_connect_time(
+    address: str, reason: str, listener: Listener
+) -> None:
+    resolver = ScriptedResolver([address])
+    async with OutboundClient(resolver=resolver) as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(UrlRefused, match="not allowed") as refused:
+            await client.get(f"https://victim.test:{listener.port}/hook?token=s3cr3t")
+    assert reason in str(refused.value)
+    assert "s3cr3t" not in str(refused.value)
+    assert resolver.asked == ["victim.test"]
+    assert resolver.closed
+    assert listener.connections == 0
+
+
+async def test_dns_rebinding_is_refused_at_connect_time(listener: Listener) -> None:
+    # The first answer (an early check) is public; the answer at connect time is not.
+    resolver = ScriptedResolver(["93.184.216.34"], ["127.0.0.1"])
+    url = f"https://rebind.test:{listener.port}/hook"
+    async with OutboundClient(resolver=resolver) as client, asyncio.timeout(TIMEOUT_S):
+        assert (await client.check_url_resolved(url)).host == "rebind.test"
+        with pytest.raises(UrlRefused, match=r"127\.0\.0\.1 \(loopback\)"):
+            await client.post(url, b"{}")
+    assert resolver.asked == ["rebind.test", "rebind.test"]
+    assert listener.connections == 0
+
+
+async def test_every_answer_is_checked(listener: Listener) -> None:
+    resolver = ScriptedResolver(["10.0.0.1", "127.0.0.1", "fd00::1"])
+    async with OutboundClient(resolver=resolver) as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(UrlRefused) as refused:
+            await client.get(f"https://multi.test:{listener.port}/")
+    message = str(refused.value)
+    assert "10.0.0.1 (private)" in message
+    assert "127.0.0.1 (loopback)" in message
+    assert "fd00::1 (unique-local)" in message
+    assert listener.connections == 0
+
+
+async def test_allowed_answers_are_the_ones_connected_to(listener: Listener) -> None:
+    # With the guard relaxed, a forbidden non-unicast answer is dropped and the
+    # connection goes to the remaining (checked) address: our listener.
+    resolver = ScriptedResolver(["224.0.0.1", "127.0.0.1"])
+    async with OutboundClient(resolver=resolver, allow_private_urls=True) as client:
+        async with asyncio.timeout(TIMEOUT_S):
+            with pytest.raises(OutboundConnectionError):
+                await client.get(f"http://mixed.test:{listener.port}/")
+    assert listener.connections >= 1
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "localhost", "2130706433", "0x7f.1", "127.1"],
+)
+async def test_loopback_spellings_are_refused(host: str, listener: Listener) -> None:
+    # The real system resolver: numeric tricks and /etc/hosts names end up checked too.
+    async with OutboundClient() as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(UrlRefused):
+            await client.get(f"https://{host}:{listener.port}/")
+    assert listener.connections == 0
+
+
+async def test_http_is_refused_without_the_flag(
+    serve: Callable[[dict[str, Route]], Awaitable[str]],
+) -> None:
+    hits: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text="ok")
+
+    base = await serve({"/hook": hook})
+    async with OutboundClient() as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(UrlRefused, match="only https"):
+            await client.get(f"{base}/hook")
+    async with OutboundClient(allow_private_urls=True) as client, asyncio.timeout(TIMEOUT_S):
+        response = await client.get(f"{base}/hook")
+    assert (response.status, response.body) == (200, b"ok")
+    assert hits == ["/hook"]
+
+
+async def test_a_redirect_is_refused_and_not_followed(
+    serve: Callable[[dict[str, Route]], Awaitable[str]],
+) -> None:
+    hits: list[str] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        raise web.HTTPTemporaryRedirect("/target")
+
+    async def target(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text="followed")
+
+    base = await serve({"/moved": moved, "/target": target})
+    async with OutboundClient(allow_private_urls=True) as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(RedirectRefused, match="redirect") as refused:
+            await client.post(f"{base}/moved", b"{}")
+    assert refused.value.status == 307
+    assert not refused.value.retryable
+    assert hits == ["/moved"]
+
+
+async def test_response_size_is_capped(serve: Callable[[dict[str, Route]], Awaitable[str]]) -> None:
+    async def sized(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 5000)
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()  # chunked: no Content-Length to go by
+        await response.prepare(request)
+        for _ in range(10):
+            await response.write(b"y" * 1000)
+        await response.write_eof()
+        return response
+
+    base = await serve({"/sized": sized, "/streamed": streamed})
+    async with OutboundClient(allow_private_urls=True) as client, asyncio.timeout(TIMEOUT_S):
+        for path in ("/sized", "/streamed"):
+            with pytest.raises(ResponseTooLarge, match="more than 1000 bytes"):
+                await client.get(base + path, max_response_bytes=1000)
+        cut = await client.get(f"{base}/streamed", max_response_bytes=1500, truncate=True)
+        assert (len(cut.body), cut.truncated) == (1500, True)
+        whole = await client.get(f"{base}/sized", max_response_bytes=5000)
+        assert (len(whole.body), whole.truncated) == (5000, False)
+
+
+async def test_a_slow_server_times_out(serve: Callable[[dict[str, Route]], Awaitable[str]]) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(TIMEOUT_S):
+                await release.wait()
+        return web.Response(text="late")
+
+    base = await serve({"/slow": slow})
+    try:
+        async with OutboundClient(allow_private_urls=True) as client:
+            async with asyncio.timeout(TIMEOUT_S):
+                with pytest.raises(OutboundTimeout, match="did not answer") as slow_error:
+                    await client.get(f"{base}/slow", timeout_s=0.2)
+        assert slow_error.value.retryable
+    finally:
+        release.set()
+
+
+async def test_a_refused_connection_is_retryable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with OutboundClient(allow_private_urls=True) as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(OutboundConnectionError, match="could not connect") as failed:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert failed.value.retryable
+
+
+async def test_no_proxy_from_the_environment(
+    serve: Callable[[dict[str, Route]], Awaitable[str]],
+    listener: Listener,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy = f"http://127.0.0.1:{listener.port}"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(name, proxy)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def direct(request: web.Request) -> web.Response:
+        return web.Response(text="direct")
+
+    base = await serve({"/": direct})
+    async with OutboundClient(allow_private_urls=True) as client, asyncio.timeout(TIMEOUT_S):
+        response = await client.get(f"{base}/")
+    assert response.body == b"direct"
+    assert listener.connections == 0
+
+
+async def test_a_closed_client_refuses_requests() -> None:
+    client = OutboundClient(allow_private_urls=True)
+    await client.aclose()
+    with pytest.raises(Exception, match="closed"):
+        await client.get("http://127.0.0.1:1/")
