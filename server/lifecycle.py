@@ -38,12 +38,34 @@ def valid_id(value: str) -> bool:
 
 
 def new_id() -> str:
-    """A random (version 4) UUID string; twice as fast as ``str(uuid.uuid4())``."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    """A time-ordered (version 7, RFC 9562) UUID string, monotonic within this process.
+
+    ListTasks orders by status timestamp (millisecond precision) and breaks ties on the
+    id, descending, as the official SDK does; time-ordered ids make that tie-break
+    "newest first" too, so tasks settled within one millisecond still list in order.
+    """
+    global _last_ms, _last_seq
+    ms = time.time_ns() // 1_000_000
+    if ms <= _last_ms:
+        ms, seq = _last_ms, _last_seq + 1
+        if seq > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
+            ms, seq = ms + 1, 0
+    else:
+        seq = int.from_bytes(os.urandom(2), "big") & 0x7FF  # leaves room to count up
+    _last_ms, _last_seq = ms, seq
+    value = (
+        (ms & 0xFFFF_FFFF_FFFF) << 80
+        | 0x7 << 76
+        | seq << 64
+        | 0b10 << 62
+        | int.from_bytes(os.urandom(8), "big") >> 2
+    )
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-_VARIANT = "89ab"
+_last_ms = 0
+_last_seq = 0
 
 
 def now_ms() -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = ("## Try it with curl", "## Call agents from the command line")
 
 
 def _free_port() -> int:
@@ -32,8 +33,10 @@ def _free_port() -> int:
 
 def readme_blocks() -> list[tuple[str, list[str]]]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Try it with curl", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    blocks: list[str] = []
+    for heading in SECTIONS:
+        section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+        blocks += re.findall(r"```sh\n(.*?)```", section, flags=re.S)
     result = []
     for block in blocks:
         claims = [
@@ -44,9 +47,10 @@ def readme_blocks() -> list[tuple[str, list[str]]]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[int]:
+def served(tmp_path: Path) -> Iterator[tuple[int, int]]:
     port = _free_port()
     log = (tmp_path / "server.log").open("w+")
+    grpc_port = _free_port()
     process = subprocess.Popen(
         [
             sys.executable,
@@ -61,7 +65,7 @@ def served(tmp_path: Path) -> Iterator[int]:
             "--port",
             str(port),
             "--grpc-port",
-            "-1",
+            str(grpc_port),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -79,7 +83,7 @@ def served(tmp_path: Path) -> Iterator[int]:
                 assert process.poll() is None, "server exited"
                 assert time.monotonic() < deadline, "server did not start"
                 time.sleep(0.05)
-        yield port
+        yield port, grpc_port
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
@@ -88,12 +92,15 @@ def served(tmp_path: Path) -> Iterator[int]:
         log.close()
 
 
-def test_readme_curl_examples(served: int) -> None:
+def test_readme_examples(served: tuple[int, int]) -> None:
+    port, grpc_port = served
     assert shutil.which("curl"), "the README examples need curl"
     blocks = readme_blocks()
     assert len(blocks) >= 5
     for block, claims in blocks:
-        script = block.replace("127.0.0.1:8080", f"127.0.0.1:{served}")
+        script = block.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+        script = script.replace("127.0.0.1:8081", f"127.0.0.1:{grpc_port}")
+        script = script.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
             capture_output=True,
@@ -105,6 +112,7 @@ def test_readme_curl_examples(served: int) -> None:
         assert result.stdout.strip(), block
         for claim in claims:
             for fragment in claim.split("..."):
-                fragment = fragment.strip()
+                fragment = fragment.strip().replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+                fragment = fragment.replace("127.0.0.1:8081", f"127.0.0.1:{grpc_port}")
                 if fragment:
                     assert fragment in result.stdout, (fragment, result.stdout[:2000])
