@@ -315,3 +315,106 @@ async def test_bad_key_is_unauthenticated(driver: Driver) -> None:
 async def test_tenant_form(driver: Driver) -> None:
     result = await driver.call("SendMessage", {**send("tenant hi"), "tenant": "acme"})
     assert result["task"]["status"]["state"] == COMPLETED
+
+
+async def test_list_filters_by_status_and_timestamp(driver: Driver) -> None:
+    context = f"ts-{uuid.uuid4().hex[:8]}"
+    first = (await driver.call("SendMessage", send("a", message={"contextId": context})))["task"]
+    waiting = (
+        await driver.call("SendMessage", send("ask:Q?", message={"contextId": f"{context}-b"}))
+    )["task"]
+    after = first["status"]["timestamp"]
+    newer = await driver.call("ListTasks", {"statusTimestampAfter": after})
+    ids = [t["id"] for t in newer["tasks"]]
+    assert waiting["id"] in ids and first["id"] in ids  # ">=" the timestamp
+    only_waiting = await driver.call("ListTasks", {"status": "TASK_STATE_INPUT_REQUIRED"})
+    assert [t["id"] for t in only_waiting["tasks"]] == [waiting["id"]]
+    assert only_waiting["totalSize"] == 1
+
+
+async def test_list_invalid_status_enum_is_invalid_params(driver: Driver) -> None:
+    await expect_error("INVALID_PARAMS", driver.call("ListTasks", {"status": 99}))
+
+
+async def test_list_history_length_applies_per_task(driver: Driver) -> None:
+    context = f"h-{uuid.uuid4().hex[:8]}"
+    await driver.call("SendMessage", send("x", message={"contextId": context}))
+    listed = await driver.call("ListTasks", {"contextId": context, "historyLength": 0})
+    assert "history" not in listed["tasks"][0]
+    full = await driver.call("ListTasks", {"contextId": context})
+    assert len(full["tasks"][0]["history"]) == 1
+
+
+async def test_negative_history_length_is_invalid_params(driver: Driver) -> None:
+    task = (await driver.call("SendMessage", send("neg")))["task"]
+    await expect_error(
+        "INVALID_PARAMS", driver.call("GetTask", {"id": task["id"], "historyLength": -1})
+    )
+
+
+async def test_each_run_replaces_the_response_artifact(driver: Driver) -> None:
+    first = (await driver.call("SendMessage", send("ask:Name?")))["task"]
+    done = (await driver.call("SendMessage", send("Ada", message={"taskId": first["id"]})))["task"]
+    names = [a.get("name") for a in done["artifacts"]]
+    assert names.count("response") == 1
+    assert "Ada" in artifact_text(done)
+    history = await driver.call("GetTask", {"id": done["id"]})
+    texts = [m["parts"][0].get("text") for m in history["history"]]
+    assert "ask:Name?" in texts and "Ada" in texts
+
+
+async def test_continuing_a_working_task_is_unsupported(driver: Driver) -> None:
+    task = (
+        await driver.call("SendMessage", send("hold:30", configuration={"returnImmediately": True}))
+    )["task"]
+    await expect_error(
+        "UNSUPPORTED_OPERATION",
+        driver.call("SendMessage", send("more", message={"taskId": task["id"]})),
+    )
+    await driver.call("CancelTask", {"id": task["id"]})
+
+
+async def test_hop_metadata_on_the_message_counts_too(driver: Driver) -> None:
+    message = {"metadata": {"a2a-gateway.hops": 9}}
+    task = (await driver.call("SendMessage", send("x", message=message)))["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    allowed = (await driver.call("SendMessage", send("y", metadata={"a2a-gateway.hops": 3})))[
+        "task"
+    ]
+    assert allowed["status"]["state"] == COMPLETED
+
+
+async def test_blocking_send_returns_at_input_required_and_auth_required(driver: Driver) -> None:
+    asked = (await driver.call("SendMessage", send("ask:Sure?")))["task"]
+    assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    auth = (await driver.call("SendMessage", send("auth:sign in")))["task"]
+    assert auth["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert auth["status"]["message"]["parts"][0]["text"] == "sign in"
+
+
+async def test_stream_closes_at_input_required(driver: Driver) -> None:
+    events = await driver.stream("SendStreamingMessage", send("ask:Which one?"))
+    assert "task" in events[0]
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+async def test_two_subscribers_see_the_same_events(driver: Driver) -> None:
+    task = (
+        await driver.call("SendMessage", send("hold:30", configuration={"returnImmediately": True}))
+    )["task"]
+    seen: list[list[dict[str, Any]]] = [[], []]
+    started = [asyncio.Event(), asyncio.Event()]
+
+    async def follow(index: int) -> None:
+        async for event in driver.open_stream("SubscribeToTask", {"id": task["id"]}):
+            seen[index].append(event)
+            started[index].set()
+
+    followers = [asyncio.create_task(follow(i)) for i in range(2)]
+    async with asyncio.timeout(10):
+        await started[0].wait()
+        await started[1].wait()
+        await driver.call("CancelTask", {"id": task["id"]})
+        await asyncio.gather(*followers)
+    assert [list(e) for e in seen[0]] == [list(e) for e in seen[1]]
+    assert seen[0][-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
