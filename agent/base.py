@@ -8,6 +8,10 @@ cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
 - :class:`TextChunk`: text for the task's ``response`` artifact (each run replaces it);
 - :class:`ArtifactChunk`: any other artifact, or a chunk of one (``append``/``last_chunk``);
 - :class:`Progress`: a WORKING status message (progress text);
+- :class:`File`: a file for the caller (bytes, or a path in the workspace); the engine
+  sends it as an artifact with one file part (inline bytes, ``mediaType``,
+  ``filename``). A file over the server's cap (10 MB by default) is skipped and the
+  task's final status message says so;
 - one ending, after which nothing more is read: :class:`Completed`,
   :class:`InputRequired` (a question; the caller's next message on the task continues
   it), :class:`AuthRequired`, :class:`Failed`, :class:`Rejected`.
@@ -15,6 +19,12 @@ cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
 A run that ends without an ending is completed. Raising :class:`AgentError` fails the
 task with the (redacted) error text; any other exception fails it with "The run failed
 unexpectedly." and the details go to the log only.
+
+Files the caller sent (``raw`` bytes or ``url`` parts) are saved to the caller's
+workspace inbox before the run starts; ``turn.files`` lists where, in part order. A
+file the engine refuses (too large, not downloadable) fails the task before the agent
+runs. In the task's stored history the ``raw`` bytes of such parts are emptied once
+saved (``metadata["a2a-gateway.savedAs"]`` names the file in the workspace).
 
 Before a *new* task exists, :meth:`Agent.reply` may answer with a plain Message instead
 (the A2A "message reply": no task is created). Continuations never get one.
@@ -42,6 +52,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -99,7 +110,9 @@ class Turn:
     :meth:`Agent.reply` (no task exists yet). ``cancelled`` is set when the run must
     stop. ``hops`` is the ``a2a-gateway.hops`` count of the inbound request: an agent
     that calls other agents sends ``hops + 1``. ``accepted_output_modes`` and
-    ``metadata`` (as JSON values) come from the SendMessage request.
+    ``metadata`` (as JSON values) come from the SendMessage request. ``files`` are
+    the absolute paths of the files the message carried, saved in the caller's
+    workspace inbox (empty in :meth:`Agent.reply`: files are saved for tasks only).
     """
 
     message: pb.Message
@@ -110,6 +123,7 @@ class Turn:
     hops: int = 0
     accepted_output_modes: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=lambda: _NO_METADATA)
+    files: tuple[Path, ...] = ()
 
     def text(self) -> str:
         """The text of the message's text parts, joined by newlines."""
@@ -153,6 +167,23 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class File:
+    """A file for the caller: ``data``, or a ``path`` to read (relative paths are
+    relative to the caller's workspace; a path must resolve inside it). It becomes a
+    new artifact named after the file, with one part holding the bytes, ``filename``
+    (sanitised) and ``mediaType`` (guessed from the name when empty)."""
+
+    filename: str
+    data: bytes | None = None
+    path: Path | None = None
+    media_type: str = ""
+
+    def __repr__(self) -> str:  # never dump the bytes
+        size = len(self.data) if self.data is not None else None
+        return f"File({self.filename!r}, data={size} bytes, path={self.path!r})"
+
+
+@dataclass(frozen=True, slots=True)
 class Completed:
     """The run ended normally; ``text``, when set, becomes the status message."""
 
@@ -189,7 +220,7 @@ class Rejected:
 
 
 Ending = Completed | InputRequired | AuthRequired | Failed | Rejected
-Output = TextChunk | ArtifactChunk | Progress | Ending
+Output = TextChunk | ArtifactChunk | Progress | File | Ending
 ENDINGS: tuple[type, ...] = (Completed, InputRequired, AuthRequired, Failed, Rejected)
 
 
@@ -257,6 +288,7 @@ __all__ = [
     "Completed",
     "Ending",
     "Failed",
+    "File",
     "InputRequired",
     "Output",
     "Progress",

@@ -29,6 +29,8 @@ from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.http_app import build_http_app
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
+from a2a_gateway.server.outbound import OutboundClient
+from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
 from .proxy import UpstreamProxy, build_proxy
@@ -62,6 +64,8 @@ def server_config(settings: Settings) -> ServerConfig:
         allow_anonymous=settings["allow_anonymous"],
         allow_private_urls=settings["allow_private_urls"],
         keepalive_interval_s=settings["keepalive"],
+        # A request must fit one file part in base64 (4/3 of its size) plus the envelope.
+        max_body_bytes=max(24 * 1024 * 1024, settings["max_file_bytes"] * 4 // 3 + 1024 * 1024),
         max_hops=settings["max_hops"],
         rate_limits=RateLimits(
             per_caller_per_minute=settings["rate_limit_per_minute"],
@@ -108,6 +112,10 @@ class Gateway:
         self.config = server_config(settings)
         self.engine: TaskEngine | None = None
         self.proxy: UpstreamProxy | None = None
+        # The guarded client for webhooks and file downloads, and push delivery (not
+        # in proxy mode: the upstream agent delivers its own notifications).
+        self.outbound: OutboundClient | None = None
+        self.push: PushDispatcher | None = None
         self.cards: CardProvider
         self.service: A2AService
         if settings["upstream"]:
@@ -115,7 +123,9 @@ class Gateway:
             self.proxy, self.cards = build_proxy(settings, self.config)
             self.service = self.proxy
         else:
-            self.cards = CardProvider(self.config)
+            self.outbound = OutboundClient(allow_private_urls=self.config.allow_private_urls)
+            self.push = PushDispatcher(self.outbound)
+            self.cards = CardProvider(self.config, push_notifications=True)
         self.authenticator = build_authenticator(self.config)
         if self.proxy is None:
             self.engine = TaskEngine(
@@ -126,6 +136,12 @@ class Gateway:
                 task_limiter=TaskLimiter(
                     self.config.task_caps, limits_for=self.authenticator.limits_for
                 ),
+                push_enabled=True,
+                push=self.push,
+                outbound=self.outbound,
+                # Files of callers without a workspace (anonymous) land in the first.
+                default_workspace=self.config.workspaces[0] if self.config.workspaces else None,
+                max_file_bytes=settings["max_file_bytes"],
             )
             self.service = self.engine
         self._runner: web.AppRunner | None = None
@@ -166,7 +182,13 @@ class Gateway:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
         log.info("shutting down")
         if self.engine is not None:
-            await self.engine.aclose()
+            await self.engine.aclose()  # runs end: their final states are pushed too
+        if self.push is not None:
+            await self.push.aclose()  # a short grace for deliveries in flight
+            self.push = None
+        if self.outbound is not None:
+            await self.outbound.aclose()
+            self.outbound = None
         if self.proxy is not None:
             await self.proxy.aclose()
         if self._grpc is not None:

@@ -54,6 +54,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("name", str, "a2a-gateway agent", "agent name on the card"),
     Setting("description", str, "", "agent description (default: first line of PERSONA.md)"),
     Setting("max_hops", int, 3, "refuse tasks whose a2a-gateway.hops exceeds this"),
+    Setting("max_file_bytes", int, 10 * 1024 * 1024, "cap per file part, in and out", minimum=1),
     Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),
     Setting("store", str, "workspace", "task store: workspace (files) or memory"),
     Setting("fsync", bool, False, "fsync task files (survive power loss; slower)"),

@@ -53,6 +53,23 @@ Persistence (the hot path matters: the bench sends thousands of ``hi`` per secon
   per store folder: two processes on one workspace would "recover" each other's runs.
 - Live tasks are served from memory; finished ones from the store (serialized bytes).
 
+Push notifications (with a :class:`~.push.PushDispatcher`): every status change of a
+task that has push configs (WORKING, progress, interrupted, terminal; also a task failed
+by the hop guard or by restart recovery, and a cancel) queues ``{"task": ...}`` for each
+config; text and artifact chunks do not. A task with push configs is written before
+its first WORKING notification goes out (its id leaves the engine). Configs are
+validated like the guard will judge them (``validate_push_config``), a task holds at
+most ``MAX_PUSH_CONFIGS``, and their token and credentials are never returned.
+
+Files: a run first saves the message's file parts (``raw`` or ``url``) to the owner's
+workspace inbox (``receive_files``; the default workspace for callers without one);
+a refused file fails the task with the reason, before the agent runs. The stored
+history keeps such parts with their ``raw`` bytes emptied (the bytes are in the inbox,
+``metadata["a2a-gateway.savedAs"]`` says where), so task files stay small. Without any
+workspace, file parts are ContentTypeNotSupported. An agent's :class:`File` output
+becomes an artifact with one file part (cap ``max_file_bytes``); one over the cap is
+skipped and the final status message says so.
+
 Events are built only when someone listens (no stream: no event objects), and never
 JSON-encoded here.
 """
@@ -61,8 +78,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import empty_pb2, json_format
@@ -75,6 +94,7 @@ from a2a_gateway.agent.base import (
     AuthRequired,
     Completed,
     Failed,
+    File,
     InputRequired,
     Progress,
     Rejected,
@@ -85,6 +105,7 @@ from a2a_gateway.agent.base import (
 )
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import (
+    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     FieldViolation,
     InternalError,
@@ -99,6 +120,15 @@ from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .events import Hub, Subscriber
+from .files import (
+    DEFAULT_MAX_FILE_BYTES,
+    FileRefused,
+    SavedFile,
+    is_file_part,
+    outgoing_parts,
+    receive_files,
+    sanitize_filename,
+)
 from .lifecycle import (
     ACTIVE,
     INTERRUPTED,
@@ -112,7 +142,9 @@ from .lifecycle import (
     valid_id,
 )
 from .limits import RunSlot, TaskLimiter
+from .outbound import OutboundClient
 from .paging import PageTokens
+from .push import PushDispatcher, validate_push_config
 from .task_store import TaskRecord, TaskStore, TaskSummary
 
 log = logging.getLogger(__name__)
@@ -126,6 +158,7 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 MAX_PUSH_CONFIGS = 10
 FLUSH_DELAY_S = 0.05  # how long a live task's status may stay in memory only
+SAVED_AS_KEY = "a2a-gateway.savedAs"  # Part.metadata: where a received file was saved
 
 _ContextKey = tuple[str, str, str]  # (caller workspace, caller name, context or message id)
 
@@ -147,6 +180,7 @@ class _Run:
         "aio",
         "busy_key",
         "dirty",
+        "file_notes",
         "finished",
         "record",
         "response_index",
@@ -169,6 +203,7 @@ class _Run:
         self.stopping = ""  # why the engine is stopping the run (timeout, shutdown)
         self.dirty = False
         self.response_index = -1  # index of the response artifact, once this run wrote it
+        self.file_notes: tuple[str, ...] = ()  # outgoing files skipped, for the final status
 
 
 class _KeyedLocks:
@@ -198,7 +233,14 @@ class TaskEngine(A2AService):
     ``extended_card`` builds the caller's extended agent card (None: the operation
     answers ExtendedAgentCardNotConfigured). With ``push_enabled`` False, the four
     push-config operations and an inline ``configuration.taskPushNotificationConfig``
-    answer PushNotificationNotSupported.
+    answer PushNotificationNotSupported. ``push`` delivers the notifications (None:
+    configs are kept but nothing is sent).
+
+    ``outbound`` is the guarded client: it downloads file parts given by URL (None:
+    URL parts are refused) and its ``allow_private_urls`` decides which webhook URLs
+    are accepted. ``default_workspace`` receives the files of callers without a
+    workspace of their own (anonymous); with neither, file parts are refused.
+    ``max_file_bytes`` caps each file, in and out.
     """
 
     def __init__(
@@ -213,6 +255,10 @@ class TaskEngine(A2AService):
         cancel_grace_s: float = 5.0,
         dedupe_entries: int = 100_000,
         task_limiter: TaskLimiter | None = None,
+        push: PushDispatcher | None = None,
+        outbound: OutboundClient | None = None,
+        default_workspace: Path | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     ) -> None:
         self.agent = agent
         self.store = store
@@ -223,6 +269,10 @@ class TaskEngine(A2AService):
         self.cancel_grace_s = cancel_grace_s
         self.dedupe_entries = dedupe_entries
         self.task_limiter = task_limiter
+        self.push = push
+        self.outbound = outbound
+        self.default_workspace = default_workspace
+        self.max_file_bytes = max_file_bytes
         self._runs: dict[str, _Run] = {}
         self._busy: dict[_ContextKey, str] = {}
         self._seen: dict[_ContextKey, str] = {}  # (ws, caller, messageId) -> task id
@@ -331,6 +381,8 @@ class TaskEngine(A2AService):
         _check_message(request)
         message = request.message
         caller = context.caller
+        if not caller.workspace and self.default_workspace is None:
+            _check_no_file_parts(message)
         inline_push = self._inline_push_config(request)
         context_id = message.context_id
         if context_id and not valid_id(context_id):
@@ -375,6 +427,7 @@ class TaskEngine(A2AService):
             self._remember_message(seen_key, task.id)
             _apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
             await self._save(record)
+            self._notify(record)  # no stream can exist yet: only the webhooks hear it
             return task
         slot = self._admit(caller, context_id)
         return self._start(record, busy_key, seen_key, hops, request, subscriber, slot)
@@ -457,6 +510,8 @@ class TaskEngine(A2AService):
             busy_key = (caller.workspace, caller.name, task.context_id)
             if busy_key in self._busy:
                 raise UnsupportedOperationError(CONTEXT_BUSY)
+            if inline_push is not None:  # refuse before anything changes
+                _check_push_room(record.push_configs, inline_push)
             slot = None if hops > self.max_hops else self._admit(caller, task.context_id)
             _archive_status_message(task)  # the question, before its answer
             stored_message = task.history.add()
@@ -469,12 +524,12 @@ class TaskEngine(A2AService):
                 self._remember_message(seen_key, task_id)
                 _apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
                 await self._save(record)
-                self._publish_status(task)
+                self._publish_status(record)
                 if self.task_limiter is not None:
                     self.task_limiter.close_context(caller, task.context_id)
                 return task
             _apply_status(task, pb.TASK_STATE_WORKING, None)
-            self._publish_status(task)
+            self._publish_status(record)
             return self._start(record, busy_key, seen_key, hops, request, subscriber, slot)
 
     def _admit(self, caller: Caller, context_id: str) -> RunSlot | None:
@@ -530,7 +585,7 @@ class TaskEngine(A2AService):
             raise PushNotificationNotSupportedError()
         config = pb.TaskPushNotificationConfig()
         config.CopyFrom(configuration.task_push_notification_config)
-        _check_push_config(config, "configuration.taskPushNotificationConfig")
+        self._check_push_config(config, "configuration.taskPushNotificationConfig")
         if not config.id:
             config.id = new_id()
         return config
@@ -548,36 +603,25 @@ class TaskEngine(A2AService):
 
     async def _drive(self, run: _Run) -> None:
         task = run.record.task
-        if task.status.state != pb.TASK_STATE_WORKING:
-            _apply_status(task, pb.TASK_STATE_WORKING, None)
-            self._publish_status(task)
-            self._mark_dirty(run)
-        outputs = self.agent.run(run.turn)
+        outputs: AsyncIterator[Any] | None = None
         ending: tuple[int, str] = (pb.TASK_STATE_COMPLETED, "")
         # A plain timer bounds the run (cheaper than asyncio.timeout on this hot path).
         timer = asyncio.get_running_loop().call_later(self.run_timeout_s, self._time_out, run)
         try:
-            async for output in outputs:
-                if run.finished or run.stopping:
-                    break
-                if isinstance(output, TextChunk):
-                    self._text(run, output)
-                elif isinstance(output, ArtifactChunk):
-                    self._artifact(run, output)
-                elif isinstance(output, Progress):
-                    message = agent_message(
-                        output.text, context_id=task.context_id, task_id=task.id
-                    )
-                    _apply_status(task, pb.TASK_STATE_WORKING, message)
-                    self._publish_status(task)
-                    self._mark_dirty(run)
-                else:
-                    ending = _ending(output)
-                    break
-                hub = self._hubs.get(task.id)
-                if hub is not None and hub.pressure:
-                    hub.pressure = False
-                    await asyncio.sleep(0)  # let the streams catch up
+            if task.status.state != pb.TASK_STATE_WORKING:
+                _apply_status(task, pb.TASK_STATE_WORKING, None)
+                self._mark_dirty(run)
+                if run.record.push_configs:
+                    await self._persist(run)  # the webhooks are about to learn its id
+                self._publish_status(run.record)
+            refused = ""
+            if _has_file_parts(run.turn.message):
+                refused = await self._receive_files(run)
+            if refused:
+                ending = (pb.TASK_STATE_FAILED, refused)
+            else:
+                outputs = self.agent.run(run.turn)
+                ending = await self._consume(run, outputs)
         except asyncio.CancelledError:
             if run.finished:
                 return  # CancelTask already stored the outcome
@@ -588,10 +632,93 @@ class TaskEngine(A2AService):
             ending = self._unexpected(run)
         finally:
             timer.cancel()
-            await _close_outputs(outputs)
+            if outputs is not None:
+                await _close_outputs(outputs)
         if run.stopping:  # whatever the agent did after being stopped does not count
             ending = (pb.TASK_STATE_FAILED, run.stopping)
+        elif run.file_notes:
+            state, text = ending
+            ending = (state, "\n".join(t for t in (text, *run.file_notes) if t))
         await self._finish(run, *ending)
+
+    async def _consume(self, run: _Run, outputs: AsyncIterator[Any]) -> tuple[int, str]:
+        """Apply the agent's outputs until its ending (COMPLETED when it has none)."""
+        task = run.record.task
+        async for output in outputs:
+            if run.finished or run.stopping:
+                break
+            if isinstance(output, TextChunk):
+                self._text(run, output)
+            elif isinstance(output, ArtifactChunk):
+                self._artifact(run, output)
+            elif isinstance(output, Progress):
+                message = agent_message(output.text, context_id=task.context_id, task_id=task.id)
+                _apply_status(task, pb.TASK_STATE_WORKING, message)
+                self._mark_dirty(run)
+                self._publish_status(run.record)
+            elif isinstance(output, File):
+                await self._file(run, output)
+            else:
+                return _ending(output)
+            hub = self._hubs.get(task.id)
+            if hub is not None and hub.pressure:
+                hub.pressure = False
+                await asyncio.sleep(0)  # let the streams catch up
+        return (pb.TASK_STATE_COMPLETED, "")
+
+    def _workspace_of(self, owner: Caller) -> Path | None:
+        """Where ``owner``'s files go: its own workspace, else the default one."""
+        return Path(owner.workspace) if owner.workspace else self.default_workspace
+
+    async def _receive_files(self, run: _Run) -> str:
+        """Save the turn's file parts to the owner's inbox and hand their paths to the
+        agent; the reason when a file is refused (``""`` when all were saved). Either
+        way the ``raw`` bytes leave the stored history (the inbox has them)."""
+        record = run.record
+        message = run.turn.message  # the stored history entry itself
+        workspace = self._workspace_of(record.owner)
+        saved: list[SavedFile] = []
+        refused = ""
+        try:
+            if workspace is None:  # refused when accepted already; never saved to cwd
+                raise FileRefused("message.parts: files are not accepted without a workspace")
+            saved = await receive_files(
+                message,
+                workspace=workspace,
+                caller=record.owner,
+                client=self.outbound,
+                max_file_bytes=self.max_file_bytes,
+            )
+        except FileRefused as exc:
+            refused = str(exc)
+            log.info("task %s: a file was refused: %s", record.task.id, refused)
+        finally:
+            _strip_saved_bytes(message, saved)
+        if saved:
+            files = tuple(file.path for file in saved)
+            run.turn = dataclasses.replace(run.turn, files=files)
+        self._mark_dirty(run)
+        return refused
+
+    async def _file(self, run: _Run, file: File) -> None:
+        """An agent's file as a new artifact, or a note when it is skipped."""
+        workspace = self._workspace_of(run.record.owner)
+        if file.data is None and file.path is not None and workspace is None:
+            name = sanitize_filename(file.filename)
+            run.file_notes += (f"Files skipped: {name} (no workspace to read it from).",)
+            return
+        if file.data is None and file.path is not None:  # a read: off the event loop
+            built = await asyncio.to_thread(
+                outgoing_parts, [file], max_file_bytes=self.max_file_bytes, workspace=workspace
+            )
+        else:
+            built = outgoing_parts([file], max_file_bytes=self.max_file_bytes)
+        if built.note:
+            run.file_notes += (built.note,)
+        if built.parts:
+            name = built.parts[0].filename
+            artifact = pb.Artifact(name=name, parts=built.parts)
+            self._artifact(run, ArtifactChunk(artifact, last_chunk=True))
 
     def _time_out(self, run: _Run) -> None:
         if run.aio is not None and not run.finished:
@@ -675,7 +802,7 @@ class TaskEngine(A2AService):
         finally:
             if run.slot is not None:
                 run.slot.finish(keep_context_open=state in INTERRUPTED)
-            self._publish_status(task)
+            self._publish_status(run.record)
             run.settled.set()
             task_id = task.id
             del self._runs[task_id]
@@ -685,8 +812,12 @@ class TaskEngine(A2AService):
             if hub is not None and not hub.subscribers:
                 del self._hubs[task_id]
 
-    def _publish_status(self, task: pb.Task) -> None:
-        """Show the task's new status to its streams; a terminal one ends them all."""
+    def _publish_status(self, record: TaskRecord) -> None:
+        """Show the task's new status to its streams (a terminal one ends them all)
+        and to its webhooks."""
+        task = record.task
+        if record.push_configs:
+            self._notify(record)
         hub = self._hubs.get(task.id)
         if hub is None:
             return
@@ -701,6 +832,11 @@ class TaskEngine(A2AService):
         if state in TERMINAL:
             hub.close()
             del self._hubs[task.id]
+
+    def _notify(self, record: TaskRecord) -> None:
+        """Queue the task as it is now for each of its webhooks."""
+        if self.push is not None and record.push_configs:
+            self.push.notify(record.task, record.push_configs)
 
     # --- persistence ------------------------------------------------------------------
 
@@ -771,6 +907,7 @@ class TaskEngine(A2AService):
                 )
                 _apply_status(task, pb.TASK_STATE_FAILED, message)
                 await self._save(record)
+                self._notify(record)
             return record
 
     async def _view_or_not_found(self, caller: Caller, task_id: str) -> TaskRecord:
@@ -904,7 +1041,7 @@ class TaskEngine(A2AService):
         _check_cancelable(task)
         _apply_status(task, pb.TASK_STATE_CANCELED, None)
         await self._save(record)
-        self._publish_status(task)
+        self._publish_status(record)
         if self.task_limiter is not None:
             self.task_limiter.close_context(caller, task.context_id)
         return task_view(task)
@@ -965,6 +1102,19 @@ class TaskEngine(A2AService):
         if not self.push_enabled:
             raise PushNotificationNotSupportedError()
 
+    @property
+    def allow_private_urls(self) -> bool:
+        """Whether webhooks may be http or private addresses: the guarded client's
+        setting (the one that will deliver), else False."""
+        client = self.outbound or (self.push.client if self.push is not None else None)
+        return client is not None and client.allow_private_urls
+
+    def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str) -> None:
+        """InvalidParams naming the field unless ``config`` can be delivered to."""
+        validate_push_config(config, allow_private_urls=self.allow_private_urls, prefix=prefix)
+        if config.id and not valid_id(config.id):
+            raise _invalid(f"{prefix}.id" if prefix else "id", "must match [A-Za-z0-9_-]{1,100}")
+
     @contextlib.asynccontextmanager
     async def _mutable_record(self, caller: Caller, task_id: str) -> AsyncIterator[TaskRecord]:
         """The caller's task record to change in place; stored when the block ends."""
@@ -996,7 +1146,7 @@ class TaskEngine(A2AService):
         config = pb.TaskPushNotificationConfig()
         config.CopyFrom(request)
         config.ClearField("tenant")
-        _check_push_config(config, "")
+        self._check_push_config(config, "")
         if not config.id:
             config.id = new_id()
         async with self._mutable_record(context.caller, request.task_id) as record:
@@ -1044,6 +1194,8 @@ class TaskEngine(A2AService):
         async with self._mutable_record(context.caller, request.task_id) as record:
             kept = [c for c in record.push_configs if c.id != request.id]
             record.push_configs[:] = kept
+        if self.push is not None:
+            self.push.forget(request.task_id, request.id)  # stops what is still queued
         return empty_pb2.Empty()
 
     # --- GetExtendedAgentCard ---------------------------------------------------------
@@ -1217,15 +1369,12 @@ async def _close_outputs(outputs: AsyncIterator[Any]) -> None:
         log.exception("agent did not close cleanly")
 
 
-def _check_push_config(config: pb.TaskPushNotificationConfig, prefix: str) -> None:
-    field = f"{prefix}.url" if prefix else "url"
-    url = config.url
-    if not url:
-        raise _invalid(field, "is required")
-    if not (url.startswith("https://") or url.startswith("http://")) or len(url) > 2048:
-        raise _invalid(field, "must be an absolute http(s) URL")
-    if config.id and not valid_id(config.id):
-        raise _invalid(f"{prefix}.id" if prefix else "id", "must match [A-Za-z0-9_-]{1,100}")
+def _check_push_room(
+    configs: list[pb.TaskPushNotificationConfig], config: pb.TaskPushNotificationConfig
+) -> None:
+    """InvalidParams when adding ``config`` (not replacing one) exceeds the cap."""
+    if len(configs) >= MAX_PUSH_CONFIGS and all(c.id != config.id for c in configs):
+        raise _invalid("id", f"a task has at most {MAX_PUSH_CONFIGS} push notification configs")
 
 
 def _upsert_push(
@@ -1235,8 +1384,7 @@ def _upsert_push(
         if existing.id == config.id:
             configs[index] = config
             return
-    if len(configs) >= MAX_PUSH_CONFIGS:
-        raise _invalid("id", f"a task has at most {MAX_PUSH_CONFIGS} push notification configs")
+    _check_push_room(configs, config)
     configs.append(config)
 
 
@@ -1248,3 +1396,31 @@ def _public_push(config: pb.TaskPushNotificationConfig) -> pb.TaskPushNotificati
     if public.HasField("authentication"):
         public.authentication.ClearField("credentials")
     return public
+
+
+# --- file parts ------------------------------------------------------------------------
+
+
+def _has_file_parts(message: pb.Message) -> bool:
+    return any(is_file_part(part) for part in message.parts)
+
+
+def _check_no_file_parts(message: pb.Message) -> None:
+    """ContentTypeNotSupported for a file part when there is nowhere to save it."""
+    for index, part in enumerate(message.parts):
+        if is_file_part(part):
+            field = f"message.parts[{index}]"
+            description = "file parts are not accepted: the server has no workspace"
+            raise ContentTypeNotSupportedError(
+                f"{field}: {description}", violations=[FieldViolation(field, description)]
+            )
+
+
+def _strip_saved_bytes(message: pb.Message, saved: list[SavedFile]) -> None:
+    """Empty the ``raw`` bytes of the stored message's file parts (saved ones are in
+    the inbox; refused ones are not kept) and note where each saved file went."""
+    for file in saved:
+        message.parts[file.part_index].metadata[SAVED_AS_KEY] = file.relative
+    for part in message.parts:
+        if part.WhichOneof("content") == "raw" and part.raw:
+            part.raw = b""

@@ -7,6 +7,13 @@ File format (ProtoJSON for the protocol objects; edit it by hand if you like)::
      "task": {...Task...},
      "pushConfigs": [{...TaskPushNotificationConfig...}]}
 
+Push-config secrets (``token``, ``authentication.credentials``) are sealed with the
+workspace's :class:`~.secret_box.SecretBox` on every write (``"enc:v1:..."``) and opened
+on read, so records in memory hold plaintext and files never do. A plaintext value
+(a hand-edited file) is read as is and sealed by the next write. A config whose secret
+does not open (the key file was replaced or removed) is dropped from the record, with
+a warning naming the config id and the file, never the value.
+
 Writes are atomic: the record is written whole to an unnamed file (Linux
 ``O_TMPFILE``) that is then linked in as the task file, or, when it replaces a file or
 the system cannot do that, to a temp file in the same folder (``.<id>.<pid>.<n>.tmp``)
@@ -58,6 +65,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .lifecycle import valid_id
+from .secret_box import SecretBox, SecretBoxError
 from .task_store import TaskRecord, TaskStore, TaskSummary
 
 log = logging.getLogger(__name__)
@@ -103,13 +111,16 @@ def _stamp(st: os.stat_result) -> _Stamp:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def encode_record(record: TaskRecord) -> bytes:
-    """The JSON bytes of a task file."""
+def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
+    """The JSON bytes of a task file; with ``box``, push-config secrets are sealed."""
+    configs = record.push_configs
+    if box is not None and configs:
+        configs = [box.seal_push_config(c, keep_sealed=False) for c in configs]
     document: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "owner": {"name": record.owner.name, "workspace": record.owner.workspace},
         "task": proto_dict.to_dict(record.task),
-        "pushConfigs": [proto_dict.to_dict(c) for c in record.push_configs],
+        "pushConfigs": [proto_dict.to_dict(c) for c in configs],
     }
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
@@ -155,6 +166,7 @@ class WorkspaceTaskStore(TaskStore):
         self.workspace = Path(workspace)
         self.folder = self.workspace / TASKS_FOLDER
         self.fsync = fsync
+        self.box = SecretBox(self.workspace)
         self._dir = str(self.folder)
         self._folder_ready = False
         self._unnamed_files = _O_TMPFILE != 0
@@ -222,11 +234,28 @@ class WorkspaceTaskStore(TaskStore):
             owner,
             TaskSummary.of(task),
             task.SerializeToString(),
-            tuple(c.SerializeToString() for c in configs),
+            tuple(c.SerializeToString() for c in self._open_configs(configs, path)),
         )
         self._remember(task_id, stamp, loaded)
         self._index[task_id] = (stamp, owner, loaded.summary)
         return loaded
+
+    def _open_configs(
+        self, configs: list[pb.TaskPushNotificationConfig], path: str
+    ) -> list[pb.TaskPushNotificationConfig]:
+        """The configs with their secrets opened; one that does not open is dropped."""
+        opened: list[pb.TaskPushNotificationConfig] = []
+        for config in configs:
+            try:
+                opened.append(self.box.open_push_config(config))
+            except SecretBoxError as exc:
+                log.warning(
+                    "push config %s dropped: its secret does not open (%s): %s",
+                    config.id,
+                    exc,
+                    path,
+                )
+        return opened
 
     def _remember(self, task_id: str, stamp: _Stamp, value: _Loaded | object) -> None:
         self._cache[task_id] = (stamp, value)
@@ -273,7 +302,7 @@ class WorkspaceTaskStore(TaskStore):
         task_id = task.id
         if not valid_id(task_id):
             raise ValueError(f"invalid task id {task_id!r}")
-        data = encode_record(record)
+        data = encode_record(record, self.box)
         stamp = self._write_atomically(task_id, data)
         # Only the summary is kept: most tasks written are never read back, and the
         # next read fills the record cache (stat-validated like any other read).

@@ -103,17 +103,19 @@ class SecretBox:
     # --- push configs -----------------------------------------------------------------
 
     def seal_push_config(
-        self, config: pb.TaskPushNotificationConfig
+        self, config: pb.TaskPushNotificationConfig, *, keep_sealed: bool = True
     ) -> pb.TaskPushNotificationConfig:
         """A copy of ``config`` with ``token`` and ``authentication.credentials``
-        sealed (values already sealed are kept)."""
+        sealed. Values that already look sealed are kept when ``keep_sealed``; a
+        store whose configs are always plaintext in memory passes False, so a caller's
+        token that merely starts with the sealed prefix is sealed like any other."""
         sealed = pb.TaskPushNotificationConfig()
         sealed.CopyFrom(config)
-        if sealed.token and not is_sealed(sealed.token):
+        if sealed.token and not (keep_sealed and is_sealed(sealed.token)):
             sealed.token = self.seal(sealed.token, push_context(config, "token"))
         if sealed.HasField("authentication"):
             credentials = sealed.authentication.credentials
-            if credentials and not is_sealed(credentials):
+            if credentials and not (keep_sealed and is_sealed(credentials)):
                 sealed.authentication.credentials = self.seal(
                     credentials, push_context(config, "authentication.credentials")
                 )

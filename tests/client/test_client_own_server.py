@@ -83,9 +83,15 @@ async def test_subscribe_cancel_and_errors(agent: RemoteService) -> None:
             await agent.cancel_task(pb.CancelTaskRequest(id=task.id))
         with pytest.raises(errors.TaskNotFoundError):
             await agent.get_task(pb.GetTaskRequest(id="no-such-task"))
-        with pytest.raises(errors.PushNotificationNotSupportedError):
+        created = await agent.create_task_push_notification_config(
+            pb.TaskPushNotificationConfig(
+                task_id=task.id, url="https://example.com/hook", token="own-push-token-1"
+            )
+        )
+        assert created.id and not created.token  # the token is never returned
+        with pytest.raises(errors.InvalidParamsError, match="url"):
             await agent.create_task_push_notification_config(
-                pb.TaskPushNotificationConfig(task_id=task.id, url="https://example.com/hook")
+                pb.TaskPushNotificationConfig(task_id=task.id, url="http://example.com/hook")
             )
 
 

@@ -5,7 +5,6 @@ stdout, stderr and exit codes."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -120,7 +119,7 @@ async def test_card_human_and_json(url: str, gateway: Gateway) -> None:
     assert f"  JSONRPC 1.0  {url}/a2a\n" in human.stdout
     assert f"  HTTP+JSON 1.0  {url}/a2a/v1\n" in human.stdout
     assert f"  GRPC 1.0  127.0.0.1:{gateway.grpc_port}\n" in human.stdout
-    assert "capabilities: streaming, extended card" in human.stdout
+    assert "capabilities: streaming, push notifications, extended card" in human.stdout
     assert "  chat (Chat): " in human.stdout
     (card,) = as_json.lines()
     assert card["name"] == "a2a-gateway agent"
@@ -202,7 +201,9 @@ async def test_send_file(url: str, tmp_path: Path) -> None:
     assert sent[0] == {"text": "see file"}
     assert sent[1]["filename"] == "notes.md"
     assert sent[1]["mediaType"] == "text/markdown"
-    assert base64.b64decode(sent[1]["raw"]) == b"# notes\n"
+    # The gateway saved the bytes to the inbox; the stored history keeps the part without them.
+    assert sent[1]["raw"] == ""
+    assert sent[1]["metadata"] == {"a2a-gateway.savedAs": "inbox/alice/notes.md"}
 
 
 # --- get, list, cancel, subscribe --------------------------------------------------------

@@ -116,3 +116,44 @@ def test_readme_examples(served: tuple[int, int]) -> None:
                 fragment = fragment.replace("127.0.0.1:8081", f"127.0.0.1:{grpc_port}")
                 if fragment:
                     assert fragment in result.stdout, (fragment, result.stdout[:2000])
+
+
+def test_readme_agent_example_is_served(tmp_path: Path) -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", text, flags=re.S)
+    assert code is not None
+    (tmp_path / "shout.py").write_text(code.group(1))
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--agent", "shout:Shout",
+         "--allow-anonymous", "--port", str(port), "--grpc-port", "-1"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        body = (
+            b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+            b'{"role":"ROLE_USER","messageId":"m","parts":[{"text":"hello"}]}}}'
+        )
+        while True:
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/a2a",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    answer = response.read().decode()
+                break
+            except OSError:
+                assert process.poll() is None, "server exited"
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        assert '"text":"HELLO"' in answer
+        assert "TASK_STATE_COMPLETED" in answer
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0

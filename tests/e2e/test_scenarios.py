@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ..conftest import use_secret
 from .conftest import KEY_BOB, Driver, WireError
 
 COMPLETED = "TASK_STATE_COMPLETED"
@@ -269,24 +270,34 @@ async def test_missing_required_field_is_invalid_params(driver: Driver) -> None:
     assert "parts" in err.message
 
 
-async def test_push_config_calls_are_not_supported_yet(driver: Driver) -> None:
+async def test_push_config_crud(driver: Driver) -> None:
+    # Registration only (the task is finished, so nothing is delivered); delivery is in
+    # test_push_e2e.py. Without allow_private_urls a webhook must be https and public.
+    use_secret("scenario-token-1")
     task = (await driver.call("SendMessage", send("push")))["task"]
-    config = {"taskId": task["id"], "url": "https://example.invalid/hook"}
+    hook = "https://example.invalid/hook"
+    config = {"taskId": task["id"], "id": "c1", "url": hook, "token": "scenario-token-1"}
+    created = await driver.call("CreateTaskPushNotificationConfig", config)
+    assert created == {"taskId": task["id"], "id": "c1", "url": hook}  # no token back
+    got = await driver.call("GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1"})
+    assert got == created
+    listed = await driver.call("ListTaskPushNotificationConfigs", {"taskId": task["id"]})
+    assert listed["configs"] == [created]
+    for _ in range(2):  # delete is idempotent
+        deleted = await driver.call(
+            "DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1"}
+        )
+        assert deleted in ({}, None)
     await expect_error(
-        "PUSH_NOTIFICATION_NOT_SUPPORTED", driver.call("CreateTaskPushNotificationConfig", config)
-    )
-    await expect_error(
-        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        "TASK_NOT_FOUND",
         driver.call("GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1"}),
     )
-    await expect_error(
-        "PUSH_NOTIFICATION_NOT_SUPPORTED",
-        driver.call("ListTaskPushNotificationConfigs", {"taskId": task["id"]}),
-    )
-    await expect_error(
-        "PUSH_NOTIFICATION_NOT_SUPPORTED",
-        driver.call("DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1"}),
-    )
+    for url in ("http://example.com/hook", "https://127.0.0.1/hook"):
+        err = await expect_error(
+            "INVALID_PARAMS",
+            driver.call("CreateTaskPushNotificationConfig", {"taskId": task["id"], "url": url}),
+        )
+        assert "url" in err.message
 
 
 async def test_extended_card_for_an_authenticated_caller(driver: Driver) -> None:

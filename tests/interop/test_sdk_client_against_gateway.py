@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..conftest import use_secret
+
 if TYPE_CHECKING:  # conftest is not importable at run time (tests are not a package)
     from collections.abc import Callable
 
@@ -179,22 +181,30 @@ def test_multi_turn_ask_then_answer(sdk_client: SdkClient) -> None:
 # --- errors as the SDK types them -----------------------------------------------------
 
 
-PUSH_CALLS = {
-    "push-create": lambda task_id: ["push-create", task_id, "https://example.com/hook"],
-    "push-get": lambda task_id: ["push-get", task_id, "cfg-1"],
-    "push-list": lambda task_id: ["push-list", task_id],
-    "push-delete": lambda task_id: ["push-delete", task_id, "cfg-1"],
-}
+PUSH_TOKEN = f"interop-push-{secrets.token_urlsafe(12)}"
+use_secret(PUSH_TOKEN)
 
 
-@pytest.mark.parametrize("call", sorted(PUSH_CALLS))
-def test_push_config_calls_are_not_supported(sdk_client: SdkClient, call: str) -> None:
-    # The card says pushNotifications=false for now: every push call is -32003.
-    task = completed_task(sdk_client)
-    error = sdk_client(*PUSH_CALLS[call](task["id"])).error
-    assert error is not None, "push config call succeeded"
-    assert error["type"] == "PushNotificationNotSupportedError", error
-    assert error["code"] == -32003
+def test_push_config_crud(sdk_client: SdkClient, interop_server: InteropServer) -> None:
+    if interop_server.kind != "gateway":
+        pytest.skip("the SDK stand-in is started without --push (and echoes tokens back)")
+    assert sdk_client("card").only["card"]["capabilities"]["pushNotifications"] is True
+    task_id = completed_task(sdk_client)["id"]
+    hook = "https://example.com/hook"  # a finished task: nothing is delivered to it
+    created = sdk_client(
+        "push-create", task_id, hook, "--config-id", "cfg-1", "--token", PUSH_TOKEN
+    ).result("pushConfig")
+    assert created == {"id": "cfg-1", "taskId": task_id, "url": hook}  # no token back
+    assert sdk_client("push-get", task_id, "cfg-1").result("pushConfig") == created
+    assert sdk_client("push-list", task_id).result("pushConfigs") == {"configs": [created]}
+    for _ in range(2):  # idempotent
+        assert sdk_client("push-delete", task_id, "cfg-1").only == {"deleted": True}
+    gone = sdk_client("push-get", task_id, "cfg-1").error
+    assert gone is not None and gone["type"] == "TaskNotFoundError", gone
+    refused = sdk_client("push-create", task_id, "http://example.com/hook").error
+    assert refused is not None and refused["code"] == -32602, refused  # https only
+    generated = sdk_client("push-create", task_id, hook).result("pushConfig")
+    assert generated["id"] and generated["taskId"] == task_id
 
 
 @pytest.mark.parametrize("operation", ["get", "cancel", "subscribe"])
@@ -275,8 +285,9 @@ def test_sdk_server_serves_only_the_transports_asked_for(
 def test_driver_push_config_crud_against_the_sdk_push_peer(
     start_sdk_server: Callable[..., SdkPeer], make_sdk_client: Callable[..., SdkClient]
 ) -> None:
-    """The driver's push scenarios work end to end where push is supported (sdk --push),
-    so they are ready for the day our gateway declares pushNotifications."""
+    """The driver's push scenarios against the SDK's own push peer (sdk --push): the
+    reference behaviour test_push_config_crud is compared with (the SDK returns the token;
+    the gateway never does)."""
     peer = start_sdk_server(push=True)
     for transport in ("jsonrpc", "rest", "grpc"):
         client = make_sdk_client(peer.card_url, transport)
