@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Iterable
-from types import TracebackType
-from typing import Self
 
 import httpx
 from google.protobuf import empty_pb2, message
 
+from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.service import A2AService
@@ -44,7 +43,7 @@ log = logging.getLogger(__name__)
 R = message.Message
 
 
-class RemoteService(A2AService):
+class RemoteService(A2AService, AsyncCloseable):
     """The A2A operations of one remote agent, over one transport.
 
     ``timeout`` bounds each call (and the opening of a stream); ``stream_idle_timeout``
@@ -100,17 +99,6 @@ class RemoteService(A2AService):
         finally:
             if self._http is not None:
                 await self._http.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # --- plumbing -------------------------------------------------------------------------
 

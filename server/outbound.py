@@ -37,13 +37,14 @@ import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
+
+from a2a_gateway.protocol.closing import AsyncCloseable
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +322,7 @@ class OutboundResponse:
         return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
 
 
-class OutboundClient:
+class OutboundClient(AsyncCloseable):
     """The guarded HTTP client (see the module docstring). One per server; share it.
 
     ``resolver`` replaces the system DNS resolver (tests inject scripted answers);
@@ -487,17 +488,6 @@ class OutboundClient:
             await guarded.close()
         elif self._resolver is not None:
             await self._resolver.close()
-
-    async def __aenter__(self) -> OutboundClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"OutboundClient(allow_private_urls={self.allow_private_urls})"
