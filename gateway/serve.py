@@ -160,8 +160,10 @@ class Gateway:
             )
             config.grpc_port = self.grpc_port
         app = build_http_app(self.service, config, self.authenticator, self.cards)
+        # No access log: a line per request costs throughput and the bindings log
+        # what matters (errors, refused callers) themselves.
         self._runner = web.AppRunner(
-            app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s
+            app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s, access_log=None
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, config.host, config.port)

@@ -45,7 +45,10 @@ def parse_extensions(values: Iterable[str]) -> frozenset[str]:
             uri = item.strip()
             if uri:
                 uris.add(uri)
-    return frozenset(uris)
+    return frozenset(uris) if uris else _NO_EXTENSIONS
+
+
+_NO_EXTENSIONS: frozenset[str] = frozenset()
 
 
 def format_extensions(uris: Iterable[str]) -> str:

@@ -26,7 +26,7 @@ import grpc
 from google.protobuf import descriptor, message, message_factory
 
 from a2a_gateway.protocol import codec, versioning
-from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
     InternalError,
@@ -172,17 +172,20 @@ class RpcAdapter:
         metadata = MetadataView(context.invocation_metadata())
         get = single_values(metadata.get_all)
         identity = self._authenticator.admit(get, peer_address(context.peer()))
-        version = versioning.negotiate_version(metadata.get(VERSION_KEY))
+        version = metadata.get(VERSION_KEY)
+        if version != PROTOCOL_VERSION:  # the common case needs no parsing
+            version = versioning.negotiate_version(version)
         secret = identity.policy.signing_secret
         if secret is not None:
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
         request = self.decode(raw)
         codec.validate(request)
+        extensions = metadata.get_all(EXTENSIONS_KEY)
         call_context = CallContext(
             caller=identity.caller,
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
             version=version,
-            extensions=versioning.parse_extensions(metadata.get_all(EXTENSIONS_KEY)),
+            extensions=versioning.parse_extensions(extensions) if extensions else frozenset(),
             deadline=_deadline(context),
         )
         return request, call_context
@@ -199,9 +202,8 @@ class RpcAdapter:
         self, context: grpc.aio.ServicerContext[Any, Any], call_context: CallContext
     ) -> None:
         # The gRPC form of the A2A-Extensions response header: initial metadata.
-        if call_context.activated_extensions:
-            value = versioning.format_extensions(call_context.activated_extensions)
-            await context.send_initial_metadata(((EXTENSIONS_KEY, value),))
+        value = versioning.format_extensions(call_context.activated_extensions)
+        await context.send_initial_metadata(((EXTENSIONS_KEY, value),))
 
     async def unary(
         self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
@@ -210,7 +212,8 @@ class RpcAdapter:
             decoded, call_context = self._prepare(request, context)
             call: Unary = self._call
             response = self._checked(await call(decoded, call_context))
-            await self._send_extensions(context, call_context)
+            if call_context.activated_extensions:
+                await self._send_extensions(context, call_context)
             return response
         except A2AError as exc:
             error: A2AError = exc
@@ -230,7 +233,8 @@ class RpcAdapter:
                 first = True
                 async for event in events:
                     if first:
-                        await self._send_extensions(context, call_context)
+                        if call_context.activated_extensions:
+                            await self._send_extensions(context, call_context)
                         first = False
                     await context.write(self._checked(event))
             finally:

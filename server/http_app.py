@@ -26,7 +26,14 @@ from . import jsonrpc, rest
 from .auth import Authenticator
 from .card import CARDS, CardProvider, mount_path
 from .config import ServerConfig
-from .http_context import AUTHENTICATOR, CONFIG, SERVICE, unexpected
+from .http_context import (
+    AUTHENTICATOR,
+    CONFIG,
+    SERVICE,
+    STREAM_WATCH,
+    StreamWatch,
+    unexpected,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,8 @@ def build_http_app(
     app[CONFIG] = config
     app[AUTHENTICATOR] = authenticator
     app[CARDS] = cards
+    app[STREAM_WATCH] = StreamWatch()  # the one timer of the open SSE streams
+    app.on_cleanup.append(_stop_watch)
     rest_prefix = mount_path(config.mounts.rest)
     app[rest.REST_PREFIX] = rest_prefix
 
@@ -53,6 +62,10 @@ def build_http_app(
         app.router.add_route(hdrs.METH_ANY, rest_prefix, rest.handle)
     app.router.add_route(hdrs.METH_ANY, rest_prefix + "/{tail:.*}", rest.handle)
     return app
+
+
+async def _stop_watch(app: web.Application) -> None:
+    app[STREAM_WATCH].close()
 
 
 @web.middleware

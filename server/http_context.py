@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
+from google.protobuf import descriptor, message, message_factory
 
 from a2a_gateway.protocol import sse, versioning
 from a2a_gateway.protocol.context import CallContext
@@ -28,7 +29,7 @@ from a2a_gateway.protocol.errors import (
     RateLimitedError,
     UnauthenticatedError,
 )
-from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from . import card, signing
@@ -43,8 +44,43 @@ CONFIG = web.AppKey("a2a_config", ServerConfig)
 # A2AService is abstract, so the key is typed by annotation rather than by class.
 SERVICE: web.AppKey[A2AService] = web.AppKey("a2a_service")
 AUTHENTICATOR = web.AppKey("a2a_authenticator", Authenticator)
+#: The timer of the application's open SSE streams (http_context.StreamWatch).
+STREAM_WATCH: web.AppKey[StreamWatch] = web.AppKey("a2a_stream_watch")
 #: A signing caller's parsed signature, waiting for the body it must cover.
 PENDING_SIGNATURE = web.RequestKey("a2a_pending_signature", signing.PendingSignature)
+
+# --- the schema's rpcs ------------------------------------------------------------------
+
+Unary = Callable[[message.Message, CallContext], Awaitable[message.Message]]
+Streaming = Callable[[message.Message, CallContext], AsyncIterator[pb.StreamResponse]]
+
+
+class Rpc:
+    """One rpc of the schema as the HTTP bindings call it, resolved once at import."""
+
+    __slots__ = ("attribute", "method", "name", "request_class", "streaming")
+
+    def __init__(self, method: descriptor.MethodDescriptor) -> None:
+        self.method = method
+        self.name = method.name
+        self.request_class: type[message.Message] = message_factory.GetMessageClass(
+            method.input_type
+        )
+        self.attribute = method_name(method.name)  # the A2AService method implementing it
+        self.streaming = bool(method.server_streaming)
+
+    def unary(self, service: A2AService) -> Unary:
+        call: Unary = getattr(service, self.attribute)
+        return call
+
+    def stream(self, service: A2AService) -> Streaming:
+        call: Streaming = getattr(service, self.attribute)
+        return call
+
+
+#: Every rpc of the schema by name (the JSON-RPC method name).
+RPCS: dict[str, Rpc] = {method.name: Rpc(method) for method in SERVICE_DESCRIPTOR.methods}
+
 
 # --- media types --------------------------------------------------------------------
 
@@ -147,10 +183,34 @@ def require_json(request: web.Request) -> None:
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, refused (without reading the rest) once it exceeds ``limit``."""
-    too_large = InvalidRequestError(f"request body is larger than {limit} bytes")
     declared = request.content_length
     if declared is not None and declared > limit:
-        raise too_large
+        raise _too_large(limit)
+    content = request.content
+    if content.is_eof():
+        # The whole body has already arrived (a small request comes in one packet with
+        # its headers): take it without a timer or a wait.
+        try:
+            body = content.read_nowait()
+        except (ConnectionError, HttpProcessingError):
+            raise InvalidRequestError("request body could not be read") from None
+        if len(body) > limit:
+            raise _too_large(limit)
+    else:
+        body = await _read_streamed_body(request, limit)
+    pending = request.get(PENDING_SIGNATURE)
+    if pending is not None:
+        pending.verify(body)
+    return body
+
+
+def _too_large(limit: int) -> InvalidRequestError:
+    return InvalidRequestError(f"request body is larger than {limit} bytes")
+
+
+async def _read_streamed_body(request: web.Request, limit: int) -> bytes:
+    """The body as it arrives, bounded in size and in time."""
+    too_large = _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -170,11 +230,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     except (ConnectionError, HttpProcessingError):
         # The client went away or sent a broken chunked body: not a server fault.
         raise InvalidRequestError("request body could not be read") from None
-    body = b"".join(chunks)
-    pending = request.get(PENDING_SIGNATURE)
-    if pending is not None:
-        pending.verify(body)
-    return body
+    return b"".join(chunks)
 
 
 def json_response(
@@ -217,10 +273,26 @@ def unexpected(exc: BaseException, what: str) -> InternalError:
 
 
 # --- Server-Sent Events ---------------------------------------------------------------
+#
+# Per stream, two tasks: aiohttp's handler task writes, and a producer task owned by the
+# stream's EventPump pulls the service's iterator and encodes each event into a list of
+# chunks. Events the service has ready together (a burst of artifact chunks) are pulled
+# without suspending and leave in one write. Nothing here keeps a timer per stream: one
+# StreamWatch per application ticks every DISCONNECT_POLL_S for all open streams and
+# wakes a stream only when its client has gone, its keep-alive is due or a write has been
+# stuck for WRITE_TIMEOUT_S (then the connection is aborted).
 
-EventEncoder = Callable[[pb.StreamResponse], bytes]
-ErrorEncoder = Callable[[A2AError], bytes]
-ErrorResponder = Callable[[A2AError], web.StreamResponse]
+
+class StreamCodec(Protocol):
+    """How a binding shapes a stream: its events, its mid-stream error event, and the
+    plain error response for an error found before the first event."""
+
+    def event(self, event: pb.StreamResponse) -> bytes: ...
+
+    def error(self, error: A2AError) -> bytes: ...
+
+    def error_response(self, error: A2AError) -> web.StreamResponse: ...
+
 
 SSE_HEADERS = {
     hdrs.CONTENT_TYPE: sse.CONTENT_TYPE,
@@ -228,92 +300,162 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",  # nginx: do not buffer the stream
 }
 
-#: How often an idle stream checks whether its client is still connected. aiohttp
-#: does not cancel handlers on disconnect by default, so we look at the transport.
+#: How often open streams are checked for a departed client. aiohttp does not cancel
+#: handlers on disconnect by default, so the watch looks at each transport.
 DISCONNECT_POLL_S = 0.2
 #: How long closing a stream may wait for the service's iterator to finish.
 CLOSE_GRACE_S = 5.0
 #: A single write may wait this long for a slow reader before the stream is dropped.
 WRITE_TIMEOUT_S = 60.0
+#: Encoded events a stream buffers before its producer waits for the writer; the rest
+#: wait in the service's own bounded queue (which drops a consumer that stays behind).
+MAX_BUFFERED_EVENTS = 64
+
+KEEPALIVE = sse.comment("keep-alive")
 
 
 class ClientGone(Exception):
     """The HTTP client disconnected; stop streaming."""
 
 
-async def _next_event(events: AsyncIterator[pb.StreamResponse]) -> pb.StreamResponse | None:
-    try:
-        return await anext(events)
-    except StopAsyncIteration:
-        return None
-
-
 class EventPump:
-    """Pulls one service stream for one HTTP request.
+    """Pulls one service stream for one HTTP request (see the section comment).
 
-    Each ``__anext__`` runs in a task this pump owns, so waiting for the next event can
-    be interleaved with keep-alive comments and disconnect checks without cancelling
-    the service's iterator mid-step. :meth:`aclose` cancels that task and closes the
-    iterator; it always runs, whatever ended the stream.
+    :meth:`aclose` cancels the producer and closes the service's iterator; it always
+    runs, whatever ended the stream.
     """
+
+    __slots__ = (
+        "_chunks",
+        "_encode",
+        "_events",
+        "_producer",
+        "_room",
+        "_waiter",
+        "ended",
+        "error",
+        "gone",
+        "keepalive_s",
+        "last_write",
+        "ping_due",
+        "prepared",
+        "transport",
+        "writing_since",
+    )
 
     def __init__(
         self,
-        request: web.Request,
+        transport: asyncio.Transport | None,
         events: AsyncIterator[pb.StreamResponse],
+        encode: Callable[[pb.StreamResponse], bytes],
         keepalive_s: float,
+        now: float,
     ) -> None:
-        self._request = request
+        self.transport = transport
         self._events = events
-        self._keepalive_s = keepalive_s
-        self._step: asyncio.Task[pb.StreamResponse | None] | None = None
+        self._encode = encode
+        self.keepalive_s = keepalive_s
+        self._chunks: list[bytes] = []
+        self._producer: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the writer, waiting for work
+        self._room: asyncio.Future[None] | None = None  # the producer, waiting for room
+        self.ended = False  # the service's iterator is finished (``error`` says how)
+        self.error: Exception | None = None
+        self.gone = False  # the client left (set by the watch)
+        self.ping_due = False  # a keep-alive comment is due (set by the watch)
+        self.prepared = False  # headers sent: keep-alives may be written
+        self.last_write = now
+        self.writing_since: float | None = None
 
-    def client_gone(self) -> bool:
-        transport = self._request.transport
-        return transport is None or transport.is_closing()
+    def start(self) -> None:
+        self._producer = asyncio.get_running_loop().create_task(self._produce())
 
-    async def next(self, response: web.StreamResponse | None) -> pb.StreamResponse | None:
-        """The next event (None at the end). Service errors propagate as raised.
-
-        With a prepared ``response`` it writes a keep-alive comment whenever the
-        stream has been idle for the keep-alive interval.
-        """
-        if self._step is None:
-            self._step = asyncio.create_task(_next_event(self._events))
-        step = self._step
-        loop = asyncio.get_running_loop()
-        next_ping = loop.time() + self._keepalive_s
-        while True:
-            timeout = DISCONNECT_POLL_S
-            if response is not None:
-                timeout = max(0.0, min(timeout, next_ping - loop.time()))
-            done, _ = await asyncio.wait({step}, timeout=timeout)
-            if done:
-                self._step = None
-                return step.result()
-            if self.client_gone():
-                raise ClientGone
-            if response is not None and loop.time() >= next_ping:
-                await self.write(response, sse.comment("keep-alive"))
-                next_ping = loop.time() + self._keepalive_s
-
-    async def write(self, response: web.StreamResponse, data: bytes) -> None:
+    async def _produce(self) -> None:
+        chunks = self._chunks
+        encode = self._encode
         try:
-            async with asyncio.timeout(WRITE_TIMEOUT_S):
-                await response.write(data)
-        except (ConnectionError, TimeoutError):
+            async for event in self._events:
+                chunks.append(encode(event))
+                self.wake()
+                if len(chunks) >= MAX_BUFFERED_EVENTS:
+                    self._room = asyncio.get_running_loop().create_future()
+                    await self._room
+        except Exception as exc:  # ends the stream; the writer reports it
+            self.error = exc
+        finally:
+            self.ended = True
+            self.wake()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> bytes | None:
+        """Everything encoded so far, in one piece; a keep-alive comment when one is
+        due; None once the service's stream has ended (``error`` says how).
+
+        Raises ClientGone when the client left.
+        """
+        while True:
+            if self.gone:
+                raise ClientGone
+            chunks = self._chunks
+            if chunks:
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                room = self._room
+                if room is not None:
+                    self._room = None
+                    if not room.done():
+                        room.set_result(None)
+                return data
+            if self.ended:
+                return None
+            if self.ping_due:
+                self.ping_due = False
+                return KEEPALIVE
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    async def write(self, response: web.StreamResponse, data: bytes, now: float) -> None:
+        self.writing_since = now
+        try:
+            await response.write(data)
+        except ConnectionError:
             raise ClientGone from None
+        finally:
+            self.writing_since = None
+        self.last_write = now
+
+    def check(self, now: float) -> None:
+        """The watch's look at this stream."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.gone = True
+        elif self.writing_since is not None:
+            if now - self.writing_since >= WRITE_TIMEOUT_S:
+                transport.abort()  # the pending write returns; the next one fails
+                self.gone = True
+            return  # a write is in progress: nothing to wake
+        elif self.prepared and now - self.last_write >= self.keepalive_s:
+            self.ping_due = True
+            self.last_write = now
+        else:
+            return
+        self.wake()
 
     async def aclose(self) -> None:
-        step, self._step = self._step, None
-        if step is not None:
-            step.cancel()
-            await asyncio.wait({step}, timeout=CLOSE_GRACE_S)
-            if not step.done():
+        producer, self._producer = self._producer, None
+        if producer is not None and not producer.done():
+            producer.cancel()
+            await asyncio.wait({producer}, timeout=CLOSE_GRACE_S)
+            if not producer.done():
                 log.warning("stream iterator ignored cancellation for %.0f s", CLOSE_GRACE_S)
                 return
-            if not step.cancelled() and step.exception() is not None:
-                log.debug("stream ended with an error after the client left")
         close = getattr(self._events, "aclose", None)
         if close is None:
             return
@@ -324,61 +466,107 @@ class EventPump:
             log.warning("closing a stream iterator failed: %r", exc)
 
 
+class StreamWatch:
+    """The one timer of an application's open streams (see the section comment).
+
+    It runs only while streams are open; :meth:`close` (application cleanup) stops it.
+    ``now`` is the loop time of the last tick: a clock for the streams that costs no
+    call (they need it only to the tick's precision).
+    """
+
+    __slots__ = ("_handle", "_loop", "_pumps", "interval", "now")
+
+    def __init__(self) -> None:
+        self._pumps: set[EventPump] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.interval = DISCONNECT_POLL_S
+        self.now = 0.0
+
+    def add(self, pump: EventPump) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self.now = pump.last_write = loop.time()
+        self._pumps.add(pump)
+        if pump.keepalive_s < self.interval:
+            self.interval = max(pump.keepalive_s, 0.01)
+        if self._handle is None:
+            self._handle = loop.call_at(self.now + self.interval, self._tick)
+
+    def discard(self, pump: EventPump) -> None:
+        self._pumps.discard(pump)
+
+    def _tick(self) -> None:
+        loop = self._loop
+        assert loop is not None  # set by the add() that scheduled this tick
+        now = self.now = loop.time()
+        for pump in self._pumps:
+            pump.check(now)
+        self._handle = loop.call_at(now + self.interval, self._tick) if self._pumps else None
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
+
+    @property
+    def ticking(self) -> bool:
+        """Whether the timer is scheduled (only while streams are open)."""
+        return self._handle is not None
+
+    def __len__(self) -> int:
+        return len(self._pumps)
+
+
 async def stream_events(
     request: web.Request,
     events: AsyncIterator[pb.StreamResponse],
     context: CallContext,
     *,
     keepalive_s: float,
-    encode_event: EventEncoder,
-    encode_error: ErrorEncoder,
-    error_response: ErrorResponder,
+    codec: StreamCodec,
 ) -> web.StreamResponse:
     """Serve ``events`` as SSE.
 
     The first event is awaited before any header is sent, so an error found before the
-    stream starts becomes a plain ``error_response`` (digest §16.17). Later errors are
-    written with ``encode_error`` and end the stream. A disconnect closes ``events``.
+    stream starts becomes a plain ``codec.error_response`` (digest §16.17). Later errors
+    are written with ``codec.error`` and end the stream. A disconnect closes ``events``.
     """
-    pump = EventPump(request, events, keepalive_s)
+    watch = request.app[STREAM_WATCH]
+    pump = EventPump(request.transport, events, codec.event, keepalive_s, 0.0)
+    watch.add(pump)  # sets its clock
     try:
         try:
             await ensure_signature(request)  # before the service's stream starts
-            event = await pump.next(None)
+            pump.start()
+            data = await pump.take()
         except A2AError as exc:
-            return error_response(exc)
+            return codec.error_response(exc)
         except ClientGone:
             return web.Response(status=204)  # nobody is listening
         except Exception as exc:
-            return error_response(unexpected(exc, "stream start"))
+            return codec.error_response(unexpected(exc, "stream start"))
+        if data is None and pump.error is not None:
+            error = pump.error
+            if not isinstance(error, A2AError):
+                error = unexpected(error, "stream start")
+            return codec.error_response(error)
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         echo_extensions(response, context)
         try:
             await response.prepare(request)
-            await _pump_events(pump, response, event, encode_event, encode_error)
+            pump.prepared = True
+            while data is not None:
+                await pump.write(response, data, watch.now)
+                data = await pump.take()
+            if pump.error is not None:
+                failure = pump.error
+                if not isinstance(failure, A2AError):
+                    failure = unexpected(failure, "stream")
+                await pump.write(response, codec.error(failure), watch.now)
             await response.write_eof()
         except (ClientGone, ConnectionError):
             pass
         return response
     finally:
+        watch.discard(pump)
         await pump.aclose()
-
-
-async def _pump_events(
-    pump: EventPump,
-    response: web.StreamResponse,
-    event: pb.StreamResponse | None,
-    encode_event: EventEncoder,
-    encode_error: ErrorEncoder,
-) -> None:
-    """Write events until the stream ends; a service error becomes the last event."""
-    try:
-        while event is not None:
-            await pump.write(response, encode_event(event))
-            event = await pump.next(response)
-    except A2AError as exc:
-        await pump.write(response, encode_error(exc))
-    except ClientGone:
-        raise
-    except Exception as exc:
-        await pump.write(response, encode_error(unexpected(exc, "stream")))

@@ -16,12 +16,11 @@ service descriptor. Decisions:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from aiohttp import web
-from google.protobuf import descriptor, json_format, message, message_factory
+from google.protobuf import json_format, message
 
 from a2a_gateway.protocol import codec, sse
 from a2a_gateway.protocol.context import CallContext
@@ -34,12 +33,14 @@ from a2a_gateway.protocol.errors import (
     UnauthenticatedError,
     status_proto,
 )
-from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .http_context import (
     CONFIG,
+    JSON_CONTENT_TYPE,
+    RPCS,
     SERVICE,
+    Rpc,
     call_context,
     echo_extensions,
     error_headers,
@@ -53,8 +54,6 @@ from .http_context import (
 JSONRPC_VERSION = "2.0"
 
 RequestId = str | int | float | None
-Unary = Callable[[message.Message, CallContext], Awaitable[message.Message]]
-Streaming = Callable[[message.Message, CallContext], AsyncIterator[pb.StreamResponse]]
 
 #: Errors that keep their HTTP status on this binding; all others are HTTP 200.
 _TRANSPORT_ERRORS = (UnauthenticatedError, RateLimitedError)
@@ -87,10 +86,10 @@ def _valid_id(value: Any) -> bool:
 
 
 class _Envelope:
-    __slots__ = ("method", "params")
+    __slots__ = ("params", "rpc")
 
-    def __init__(self, method: descriptor.MethodDescriptor, params: dict[str, Any] | None) -> None:
-        self.method = method
+    def __init__(self, rpc: Rpc, params: dict[str, Any] | None) -> None:
+        self.rpc = rpc
         self.params = params
 
 
@@ -107,15 +106,15 @@ def _envelope(body: Any) -> _Envelope:
     name = body.get("method")
     if not isinstance(name, str) or not name:
         raise InvalidRequestError('"method" must be a non-empty string')
-    method = SERVICE_DESCRIPTOR.methods_by_name.get(name)
-    if method is None:
+    rpc = RPCS.get(name)
+    if rpc is None:
         raise MethodNotFoundError(
             f"Method not found: {name[:100]!r}", metadata={"method": name[:100]}
         )
     params = body.get("params")
     if params is not None and not isinstance(params, dict):
         raise InvalidRequestError('"params" must be a JSON object')
-    return _Envelope(method, params)
+    return _Envelope(rpc, params)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -132,46 +131,68 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if isinstance(body, dict) and _valid_id(body.get("id")):
             request_id = body.get("id")
         envelope = _envelope(body)
-        codec.check_depth(envelope.params)
-        cls = message_factory.GetMessageClass(envelope.method.input_type)
-        params = codec.parse(cls, envelope.params, path="params")
+        rpc = envelope.rpc
+        params = codec.parse_request(rpc.request_class, envelope.params, path="params")
         context.tenant = getattr(params, "tenant", "")
-        return await _call(request, envelope.method, params, context, request_id)
+        del raw, body, envelope  # a held stream must not pin its request's JSON
+        return await _call(request, rpc, params, context, request_id)
     except A2AError as exc:
         return error_response(request_id, exc)
     except Exception as exc:
         return error_response(request_id, unexpected(exc, "JSON-RPC request"))
 
 
+_RESULT_HEAD = b'{"jsonrpc":"2.0","id":'
+_RESULT_MIDDLE = b',"result":'
+
+
+def result_body(request_id: RequestId, result: message.Message) -> bytes:
+    """``{"jsonrpc":"2.0","id":<id>,"result":<result>}``: the constant parts of the
+    envelope are pre-encoded bytes, so only the id and the result are encoded."""
+    return b"".join(
+        (_RESULT_HEAD, orjson.dumps(request_id), _RESULT_MIDDLE, codec.to_json(result), b"}")
+    )
+
+
+class StreamCodec:
+    """This binding's SSE shapes for one stream (one request id)."""
+
+    __slots__ = ("_head", "request_id")
+
+    def __init__(self, request_id: RequestId) -> None:
+        self.request_id = request_id
+        # Compact JSON is one line, so each event is this prefix, the result and "}".
+        self._head = b"data: " + _RESULT_HEAD + orjson.dumps(request_id) + _RESULT_MIDDLE
+
+    def event(self, event: pb.StreamResponse) -> bytes:
+        return b"".join((self._head, codec.to_json(event), b"}\n\n"))
+
+    def error(self, error: A2AError) -> bytes:
+        return sse.encode(orjson.dumps(error_payload(self.request_id, error)), event="error")
+
+    def error_response(self, error: A2AError) -> web.StreamResponse:
+        return error_response(self.request_id, error)
+
+
 async def _call(
     request: web.Request,
-    method: descriptor.MethodDescriptor,
+    rpc: Rpc,
     params: message.Message,
     context: CallContext,
     request_id: RequestId,
 ) -> web.StreamResponse:
     service = request.app[SERVICE]
-    implementation = getattr(service, method_name(method.name))
-    if method.server_streaming:
-        events = cast(Streaming, implementation)(params, context)
+    if rpc.streaming:
+        events = rpc.stream(service)(params, context)
+        del params  # the service keeps what it needs
         return await stream_events(
             request,
             events,
             context,
             keepalive_s=request.app[CONFIG].keepalive_interval_s,
-            encode_event=lambda event: sse.encode(
-                orjson.dumps(
-                    {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": codec.to_dict(event)}
-                )
-            ),
-            encode_error=lambda error: sse.encode(
-                orjson.dumps(error_payload(request_id, error)), event="error"
-            ),
-            error_response=lambda error: error_response(request_id, error),
+            codec=StreamCodec(request_id),
         )
-    result = await cast(Unary, implementation)(params, context)
-    response = json_response(
-        {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": codec.to_dict(result)}
-    )
+    result = await rpc.unary(service)(params, context)
+    response = web.Response(body=result_body(request_id, result), content_type=JSON_CONTENT_TYPE)
     echo_extensions(response, context)
     return response

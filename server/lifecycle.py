@@ -51,21 +51,26 @@ def new_id() -> str:
         if seq > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
             ms, seq = ms + 1, 0
     else:
-        seq = int.from_bytes(os.urandom(2), "big") & 0x7FF  # leaves room to count up
+        seq = _random_bits(11)  # leaves room to count up within the millisecond
     _last_ms, _last_seq = ms, seq
-    value = (
-        (ms & 0xFFFF_FFFF_FFFF) << 80
-        | 0x7 << 76
-        | seq << 64
-        | 0b10 << 62
-        | int.from_bytes(os.urandom(8), "big") >> 2
-    )
+    value = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | _random_bits(62)
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 _last_ms = 0
 _last_seq = 0
+_pool = b""
+
+
+def _random_bits(bits: int) -> int:
+    """Bits from the OS CSPRNG, read 4 KiB at a time (one syscall per ~500 ids)."""
+    global _pool
+    size = (bits + 7) // 8
+    if len(_pool) < size:
+        _pool = os.urandom(4096)
+    chunk, _pool = _pool[:size], _pool[size:]
+    return int.from_bytes(chunk, "big") >> (size * 8 - bits)
 
 
 def now_ms() -> int:

@@ -18,12 +18,11 @@ still-encoded path so ``%2F`` inside an id cannot split a segment. Decisions:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
-from google.protobuf import json_format, message, message_factory
+from google.protobuf import json_format, message
 
 from a2a_gateway.protocol import codec, routes, sse
 from a2a_gateway.protocol.context import CallContext
@@ -33,12 +32,12 @@ from a2a_gateway.protocol.errors import (
     MethodNotFoundError,
     status_proto,
 )
-from a2a_gateway.protocol.service import method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .http_context import (
     A2A_JSON_CONTENT_TYPE,
     CONFIG,
+    RPCS,
     SERVICE,
     call_context,
     echo_extensions,
@@ -51,9 +50,6 @@ from .http_context import (
 )
 
 CONTENT_TYPE = A2A_JSON_CONTENT_TYPE
-
-Unary = Callable[[message.Message, CallContext], Awaitable[message.Message]]
-Streaming = Callable[[message.Message, CallContext], AsyncIterator[pb.StreamResponse]]
 
 REST_PREFIX = web.AppKey("a2a_rest_prefix", str)
 
@@ -112,15 +108,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
             raise MethodNotAllowedError(
                 f"{request.method} is not allowed here; use {allow}", metadata={"allow": allow}
             ) from None
-        body: Any = None
-        if found.route.body == "*":
-            raw = await read_body(request, request.app[CONFIG].max_body_bytes)
-            if raw.strip():  # an empty body has no type to check (SDK cancel/subscribe)
-                require_json(request)
-                body = codec.loads(raw, max_bytes=request.app[CONFIG].max_body_bytes)
-        data = routes.request_dict(found, request.rel_url.query.items(), body)
-        cls = message_factory.GetMessageClass(found.route.method.input_type)
-        params = codec.parse(cls, data, path="body")
+        params = await _params(request, found)
         context.tenant = getattr(params, "tenant", "")
         return await _call(request, found.route, params, context)
     except A2AError as exc:
@@ -129,26 +117,66 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return error_response(unexpected(exc, "HTTP+JSON request"))
 
 
+async def _params(request: web.Request, found: routes.Match) -> message.Message:
+    """The request message from the body, query and path (a separate frame, so that a
+    held stream does not pin its request's JSON)."""
+    route = found.route
+    cls = RPCS[route.rpc].request_class
+    body: Any = None
+    if route.body == "*":
+        limit = request.app[CONFIG].max_body_bytes
+        raw = await read_body(request, limit)
+        if raw.strip():  # an empty body has no type to check (SDK cancel/subscribe)
+            require_json(request)
+            body = codec.loads(raw, max_bytes=limit, depth=False)
+            if not found.path_params:  # the body is the whole request
+                fast = codec.parse_fast(cls, body)
+                if fast is not None:
+                    return fast
+            codec.check_depth(body)
+    data = routes.request_dict(found, request.rel_url.query.items(), body)
+    return codec.parse(cls, data, path="body")
+
+
 def _shown(request: web.Request) -> str:
     return request.raw_path.split("?", 1)[0][:200]
+
+
+class _StreamCodec:
+    """This binding's SSE shapes: the StreamResponse itself, and the error body."""
+
+    __slots__ = ()
+
+    def event(self, event: pb.StreamResponse) -> bytes:
+        # Compact JSON is one line: no need for sse.encode's line splitting.
+        return b"".join((b"data: ", codec.to_json(event), b"\n\n"))
+
+    def error(self, error: A2AError) -> bytes:
+        return sse.encode(orjson.dumps(error_body(error)), event="error")
+
+    def error_response(self, error: A2AError) -> web.StreamResponse:
+        return error_response(error)
+
+
+STREAM_CODEC = _StreamCodec()
 
 
 async def _call(
     request: web.Request, route: routes.Route, params: message.Message, context: CallContext
 ) -> web.StreamResponse:
-    implementation = getattr(request.app[SERVICE], method_name(route.rpc))
-    if route.method.server_streaming:
-        events = cast(Streaming, implementation)(params, context)
+    rpc = RPCS[route.rpc]
+    service = request.app[SERVICE]
+    if rpc.streaming:
+        events = rpc.stream(service)(params, context)
+        del params  # the service keeps what it needs
         return await stream_events(
             request,
             events,
             context,
             keepalive_s=request.app[CONFIG].keepalive_interval_s,
-            encode_event=lambda event: sse.encode(codec.to_json(event)),
-            encode_error=lambda error: sse.encode(orjson.dumps(error_body(error)), event="error"),
-            error_response=error_response,
+            codec=STREAM_CODEC,
         )
-    result = await cast(Unary, implementation)(params, context)
+    result = await rpc.unary(service)(params, context)
     response = json_response(codec.to_dict(result), content_type=CONTENT_TYPE)
     echo_extensions(response, context)
     return response
