@@ -17,7 +17,9 @@ from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
+from .credentials import Credentials
 from .errors import Redactor, Timeout, Unreachable, build, quote
+from .transport import Transport
 
 M = TypeVar("M", bound=message.Message)
 
@@ -35,6 +37,22 @@ def new_http_client(timeout: float) -> httpx.AsyncClient:
         # Each open SSE stream holds a connection: a proxy relays many at once.
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=32),
     )
+
+
+class HttpTransport(Transport):
+    """What both HTTP transports hold: the shared httpx client and a checked URL."""
+
+    def __init__(
+        self,
+        url: str,
+        http: httpx.AsyncClient,
+        *,
+        credentials: Credentials | None = None,
+        redact: Redactor | None = None,
+    ) -> None:
+        super().__init__(url, credentials=credentials, redact=redact or Redactor())
+        self._http = http
+        self._url = checked_url(url, redact=self.redact)
 
 
 def checked_url(url: str, *, redact: Redactor) -> httpx.URL:

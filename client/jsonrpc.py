@@ -16,27 +16,14 @@ from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.errors import A2AError
 
 from . import http_calls
-from .credentials import Credentials
-from .errors import Redactor, explain_auth, from_jsonrpc_error, from_rest_error
-from .transport import JSONRPC, CallOptions, M, Transport, service_headers
+from .errors import explain_auth, from_jsonrpc_error, from_rest_error
+from .transport import JSONRPC, CallOptions, M, service_headers
 
 
-class JsonRpcTransport(Transport):
+class JsonRpcTransport(http_calls.HttpTransport):
     """Calls one JSON-RPC endpoint (the interface ``url``) over a shared httpx client."""
 
     binding = JSONRPC
-
-    def __init__(
-        self,
-        url: str,
-        http: httpx.AsyncClient,
-        *,
-        credentials: Credentials | None = None,
-        redact: Redactor | None = None,
-    ) -> None:
-        super().__init__(url, credentials=credentials, redact=redact or Redactor())
-        self._http = http
-        self._url = http_calls.checked_url(url, redact=self.redact)
 
     def _request(
         self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool

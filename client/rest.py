@@ -16,13 +16,13 @@ from a2a_gateway.protocol.errors import A2AError
 from . import http_calls
 from .credentials import Credentials
 from .errors import Redactor, explain_auth, from_rest_error
-from .transport import HTTP_JSON, CallOptions, M, Transport, service_headers
+from .transport import HTTP_JSON, CallOptions, M, service_headers
 
 #: The REST media type (digest §8); servers accept ``application/json`` too.
 A2A_JSON = "application/a2a+json"
 
 
-class RestTransport(Transport):
+class RestTransport(http_calls.HttpTransport):
     """Calls one HTTP+JSON base URL (the interface ``url``) over a shared httpx client."""
 
     binding = HTTP_JSON
@@ -35,9 +35,7 @@ class RestTransport(Transport):
         credentials: Credentials | None = None,
         redact: Redactor | None = None,
     ) -> None:
-        super().__init__(url, credentials=credentials, redact=redact or Redactor())
-        self._http = http
-        http_calls.checked_url(url, redact=self.redact)
+        super().__init__(url, http, credentials=credentials, redact=redact)
         self._base = url.strip().rstrip("/")
 
     def _request(
