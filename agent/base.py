@@ -136,6 +136,20 @@ class Turn:
                 return part.text
         return ""
 
+    def session_scope(self, prefix: str) -> str:
+        """The conversation scope of this turn for an agent that keeps sessions."""
+        return session_scope(prefix, self.caller, self.context_id)
+
+
+def session_scope(prefix: str, caller: Caller, context_id: str) -> str:
+    """``<prefix>-a2a-<caller>_<contextId>``: one session per (caller, context).
+
+    Caller names are ``[a-z0-9-]`` (no ``_``) and context ids are checked by the
+    engine, so two callers or two contexts can never share a scope. The host supplies
+    the prefix (the Telegram host uses ``telegram-<chatId>``).
+    """
+    return f"{prefix}-a2a-{caller.name}_{context_id}"
+
 
 # --- outputs --------------------------------------------------------------------------
 
