@@ -1,9 +1,10 @@
 """Logging setup: plain or JSON lines, with a redaction filter for known secrets.
 
-Code that learns a secret (a caller key read from callers.json, an upstream key, a push
-token) registers it with :func:`register_secret`; every log record passing the
-installed handler has each registered secret replaced by ``***``. This is the safety
-net behind the rule that secrets are never logged in the first place.
+Code that learns a secret (a caller key or signing secret read from callers.json, the
+upstream key, a key given to a CLI verb) registers it with :func:`register_secret`;
+every log record passing the installed handler has each registered secret replaced by
+``***``. This is the safety net behind the rule that secrets are never logged in the
+first place (push tokens and credentials are never logged at all: tests scan for them).
 """
 
 from __future__ import annotations

@@ -203,7 +203,12 @@ class Gateway:
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
     gateway = Gateway(settings)
-    await gateway.start()
+    try:
+        await gateway.start()
+    except OSError as exc:  # a port in use, an address we cannot bind
+        log.error("cannot start: %s", exc)
+        await gateway.stop()
+        return 1
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
