@@ -19,8 +19,10 @@ $(VENV)/.deps: requirements/dev.txt pyproject.toml
 # Strict editable install: a symlink tree that mypy resolves. Re-run after adding a
 # module (every target below does, it takes a second).
 dev: $(VENV)/.deps
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-		-e . --config-settings editable_mode=strict 2>/dev/null
+	@mkdir -p build
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+		-e . --config-settings editable_mode=strict >build/dev-install.log 2>&1 \
+		|| { cat build/dev-install.log; exit 1; }
 
 # The official a2a-sdk lives in its own venv (it pins protobuf < 7): interop tests
 # drive it as a subprocess and never import it into ours.
