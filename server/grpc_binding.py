@@ -46,6 +46,8 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 #: Service parameters as gRPC metadata keys (gRPC metadata keys are lower-case).
 VERSION_KEY = versioning.VERSION_HEADER.lower()
 EXTENSIONS_KEY = versioning.EXTENSIONS_HEADER.lower()
+#: The 0.3 name of the extensions parameter, accepted as on HTTP.
+LEGACY_EXTENSIONS_KEY = versioning.LEGACY_EXTENSIONS_HEADER.lower()
 
 #: Bound on closing a service stream after the client went away or the rpc failed.
 STREAM_CLOSE_TIMEOUT_S = 5.0
@@ -172,15 +174,15 @@ class RpcAdapter:
         metadata = MetadataView(context.invocation_metadata())
         get = single_values(metadata.get_all)
         identity = self._authenticator.admit(get, peer_address(context.peer()))
+        secret = identity.policy.signing_secret
+        if secret is not None:  # right after admission, as on HTTP
+            signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
         version = metadata.get(VERSION_KEY)
         if version != PROTOCOL_VERSION:  # the common case needs no parsing
             version = versioning.negotiate_version(version)
-        secret = identity.policy.signing_secret
-        if secret is not None:
-            signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
         request = self.decode(raw)
         codec.validate(request)
-        extensions = metadata.get_all(EXTENSIONS_KEY)
+        extensions = metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
         call_context = CallContext(
             caller=identity.caller,
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one

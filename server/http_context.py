@@ -146,7 +146,8 @@ def expect_signature(
 async def ensure_signature(request: web.Request) -> None:
     """Check a pending signature against the body if nothing has read it yet.
 
-    Bindings that skip the body on some routes call this before the service runs.
+    :func:`call_rpc` calls this before the service runs, so a route that skips the
+    body (REST's body-less POST aliases) is covered as well.
     """
     pending = request.get(PENDING_SIGNATURE)
     if pending is not None and not pending.verified:
@@ -536,7 +537,6 @@ async def stream_events(
     watch.add(pump)  # sets its clock
     try:
         try:
-            await ensure_signature(request)  # before the service's stream starts
             pump.start()
             data = await pump.take()
         except A2AError as exc:
@@ -570,3 +570,30 @@ async def stream_events(
     finally:
         watch.discard(pump)
         await pump.aclose()
+
+
+async def call_rpc(
+    request: web.Request,
+    rpc: Rpc,
+    params: message.Message,
+    context: CallContext,
+    codec: StreamCodec,
+) -> message.Message | web.StreamResponse:
+    """Run ``rpc`` for an HTTP binding once its request is decoded.
+
+    A signing caller's pending signature is checked first, so the service never runs
+    for a body the signature does not cover, whatever the route. A unary rpc returns
+    the service's result for the binding to encode; a streaming rpc is served as SSE
+    shaped by ``codec`` and returns the finished response.
+    """
+    await ensure_signature(request)
+    service = request.app[SERVICE]
+    if not rpc.streaming:
+        return await rpc.unary(service)(params, context)
+    return await stream_events(
+        request,
+        rpc.stream(service)(params, context),
+        context,
+        keepalive_s=request.app[CONFIG].keepalive_interval_s,
+        codec=codec,
+    )

@@ -39,15 +39,14 @@ from .http_context import (
     CONFIG,
     JSON_CONTENT_TYPE,
     RPCS,
-    SERVICE,
     Rpc,
     call_context,
+    call_rpc,
     echo_extensions,
     error_headers,
     json_response,
     read_body,
     require_json,
-    stream_events,
     unexpected,
 )
 
@@ -181,18 +180,9 @@ async def _call(
     context: CallContext,
     request_id: RequestId,
 ) -> web.StreamResponse:
-    service = request.app[SERVICE]
-    if rpc.streaming:
-        events = rpc.stream(service)(params, context)
-        del params  # the service keeps what it needs
-        return await stream_events(
-            request,
-            events,
-            context,
-            keepalive_s=request.app[CONFIG].keepalive_interval_s,
-            codec=StreamCodec(request_id),
-        )
-    result = await rpc.unary(service)(params, context)
-    response = web.Response(body=result_body(request_id, result), content_type=JSON_CONTENT_TYPE)
+    outcome = await call_rpc(request, rpc, params, context, StreamCodec(request_id))
+    if isinstance(outcome, web.StreamResponse):
+        return outcome
+    response = web.Response(body=result_body(request_id, outcome), content_type=JSON_CONTENT_TYPE)
     echo_extensions(response, context)
     return response

@@ -38,14 +38,13 @@ from .http_context import (
     A2A_JSON_CONTENT_TYPE,
     CONFIG,
     RPCS,
-    SERVICE,
     call_context,
+    call_rpc,
     echo_extensions,
     error_headers,
     json_response,
     read_body,
     require_json,
-    stream_events,
     unexpected,
 )
 
@@ -164,19 +163,9 @@ STREAM_CODEC = _StreamCodec()
 async def _call(
     request: web.Request, route: routes.Route, params: message.Message, context: CallContext
 ) -> web.StreamResponse:
-    rpc = RPCS[route.rpc]
-    service = request.app[SERVICE]
-    if rpc.streaming:
-        events = rpc.stream(service)(params, context)
-        del params  # the service keeps what it needs
-        return await stream_events(
-            request,
-            events,
-            context,
-            keepalive_s=request.app[CONFIG].keepalive_interval_s,
-            codec=STREAM_CODEC,
-        )
-    result = await rpc.unary(service)(params, context)
-    response = json_response(codec.to_dict(result), content_type=CONTENT_TYPE)
+    outcome = await call_rpc(request, RPCS[route.rpc], params, context, STREAM_CODEC)
+    if isinstance(outcome, web.StreamResponse):
+        return outcome
+    response = json_response(codec.to_dict(outcome), content_type=CONTENT_TYPE)
     echo_extensions(response, context)
     return response

@@ -159,14 +159,18 @@ async def test_send_message_echoes_into_a_completed_task(anon: Served) -> None:
 
 
 async def test_tenant_extensions_and_deadline_reach_the_service(anon: Served) -> None:
-    metadata = (("a2a-version", "1.0"), ("a2a-extensions", f"urn:other, {ECHO_EXTENSION}"))
+    metadata = (
+        ("a2a-version", "1.0"),
+        ("a2a-extensions", f"urn:other, {ECHO_EXTENSION}"),
+        ("x-a2a-extensions", "urn:legacy"),  # the 0.3 name, accepted as on HTTP
+    )
     call = anon.stub.SendMessage(_send(tenant="acme"), metadata=metadata, timeout=30)
     async with asyncio.timeout(BOUND):
         await call
         initial = await call.initial_metadata()
     context = anon.service.contexts[-1]
     assert context.tenant == "acme"
-    assert context.extensions == {"urn:other", ECHO_EXTENSION}
+    assert context.extensions == {"urn:other", "urn:legacy", ECHO_EXTENSION}
     assert context.deadline is not None
     remaining = context.remaining()
     # grpc rounds the wire timeout up a little: only check it is this call's deadline.

@@ -202,6 +202,26 @@ async def test_rest_signed_requests(http: Http) -> None:
     assert names == ["send_message", "get_task", "list_tasks", "subscribe_to_task", "cancel_task"]
 
 
+async def test_rest_stream_signature_is_checked_before_the_service_is_called(
+    http: Http, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A service may start work when its streaming method is called (not only on the
+    # first event): the pending signature must be checked before that call.
+    invoked: list[str] = []
+    original = http.service.subscribe_to_task
+
+    def subscribe(request: Any, context: Any) -> Any:
+        invoked.append(request.id)
+        return original(request, context)
+
+    monkeypatch.setattr(http.service, "subscribe_to_task", subscribe)
+    path = "/a2a/v1/tasks/task-x:subscribe"
+    assert (await request(http, "POST", path, b"{}", signed_headers(b"[]")))[0] == 401
+    assert invoked == []
+    status, _ = await request(http, "POST", path, b"{}", signed_headers(b"{}"))
+    assert status == 404 and invoked == ["task-x"]  # admitted; the task is unknown
+
+
 # --- gRPC ---------------------------------------------------------------------------------
 
 
