@@ -76,6 +76,7 @@ class ProcessAgent(Agent):
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         held = ""  # one chunk of look-ahead, so the last one can carry lastChunk
         status: int | None = None
+        timed_out = False
         try:
             async with asyncio.timeout(self.timeout_s):
                 while True:
@@ -89,13 +90,16 @@ class ProcessAgent(Agent):
                         break
                 status = await proc.wait()
         except TimeoutError:
+            timed_out = True
+        finally:
+            feeder.cancel()
+            if status is None:  # timeout, cancellation or close: its stderr is not needed
+                stderr_tail.cancel()
+                await _kill(proc)
+        if timed_out:  # killed (and reaped) before the failure is reported
             yield Failed(f"The command did not finish within {self.timeout_s:g} s.")
             return
-        finally:
-            if status is None:
-                await _kill(proc)
-            feeder.cancel()
-            tail = await _finish_tail(stderr_tail)
+        tail = await _finish_tail(stderr_tail)
         if held:
             yield TextChunk(held, last=True)
         if status == 0:

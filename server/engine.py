@@ -344,16 +344,9 @@ class TaskEngine(A2AService):
                 await asyncio.sleep(0)
                 await self._persist_if_dirty(got)
             yield snapshot
-            while True:
-                if subscriber.events:
-                    for event in subscriber.take():
-                        yield event
-                    continue
-                if subscriber.done:
-                    if subscriber.error is not None:
-                        raise subscriber.error
-                    return
-                await subscriber.wait()
+            while batch := await subscriber.next_batch():
+                for event in batch:
+                    yield event
         finally:
             self._leave(task_id, subscriber)
 
@@ -1060,16 +1053,9 @@ class TaskEngine(A2AService):
         snapshot = await self._join(caller, task_id, subscriber)
         try:
             yield snapshot
-            while True:
-                if subscriber.events:
-                    for event in subscriber.take():
-                        yield event
-                    continue
-                if subscriber.done:
-                    if subscriber.error is not None:
-                        raise subscriber.error
-                    return
-                await subscriber.wait()
+            while batch := await subscriber.next_batch():
+                for event in batch:
+                    yield event
         finally:
             self._leave(task_id, subscriber)
 

@@ -54,6 +54,7 @@ import contextlib
 import itertools
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -209,20 +210,26 @@ class WorkspaceTaskStore(TaskStore):
 
     def _read_file(self, task_id: str, path: str) -> _Loaded | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            # O_NONBLOCK: a FIFO planted under a task's name must not hang the server.
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             self._cache.pop(task_id, None)
             return None
         try:
-            stamp = _stamp(os.fstat(fd))
-            with open(fd, "rb", closefd=False) as file:
-                data = file.read()
+            st = os.fstat(fd)
+            stamp = _stamp(st)
+            data = b""
+            if stat.S_ISREG(st.st_mode):
+                with open(fd, "rb", closefd=False) as file:
+                    data = file.read()
         except OSError:
             self._cache.pop(task_id, None)
             return None
         finally:
             os.close(fd)
         try:
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("not a regular file")
             task, owner, configs = decode_record(data, task_id)
         except ValueError as exc:
             previous = self._cache.get(task_id)

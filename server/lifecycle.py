@@ -73,10 +73,6 @@ def _random_bits(bits: int) -> int:
     return int.from_bytes(chunk, "big") >> (size * 8 - bits)
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def set_now(ts: timestamp_pb2.Timestamp) -> None:
     """Set ``ts`` to now, at millisecond precision (ProtoJSON then prints ``.123Z``)."""
     ms = time.time_ns() // 1_000_000

@@ -151,7 +151,9 @@ class SecretBox:
 
     def _read_key(self) -> bytes | None:
         try:
-            fd = os.open(self.key_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            # O_NONBLOCK: a FIFO in the key's place must not hang the server.
+            flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+            fd = os.open(self.key_path, flags)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -160,12 +162,12 @@ class SecretBox:
             ) from None
         try:
             info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SecretBoxError(f"the key file {self.key_path} is not a regular file")
             with open(fd, "rb", closefd=False) as file:
                 text = file.read(1024)
         finally:
             os.close(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SecretBoxError(f"the key file {self.key_path} is not a regular file")
         if info.st_mode & 0o077:
             log.warning("the key file %s is readable by others; chmod 600 it", self.key_path)
         try:
@@ -199,6 +201,14 @@ class SecretBox:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        # Once per workspace: make the new name durable, or a power cut could keep
+        # task files sealed with a key whose file is gone.
+        with contextlib.suppress(OSError):
+            folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(folder_fd)
+            finally:
+                os.close(folder_fd)
         log.info("created the secret key file %s", self.key_path)
         return key
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.agent import process
 from a2a_gateway.agent.base import Completed, Failed, TextChunk
 from a2a_gateway.agent.process import ProcessAgent
 
@@ -57,6 +58,33 @@ async def test_non_zero_exit_fails_with_a_redacted_reason() -> None:
 async def test_timeout_fails_and_kills() -> None:
     found = await outputs(ProcessAgent("sleep 30", timeout_s=0.2), turn(""))
     assert isinstance(found[-1], Failed) and "did not finish" in found[-1].text
+
+
+async def test_timeout_kills_the_group_before_reporting(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    command = f"sleep 30 & echo $! > {pid_file}; wait"
+    run = ProcessAgent(command, timeout_s=0.5).run(turn(""))
+    try:
+        async with asyncio.timeout(10):
+            failure = await anext(run)
+        assert isinstance(failure, Failed) and "did not finish" in failure.text
+        # Killed before the failure was reported, not only when the generator closes.
+        async with asyncio.timeout(5):
+            while _alive(int(pid_file.read_text())):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        await run.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_command_ignoring_sigterm_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(process, "_KILL_GRACE_S", 0.2)
+    pid_file = tmp_path / "pid"
+    command = f"trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done"
+    found = await outputs(ProcessAgent(command, timeout_s=0.5), turn(""))
+    assert isinstance(found[-1], Failed)
+    assert not _alive(int(pid_file.read_text()))
 
 
 async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> None:

@@ -156,3 +156,11 @@ def test_racing_creators_agree_on_one_key(tmp_path: Path) -> None:
     assert late._create_key() == base64.urlsafe_b64decode((tmp_path / KEY_FILE).read_bytes())
     assert late.open(sealed, "ctx") == "value"
     assert sorted(p.name for p in (tmp_path / ".a2a").iterdir()) == ["secret.key"]
+
+
+def test_a_fifo_key_file_is_refused_without_hanging(tmp_path: Path) -> None:
+    key_file = tmp_path / "ws" / KEY_FILE
+    key_file.parent.mkdir(parents=True)
+    os.mkfifo(key_file)
+    with pytest.raises(SecretBoxError, match="not a regular file"):
+        SecretBox(tmp_path / "ws").seal("x", "ctx")

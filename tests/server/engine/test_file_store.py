@@ -303,3 +303,13 @@ async def test_both_write_paths_replace_files_and_leave_no_temp_files(
         assert task_file(tmp_path, again.id).exists()
     finally:
         await engine.aclose()
+
+
+async def test_a_fifo_task_file_reads_as_not_found_without_hanging(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    path = task_file(tmp_path, "t-fifo")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    # A blocking open of a FIFO never returns (no writer): this would hang.
+    assert await store.load(ALICE, "t-fifo") is None
+    assert await store.summaries(ALICE) == []
