@@ -3,6 +3,7 @@ failures as readable typed errors, capped bodies, and SSE event iteration."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
@@ -19,7 +20,7 @@ from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
 from .errors import Redactor, Timeout, Unreachable, build, quote
-from .transport import Transport
+from .transport import CallOptions, Transport
 
 M = TypeVar("M", bound=message.Message)
 
@@ -53,6 +54,43 @@ class HttpTransport(Transport):
         super().__init__(url, credentials=credentials, redact=redact or Redactor())
         self._http = http
         self._url = checked_url(url, redact=self.redact)
+
+    def _ok(self, status: int) -> bool:
+        """Whether ``status`` carries a result (JSON-RPC narrows this to 200)."""
+        return 200 <= status < 300
+
+    @abc.abstractmethod
+    def _error(self, status: int, body: bytes) -> A2AError:
+        """The error of an answer with ``status`` that carries no result."""
+
+    def _refused(self, status: int, body: bytes) -> A2AError:
+        """The error of a stream request answered with ``status`` and a non-SSE ``body``."""
+        return self._error(status, body)
+
+    async def _events(
+        self, request: httpx.Request, options: CallOptions
+    ) -> AsyncGenerator[sse.Event, None]:
+        """SSE events of ``request``: opened within the call timeout, each read bounded by
+        the idle timeout, the response closed when the caller stops (or is cancelled).
+        Errors sent before the stream starts come back as a plain body (§16.17)."""
+        response = await open_stream(
+            self._http, request, target=self.target, bound=options.timeout, redact=self.redact
+        )
+        try:
+            if not self._ok(response.status_code) or not is_event_stream(response):
+                body = await read_error_body(
+                    response, target=self.target, bound=options.timeout, redact=self.redact
+                )
+                raise self._refused(response.status_code, body)
+            options.on_extensions(reported_extensions(response))
+            stream = events(
+                response, target=self.target, idle_timeout=options.idle_timeout, redact=self.redact
+            )
+            async with contextlib.aclosing(stream):
+                async for event in stream:
+                    yield event
+        finally:
+            await response.aclose()
 
 
 def checked_url(url: str, *, redact: Redactor) -> httpx.URL:

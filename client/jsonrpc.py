@@ -46,6 +46,9 @@ class JsonRpcTransport(http_calls.HttpTransport):
             timeout=http_calls.request_timeout(options.timeout, read),
         )
 
+    def _ok(self, status: int) -> bool:
+        return status == 200
+
     def _error(self, status: int, body: bytes) -> A2AError:
         """The error of a non-result answer: a JSON-RPC error, or a plain HTTP failure."""
         value: Any = None
@@ -69,7 +72,7 @@ class JsonRpcTransport(http_calls.HttpTransport):
             bound=options.timeout,
             redact=self.redact,
         )
-        if response.status_code != 200:
+        if not self._ok(response.status_code):
             raise self._error(response.status_code, body)
         options.on_extensions(http_calls.reported_extensions(response))
         value = http_calls.load_json(
@@ -92,50 +95,28 @@ class JsonRpcTransport(http_calls.HttpTransport):
     async def stream(
         self, rpc: str, request: message.Message, options: CallOptions
     ) -> AsyncGenerator[pb.StreamResponse, None]:
-        response = await http_calls.open_stream(
-            self._http,
-            self._request(rpc, request, options, stream=True),
-            target=self.target,
-            bound=options.timeout,
-            redact=self.redact,
-        )
-        try:
-            if response.status_code != 200 or not http_calls.is_event_stream(response):
-                # Errors found before the stream starts come back as plain JSON (§16.17).
-                body = await http_calls.read_error_body(
-                    response, target=self.target, bound=options.timeout, redact=self.redact
+        events = self._events(self._request(rpc, request, options, stream=True), options)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                value = http_calls.load_json(
+                    event.data, target=self.target, what="stream event", redact=self.redact
                 )
-                raise self._error(response.status_code, body)
-            options.on_extensions(http_calls.reported_extensions(response))
-            events = http_calls.events(
-                response, target=self.target, idle_timeout=options.idle_timeout, redact=self.redact
-            )
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    value = http_calls.load_json(
-                        event.data, target=self.target, what="stream event", redact=self.redact
+                if not isinstance(value, dict):
+                    raise http_calls.invalid_response(
+                        self.target, "stream event", "not an object", self.redact
                     )
-                    if not isinstance(value, dict):
-                        raise http_calls.invalid_response(
-                            self.target, "stream event", "not an object", self.redact
-                        )
-                    if "error" in value:
-                        raise explain_auth(
-                            from_jsonrpc_error(value["error"], self.redact),
-                            self.target,
-                            has_key=self.credentials is not None,
-                            redact=self.redact,
-                        )
-                    item = http_calls.parse_message(
-                        pb.StreamResponse,
-                        value.get("result"),
-                        target=self.target,
+                if "error" in value:
+                    raise explain_auth(
+                        from_jsonrpc_error(value["error"], self.redact),
+                        self.target,
+                        has_key=self.credentials is not None,
                         redact=self.redact,
                     )
-                    if item.WhichOneof("payload") is not None:
-                        yield item
-        finally:
-            await response.aclose()
+                item = http_calls.parse_message(
+                    pb.StreamResponse, value.get("result"), target=self.target, redact=self.redact
+                )
+                if item.WhichOneof("payload") is not None:
+                    yield item
 
     async def aclose(self) -> None:
         """The httpx client belongs to whoever passed it in."""

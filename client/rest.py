@@ -61,6 +61,13 @@ class RestTransport(http_calls.HttpTransport):
             timeout=http_calls.request_timeout(options.timeout, read),
         )
 
+    def _refused(self, status: int, body: bytes) -> A2AError:
+        if self._ok(status):
+            return http_calls.invalid_response(
+                self.target, "stream", "expected text/event-stream", self.redact
+            )
+        return self._error(status, body)
+
     def _error(self, status: int, body: bytes) -> A2AError:
         return explain_auth(
             from_rest_error(status, body, self.redact),
@@ -79,7 +86,7 @@ class RestTransport(http_calls.HttpTransport):
             bound=options.timeout,
             redact=self.redact,
         )
-        if not 200 <= response.status_code < 300:
+        if not self._ok(response.status_code):
             raise self._error(response.status_code, body)
         options.on_extensions(http_calls.reported_extensions(response))
         value = (
@@ -94,43 +101,21 @@ class RestTransport(http_calls.HttpTransport):
     async def stream(
         self, rpc: str, request: message.Message, options: CallOptions
     ) -> AsyncGenerator[pb.StreamResponse, None]:
-        response = await http_calls.open_stream(
-            self._http,
-            self._request(rpc, request, options, stream=True),
-            target=self.target,
-            bound=options.timeout,
-            redact=self.redact,
-        )
-        try:
-            if not 200 <= response.status_code < 300 or not http_calls.is_event_stream(response):
-                body = await http_calls.read_error_body(
-                    response, target=self.target, bound=options.timeout, redact=self.redact
+        events = self._events(self._request(rpc, request, options, stream=True), options)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                value = http_calls.load_json(
+                    event.data, target=self.target, what="stream event", redact=self.redact
                 )
-                if 200 <= response.status_code < 300:
-                    raise http_calls.invalid_response(
-                        self.target, "stream", "expected text/event-stream", self.redact
-                    )
-                raise self._error(response.status_code, body)
-            options.on_extensions(http_calls.reported_extensions(response))
-            events = http_calls.events(
-                response, target=self.target, idle_timeout=options.idle_timeout, redact=self.redact
-            )
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    value = http_calls.load_json(
-                        event.data, target=self.target, what="stream event", redact=self.redact
-                    )
-                    if isinstance(value, dict) and isinstance(value.get("error"), dict):
-                        code = value["error"].get("code")
-                        status = code if isinstance(code, int) and 400 <= code < 600 else 500
-                        raise self._error(status, event.data.encode())
-                    item = http_calls.parse_message(
-                        pb.StreamResponse, value, target=self.target, redact=self.redact
-                    )
-                    if item.WhichOneof("payload") is not None:
-                        yield item
-        finally:
-            await response.aclose()
+                if isinstance(value, dict) and isinstance(value.get("error"), dict):
+                    code = value["error"].get("code")
+                    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                    raise self._error(status, event.data.encode())
+                item = http_calls.parse_message(
+                    pb.StreamResponse, value, target=self.target, redact=self.redact
+                )
+                if item.WhichOneof("payload") is not None:
+                    yield item
 
     async def aclose(self) -> None:
         """The httpx client belongs to whoever passed it in."""

@@ -8,24 +8,22 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
+import grpc
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import lf.a2a.v1.a2a_pb2 as pb
+import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import Credentials, Redactor, RemoteService, make_transport
 from a2a_gateway.client.http_calls import new_http_client
 
-ROOT = Path(__file__).resolve().parents[2]
-PEER_PYTHON = ROOT / ".venv-peer" / "bin" / "python"
-SDK_SERVER = ROOT / "tests" / "interop" / "peers" / "sdk_server.py"
 HOST = "127.0.0.1"
 #: The key the SDK peer requires (long enough to be scrubbed wherever it appears).
 PEER_KEY = "peer-key-7c1e9b2a4d"
 #: The caller key our own gateway is started with.
 OWN_KEY = "own-key-3e5d7f9b1a2c"
-READY_TIMEOUT_S = 30.0
 TRANSPORTS = ("jsonrpc", "rest", "grpc")
 
 
@@ -100,6 +98,34 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         yield str(server.make_url("")).rstrip("/")
     finally:
         await server.close()
+
+
+@contextlib.asynccontextmanager
+async def stream_peer(
+    binding: str, handler: Any, *, bound: float = 10.0, **options: Any
+) -> AsyncIterator[RemoteService]:
+    """A RemoteService over ``binding`` (JSONRPC or HTTP+JSON) to an aiohttp ``handler`` that
+    answers the JSON-RPC URL and the REST stream path; the body runs within ``bound`` s."""
+    app = web.Application()
+    app.router.add_post("/rpc", handler)
+    app.router.add_post("/rest/message:stream", handler)
+    async with serving(app) as base, asyncio.timeout(bound):
+        url = base + ("/rpc" if binding == "JSONRPC" else "/rest")
+        async with remote(binding, url, **options) as service:
+            yield service
+
+
+@contextlib.asynccontextmanager
+async def grpc_serving(servicer: a2a_pb2_grpc.A2AServiceServicer) -> AsyncIterator[str]:
+    """Serve ``servicer`` over gRPC on a free 127.0.0.1 port; yields its target."""
+    server = grpc.aio.server()
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port(f"{HOST}:0")
+    await server.start()
+    try:
+        yield f"{HOST}:{port}"
+    finally:
+        await server.stop(None)
 
 
 @contextlib.asynccontextmanager

@@ -15,7 +15,15 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import Timeout, Unreachable, connect
 from a2a_gateway.protocol import errors
 
-from .client_support import HOST, closed_port, remote, serving, silent_server, text_request
+from .client_support import (
+    HOST,
+    closed_port,
+    grpc_serving,
+    remote,
+    silent_server,
+    stream_peer,
+    text_request,
+)
 
 BOUND_S = 10.0
 HTTP_BINDINGS = ("JSONRPC", "HTTP+JSON")
@@ -129,13 +137,7 @@ async def test_sse_tolerates_crlf_comments_and_multiline_data() -> None:
             ],
         )
 
-    app = web.Application()
-    app.router.add_post("/rpc", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote("JSONRPC", base + "/rpc") as service,
-    ):
+    async with stream_peer("JSONRPC", handler, bound=BOUND_S) as service:
         events = [e async for e in service.send_streaming_message(text_request("hi"))]
     assert [e.WhichOneof("payload") for e in events] == ["task", "status_update"]
     assert events[0].task.id == "t-1"
@@ -169,13 +171,7 @@ async def test_jsonrpc_error_event_mid_stream_is_typed() -> None:
             ],
         )
 
-    app = web.Application()
-    app.router.add_post("/rpc", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote("JSONRPC", base + "/rpc") as service,
-    ):
+    async with stream_peer("JSONRPC", handler, bound=BOUND_S) as service:
         stream = service.send_streaming_message(text_request("hi"))
         first = await anext(stream)
         with pytest.raises(errors.TaskNotFoundError) as caught:
@@ -210,13 +206,7 @@ async def test_rest_error_event_mid_stream_is_typed() -> None:
             ],
         )
 
-    app = web.Application()
-    app.router.add_post("/rest/message:stream", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote("HTTP+JSON", base + "/rest") as service,
-    ):
+    async with stream_peer("HTTP+JSON", handler, bound=BOUND_S) as service:
         stream = service.send_streaming_message(text_request("hi"))
         assert (await anext(stream)).task.id == "t-1"
         with pytest.raises(errors.UnsupportedOperationError):
@@ -229,13 +219,7 @@ async def test_error_before_stream_is_plain_json() -> None:
             {"jsonrpc": "2.0", "id": "1", "error": {"code": -32004, "message": "no streaming"}}
         )
 
-    app = web.Application()
-    app.router.add_post("/rpc", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote("JSONRPC", base + "/rpc") as service,
-    ):
+    async with stream_peer("JSONRPC", handler, bound=BOUND_S) as service:
         with pytest.raises(errors.UnsupportedOperationError, match="no streaming"):
             await anext(service.send_streaming_message(text_request("hi")))
 
@@ -253,14 +237,7 @@ async def test_silent_open_stream_hits_idle_timeout(binding: str) -> None:
         await asyncio.sleep(30)  # then nothing, not even a keep-alive
         return response
 
-    app = web.Application()
-    app.router.add_post("/rpc", handler)
-    app.router.add_post("/rest/message:stream", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote(binding, http_url(binding, base), idle_timeout=0.5) as service,
-    ):
+    async with stream_peer(binding, handler, idle_timeout=0.5, bound=BOUND_S) as service:
         stream = service.send_streaming_message(text_request("hi"))
         assert (await anext(stream)).task.id == "t-1"
         with pytest.raises(Timeout, match=r"sent nothing for 0\.5 s"):
@@ -285,14 +262,7 @@ async def test_closing_the_iterator_closes_the_http_response(binding: str) -> No
             raise
         return response
 
-    app = web.Application()
-    app.router.add_post("/rpc", handler)
-    app.router.add_post("/rest/message:stream", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote(binding, http_url(binding, base)) as service,
-    ):
+    async with stream_peer(binding, handler, bound=BOUND_S) as service:
         stream = service.send_streaming_message(text_request("hi"))
         assert (await anext(stream)).task.id == "t-1"
         await stream.aclose()
@@ -317,13 +287,7 @@ async def test_cancelling_the_consumer_task_closes_the_stream() -> None:
             raise
         return response
 
-    app = web.Application()
-    app.router.add_post("/rpc", handler)
-    async with (
-        serving(app) as base,
-        asyncio.timeout(BOUND_S),
-        remote("JSONRPC", base + "/rpc") as service,
-    ):
+    async with stream_peer("JSONRPC", handler, bound=BOUND_S) as service:
 
         async def consume() -> None:
             async for _ in service.send_streaming_message(text_request("hi")):
@@ -361,15 +325,9 @@ class StreamingServicer(a2a_pb2_grpc.A2AServiceServicer):
 
 @pytest.fixture
 async def grpc_streamer() -> AsyncIterator[tuple[str, StreamingServicer]]:
-    server = grpc.aio.server()
     servicer = StreamingServicer()
-    a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port(f"{HOST}:0")
-    await server.start()
-    try:
-        yield f"{HOST}:{port}", servicer
-    finally:
-        await server.stop(None)
+    async with grpc_serving(servicer) as target:
+        yield target, servicer
 
 
 async def test_grpc_stream_close_cancels_the_call(

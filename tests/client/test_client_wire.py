@@ -21,7 +21,7 @@ from a2a_gateway.client import AuthRejected, Credentials, Timeout
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import CallContext
 
-from .client_support import HOST, remote, serving, silent_server, text_request
+from .client_support import HOST, grpc_serving, remote, serving, silent_server, text_request
 
 BOUND_S = 10.0
 KEY = "sk-live-0123456789abcdef"
@@ -444,15 +444,9 @@ class ScriptedServicer(a2a_pb2_grpc.A2AServiceServicer):
 
 @pytest.fixture
 async def grpc_peer() -> AsyncIterator[tuple[str, ScriptedServicer]]:
-    server = grpc.aio.server()
     servicer = ScriptedServicer()
-    a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port(f"{HOST}:0")
-    await server.start()
-    try:
-        yield f"{HOST}:{port}", servicer
-    finally:
-        await server.stop(None)
+    async with grpc_serving(servicer) as target:
+        yield target, servicer
 
 
 async def test_grpc_metadata_tenant_and_extensions(

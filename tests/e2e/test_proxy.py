@@ -72,13 +72,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         grpc_port=grpc_port,
         strict_shutdown=False,
     )
-    server.start()
-    try:
+    with server.running():
         yield Upstream(base_url, grpc_port)
-    finally:
-        complaint = server.stop()
-    if complaint:
-        pytest.fail(complaint)
 
 
 @pytest.fixture(scope="module")

@@ -206,6 +206,17 @@ class ServerProcess:
         except OSError:
             return False
 
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Started for the ``with`` body, then stopped; a complaint fails the test."""
+        self.start()
+        try:
+            yield
+        finally:
+            complaint = self.stop()
+        if complaint:
+            pytest.fail(complaint)
+
     def stop(self) -> str | None:
         """Stop it (SIGTERM, then SIGKILL after a while); return a complaint when it died
         early, ignored SIGTERM or printed a traceback. Idempotent."""
@@ -281,15 +292,10 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
         grpc_port=grpc_port,
         strict_shutdown=SERVER_UNDER_TEST == "gateway",
     )
-    server.start()
-    try:
+    with server.running():
         yield InteropServer(
             SERVER_UNDER_TEST, base_url, base_url + CARD_PATH, key, workspace, extended_name
         )
-    finally:
-        complaint = server.stop()
-    if complaint:
-        pytest.fail(complaint)
 
 
 # --- the SDK client driver -------------------------------------------------------------
