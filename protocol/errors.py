@@ -15,6 +15,7 @@ import google.rpc.error_details_pb2 as error_details_pb2
 import google.rpc.status_pb2 as status_pb2
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf import message as pb_message
 
 ERROR_DOMAIN = "a2a-protocol.org"
 
@@ -194,7 +195,8 @@ class RateLimitedError(A2AError):
             metadata["retryAfterSeconds"] = str(retry_after_s)
         super().__init__(message, metadata=metadata, violations=violations)
         seconds = self.metadata.get("retryAfterSeconds", "1")
-        self.retry_after_s = int(seconds) if seconds.isdigit() else 1
+        # A peer's value: ASCII digits only (str.isdigit() admits "²", which int() refuses).
+        self.retry_after_s = int(seconds) if seconds.isascii() and seconds.isdigit() else 1
 
 
 class MethodNotAllowedError(A2AError):
@@ -307,17 +309,22 @@ def error_from_status(
     metadata: dict[str, str] = {}
     violations: list[FieldViolation] = []
     for detail in status.details:
-        if detail.TypeName() == "google.rpc.ErrorInfo":
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            found = error_for_reason(info.reason)
-            if found is not None:
-                cls = found
-            metadata = dict(info.metadata)
-        elif detail.TypeName() == "google.rpc.BadRequest":
-            request = error_details_pb2.BadRequest()
-            detail.Unpack(request)
-            violations = [FieldViolation(v.field, v.description) for v in request.field_violations]
+        try:  # a peer's bytes: a corrupt detail is skipped, not raised as DecodeError
+            if detail.TypeName() == "google.rpc.ErrorInfo":
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                found = error_for_reason(info.reason)
+                if found is not None:
+                    cls = found
+                metadata = dict(info.metadata)
+            elif detail.TypeName() == "google.rpc.BadRequest":
+                request = error_details_pb2.BadRequest()
+                detail.Unpack(request)
+                violations = [
+                    FieldViolation(v.field, v.description) for v in request.field_violations
+                ]
+        except pb_message.DecodeError:
+            continue
     error = cls(status.message or None, metadata=metadata, violations=violations)
     return error
 

@@ -151,14 +151,20 @@ def _task(task: pb.Task) -> dict[str, Any]:
     return out
 
 
-def _status_update(update: pb.TaskStatusUpdateEvent) -> dict[str, Any]:
-    if update.HasField("metadata"):
-        return _generic(update)
+def _event_ids(update: pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent) -> dict[str, Any]:
+    """The ids both update events start with."""
     out: dict[str, Any] = {}
     if update.task_id:
         out["taskId"] = update.task_id
     if update.context_id:
         out["contextId"] = update.context_id
+    return out
+
+
+def _status_update(update: pb.TaskStatusUpdateEvent) -> dict[str, Any]:
+    if update.HasField("metadata"):
+        return _generic(update)
+    out = _event_ids(update)
     if update.HasField("status"):
         out["status"] = _status(update.status)
     return out
@@ -167,11 +173,7 @@ def _status_update(update: pb.TaskStatusUpdateEvent) -> dict[str, Any]:
 def _artifact_update(update: pb.TaskArtifactUpdateEvent) -> dict[str, Any]:
     if update.HasField("metadata"):
         return _generic(update)
-    out: dict[str, Any] = {}
-    if update.task_id:
-        out["taskId"] = update.task_id
-    if update.context_id:
-        out["contextId"] = update.context_id
+    out = _event_ids(update)
     if update.HasField("artifact"):
         out["artifact"] = _artifact(update.artifact)
     if update.append:

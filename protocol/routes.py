@@ -22,6 +22,7 @@ from .service import SERVICE_DESCRIPTOR
 
 _VARIABLE = re.compile(r"\{([a-z_][a-z0-9_.]*)(?:=([^}]*))?\}")
 _VERBS = ("get", "put", "post", "delete", "patch")
+_INTEGER = re.compile(r"-?[0-9]+")  # ASCII only: str.isdigit() also admits "²"
 # The googleapis stubs type extensions as plain FieldDescriptors; protobuf's own stubs
 # want _ExtensionFieldDescriptor. The runtime object is right for both.
 _HTTP_RULE: Any = annotations_pb2.http
@@ -291,6 +292,6 @@ def _query_value(field: descriptor.FieldDescriptor, value: str) -> Any:
             f"{field.json_name}: expected true or false",
             violations=[FieldViolation(field.json_name, "expected true or false")],
         )
-    if field.enum_type is not None and value.lstrip("-").isdigit():
+    if field.enum_type is not None and _INTEGER.fullmatch(value):
         return int(value)
     return value

@@ -104,7 +104,7 @@ class Decoder:
         elif name == "id":
             if "\0" not in value:
                 self._id = value
-        elif name == "retry" and value.isdigit():
+        elif name == "retry" and value.isascii() and value.isdigit():  # not "²": int() fails
             self._retry = int(value)
         return None
 

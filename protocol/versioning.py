@@ -26,7 +26,7 @@ def negotiate_version(value: str | None) -> str:
         return PROTOCOL_VERSION
     text = value.strip()
     parts = text.split(".")
-    if len(parts) in (2, 3) and all(p.isdigit() for p in parts):
+    if len(parts) in (2, 3) and all(p.isascii() and p.isdigit() for p in parts):  # not "²"
         major_minor = f"{int(parts[0])}.{int(parts[1])}"
         if major_minor in SUPPORTED_VERSIONS:
             return major_minor

@@ -29,7 +29,7 @@ from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.limits import RateLimits
 from a2a_gateway.settings import resolve
 
-from .conftest import BINDINGS, Driver, WireError, _grpc_error
+from .conftest import BINDINGS, Driver, WireError, _grpc_error, _jsonrpc_error, _status_error
 
 KEY_ALICE = "access-alice-2b7e151628ae"
 KEY_BOB = "access-bob-d2a6abf71588"
@@ -377,12 +377,10 @@ async def signed(
         answer = await response.json(content_type=None)
     if driver.binding == "jsonrpc":
         if "error" in answer:
-            error = answer["error"]
-            raise WireError(error["data"][0]["reason"], error["code"], error["message"])
+            raise _jsonrpc_error(answer["error"])
         return dict(answer["result"])
     if response.status != 200:
-        error = answer["error"]
-        raise WireError(error["details"][0]["reason"], response.status, error["message"])
+        raise _status_error(answer["error"], response.status)
     return dict(answer)
 
 

@@ -72,6 +72,20 @@ def test_the_nine_a2a_errors_are_all_there() -> None:
     assert sorted(codes, reverse=True) == list(range(-32001, -32010, -1))
 
 
+@pytest.mark.parametrize(("sent", "read"), [("7", 7), ("\u00b2", 1), ("-3", 1), ("", 1)])
+def test_a_peers_retry_after_is_read_or_defaulted(sent: str, read: int) -> None:
+    error = errors.RateLimitedError("slow down", metadata={"retryAfterSeconds": sent})
+    assert error.retry_after_s == read
+
+
+def test_a_corrupt_status_detail_is_skipped() -> None:
+    status = errors.status_proto(errors.TaskNotFoundError("gone"))
+    status.details.add(type_url="type.googleapis.com/google.rpc.BadRequest", value=b"\xff\xff")
+    back = errors.error_from_status(status)
+    assert isinstance(back, errors.TaskNotFoundError) and back.message == "gone"
+    assert back.violations == []
+
+
 @pytest.mark.parametrize("cls", errors.ALL_ERRORS, ids=lambda c: c.__name__)
 def test_status_round_trip_keeps_type_message_and_metadata(cls: type[errors.A2AError]) -> None:
     if cls is errors.RateLimitedError:

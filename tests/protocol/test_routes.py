@@ -170,6 +170,9 @@ def test_empty_path_segment_is_refused() -> None:
         ("status=TASK_STATE_WORKING", {"status": "TASK_STATE_WORKING"}),
         ("status=2", {"status": 2}),
         ("status=-1", {"status": -1}),
+        # Not integers: left as names for the strict parser to refuse (never a 500).
+        ("status=--5", {"status": "--5"}),
+        ("status=%C2%B2", {"status": "\u00b2"}),
         ("contextId=a,b", {"contextId": "a,b"}),
         (
             "statusTimestampAfter=2025-01-01T00:00:00Z",

@@ -87,6 +87,11 @@ def test_id_persists_and_retry_is_read() -> None:
     assert events[0].retry == 500
 
 
+def test_a_retry_that_is_not_ascii_digits_is_ignored() -> None:
+    events = decode("retry: 300\nretry: \u00b2\nretry: 1x\ndata: a\n\n".encode())
+    assert events == [sse.Event(data="a", retry=300)]
+
+
 def test_unknown_fields_are_ignored() -> None:
     assert decode(b"foo: bar\ndata: ok\n\n") == [sse.Event(data="ok")]
 

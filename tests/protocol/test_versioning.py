@@ -20,7 +20,10 @@ def test_supported_versions(value: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["0.3", "0.3.0", "1.1", "2.0", "1", "1.0.0.0", "v1.0", "1.x", "banana", "-1.0", "1.0-rc"],
+    [
+        *("0.3", "0.3.0", "1.1", "2.0", "1", "1.0.0.0", "v1.0", "1.x", "banana", "-1.0"),
+        *("1.0-rc", "1.\u00b2", "1.0.\u00b2"),  # "²" is a digit to str.isdigit(), not to int()
+    ],
 )
 def test_unsupported_versions(value: str) -> None:
     with pytest.raises(VersionNotSupportedError) as caught:
