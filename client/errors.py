@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import orjson
 from google.protobuf import message as pb_message
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -39,6 +39,7 @@ from a2a_gateway.protocol.errors import (
     UnsupportedOperationError,
     error_for_jsonrpc_code,
     error_for_reason,
+    status_details,
 )
 
 _ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -267,25 +268,15 @@ def from_grpc_status(
     """The typed error for a failed gRPC call, from ``grpc-status-details-bin`` if sent."""
     status = _status_detail(trailing)
     if status is not None:
-        reason: str | None = None
-        metadata: dict[str, str] = {}
-        violations: list[FieldViolation] = []
-        for detail in status.details:
-            if detail.TypeName() == "google.rpc.ErrorInfo":
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                reason = reason or info.reason
-                metadata.update(info.metadata)
-            elif detail.TypeName() == "google.rpc.BadRequest":
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                violations.extend(
-                    FieldViolation(v.field, v.description) for v in bad.field_violations
-                )
-        cls = error_for_reason(reason) if reason else None
+        found = status_details(status)
+        cls = error_for_reason(found.reason) if found.reason else None
         if cls is not None:
             return build(
-                cls, status.message or details, redact, metadata=metadata, violations=violations
+                cls,
+                status.message or details,
+                redact,
+                metadata=found.metadata,
+                violations=found.violations,
             )
     cls = _BY_GRPC_STATUS.get(code)
     if cls is None:

@@ -301,32 +301,46 @@ def status_proto(error: A2AError, *, code_as_http: bool = False) -> status_pb2.S
     return status_pb2.Status(code=code, message=error.message, details=details)
 
 
+@dataclass(frozen=True, slots=True)
+class StatusDetails:
+    """What a peer's ``google.rpc.Status`` details say: the first ErrorInfo reason
+    (``""`` when none), its metadata, and the BadRequest field violations."""
+
+    reason: str
+    metadata: dict[str, str]
+    violations: list[FieldViolation]
+
+
+def status_details(status: status_pb2.Status) -> StatusDetails:
+    """Read a peer's status details; a corrupt detail is skipped, never raised."""
+    reason = ""
+    metadata: dict[str, str] = {}
+    violations: list[FieldViolation] = []
+    for detail in status.details:
+        try:
+            if detail.TypeName() == "google.rpc.ErrorInfo":
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                reason = reason or info.reason
+                metadata.update(info.metadata)
+            elif detail.TypeName() == "google.rpc.BadRequest":
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                violations.extend(
+                    FieldViolation(v.field, v.description) for v in bad.field_violations
+                )
+        except pb_message.DecodeError:
+            continue
+    return StatusDetails(reason, metadata, violations)
+
+
 def error_from_status(
     status: status_pb2.Status, fallback: type[A2AError] = InternalError
 ) -> A2AError:
     """Rebuild the typed error from a ``google.rpc.Status`` (client side)."""
-    cls: type[A2AError] = fallback
-    metadata: dict[str, str] = {}
-    violations: list[FieldViolation] = []
-    for detail in status.details:
-        try:  # a peer's bytes: a corrupt detail is skipped, not raised as DecodeError
-            if detail.TypeName() == "google.rpc.ErrorInfo":
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                found = error_for_reason(info.reason)
-                if found is not None:
-                    cls = found
-                metadata = dict(info.metadata)
-            elif detail.TypeName() == "google.rpc.BadRequest":
-                request = error_details_pb2.BadRequest()
-                detail.Unpack(request)
-                violations = [
-                    FieldViolation(v.field, v.description) for v in request.field_violations
-                ]
-        except pb_message.DecodeError:
-            continue
-    error = cls(status.message or None, metadata=metadata, violations=violations)
-    return error
+    details = status_details(status)
+    cls = (error_for_reason(details.reason) if details.reason else None) or fallback
+    return cls(status.message or None, metadata=details.metadata, violations=details.violations)
 
 
 __all__ = [
@@ -339,5 +353,6 @@ __all__ = [
     "error_for_jsonrpc_code",
     "error_for_reason",
     "error_from_status",
+    "status_details",
     "status_proto",
 ]
