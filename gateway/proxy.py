@@ -44,18 +44,16 @@ from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import (
     A2AError,
     DeadlineExceededError,
-    FieldViolation,
     InternalError,
-    InvalidParamsError,
     PermissionDeniedError,
     TaskNotFoundError,
     UnauthenticatedError,
     UnavailableError,
 )
+from a2a_gateway.protocol.hops import HOPS_KEY, read_hops
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.engine import HOPS_KEY
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret
@@ -136,25 +134,6 @@ class TaskOwners:
             self.claim(caller, event.artifact_update.task_id)
         elif kind == "message":
             self.claim(caller, event.message.task_id)
-
-
-def read_hops(request: pb.SendMessageRequest) -> int:
-    """``a2a-gateway.hops`` from the request metadata, else the message's, else 0."""
-    for field, holder in (("metadata", request), ("message.metadata", request.message)):
-        if not holder.HasField("metadata") or HOPS_KEY not in holder.metadata.fields:
-            continue
-        value = holder.metadata.fields[HOPS_KEY]
-        kind = value.WhichOneof("kind")
-        if kind == "number_value" and value.number_value.is_integer() and value.number_value >= 0:
-            return int(value.number_value)
-        if kind == "string_value" and value.string_value.strip().isdigit():
-            return int(value.string_value)
-        path = f"{field}.{HOPS_KEY}"
-        raise InvalidParamsError(
-            f"{path} must be a non-negative integer",
-            violations=[FieldViolation(path, "must be a non-negative integer")],
-        )
-    return 0
 
 
 class UpstreamProxy(A2AService):
@@ -461,7 +440,6 @@ __all__ = [
     "UpstreamProxy",
     "build_proxy",
     "mirror_upstream",
-    "read_hops",
     "settings_problem",
     "upstream_error",
 ]

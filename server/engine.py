@@ -116,6 +116,7 @@ from a2a_gateway.protocol.errors import (
     UnavailableError,
     UnsupportedOperationError,
 )
+from a2a_gateway.protocol.hops import HOPS_KEY, read_hops
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -149,7 +150,6 @@ from .task_store import TaskRecord, TaskStore, TaskSummary
 
 log = logging.getLogger(__name__)
 
-HOPS_KEY = "a2a-gateway.hops"
 CONTEXT_BUSY = "context busy, retry when the current task ends"
 UNEXPECTED = "The run failed unexpectedly."
 SERVER_RESTARTED = "server restarted"
@@ -380,7 +380,7 @@ class TaskEngine(A2AService):
         context_id = message.context_id
         if context_id and not valid_id(context_id):
             raise _invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
-        hops = _hops(request)
+        hops = read_hops(request)
         seen_key = (caller.workspace, caller.name, message.message_id)
         if seen_key in self._seen:
             existing = await self._existing(seen_key, caller, subscriber)
@@ -1279,26 +1279,6 @@ def _check_message(request: pb.SendMessageRequest) -> None:
         raise _invalid("message.role", "must be ROLE_USER")
     if not message.parts:
         raise _invalid("message.parts", "must contain at least one part")
-
-
-def _hops(request: pb.SendMessageRequest) -> int:
-    for field, holder in (("metadata", request), ("message.metadata", request.message)):
-        if not holder.HasField("metadata"):
-            continue
-        fields = holder.metadata.fields
-        if HOPS_KEY not in fields:
-            continue
-        value = fields[HOPS_KEY]
-        kind = value.WhichOneof("kind")
-        hops: Any = None
-        if kind == "number_value" and value.number_value.is_integer():
-            hops = int(value.number_value)
-        elif kind == "string_value" and value.string_value.strip().isdigit():
-            hops = int(value.string_value)
-        if not isinstance(hops, int) or hops < 0:
-            raise _invalid(f"{field}.{HOPS_KEY}", "must be a non-negative integer")
-        return hops
-    return 0
 
 
 def _history_length(request: pb.GetTaskRequest | pb.ListTasksRequest, field: str) -> int | None:
