@@ -78,7 +78,7 @@ def generated_file(arg: str) -> File:
     on as given (hostile names included): sanitising it is the engine's job."""
     name, sep, size_text = arg.rpartition(":")
     size: int | None = None
-    if sep and size_text.isdigit():
+    if sep and size_text.isascii() and size_text.isdigit():
         size = min(int(size_text), FILE_CAP)
     else:
         name = arg

@@ -52,7 +52,7 @@ def _authority(rest: str, default_port: int) -> str:
     if authority.startswith("["):  # an IPv6 literal, [::1]:50051
         return authority if "]:" in authority else f"{authority}:{default_port}"
     host, sep, port = authority.rpartition(":")
-    if sep and host and port.isdigit():
+    if sep and host and port.isascii() and port.isdigit():
         return authority
     return f"{authority}:{default_port}"
 

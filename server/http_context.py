@@ -254,7 +254,7 @@ def error_headers(error: A2AError) -> dict[str, str]:
     retry = error.metadata.get("retryAfterSeconds", "")
     if isinstance(error, RateLimitedError):
         headers[hdrs.RETRY_AFTER] = str(error.retry_after_s)
-    elif error.spec.http_status == 503 and retry.isdigit():
+    elif error.spec.http_status == 503 and retry.isascii() and retry.isdigit():
         headers[hdrs.RETRY_AFTER] = retry
     return headers
 

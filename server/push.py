@@ -384,7 +384,7 @@ class PushDispatcher:
 def _retry_after(value: str) -> float | None:
     """``Retry-After`` in seconds (the HTTP-date form is ignored)."""
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²".isdigit() is True too
         return float(value)
     return None
 
