@@ -25,6 +25,7 @@ class Setting:
     default: Any
     help: str
     minimum: float | None = None  # numbers only: the smallest accepted value
+    choices: tuple[str, ...] = ()  # strings only: the accepted values (empty: any)
 
     @property
     def flag(self) -> str:
@@ -56,7 +57,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_hops", int, 3, "refuse tasks whose a2a-gateway.hops exceeds this"),
     Setting("max_file_bytes", int, 10 * 1024 * 1024, "cap per file part, in and out", minimum=1),
     Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),
-    Setting("store", str, "workspace", "task store: workspace (files) or memory"),
+    Setting(
+        "store",
+        str,
+        "workspace",
+        "task store: workspace (files) or memory",
+        choices=("workspace", "memory"),
+    ),
     Setting("fsync", bool, False, "fsync task files (survive power loss; slower)"),
     Setting("rate_limit_per_minute", int, 0, "requests per minute per caller (0: unlimited)", 0),
     Setting(
@@ -74,8 +81,14 @@ SETTINGS: tuple[Setting, ...] = (
         "contexts with unfinished tasks per caller (0: unlimited)",
         0,
     ),
-    Setting("log_format", str, "plain", "plain or json"),
-    Setting("log_level", str, "info", "debug, info, warning, error"),
+    Setting("log_format", str, "plain", "plain or json", choices=("plain", "json")),
+    Setting(
+        "log_level",
+        str,
+        "info",
+        "debug, info, warning, error",
+        choices=("debug", "info", "warning", "error"),
+    ),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -121,6 +134,8 @@ def _convert(setting: Setting, value: Any, source: str) -> Any:
         return number
     if not isinstance(value, str):
         raise SettingsError(f"{where} must be a string")
+    if setting.choices and value not in setting.choices:
+        raise SettingsError(f"{where} must be one of: {', '.join(setting.choices)}")
     return value
 
 
