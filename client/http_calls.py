@@ -67,6 +67,17 @@ class HttpTransport(Transport):
         """The error of a stream request answered with ``status`` and a non-SSE ``body``."""
         return self._error(status, body)
 
+    async def _body(self, request: httpx.Request, options: CallOptions) -> bytes:
+        """The body of a unary answer that carries a result, within the call timeout;
+        any other status is raised as this binding's error."""
+        response, body = await fetch(
+            self._http, request, target=self.target, bound=options.timeout, redact=self.redact
+        )
+        if not self._ok(response.status_code):
+            raise self._error(response.status_code, body)
+        options.on_extensions(reported_extensions(response))
+        return body
+
     async def _events(
         self, request: httpx.Request, options: CallOptions
     ) -> AsyncGenerator[sse.Event, None]:

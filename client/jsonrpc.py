@@ -65,16 +65,7 @@ class JsonRpcTransport(http_calls.HttpTransport):
     async def unary(
         self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
     ) -> M:
-        response, body = await http_calls.fetch(
-            self._http,
-            self._request(rpc, request, options, stream=False),
-            target=self.target,
-            bound=options.timeout,
-            redact=self.redact,
-        )
-        if not self._ok(response.status_code):
-            raise self._error(response.status_code, body)
-        options.on_extensions(http_calls.reported_extensions(response))
+        body = await self._body(self._request(rpc, request, options, stream=False), options)
         value = http_calls.load_json(
             body, target=self.target, what="JSON-RPC response", redact=self.redact
         )
@@ -83,7 +74,7 @@ class JsonRpcTransport(http_calls.HttpTransport):
                 self.target, "JSON-RPC response", "not an object", self.redact
             )
         if "error" in value:
-            raise self._error(response.status_code, body)
+            raise self._error(200, body)  # _body let only a 200 through
         if "result" not in value:
             raise http_calls.invalid_response(
                 self.target, "JSON-RPC response", "neither result nor error", self.redact

@@ -79,16 +79,7 @@ class RestTransport(http_calls.HttpTransport):
     async def unary(
         self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
     ) -> M:
-        response, body = await http_calls.fetch(
-            self._http,
-            self._request(rpc, request, options, stream=False),
-            target=self.target,
-            bound=options.timeout,
-            redact=self.redact,
-        )
-        if not self._ok(response.status_code):
-            raise self._error(response.status_code, body)
-        options.on_extensions(http_calls.reported_extensions(response))
+        body = await self._body(self._request(rpc, request, options, stream=False), options)
         value = (
             http_calls.load_json(body, target=self.target, what="response", redact=self.redact)
             if body.strip()
