@@ -146,7 +146,9 @@ def decode_record(
     if not isinstance(raw_task, dict) or not isinstance(raw_configs, list):
         raise ValueError("task must be an object and pushConfigs a list")
     try:
-        task = json_format.ParseDict(raw_task, pb.Task(), ignore_unknown_fields=True)
+        task = proto_dict.task_from_dict(raw_task)  # the common shapes, ~7x faster
+        if task is None:
+            task = json_format.ParseDict(raw_task, pb.Task(), ignore_unknown_fields=True)
         configs = [
             json_format.ParseDict(c, pb.TaskPushNotificationConfig(), ignore_unknown_fields=True)
             for c in raw_configs
