@@ -359,21 +359,22 @@ def _texts_into(parts: Any, value: Any) -> bool:
     return True
 
 
-def _strings(value: dict[str, Any], *keys: str) -> list[str] | None:
-    found = [value.get(key, "") for key in keys]
-    return found if all(type(item) is str for item in found) else None
-
-
 def _message_into(target: pb.Message, value: Any) -> bool:
     if type(value) is not dict or not _MESSAGE_KEYS.issuperset(value):
         return False
-    ids = _strings(value, "messageId", "contextId", "taskId")
+    message_id = value.get("messageId", "")
+    context_id = value.get("contextId", "")
+    task_id = value.get("taskId", "")
     role_name = value.get("role", "ROLE_UNSPECIFIED")
+    if type(message_id) is not str or type(context_id) is not str or type(task_id) is not str:
+        return False
     role = _ROLE_NUMBER.get(role_name) if type(role_name) is str else None
-    if ids is None or role is None:
+    if role is None:
         return False
     target.SetInParent()
-    target.message_id, target.context_id, target.task_id = ids
+    target.message_id = message_id
+    target.context_id = context_id
+    target.task_id = task_id
     target.role = role  # type: ignore[assignment]
     return _texts_into(target.parts, value.get("parts", []))
 
@@ -381,10 +382,12 @@ def _message_into(target: pb.Message, value: Any) -> bool:
 def _artifact_into(target: pb.Artifact, value: Any) -> bool:
     if type(value) is not dict or not _ARTIFACT_KEYS.issuperset(value):
         return False
-    names = _strings(value, "artifactId", "name")
-    if names is None:
+    artifact_id = value.get("artifactId", "")
+    name = value.get("name", "")
+    if type(artifact_id) is not str or type(name) is not str:
         return False
-    target.artifact_id, target.name = names
+    target.artifact_id = artifact_id
+    target.name = name
     return _texts_into(target.parts, value.get("parts", []))
 
 

@@ -325,6 +325,8 @@ class TaskEngine(A2AService):
         history_length = self._send_history_length(request)
         subscriber = Subscriber(until_interrupted=True)
         got = await self._accept(request, context, subscriber)
+        # The stream may last long; its request (inline file bytes and all) must not.
+        del request
         if isinstance(got, pb.Message):
             yield pb.StreamResponse(message=got)
             return
@@ -1196,7 +1198,8 @@ class TaskEngine(A2AService):
     # --- shutdown ---------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop every live run (stored failed), end every stream, stop the flusher."""
+        """Stop every live run (stored failed), end every stream, stop the flusher, close
+        the store."""
         self._closing = True
         runs = list(self._runs.values())
         for run in runs:
@@ -1219,6 +1222,7 @@ class TaskEngine(A2AService):
                 await self._flusher
             self._flusher = None
             self._dirty_wakeup = None
+        await self.store.aclose()  # e.g. a ListTasks folder scan in progress
 
     # --- introspection (tests, the CLI) ----------------------------------------------
 

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -313,3 +314,74 @@ async def test_a_fifo_task_file_reads_as_not_found_without_hanging(tmp_path: Pat
     # A blocking open of a FIFO never returns (no writer): this would hang.
     assert await store.load(ALICE, "t-fifo") is None
     assert await store.summaries(ALICE) == []
+
+
+# --- ListTasks scans the folder in a worker thread -------------------------------------
+
+
+def _record(task_id: str, state: int) -> TaskRecord:
+    task = pb.Task(id=task_id, context_id="ctx")
+    task.status.state = state  # type: ignore[assignment]
+    task.status.timestamp.GetCurrentTime()
+    return TaskRecord(task, ALICE)
+
+
+async def _folder_of(tmp_path: Path, count: int, state: int) -> list[str]:
+    store = WorkspaceTaskStore(tmp_path)
+    ids = [f"task-{n:05d}" for n in range(count)]
+    for task_id in ids:
+        await store.save(_record(task_id, state))
+    return ids
+
+
+async def test_listing_a_large_folder_leaves_the_event_loop_free(tmp_path: Path) -> None:
+    ids = await _folder_of(tmp_path, 1500, pb.TASK_STATE_COMPLETED)
+    store = WorkspaceTaskStore(tmp_path)  # a new process: every file must be parsed
+    threads_before = threading.active_count()
+    listing = asyncio.create_task(store.summaries(ALICE))
+    ticks_while_a_thread_reads = 0
+
+    async def ticker() -> None:
+        nonlocal ticks_while_a_thread_reads
+        while not listing.done():
+            if threading.active_count() > threads_before:
+                ticks_while_a_thread_reads += 1
+            await asyncio.sleep(0)
+
+    async with asyncio.timeout(30):
+        found, _ = await asyncio.gather(listing, ticker())
+    assert ticks_while_a_thread_reads > 0  # the loop ran other work during the scan
+    assert sorted(s.task_id for s in found) == ids
+    assert await store.summaries(BOB) == []
+
+
+async def test_tasks_written_during_a_listing_are_listed_as_written(tmp_path: Path) -> None:
+    ids = await _folder_of(tmp_path, 1500, pb.TASK_STATE_WORKING)
+    store = WorkspaceTaskStore(tmp_path)
+    listing = asyncio.create_task(store.summaries(ALICE))
+    await asyncio.sleep(0.005)  # the scan's thread has started reading
+    for task_id in ids:  # some files were read before this write, some after
+        await store.save(_record(task_id, pb.TASK_STATE_COMPLETED))
+    await store.save(_record("task-new", pb.TASK_STATE_COMPLETED))
+    async with asyncio.timeout(30):
+        first = {s.task_id: s.state for s in await listing}
+    # The scan's older reading of a file never replaces what was written meanwhile.
+    assert {first[task_id] for task_id in ids} == {pb.TASK_STATE_COMPLETED}
+    again = {s.task_id: s.state for s in await store.summaries(ALICE)}
+    assert again == {
+        **dict.fromkeys(ids, pb.TASK_STATE_COMPLETED),
+        "task-new": pb.TASK_STATE_COMPLETED,
+    }
+
+
+async def test_closing_the_store_stops_a_listing(tmp_path: Path) -> None:
+    await _folder_of(tmp_path, 1500, pb.TASK_STATE_COMPLETED)
+    store = WorkspaceTaskStore(tmp_path)
+    listing = asyncio.create_task(store.summaries(ALICE))
+    await asyncio.sleep(0)
+    await store.aclose()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(30):
+            await listing
+    # A store that was closed mid-scan still answers the next listing in full.
+    assert len(await store.summaries(ALICE)) == 1500
