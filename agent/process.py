@@ -3,12 +3,20 @@
 The turn's text goes to the command's stdin; its stdout streams back as chunks of the
 ``response`` artifact (decoded as UTF-8, invalid bytes replaced). Exit status 0
 completes the task; any other status fails it with "The command exited with status N",
-plus the redacted last line of stderr. The command also gets ``A2A_TASK_ID``,
-``A2A_CONTEXT_ID`` and ``A2A_CALLER`` in its environment.
+plus the redacted last line of stderr.
 
-The command runs in its own process group; cancellation, timeout and shutdown kill the
-whole group (SIGTERM, then SIGKILL after a grace period), so the agent's work really
-stops.
+The command's environment also has:
+
+- ``A2A_TASK_ID``, ``A2A_CONTEXT_ID``, ``A2A_CALLER``: the task, its context and the
+  caller's name;
+- ``A2A_FILES``: the absolute paths of the files the message carried (saved in the
+  caller's workspace inbox), one per line, in part order; empty when there are none.
+
+The command runs in its own session (so its own process group). When the turn ends
+(the command exits, is cancelled, times out, or the server shuts down) the whole group
+is killed (SIGTERM, then SIGKILL after a grace period): background children the
+command left behind do not survive it, and cannot keep the turn open by holding its
+stdout.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 
 from .base import Agent, Completed, Failed, Output, TextChunk, Turn, redact
@@ -29,6 +37,7 @@ log = logging.getLogger(__name__)
 _READ_BYTES = 64 * 1024
 _STDERR_TAIL_BYTES = 4096
 _KILL_GRACE_S = 2.0
+_GROUP_POLL_S = 0.02
 
 
 class ProcessAgent(Agent):
@@ -60,8 +69,11 @@ class ProcessAgent(Agent):
             "A2A_TASK_ID": turn.task.id if turn.task is not None else "",
             "A2A_CONTEXT_ID": turn.context_id,
             "A2A_CALLER": turn.caller.name,
+            "A2A_FILES": "\n".join(str(path) for path in turn.files),
         }
-        proc = await asyncio.create_subprocess_shell(
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.subprocess_shell(
+            lambda: _CommandProtocol(loop),
             self.command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -70,32 +82,56 @@ class ProcessAgent(Agent):
             env=env,
             start_new_session=True,  # its own process group, killed as a whole
         )
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        feeder = asyncio.create_task(_feed(proc.stdin, turn.text().encode()))
-        stderr_tail = asyncio.create_task(_tail(proc.stderr))
+        conversation = self._converse(turn, transport, protocol)
+        try:
+            async for output in conversation:
+                yield output
+        finally:
+            await conversation.aclose()  # at once, not when collected: it kills the group
+            transport.close()  # its pipes, even if a child that left the group holds them
+
+    async def _converse(
+        self,
+        turn: Turn,
+        transport: asyncio.SubprocessTransport,
+        protocol: _CommandProtocol,
+    ) -> AsyncGenerator[Output, None]:
+        stdin, stdout, stderr = protocol.stdin, protocol.stdout, protocol.stderr
+        assert stdin is not None and stdout is not None and stderr is not None
+        command = _Command(transport, protocol.exited)
+        feeder = asyncio.create_task(_feed(stdin, turn.text().encode()))
+        stderr_tail = asyncio.create_task(_tail(stderr))
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         held = ""  # one chunk of look-ahead, so the last one can carry lastChunk
         status: int | None = None
         timed_out = False
         try:
-            async with asyncio.timeout(self.timeout_s):
-                while True:
-                    data = await proc.stdout.read(_READ_BYTES)
-                    text = decoder.decode(data, final=not data)
-                    if text:
-                        if held:
-                            yield TextChunk(held)
-                        held = text
-                    if not data:
-                        break
-                status = await proc.wait()
+            async with asyncio.timeout(self.timeout_s) as bound:
+                # Once the command exits, what it left behind is killed and the rest
+                # of its output gets a short bound (a child may have left the group).
+                reaper = asyncio.create_task(_reap_leftovers(command, bound))
+                try:
+                    while True:
+                        data = await stdout.read(_READ_BYTES)
+                        text = decoder.decode(data, final=not data)
+                        if text:
+                            if held:
+                                yield TextChunk(held)
+                            held = text
+                        if not data:
+                            break
+                    await command.exited.wait()
+                    status = transport.get_returncode()
+                finally:
+                    reaper.cancel()
         except TimeoutError:
-            timed_out = True
+            status = transport.get_returncode()  # set: it exited, a straggler held stdout
+            timed_out = status is None
         finally:
             feeder.cancel()
             if status is None:  # timeout, cancellation or close: its stderr is not needed
                 stderr_tail.cancel()
-                await _kill(proc)
+            await _kill(command)  # the whole group, whatever ended the turn
         if timed_out:  # killed (and reaped) before the failure is reported
             yield Failed(f"The command did not finish within {self.timeout_s:g} s.")
             return
@@ -111,6 +147,33 @@ class ProcessAgent(Agent):
             reason += " " + redact(last_line)
         log.info("exec agent: command exited with status %s", status)
         yield Failed(reason)
+
+
+class _CommandProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol, plus the moment the command itself exits.
+
+    ``Process.wait()`` returns only once every pipe is closed, which a background
+    child holding stdout delays for as long as it lives."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=_READ_BYTES, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+class _Command:
+    """The running command as the turn's helpers see it: its group and its exit."""
+
+    __slots__ = ("exited", "gone", "group", "transport")
+
+    def __init__(self, transport: asyncio.SubprocessTransport, exited: asyncio.Event) -> None:
+        self.transport = transport
+        self.exited = exited
+        self.group = transport.get_pid()  # start_new_session: it leads its own group
+        self.gone = False  # the group was seen empty: its id may be reused, never signal it
 
 
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
@@ -146,16 +209,64 @@ def _last_line(tail: bytes) -> str:
     return lines[-1][:200] if lines else ""
 
 
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    """Stop the command's whole process group: SIGTERM, then SIGKILL."""
+async def _reap_leftovers(command: _Command, bound: asyncio.Timeout) -> None:
+    """When the command exits, kill what it left in its group, and give its output
+    (still held open by a child that left the group) at most ``_KILL_GRACE_S`` more."""
+    await command.exited.wait()
+    await _kill(command)
+    deadline = asyncio.get_running_loop().time() + _KILL_GRACE_S
+    when = bound.when()
+    if when is None or when > deadline:
+        bound.reschedule(deadline)
+
+
+async def _kill(command: _Command) -> None:
+    """Stop the command's whole process group: SIGTERM, then SIGKILL. The group
+    outlives the command when it left children behind, so the group itself is waited
+    for (polled: they are not our children), each signal for at most _KILL_GRACE_S."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
+        if command.gone or not _signal_group(command.group, sig):
+            command.gone = True
+            return  # nobody left
         try:
             async with asyncio.timeout(_KILL_GRACE_S):
-                await proc.wait()
+                await command.exited.wait()
+                while _signal_group(command.group, 0):  # noqa: ASYNC110 - not our children: no event to wait on
+                    await asyncio.sleep(_GROUP_POLL_S)
+            command.gone = True
             return
         except TimeoutError:
             continue
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Send ``sig`` to the process group; False when the group no longer exists.
+
+    A member that is only a zombie (dead, not yet reaped by its new parent) still
+    counts as a member for the kernel: it is treated as gone."""
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # cannot happen to our own group; be safe, do not spin
+        return False
+    return sig != 0 or _has_live_member(group)
+
+
+def _has_live_member(group: int) -> bool:
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc: trust killpg
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After "comm)": state, ppid, pgrp.
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
+            return True
+    return False

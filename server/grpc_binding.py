@@ -5,9 +5,20 @@ Thin by design: admit from metadata (rate limits, authentication, a signing call
 service, write the response(s), map errors. The rpc list comes from the schema's
 service descriptor; nothing here names the 11 operations.
 
-The request deserializer passes the raw message bytes through: they are decoded only
-after the caller is admitted (as on HTTP, where the key is checked before the body is
-parsed), and a signing caller's signature covers exactly those bytes.
+The request deserializer passes the raw message bytes through, in a :class:`RawRequest`
+holder: they are decoded only after the caller is admitted (as on HTTP, where the key is
+checked before the body is parsed), and a signing caller's signature covers exactly
+those bytes. grpc keeps its argument for the whole call, so the holder is emptied once
+the bytes are decoded, and a stream handler drops the decoded request once the service
+has it: a request carrying large inline files is not held for a stream's life.
+
+A stream write waits for the client (HTTP/2 flow control); one that stays stuck for
+:data:`WRITE_TIMEOUT_S` (a client that stopped reading) ends the handler: the service's
+stream is closed (the task's run goes on), the stall is logged once, and UNAVAILABLE is
+queued behind the stuck data: a client that reads again gets the events already
+written, then UNAVAILABLE naming the reason. grpc-python cannot cancel a call from the
+server, so what is left meanwhile is grpc's own call (with the pending message and the
+status) until the client reads, cancels, disconnects or reaches its deadline.
 
 Errors leave as the spec's gRPC status with a ``google.rpc.Status`` (ErrorInfo, and
 BadRequest for field violations) in the ``grpc-status-details-bin`` trailer, which is
@@ -32,12 +43,14 @@ from a2a_gateway.protocol.errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
+    UnavailableError,
     status_proto,
 )
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 
 from . import signing
 from .auth import Authenticator, single_values
+from .http_context import WRITE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +64,30 @@ LEGACY_EXTENSIONS_KEY = versioning.LEGACY_EXTENSIONS_HEADER.lower()
 
 #: Bound on closing a service stream after the client went away or the rpc failed.
 STREAM_CLOSE_TIMEOUT_S = 5.0
+#: Bound on sending a stream's error status: it waits behind events the client has not
+#: read (a client that stopped reading), then leaves once the client reads on.
+ABORT_TIMEOUT_S = 1.0
 
 Unary = Callable[[Any, CallContext], Awaitable[message.Message]]
 Streaming = Callable[[Any, CallContext], AsyncIterator[message.Message]]
+
+
+class RawRequest:
+    """The request bytes as grpc hands them over; :meth:`take` empties the holder
+    (grpc holds it for the whole call, the bytes are needed only until decoded)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def take(self) -> bytes:
+        data, self._data = self._data, b""
+        return data
+
+
+class StreamStalled(Exception):
+    """A stream write did not complete in time: the client stopped reading."""
 
 
 class MetadataView:
@@ -98,6 +132,60 @@ def peer_address(peer: str | None) -> str | None:
     return None
 
 
+class WriteWatch:
+    """Bounds the sends of one stream with one timer, not one per write (a timer per
+    write costs a tenth of a stream's throughput).
+
+    The stream sets ``since`` (loop time) before each send and clears it after; the
+    timer wakes every ``timeout_s`` and, when a send has been pending that long, marks
+    the stream ``stalled`` and cancels its task: :meth:`send` turns that cancellation
+    into :class:`StreamStalled`.
+    """
+
+    __slots__ = ("_handle", "_loop", "_task", "since", "stalled", "timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self.timeout_s = timeout_s
+        self.since: float | None = None
+        self.stalled = False
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
+            self._loop.time() + timeout_s, self._check
+        )
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self.since
+        if since is not None and now - since >= self.timeout_s:
+            self._handle = None
+            self.stalled = True
+            if self._task is not None:
+                self._task.cancel()
+            return
+        start = now if since is None else since
+        self._handle = self._loop.call_at(start + self.timeout_s, self._check)
+
+    async def send(self, step: Awaitable[None]) -> None:
+        """Await a send to the client (``context.write``, initial metadata);
+        StreamStalled if HTTP/2 flow control holds it past ``timeout_s``."""
+        self.since = self._loop.time()
+        try:
+            await step
+        except asyncio.CancelledError:
+            if self.stalled and self._task is not None:
+                self._task.uncancel()
+                raise StreamStalled from None
+            raise
+        finally:
+            self.since = None
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
+
+
 def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
     # Stubs say float; with no deadline grpc returns None or a huge value.
     remaining: float | None = context.time_remaining()
@@ -128,8 +216,11 @@ class RpcAdapter:
         method: descriptor.MethodDescriptor,
         service: A2AService,
         authenticator: Authenticator,
+        *,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
     ) -> None:
         self.name = method.name
+        self.write_timeout_s = write_timeout_s
         self.streaming = bool(method.server_streaming)
         self.request_class: type[message.Message] = message_factory.GetMessageClass(
             method.input_type
@@ -143,9 +234,9 @@ class RpcAdapter:
     # -- (de)serialization: must never raise into grpc's machinery ---------------------
 
     @staticmethod
-    def deserialize(data: bytes) -> bytes:
+    def deserialize(data: bytes) -> RawRequest:
         """Pass the raw bytes through; :meth:`decode` runs after admission."""
-        return data
+        return RawRequest(data)
 
     @staticmethod
     def serialize(response: message.Message) -> bytes:
@@ -168,9 +259,11 @@ class RpcAdapter:
     # -- handlers ---------------------------------------------------------------------
 
     def _prepare(
-        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]
+        self, holder: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tuple[message.Message, CallContext]:
-        """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
+        """Admit, negotiate, check the signature, decode and validate; raise A2AError.
+        Empties ``holder``."""
+        raw = holder.take()
         metadata = MetadataView(context.invocation_metadata())
         get = single_values(metadata.get_all)
         identity = self._authenticator.admit(get, peer_address(context.peer()))
@@ -207,8 +300,19 @@ class RpcAdapter:
         value = versioning.format_extensions(call_context.activated_extensions)
         await context.send_initial_metadata(((EXTENSIONS_KEY, value),))
 
+    async def _send_stream_headers(
+        self, context: grpc.aio.ServicerContext[Any, Any], call_context: CallContext
+    ) -> None:
+        """Initial metadata of a stream, on its own before the first event: grpc marks
+        it sent only once the write carrying it completes, and the status of a stalled
+        stream is refused while grpc would send it again (measured: no cost)."""
+        if call_context.activated_extensions:
+            await self._send_extensions(context, call_context)
+        else:
+            await context.send_initial_metadata(())
+
     async def unary(
-        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> message.Message:
         try:
             decoded, call_context = self._prepare(request, context)
@@ -224,32 +328,60 @@ class RpcAdapter:
             error = InternalError()
         await abort(context, error)
 
-    async def stream(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def stream(
+        self, request: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
         # A coroutine writing with context.write (not an async generator) so a client
         # cancel lands here, and the finally below closes the service stream at once.
+        timeout_s = self.write_timeout_s
         try:
             decoded, call_context = self._prepare(request, context)
             call: Streaming = self._call
             events = call(decoded, call_context)
+            del decoded  # the service has it; it may carry large inline file bytes
+            watch = WriteWatch(timeout_s)
             try:
                 first = True
                 async for event in events:
                     if first:
-                        if call_context.activated_extensions:
-                            await self._send_extensions(context, call_context)
+                        await watch.send(self._send_stream_headers(context, call_context))
                         first = False
-                    await context.write(self._checked(event))
+                    await watch.send(context.write(self._checked(event)))
             finally:
+                watch.close()
+                # Leaves the task's subscribers (the run goes on) before any abort below.
                 await _close(events, self.name)
             return
         except A2AError as exc:
             error: A2AError = exc
+        except StreamStalled:
+            log.warning(
+                "gRPC %s: the client read nothing for %gs; ending the stream",
+                self.name,
+                timeout_s,
+            )
+            error = UnavailableError(
+                f"the stream was ended: the client read nothing for {timeout_s:g} s"
+            )
         except Exception:
             if context.cancelled() or context.done():
                 return  # the client went away while we were writing: nothing to tell
             log.exception("gRPC %s failed", self.name)
             error = InternalError()
-        await abort(context, error)
+        await self._abort_stream(context, error)
+
+    async def _abort_stream(
+        self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError
+    ) -> None:
+        """End a stream with ``error``. The status waits behind data the client has
+        not read yet, so sending it is bounded; once queued, returning is enough."""
+        try:
+            async with asyncio.timeout(ABORT_TIMEOUT_S):
+                await abort(context, error)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # TimeoutError, or grpc's refusal of a second batch
+            log.debug("gRPC %s: stream status queued, not yet sent: %r", self.name, exc)
 
     def method_handler(self) -> grpc.RpcMethodHandler[Any, Any]:
         factory = (
@@ -265,11 +397,17 @@ class RpcAdapter:
 
 
 def a2a_rpc_handler(
-    service: A2AService, authenticator: Authenticator
+    service: A2AService,
+    authenticator: Authenticator,
+    *,
+    write_timeout_s: float = WRITE_TIMEOUT_S,
 ) -> grpc.GenericRpcHandler[Any, Any]:
-    """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``."""
+    """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``.
+    ``write_timeout_s`` bounds each stream write (tests shorten it)."""
     handlers = {
-        method.name: RpcAdapter(method, service, authenticator).method_handler()
+        method.name: RpcAdapter(
+            method, service, authenticator, write_timeout_s=write_timeout_s
+        ).method_handler()
         for method in SERVICE_DESCRIPTOR.methods
     }
     return grpc.method_handlers_generic_handler(SERVICE_DESCRIPTOR.full_name, handlers)
@@ -279,8 +417,12 @@ __all__ = [
     "EXTENSIONS_KEY",
     "STATUS_DETAILS_KEY",
     "VERSION_KEY",
+    "WRITE_TIMEOUT_S",
     "MetadataView",
+    "RawRequest",
     "RpcAdapter",
+    "StreamStalled",
+    "WriteWatch",
     "a2a_rpc_handler",
     "abort",
     "peer_address",

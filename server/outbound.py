@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 MAX_URL_CHARS = 2048
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+#: Bound on closing the connections: a TLS peer that never answers the close would
+#: otherwise hold shutdown for asyncio's 30 s SSL shutdown timeout.
+CLOSE_TIMEOUT_S = 2.0
 DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024
 USER_AGENT = "a2a-gateway"
 _CHUNK = 64 * 1024
@@ -368,7 +371,14 @@ class OutboundClient(AsyncCloseable):
             self._resolver or aiohttp.DefaultResolver(), allow_private=self.allow_private_urls
         )
         try:
-            await resolver.resolve(host, parsed.port or 443, socket.AF_UNSPEC)
+            # Bounded like a connection: a resolver that never answers must not hold
+            # the caller (the system resolver runs in a thread with its own timeouts).
+            async with asyncio.timeout(self.connect_timeout_s):
+                await resolver.resolve(host, parsed.port or 443, socket.AF_UNSPEC)
+        except TimeoutError:
+            raise OutboundTimeout(
+                f"could not resolve host {host} within {self.connect_timeout_s:g} s"
+            ) from None
         except OSError as exc:
             reason = _os_reason(exc)
             raise OutboundConnectionError(f"could not resolve host {host}: {reason}") from None
@@ -483,7 +493,12 @@ class OutboundClient(AsyncCloseable):
         session, self._session = self._session, None
         guarded, self._guarded = self._guarded, None
         if session is not None:
-            await session.close()
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await session.close()
+            except TimeoutError:
+                # The transports finish closing (or are aborted) by themselves.
+                log.warning("outbound connections did not close within %gs", CLOSE_TIMEOUT_S)
         if guarded is not None:
             await guarded.close()
         elif self._resolver is not None:

@@ -16,6 +16,12 @@ encrypted in task files, with a key that lives next to them.
   was edited) raises :class:`SecretBoxError`, whose message names the key file and
   never a value.
 
+- A crash while the key is being created can leave a ``.secret.key.*.tmp`` file; the
+  box removes those older than a minute when it first opens the folder. Age rather
+  than the pid in the name decides: the workspace may be shared by containers or
+  hosts whose pids mean nothing here (and pids are reused), while creating a key
+  takes milliseconds, so a minute-old temp file is abandoned whoever wrote it.
+
 The key protects the values from anyone who can read task files but not the key (a
 backup of ``tasks/``, a log of file contents); someone who can read the whole
 workspace can read both.
@@ -29,6 +35,7 @@ import contextlib
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
@@ -42,6 +49,10 @@ KEY_FILE = Path(".a2a") / "secret.key"
 SEALED_PREFIX = "enc:v1:"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
+_TEMP_PREFIX = ".secret.key."
+_TEMP_SUFFIX = ".tmp"
+#: A key-creation temp file older than this was left by a crash.
+STALE_TEMP_AGE_S = 60.0
 
 
 class SecretBoxError(Exception):
@@ -141,6 +152,7 @@ class SecretBox:
 
     def _key(self, *, create: bool) -> AESGCM:
         if self._aead is None:
+            self._remove_stale_temps()
             key = self._read_key()
             if key is None:
                 if not create:
@@ -177,6 +189,26 @@ class SecretBox:
         if len(key) != _KEY_BYTES:
             raise SecretBoxError(f"the key file {self.key_path} does not hold a valid key")
         return key
+
+    def _remove_stale_temps(self) -> None:
+        """Remove key-creation temp files a crash left behind (see the module docstring)."""
+        folder = self.key_path.parent
+        cutoff = time.time() - STALE_TEMP_AGE_S
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # no folder yet: nothing to clean
+            return
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX)):
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime > cutoff:
+                    continue  # possibly another process creating the key right now
+                os.unlink(entry.path)  # unlink never follows a symlink
+            except OSError:
+                continue
+            log.info("removed a stale key temp file %s", entry.path)
 
     def _create_key(self) -> bytes:
         folder = self.key_path.parent
