@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -400,3 +402,188 @@ async def test_a_closed_client_refuses_requests() -> None:
     await client.aclose()
     with pytest.raises(Exception, match="closed"):
         await client.get("http://127.0.0.1:1/")
+
+
+# --- the DNS bound -----------------------------------------------------------------------
+#
+# aiohttp's resolvers cannot be pointed at a chosen nameserver without aiodns (not a
+# dependency), so these tests use a minimal real DNS client: it sends an A query over
+# UDP to the nameserver it is given and parses the answer. The nameservers are local UDP
+# sockets: one answers, one never does.
+
+
+def _dns_query(query_id: int, host: str) -> bytes:
+    header = struct.pack("!HHHHHH", query_id, 0x0100, 1, 0, 0, 0)  # recursion desired
+    name = b"".join(bytes([len(label)]) + label for label in host.encode().split(b".")) + b"\0"
+    return header + name + struct.pack("!HH", 1, 1)  # type A, class IN
+
+
+def _skip_name(packet: bytes, offset: int) -> int:
+    while True:
+        length = packet[offset]
+        if length >= 0xC0:  # a compression pointer ends the name
+            return offset + 2
+        offset += length + 1
+        if length == 0:
+            return offset
+
+
+def _dns_addresses(packet: bytes, query_id: int) -> list[str]:
+    answer_id, flags, questions, answers = struct.unpack_from("!HHHH", packet)
+    if answer_id != query_id or flags & 0x000F:
+        raise OSError(f"DNS answer refused (rcode {flags & 0x000F})")
+    offset = 12
+    for _ in range(questions):
+        offset = _skip_name(packet, offset) + 4
+    found = []
+    for _ in range(answers):
+        offset = _skip_name(packet, offset)
+        kind, _, _, length = struct.unpack_from("!HHIH", packet, offset)
+        offset += 10
+        if kind == 1 and length == 4:
+            found.append(socket.inet_ntoa(packet[offset : offset + 4]))
+        offset += length
+    return found
+
+
+class UdpDnsResolver(AbstractResolver):
+    """A stub DNS resolver (A records only) asking one nameserver over UDP. It waits as
+    long as the nameserver does: bounding the wait is the caller's job."""
+
+    def __init__(self, nameserver: tuple[str, int]) -> None:
+        self.nameserver = nameserver
+        self._next_id = 0
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        loop = asyncio.get_running_loop()
+        self._next_id = query_id = (self._next_id + 1) & 0xFFFF
+        answer: asyncio.Future[bytes] = loop.create_future()
+
+        class Client(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+                if not answer.done():
+                    answer.set_result(data)
+
+        transport, _ = await loop.create_datagram_endpoint(
+            Client, remote_addr=self.nameserver, family=socket.AF_INET
+        )
+        try:
+            transport.sendto(_dns_query(query_id, host))
+            addresses = _dns_addresses(await answer, query_id)
+        finally:
+            transport.close()
+        if not addresses:
+            raise OSError(f"no address for {host}")
+        return [
+            ResolveResult(hostname=host, host=a, port=port, family=socket.AF_INET, proto=0, flags=0)
+            for a in addresses
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+class Nameserver(asyncio.DatagramProtocol):
+    """A UDP nameserver on 127.0.0.1 that records each query and answers it with
+    ``address`` (an A record), or never answers when ``address`` is None."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self.queries: list[bytes] = []
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A datagram endpoint's transport (asyncio's class does not derive from
+        # DatagramTransport, hence the cast).
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self.queries.append(data)
+        if self.address is None or self.transport is None:
+            return  # a nameserver that never answers
+        question_end = _skip_name(data, 12) + 4
+        header = data[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0)
+        record = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(self.address)
+        self.transport.sendto(header + data[12:question_end] + record, addr)
+
+    @property
+    def asked(self) -> list[str]:
+        """The host names queried, in order."""
+        names = []
+        for query in self.queries:
+            labels, offset = [], 12
+            while query[offset]:
+                labels.append(query[offset + 1 : offset + 1 + query[offset]].decode())
+                offset += query[offset] + 1
+            names.append(".".join(labels))
+        return names
+
+
+@pytest.fixture
+async def nameserver() -> AsyncIterator[Callable[[str | None], Awaitable[Nameserver]]]:
+    """Start UDP nameservers on 127.0.0.1 (free ports); all are closed after the test."""
+    transports: list[asyncio.BaseTransport] = []
+
+    async def start(address: str | None) -> Nameserver:
+        loop = asyncio.get_running_loop()
+        transport, server = await loop.create_datagram_endpoint(
+            lambda: Nameserver(address), local_addr=("127.0.0.1", 0)
+        )
+        transports.append(transport)
+        return server
+
+    yield start
+    for transport in transports:
+        transport.close()
+
+
+def _address(server: Nameserver) -> tuple[str, int]:
+    assert server.transport is not None
+    host, port = server.transport.get_extra_info("sockname")[:2]
+    return str(host), int(port)
+
+
+async def test_the_udp_resolver_answers_and_its_answers_are_checked(
+    nameserver: Callable[[str | None], Awaitable[Nameserver]],
+) -> None:
+    # The resolver used below is a working one: a nameserver's answers reach the guard.
+    public = await nameserver("93.184.216.34")
+    private = await nameserver("10.1.2.3")
+    async with asyncio.timeout(TIMEOUT_S):
+        async with OutboundClient(resolver=UdpDnsResolver(_address(public))) as client:
+            parsed = await client.check_url_resolved("https://hooks.example.test/in")
+        assert parsed.host == "hooks.example.test"
+        async with OutboundClient(resolver=UdpDnsResolver(_address(private))) as client:
+            with pytest.raises(UrlRefused, match=r"10\.1\.2\.3 \(private\)"):
+                await client.check_url_resolved("https://inside.example.test/in")
+    assert public.asked == ["hooks.example.test"]
+    assert private.asked == ["inside.example.test"]
+
+
+async def test_a_nameserver_that_never_answers_is_bounded_by_the_connect_timeout(
+    nameserver: Callable[[str | None], Awaitable[Nameserver]],
+) -> None:
+    silent = await nameserver(None)
+    resolver = UdpDnsResolver(_address(silent))
+    async with OutboundClient(resolver=resolver, connect_timeout_s=0.2) as client:
+        async with asyncio.timeout(TIMEOUT_S):  # a hang fails here, not in the client
+            with pytest.raises(OutboundTimeout) as timed_out:
+                await client.check_url_resolved("https://silent.example.test/hook?token=s3cr3t")
+    message = str(timed_out.value)
+    assert message == "could not resolve host silent.example.test within 0.2 s"
+    assert timed_out.value.retryable
+    assert silent.asked == ["silent.example.test"]  # it did ask, and got no answer
+
+
+async def test_a_request_whose_nameserver_never_answers_times_out(
+    nameserver: Callable[[str | None], Awaitable[Nameserver]],
+) -> None:
+    # At connect time the resolver is aiohttp's to call: the request's bound covers it.
+    silent = await nameserver(None)
+    async with OutboundClient(resolver=UdpDnsResolver(_address(silent))) as client:
+        async with asyncio.timeout(TIMEOUT_S):
+            with pytest.raises(OutboundTimeout, match="did not answer"):
+                await client.get("https://silent.example.test/hook", timeout_s=0.2)
+    assert silent.asked == ["silent.example.test"]
