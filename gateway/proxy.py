@@ -14,9 +14,14 @@ What the proxy decides itself (nothing else is changed on the way):
 - Unreachable / timed-out upstreams become Unavailable / DeadlineExceeded with a message
   that does not reveal the upstream's address (it is logged for the operator instead).
 - Tasks stay scoped to our callers: a task id seen in an answer to one caller is
-  TaskNotFound for every other caller, and ListTasks leaves such tasks out. The record
-  is in memory (bounded); tasks created before a restart belong to whoever uses them
-  first.
+  TaskNotFound for every other caller, and ListTasks leaves such tasks out
+  (:class:`~.proxy_owners.TaskOwners`). With a workspace, each owner is a record file,
+  ``<first workspace>/.a2a/proxy-tasks/<taskId>.json``, final once written, with a
+  bounded memory cache in front: ownership survives restarts. Without a workspace (or
+  with ``--store memory``) it is in memory only, bounded: a task dropped from the bound,
+  or any task after a restart, belongs to whoever the upstream answers it to first. A
+  task id known nowhere (created upstream by someone else, or before the records
+  existed) is claimed by the first of our callers the upstream answers it to.
 - ``a2a-gateway.hops`` in the SendMessage metadata is incremented, and a message that
   has already passed more than ``max_hops`` gateways is refused: two proxies pointing at
   each other fail fast instead of looping.
@@ -31,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -46,7 +50,6 @@ from a2a_gateway.protocol.errors import (
     DeadlineExceededError,
     InternalError,
     PermissionDeniedError,
-    TaskNotFoundError,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -57,14 +60,13 @@ from a2a_gateway.server.config import ServerConfig
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret
+from .proxy_owners import TaskOwners
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Task ids remembered per proxy (oldest forgotten first).
-MAX_OWNED_TASKS = 100_000
 UPSTREAM_REFUSED = "the upstream agent refused this gateway's credentials"
 UPSTREAM_UNREACHABLE = "the upstream agent is unreachable"
 UPSTREAM_TIMEOUT = "the upstream agent did not answer in time"
@@ -97,45 +99,6 @@ def upstream_error(error: A2AError) -> A2AError:
     return error
 
 
-class TaskOwners:
-    """Which of our callers each task id was answered to (bounded, oldest dropped)."""
-
-    def __init__(self, limit: int = MAX_OWNED_TASKS) -> None:
-        self.limit = limit
-        self._owners: OrderedDict[str, tuple[str, str]] = OrderedDict()
-
-    @staticmethod
-    def _key(caller: Caller) -> tuple[str, str]:
-        return (caller.workspace, caller.name)
-
-    def visible(self, caller: Caller, task_id: str) -> bool:
-        owner = self._owners.get(task_id)
-        return owner is None or owner == self._key(caller)
-
-    def check(self, caller: Caller, task_id: str) -> None:
-        """TaskNotFound for a task of another caller (its existence is not revealed)."""
-        if task_id and not self.visible(caller, task_id):
-            raise TaskNotFoundError(f"Task {task_id} not found", metadata={"taskId": task_id})
-
-    def claim(self, caller: Caller, task_id: str) -> None:
-        if not task_id or task_id in self._owners:
-            return
-        self._owners[task_id] = self._key(caller)
-        while len(self._owners) > self.limit:
-            self._owners.popitem(last=False)
-
-    def claim_event(self, caller: Caller, event: pb.StreamResponse) -> None:
-        kind = event.WhichOneof("payload")
-        if kind == "task":
-            self.claim(caller, event.task.id)
-        elif kind == "status_update":
-            self.claim(caller, event.status_update.task_id)
-        elif kind == "artifact_update":
-            self.claim(caller, event.artifact_update.task_id)
-        elif kind == "message":
-            self.claim(caller, event.message.task_id)
-
-
 class UpstreamProxy(A2AService):
     """The service of proxy mode: every operation forwarded to one upstream agent.
 
@@ -153,6 +116,7 @@ class UpstreamProxy(A2AService):
         timeout: float = DEFAULT_TIMEOUT,
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
         max_hops: int = 3,
+        owners: TaskOwners | None = None,
     ) -> None:
         self.url = url
         self._key = key or None
@@ -160,7 +124,7 @@ class UpstreamProxy(A2AService):
         self.timeout = timeout
         self.stream_idle_timeout = stream_idle_timeout
         self.max_hops = max_hops
-        self.owners = TaskOwners()
+        self.owners = owners if owners is not None else TaskOwners()
         self.upstream_card: pb.AgentCard | None = None
         self.upstream_extended_card: pb.AgentCard | None = None
         self.extended_card: Callable[[CallContext], pb.AgentCard] | None = None
@@ -423,12 +387,28 @@ class ProxyCardProvider(CardProvider):
         return card
 
 
+def task_owners(settings: Settings, config: ServerConfig) -> TaskOwners:
+    """Owners recorded in the first workspace; in memory only without a workspace or
+    with ``--store memory``. One folder for every caller, whatever their workspace: the
+    upstream has one set of task ids, and a claim must be seen by every other caller.
+    (With ``--workspaces-root`` alone, the first workspace is its first subfolder by
+    name; a ``--workspace`` given too keeps the records in one place as folders come.)"""
+    if not config.workspaces or settings["store"] == "memory":
+        return TaskOwners()
+    return TaskOwners.in_workspace(config.workspaces[0], fsync=settings["fsync"])
+
+
 def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy, CardProvider]:
     """The proxy service and its card provider, from the ``serve`` settings."""
     key = settings["upstream_key"] or None
     if key:
         register_secret(key)
-    proxy = UpstreamProxy(settings["upstream"], key=key, max_hops=config.max_hops)
+    proxy = UpstreamProxy(
+        settings["upstream"],
+        key=key,
+        max_hops=config.max_hops,
+        owners=task_owners(settings, config),
+    )
     cards = ProxyCardProvider(config, proxy)
     proxy.extended_card = cards.extended_card
     return proxy, cards
@@ -441,5 +421,6 @@ __all__ = [
     "build_proxy",
     "mirror_upstream",
     "settings_problem",
+    "task_owners",
     "upstream_error",
 ]

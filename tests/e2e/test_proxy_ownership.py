@@ -1,0 +1,413 @@
+"""Proxy mode remembers who owns each task across restarts: record files under
+``<workspace>/.a2a/proxy-tasks/``. The upstream is our own gateway (faux agent, in
+process, real port); the proxy is a second in-process gateway on the same workspace,
+stopped and started again to play a restart. Calls are raw JSON-RPC over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.errors import TaskNotFoundError
+from a2a_gateway.proxy_owners import RECORDS_FOLDER, TaskOwners
+from a2a_gateway.serve import Gateway
+from a2a_gateway.settings import resolve
+
+from .conftest import KEY_ALICE, KEY_BOB
+
+TIMEOUT = aiohttp.ClientTimeout(total=30)
+VERSION = {"A2A-Version": "1.0"}
+NOT_FOUND = -32001
+LOGGER = "a2a_gateway.proxy_owners"
+
+StartProxy = Callable[..., Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Gateway]:
+    """Our own gateway with the faux agent, anonymous callers, memory store."""
+    settings = resolve(
+        {"port": 0, "grpc_port": -1, "faux": True, "allow_anonymous": True}, environ={}
+    )
+    server = Gateway(settings)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
+    )
+    return workspace
+
+
+@pytest.fixture
+async def start_proxy(upstream: Gateway, workspace: Path) -> AsyncIterator[StartProxy]:
+    """Starts ``serve --upstream <upstream> --workspace <workspace>`` in process."""
+    running: list[Gateway] = []
+
+    async def start(**extra: Any) -> Gateway:
+        settings = resolve(
+            {
+                "upstream": f"http://127.0.0.1:{upstream.http_port}",
+                "workspace": [str(workspace)],
+                "port": 0,
+                "grpc_port": -1,
+                **extra,
+            },
+            environ={},
+        )
+        gateway = Gateway(settings)
+        running.append(gateway)
+        async with asyncio.timeout(30):
+            await gateway.start()
+        return gateway
+
+    yield start
+    for gateway in running:
+        await gateway.stop()
+
+
+async def restart(gateway: Gateway, start_proxy: StartProxy, **extra: Any) -> Gateway:
+    await gateway.stop()
+    return await start_proxy(**extra)
+
+
+async def rpc(gateway: Gateway, method: str, params: dict[str, Any], key: str | None) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {**VERSION, **({"X-API-Key": key} if key else {})}
+    async with (
+        asyncio.timeout(30),
+        aiohttp.ClientSession(timeout=TIMEOUT) as http,
+        http.post(f"http://127.0.0.1:{gateway.http_port}/a2a", json=body, headers=headers) as r,
+    ):
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+
+def message(text: str, **extra: Any) -> dict[str, Any]:
+    parts = [{"text": text}]
+    return {
+        "message": {
+            "messageId": f"m-{os.urandom(6).hex()}",
+            "role": "ROLE_USER",
+            "parts": parts,
+            **extra,
+        }
+    }
+
+
+async def create_task(gateway: Gateway, key: str | None) -> str:
+    reply = await rpc(gateway, "SendMessage", message("hello"), key)
+    task = reply["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    return str(task["id"])
+
+
+async def get_task(gateway: Gateway, task_id: str, key: str) -> int | None:
+    """None when the task came back, else the error code."""
+    reply = await rpc(gateway, "GetTask", {"id": task_id}, key)
+    if "error" in reply:
+        return int(reply["error"]["code"])
+    assert reply["result"]["id"] == task_id
+    return None
+
+
+async def listed(gateway: Gateway, key: str) -> set[str]:
+    reply = await rpc(gateway, "ListTasks", {}, key)
+    return {t["id"] for t in reply["result"]["tasks"]}
+
+
+def record_path(workspace: Path, task_id: str) -> Path:
+    return workspace / RECORDS_FOLDER / f"{task_id}.json"
+
+
+def record(workspace: Path, name: str) -> bytes:
+    return json.dumps({"version": 1, "owner": {"name": name, "workspace": str(workspace)}}).encode()
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its content (None for folders and other kinds)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() and not p.is_symlink() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+# --- through the proxy ------------------------------------------------------------------------
+
+
+async def test_alices_task_stays_hers_after_a_restart(
+    start_proxy: StartProxy, workspace: Path
+) -> None:
+    proxy = await start_proxy()
+    task_id = await create_task(proxy, KEY_ALICE)
+    saved = json.loads(record_path(workspace, task_id).read_bytes())
+    assert saved == {"version": 1, "owner": {"name": "alice", "workspace": str(workspace)}}
+
+    proxy = await restart(proxy, start_proxy)
+    assert proxy.proxy is not None and proxy.proxy.owners.in_memory() == 0  # a fresh memory
+
+    assert await get_task(proxy, task_id, KEY_BOB) == NOT_FOUND
+    for method, params in (
+        ("CancelTask", {"id": task_id}),
+        ("SendMessage", message("mine now", taskId=task_id)),
+        ("ListTaskPushNotificationConfigs", {"taskId": task_id}),
+    ):
+        reply = await rpc(proxy, method, params, KEY_BOB)
+        assert reply["error"]["code"] == NOT_FOUND, (method, reply)
+    assert task_id not in await listed(proxy, KEY_BOB)
+
+    assert await get_task(proxy, task_id, KEY_ALICE) is None
+    assert task_id in await listed(proxy, KEY_ALICE)
+    saved = json.loads(record_path(workspace, task_id).read_bytes())
+    assert saved["owner"]["name"] == "alice"  # bob's attempts changed nothing
+
+
+async def test_without_records_a_restart_forgets_the_owner(
+    start_proxy: StartProxy, workspace: Path
+) -> None:
+    """--store memory: today's memory-only behaviour, no files."""
+    proxy = await start_proxy(store="memory")
+    task_id = await create_task(proxy, KEY_ALICE)
+    assert await get_task(proxy, task_id, KEY_BOB) == NOT_FOUND
+    proxy = await restart(proxy, start_proxy, store="memory")
+    assert await get_task(proxy, task_id, KEY_BOB) is None  # first use after the restart
+    assert await get_task(proxy, task_id, KEY_ALICE) == NOT_FOUND
+    assert not (workspace / RECORDS_FOLDER).exists()
+
+
+async def test_records_survive_eviction_from_the_memory_bound(
+    start_proxy: StartProxy, workspace: Path
+) -> None:
+    proxy = await start_proxy()
+    assert proxy.proxy is not None
+    owners = proxy.proxy.owners
+    owners.limit = 1
+    first = await create_task(proxy, KEY_ALICE)
+    second = await create_task(proxy, KEY_ALICE)
+    assert owners.in_memory() == 1  # the first id is no longer in memory
+
+    assert await get_task(proxy, first, KEY_BOB) == NOT_FOUND
+    assert await get_task(proxy, first, KEY_ALICE) is None
+    assert await get_task(proxy, second, KEY_BOB) == NOT_FOUND  # evicted by the reads
+    assert {first, second} <= await listed(proxy, KEY_ALICE)
+    assert not {first, second} & await listed(proxy, KEY_BOB)
+    assert owners.in_memory() == 1
+
+
+async def test_a_task_known_nowhere_goes_to_its_first_user_for_good(
+    upstream: Gateway, start_proxy: StartProxy, workspace: Path
+) -> None:
+    direct = await create_task(upstream, None)  # made upstream, not through the proxy
+    proxy = await start_proxy()
+    assert await get_task(proxy, "no-such-task", KEY_BOB) == NOT_FOUND
+    assert not record_path(workspace, "no-such-task").exists()  # the upstream lacks it
+
+    assert await get_task(proxy, direct, KEY_BOB) is None  # first use
+    assert json.loads(record_path(workspace, direct).read_bytes())["owner"]["name"] == "bob"
+    assert await get_task(proxy, direct, KEY_ALICE) == NOT_FOUND
+    proxy = await restart(proxy, start_proxy)
+    assert await get_task(proxy, direct, KEY_ALICE) == NOT_FOUND
+    assert await get_task(proxy, direct, KEY_BOB) is None
+
+
+async def test_an_existing_record_is_final(
+    upstream: Gateway, start_proxy: StartProxy, workspace: Path
+) -> None:
+    """A record written by another gateway on the same workspace is read from disk."""
+    direct = await create_task(upstream, None)
+    proxy = await start_proxy()
+    folder = workspace / RECORDS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    record_path(workspace, direct).write_bytes(record(workspace, "alice"))
+    assert await get_task(proxy, direct, KEY_BOB) == NOT_FOUND
+    assert await get_task(proxy, direct, KEY_ALICE) is None
+
+
+def _not_json(path: Path) -> None:
+    path.write_bytes(b'{"version": 1, "owner": {"name": "alice"')
+
+
+def _wrong_version(path: Path) -> None:
+    path.write_bytes(json.dumps({"version": 2, "owner": {"name": "alice"}}).encode())
+
+
+def _no_owner(path: Path) -> None:
+    path.write_bytes(json.dumps({"version": 1, "owner": {"workspace": ""}}).encode())
+
+
+def _a_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _a_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _a_symlink(path: Path) -> None:
+    """Even to a record that would be valid: records are never followed."""
+    target = path.with_name("elsewhere")
+    path.rename(target)
+    path.symlink_to(target.name)
+
+
+@pytest.mark.parametrize(
+    "spoil", [_not_json, _wrong_version, _no_owner, _a_folder, _a_fifo, _a_symlink]
+)
+async def test_a_malformed_record_hides_the_task_from_everyone(
+    start_proxy: StartProxy,
+    workspace: Path,
+    caplog: pytest.LogCaptureFixture,
+    spoil: Callable[[Path], None],
+) -> None:
+    proxy = await start_proxy()
+    task_id = await create_task(proxy, KEY_ALICE)
+    await proxy.stop()
+    path = record_path(workspace, task_id)
+    spoil(path)
+
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    proxy = await start_proxy()
+    for key in (KEY_ALICE, KEY_BOB):
+        assert await get_task(proxy, task_id, key) == NOT_FOUND
+        assert task_id not in await listed(proxy, key)
+        reply = await rpc(proxy, "SendMessage", message("again", taskId=task_id), key)
+        assert reply["error"]["code"] == NOT_FOUND
+    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].endswith(str(path)) and "malformed" in warnings[0]
+
+
+async def test_path_like_task_ids_through_the_proxy_touch_no_file(
+    start_proxy: StartProxy, workspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Files the ids would reach do not parse as records: reading one would log it."""
+    proxy = await start_proxy()
+    await create_task(proxy, KEY_ALICE)  # the records folder exists, so ".." resolves
+    (workspace / ".a2a" / "planted.json").write_bytes(b"not a record")
+    before = tree(tmp_path)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    for task_id in ("../callers", "../planted", "../../.a2a/planted", "a/b", "/etc/passwd"):
+        for method, params in (
+            ("GetTask", {"id": task_id}),
+            ("CancelTask", {"id": task_id}),
+            ("SendMessage", message("hi", taskId=task_id)),
+        ):
+            reply = await rpc(proxy, method, params, KEY_BOB)
+            assert "error" in reply, (method, task_id, reply)
+            assert reply["error"]["code"] != -32603, reply  # never an internal error
+    assert tree(tmp_path) == before
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == []
+
+
+# --- TaskOwners on its own --------------------------------------------------------------------
+
+ALICE = Caller("alice", "/ws")
+BOB = Caller("bob", "/ws")
+
+
+def test_path_like_ids_are_owned_in_memory_and_never_touch_the_file_system(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "ws" / RECORDS_FOLDER
+    folder.mkdir(parents=True)
+    planted = json.dumps({"version": 1, "owner": {"name": "alice", "workspace": "/ws"}})
+    for target in (tmp_path / "planted.json", tmp_path / "ws" / "planted.json"):
+        target.write_text(planted)
+    owners = TaskOwners(folder=folder)
+    before = tree(tmp_path)
+    ids = [
+        "../../../planted",
+        "../../planted",
+        f"{tmp_path}/planted",
+        "a/b",
+        ".",
+        "..",
+        "x" * 101,
+        "café",
+        "a.json",
+        "nul\x00byte",
+        "line\nbreak",
+    ]
+    for task_id in ids:
+        assert owners.path(task_id) is None
+        assert owners.visible(BOB, task_id)  # the planted records were not read
+        owners.claim(BOB, task_id)
+        owners.check(BOB, task_id)
+        with pytest.raises(TaskNotFoundError):
+            owners.check(ALICE, task_id)  # owned, in memory
+    assert tree(tmp_path) == before
+    assert owners.in_memory() == len(ids)
+
+
+def test_a_record_is_final_between_two_processes(tmp_path: Path) -> None:
+    """Two gateways on one workspace race to claim a task the upstream has."""
+    folder = tmp_path / RECORDS_FOLDER
+    one, two = TaskOwners(folder=folder), TaskOwners(folder=folder)
+    two.check(BOB, "t-1")  # unknown to both: bob's call goes upstream
+    one.claim(ALICE, "t-1")  # alice's answer comes back first
+    with pytest.raises(TaskNotFoundError):
+        two.claim(BOB, "t-1")  # bob's answer is withheld
+    assert json.loads((folder / "t-1.json").read_bytes())["owner"]["name"] == "alice"
+    with pytest.raises(TaskNotFoundError):
+        TaskOwners(folder=folder).check(BOB, "t-1")
+    assert [p.name for p in folder.iterdir()] == ["t-1.json"]  # no temp file left
+
+
+def test_stale_temp_files_are_removed_when_the_folder_is_opened(tmp_path: Path) -> None:
+    folder = tmp_path / RECORDS_FOLDER
+    folder.mkdir(parents=True)
+    (folder / ".t-1.999.0.tmp").write_bytes(b'{"version": 1')
+    (folder / "t-2.json").write_bytes(b'{"version": 1, "owner": {"name": "alice"}}')
+    owners = TaskOwners(folder=folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["t-2.json"]
+    assert owners.owner("t-2") == ("", "alice")
+    assert owners.owner("t-1") is None
+
+
+def test_a_record_that_cannot_be_written_is_kept_in_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / ".a2a"
+    blocker.write_text("a file where the folder should be")
+    owners = TaskOwners.in_workspace(tmp_path)
+    caplog.set_level(logging.ERROR, logger=LOGGER)
+    owners.claim(ALICE, "t-1")
+    with pytest.raises(TaskNotFoundError):
+        owners.check(BOB, "t-1")
+    owners.check(ALICE, "t-1")
+    errors = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(errors) == 1 and "kept in memory only" in errors[0], errors
+    assert blocker.read_text() == "a file where the folder should be"
+
+
+def test_without_a_folder_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    owners = TaskOwners(limit=2)
+    for task_id in ("t-1", "t-2", "t-3"):
+        owners.claim(ALICE, task_id)
+    assert owners.in_memory() == 2
+    owners.check(BOB, "t-1")  # dropped from the bound: known nowhere
+    with pytest.raises(TaskNotFoundError):
+        owners.check(BOB, "t-3")
+    assert list(tmp_path.iterdir()) == []
