@@ -10,6 +10,12 @@ scheme and ``Host``. ``X-Forwarded-Proto``/``X-Forwarded-Host`` are deliberately
 honoured: any client can send them, and the card is served ``Cache-Control: public``,
 so a shared cache could keep a card pointing at a host of the attacker's choosing.
 Behind a reverse proxy, set ``public_url``.
+
+A2A 0.3 peers (digest §13, §14.3): the card lists 0.3 JSON-RPC, HTTP+JSON and gRPC
+interfaces last (same URLs as the 1.0 ones; clients take the first compatible entry, so
+1.0 clients keep 1.0), and the public card is served as the SDK's hybrid: 1.0 ProtoJSON
+plus the 0.3 keys (``url``, ``preferredTransport``, ``protocolVersion``, flat security
+schemes, ...), which 1.0 clients ignore. The extended card (a 1.0 operation) stays plain 1.0.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 import orjson
 from aiohttp import hdrs, web
 
-from a2a_gateway.protocol import codec
+from a2a_gateway.protocol import codec, compat03
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -115,7 +121,8 @@ class CardProvider:
         return f"http://{host}:{self.config.port}"
 
     def interfaces(self, base_url: str) -> list[pb.AgentInterface]:
-        """Every mounted binding: JSON-RPC, then HTTP+JSON, then gRPC (``host:port``)."""
+        """Every mounted binding: JSON-RPC, then HTTP+JSON, then gRPC (``host:port``),
+        all 1.0; then JSON-RPC, HTTP+JSON and gRPC 0.3 on the same URLs."""
         mounts = self.config.mounts
         jsonrpc = mount_path(mounts.jsonrpc) or "/"
         found = [
@@ -135,6 +142,26 @@ class CardProvider:
             found.append(
                 pb.AgentInterface(
                     url=address, protocol_binding="GRPC", protocol_version=PROTOCOL_VERSION
+                )
+            )
+        # Last: a client takes the first entry it speaks, so 1.0 clients stay on 1.0.
+        # A 0.3 REST client appends "/v1/..." to its URL: the REST binding serves those.
+        found += [
+            pb.AgentInterface(
+                url=base_url + jsonrpc,
+                protocol_binding="JSONRPC",
+                protocol_version=compat03.LEGACY_VERSION,
+            ),
+            pb.AgentInterface(
+                url=base_url + mount_path(mounts.rest),
+                protocol_binding="HTTP+JSON",
+                protocol_version=compat03.LEGACY_VERSION,
+            ),
+        ]
+        if address:  # a2a.v1.A2AService, next to lf.a2a.v1.A2AService on the same port
+            found.append(
+                pb.AgentInterface(
+                    url=address, protocol_binding="GRPC", protocol_version=compat03.LEGACY_VERSION
                 )
             )
         return found
@@ -231,8 +258,10 @@ class CardProvider:
     # --- serving --------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """``GET`` the public card, with a content-hash ETag and 304 revalidation."""
-        body = codec.to_json(self.public_card(self.base_url(request)))
+        """``GET`` the public (hybrid) card, with a content-hash ETag and 304
+        revalidation."""
+        card = codec.to_dict(self.public_card(self.base_url(request)))
+        body = orjson.dumps(compat03.hybrid_card(card))
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         headers = {
             hdrs.ETAG: etag,

@@ -146,7 +146,7 @@ def expect_signature(
 async def ensure_signature(request: web.Request) -> None:
     """Check a pending signature against the body if nothing has read it yet.
 
-    :func:`call_rpc` calls this before the service runs, so a route that skips the
+    :func:`call_service` calls this before the service runs, so a route that skips the
     body (REST's body-less POST aliases) is covered as well.
     """
     pending = request.get(PENDING_SIGNATURE)
@@ -572,27 +572,36 @@ async def stream_events(
         await pump.aclose()
 
 
-async def call_rpc(
-    request: web.Request,
-    rpc: Rpc,
-    params: message.Message,
-    context: CallContext,
-    codec: StreamCodec,
-) -> message.Message | web.StreamResponse:
-    """Run ``rpc`` for an HTTP binding once its request is decoded.
+async def call_service(
+    request: web.Request, rpc: Rpc, params: message.Message, context: CallContext
+) -> message.Message | AsyncIterator[pb.StreamResponse]:
+    """Run ``rpc`` for an HTTP binding once its request is decoded: the service's result
+    (a unary rpc), or the service's event stream, not started (a streaming rpc).
 
     A signing caller's pending signature is checked first, so the service never runs
-    for a body the signature does not cover, whatever the route. A unary rpc returns
-    the service's result for the binding to encode; a streaming rpc is served as SSE
-    shaped by ``codec`` and returns the finished response.
+    for a body the signature does not cover, whatever the route. A stream is returned
+    rather than served here so that the caller can drop ``params`` first (``del``):
+    a stream may last long, its request (inline file bytes and all) must not, and a
+    frame waiting for the stream would hold it. The caller then serves the stream with
+    :func:`serve_stream`.
     """
     await ensure_signature(request)
     service = request.app[SERVICE]
-    if not rpc.streaming:
-        return await rpc.unary(service)(params, context)
+    if rpc.streaming:
+        return rpc.stream(service)(params, context)
+    return await rpc.unary(service)(params, context)
+
+
+async def serve_stream(
+    request: web.Request,
+    events: AsyncIterator[pb.StreamResponse],
+    context: CallContext,
+    codec: StreamCodec,
+) -> web.StreamResponse:
+    """Serve a stream from :func:`call_service` as SSE shaped by ``codec``."""
     return await stream_events(
         request,
-        rpc.stream(service)(params, context),
+        events,
         context,
         keepalive_s=request.app[CONFIG].keepalive_interval_s,
         codec=codec,

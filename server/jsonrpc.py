@@ -12,6 +12,14 @@ service descriptor. Decisions:
 - ``"params": null`` counts as absent; any other non-object ``params`` is -32600.
 - ``DeleteTaskPushNotificationConfig`` answers ``"result": {}`` (the ProtoJSON of
   ``Empty``, as REST does); the SDK client only needs a ``result`` member.
+
+A2A 0.3 methods (``message/send``, ``tasks/get``, ...; digest §13, §14) call the SAME
+service operations through :mod:`a2a_gateway.protocol.compat03`. Their name is looked up
+only after the 1.0 lookup misses, so the 1.0 path pays nothing for them. Version rule:
+a 0.3 method accepts no ``A2A-Version`` or ``0.3``/``0.3.x``; a 1.0 method keeps the
+1.0 rule (a 0.3 header is VersionNotSupported, reported with ``"id": null`` as every
+version error found before the body). A 0.3 method's errors use the 0.3 codes
+(1.0-only codes become -32603, as the SDK does) and free-form ``data``.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import orjson
 from aiohttp import web
 from google.protobuf import json_format, message
 
-from a2a_gateway.protocol import codec, sse
+from a2a_gateway.protocol import codec, compat03, sse, versioning
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -31,6 +39,7 @@ from a2a_gateway.protocol.errors import (
     MethodNotFoundError,
     RateLimitedError,
     UnauthenticatedError,
+    VersionNotSupportedError,
     status_proto,
 )
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -41,12 +50,13 @@ from .http_context import (
     RPCS,
     Rpc,
     call_context,
-    call_rpc,
+    call_service,
     echo_extensions,
     error_headers,
     json_response,
     read_body,
     require_json,
+    serve_stream,
     unexpected,
 )
 
@@ -85,11 +95,16 @@ def _valid_id(value: Any) -> bool:
 
 
 class _Envelope:
-    __slots__ = ("params", "rpc")
+    """A checked envelope: the rpc to call, and the 0.3 method when the name was one."""
 
-    def __init__(self, rpc: Rpc, params: dict[str, Any] | None) -> None:
+    __slots__ = ("legacy", "params", "rpc")
+
+    def __init__(
+        self, rpc: Rpc, params: dict[str, Any] | None, legacy: compat03.Method | None = None
+    ) -> None:
         self.rpc = rpc
         self.params = params
+        self.legacy = legacy
 
 
 def _envelope(body: Any) -> _Envelope:
@@ -106,20 +121,58 @@ def _envelope(body: Any) -> _Envelope:
     if not isinstance(name, str) or not name:
         raise InvalidRequestError('"method" must be a non-empty string')
     rpc = RPCS.get(name)
+    legacy = None
     if rpc is None:
-        raise MethodNotFoundError(
-            f"Method not found: {name[:100]!r}", metadata={"method": name[:100]}
-        )
+        legacy = compat03.METHODS.get(name)
+        if legacy is None:
+            raise MethodNotFoundError(
+                f"Method not found: {name[:100]!r}", metadata={"method": name[:100]}
+            )
+        rpc = RPCS[legacy.rpc]
     params = body.get("params")
     if params is not None and not isinstance(params, dict):
         raise InvalidRequestError('"params" must be a JSON object')
-    return _Envelope(rpc, params)
+    return _Envelope(rpc, params, legacy)
+
+
+def set_aside_legacy_version(request: web.Request) -> tuple[web.Request, str | None]:
+    """A 0.3 ``A2A-Version`` value set aside: call_context would refuse it before the
+    method is known. Returns the request without it (a clone) and the value, or the
+    request itself and None (any other value stays for call_context to judge)."""
+    value = request.headers.get(versioning.VERSION_HEADER)
+    if value is None or not compat03.is_legacy_version(value):
+        return request, None
+    headers = request.headers.copy()
+    del headers[versioning.VERSION_HEADER]
+    return request.clone(headers=headers), value
+
+
+def check_version(request: web.Request, legacy: str | None, set_aside: str | None) -> None:
+    """The version rule once the operation is known (digest §13). A 1.0 operation
+    (``legacy`` None) never takes a 0.3 value (``set_aside``); the 0.3 operation named
+    ``legacy`` takes none, or a 0.3 value only."""
+    if legacy is None:
+        if set_aside is not None:
+            versioning.negotiate_version(set_aside)  # raises VersionNotSupported
+        return
+    if set_aside is not None:
+        return
+    name = versioning.VERSION_HEADER
+    given = request.headers.get(name) or request.query.get(name) or request.query.get(name.lower())
+    if given and given.strip():
+        raise VersionNotSupportedError(
+            f"A2A-Version {given.strip()[:32]!r} does not match the 0.3 operation "
+            f"{legacy!r} (send no A2A-Version, or {compat03.LEGACY_VERSION})",
+            metadata={"supportedVersions": compat03.LEGACY_VERSION},
+        )
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
     """``POST`` handler of the JSON-RPC mount."""
     request_id: RequestId = None
+    legacy: compat03.Method | None = None
     try:
+        request, legacy_header = set_aside_legacy_version(request)
         context = call_context(request)
         require_json(request)
         raw = await read_body(request, request.app[CONFIG].max_body_bytes)
@@ -131,14 +184,40 @@ async def handle(request: web.Request) -> web.StreamResponse:
             request_id = body.get("id")
         envelope = _envelope(body)
         rpc = envelope.rpc
+        legacy = envelope.legacy
+        if legacy is not None or legacy_header is not None:
+            try:
+                check_version(request, legacy.name if legacy is not None else None, legacy_header)
+            except VersionNotSupportedError as exc:
+                if legacy is None:  # as if call_context had refused it: before the body
+                    return error_response(None, exc)
+                raise
+            if legacy is not None:
+                params = legacy.parse(envelope.params)
+                context.version = compat03.LEGACY_VERSION
+                del raw, body, envelope
+                outcome = await call_service(request, rpc, params, context)
+                del params  # as below
+                if isinstance(outcome, message.Message):
+                    return legacy_result_response(legacy, outcome, context, request_id)
+                return await serve_stream(request, outcome, context, LegacyStreamCodec(request_id))
         params = codec.parse_request(rpc.request_class, envelope.params, path="params")
         context.tenant = getattr(params, "tenant", "")
-        del raw, body, envelope  # a held stream must not pin its request's JSON
-        return await _call(request, rpc, params, context, request_id)
+        del raw, body, envelope  # a held stream must not pin its request's JSON...
+        outcome = await call_service(request, rpc, params, context)
+        del params  # ...nor its request message: the service has it now
+        if isinstance(outcome, message.Message):
+            return result_response(outcome, context, request_id)
+        return await serve_stream(request, outcome, context, StreamCodec(request_id))
     except A2AError as exc:
+        if legacy is not None:
+            return legacy_error_response(request_id, exc)
         return error_response(request_id, exc)
     except Exception as exc:
-        return error_response(request_id, unexpected(exc, "JSON-RPC request"))
+        error = unexpected(exc, "JSON-RPC request")
+        if legacy is not None:
+            return legacy_error_response(request_id, error)
+        return error_response(request_id, error)
 
 
 _RESULT_HEAD = b'{"jsonrpc":"2.0","id":'
@@ -173,16 +252,58 @@ class StreamCodec:
         return error_response(self.request_id, error)
 
 
-async def _call(
-    request: web.Request,
-    rpc: Rpc,
-    params: message.Message,
+def result_response(
+    result: message.Message, context: CallContext, request_id: RequestId
+) -> web.Response:
+    response = web.Response(body=result_body(request_id, result), content_type=JSON_CONTENT_TYPE)
+    echo_extensions(response, context)
+    return response
+
+
+# --- A2A 0.3 --------------------------------------------------------------------------
+
+
+def legacy_error_payload(request_id: RequestId, error: A2AError) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": compat03.error_object(error)}
+
+
+def legacy_error_response(request_id: RequestId, error: A2AError) -> web.Response:
+    """A 0.3 method's error: 0.3 codes, same HTTP status rule as 1.0."""
+    status = error.spec.http_status if isinstance(error, _TRANSPORT_ERRORS) else 200
+    return json_response(
+        legacy_error_payload(request_id, error), status=status, headers=error_headers(error)
+    )
+
+
+class LegacyStreamCodec:
+    """The SSE shapes of a 0.3 stream: each ``result`` is the bare 0.3 object (with
+    ``kind``); a mid-stream error is a plain ``data:`` event, as the SDK's 0.3 adapter
+    sends it (its 0.3 client looks for ``error`` in every event's JSON)."""
+
+    __slots__ = ("_head", "request_id")
+
+    def __init__(self, request_id: RequestId) -> None:
+        self.request_id = request_id
+        self._head = b"data: " + _RESULT_HEAD + orjson.dumps(request_id) + _RESULT_MIDDLE
+
+    def event(self, event: pb.StreamResponse) -> bytes:
+        return b"".join((self._head, orjson.dumps(compat03.stream_event(event)), b"}\n\n"))
+
+    def error(self, error: A2AError) -> bytes:
+        return sse.encode(orjson.dumps(legacy_error_payload(self.request_id, error)))
+
+    def error_response(self, error: A2AError) -> web.StreamResponse:
+        return legacy_error_response(self.request_id, error)
+
+
+def legacy_result_response(
+    method: compat03.Method,
+    result: message.Message,
     context: CallContext,
     request_id: RequestId,
-) -> web.StreamResponse:
-    outcome = await call_rpc(request, rpc, params, context, StreamCodec(request_id))
-    if isinstance(outcome, web.StreamResponse):
-        return outcome
-    response = web.Response(body=result_body(request_id, outcome), content_type=JSON_CONTENT_TYPE)
+) -> web.Response:
+    assert method.result is not None  # only the streaming methods have none
+    payload = {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": method.result(result)}
+    response = json_response(payload)
     echo_extensions(response, context)
     return response

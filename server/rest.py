@@ -14,6 +14,14 @@ still-encoded path so ``%2F`` inside an id cannot split a segment. Decisions:
 - Errors: ``{"error": {code: <HTTP status>, status: <gRPC code name>, message,
   details: [ErrorInfo, BadRequest?]}}`` (digest §7.3); mid-stream errors are
   ``event: error`` with the same body.
+
+A2A 0.3 (digest §13, §14): its paths carry a ``/v1`` prefix below the REST mount
+(``<mount>/v1/message:send``, ...) and are tried before the 1.0 routes, so a 1.0 tenant
+named ``v1`` loses exactly those paths (``/v1/tasks`` is still its ListTasks). They
+call the same service operations through :mod:`a2a_gateway.protocol.compat03`; bodies
+are 0.3 ProtoJSON, errors are ``{type, code, message, data}`` (the SDK's 0.3 REST
+client reads ``type``). Version rule as on JSON-RPC: a 0.3 path takes no
+``A2A-Version`` or 0.3; a 1.0 path never 0.3.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import orjson
 from aiohttp import hdrs, web
 from google.protobuf import json_format, message
 
-from a2a_gateway.protocol import codec, routes, sse
+from a2a_gateway.protocol import codec, compat03, routes, sse
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -37,16 +45,19 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .http_context import (
     A2A_JSON_CONTENT_TYPE,
     CONFIG,
+    JSON_CONTENT_TYPE,
     RPCS,
     call_context,
-    call_rpc,
+    call_service,
     echo_extensions,
     error_headers,
     json_response,
     read_body,
     require_json,
+    serve_stream,
     unexpected,
 )
+from .jsonrpc import check_version, set_aside_legacy_version
 
 CONTENT_TYPE = A2A_JSON_CONTENT_TYPE
 
@@ -92,10 +103,17 @@ def relative_path(request: web.Request, prefix: str) -> str | None:
 async def handle(request: web.Request) -> web.StreamResponse:
     """Every method and path under the REST mount."""
     try:
+        request, legacy_header = set_aside_legacy_version(request)
         context = call_context(request)
         path = relative_path(request, request.app[REST_PREFIX])
         if path is None:
             raise MethodNotFoundError(f"no HTTP+JSON route for {request.method} {_shown(request)}")
+        if path.startswith(compat03.REST_PREFIX):
+            legacy = compat03.rest_match(path)
+            if legacy is not None:
+                return await _handle_legacy(request, legacy, context, legacy_header)
+        if legacy_header is not None:
+            check_version(request, None, legacy_header)  # raises VersionNotSupported
         try:
             found = routes.match(request.method, path)
         except routes.RouteNotFound:
@@ -109,7 +127,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
             ) from None
         params = await _params(request, found)
         context.tenant = getattr(params, "tenant", "")
-        return await _call(request, found.route, params, context)
+        outcome = await call_service(request, RPCS[found.route.rpc], params, context)
+        # A stream may last long; its request (inline file bytes and all) must not.
+        del params
+        if isinstance(outcome, message.Message):
+            return result_response(outcome, context)
+        return await serve_stream(request, outcome, context, STREAM_CODEC)
     except A2AError as exc:
         return error_response(exc)
     except Exception as exc:
@@ -160,12 +183,86 @@ class _StreamCodec:
 STREAM_CODEC = _StreamCodec()
 
 
-async def _call(
-    request: web.Request, route: routes.Route, params: message.Message, context: CallContext
-) -> web.StreamResponse:
-    outcome = await call_rpc(request, RPCS[route.rpc], params, context, STREAM_CODEC)
-    if isinstance(outcome, web.StreamResponse):
-        return outcome
-    response = json_response(codec.to_dict(outcome), content_type=CONTENT_TYPE)
+def result_response(result: message.Message, context: CallContext) -> web.Response:
+    response = json_response(codec.to_dict(result), content_type=CONTENT_TYPE)
     echo_extensions(response, context)
     return response
+
+
+# --- A2A 0.3 --------------------------------------------------------------------------
+
+
+def legacy_error_response(error: A2AError) -> web.Response:
+    headers = error_headers(error)
+    if isinstance(error, MethodNotAllowedError):
+        headers[hdrs.ALLOW] = error.metadata.get("allow", "")
+    return json_response(
+        compat03.rest_error_body(error),
+        status=error.spec.http_status,
+        content_type=JSON_CONTENT_TYPE,
+        headers=headers,
+    )
+
+
+class _LegacyStreamCodec:
+    """0.3 REST SSE: each event is a 0.3 ProtoJSON StreamResponse."""
+
+    __slots__ = ()
+
+    def event(self, event: pb.StreamResponse) -> bytes:
+        return b"".join((b"data: ", orjson.dumps(compat03.rest_stream_event(event)), b"\n\n"))
+
+    def error(self, error: A2AError) -> bytes:
+        return sse.encode(orjson.dumps(compat03.rest_error_body(error)), event="error")
+
+    def error_response(self, error: A2AError) -> web.StreamResponse:
+        return legacy_error_response(error)
+
+
+LEGACY_STREAM_CODEC = _LegacyStreamCodec()
+
+
+async def _handle_legacy(
+    request: web.Request,
+    found: compat03.RestMatch,
+    context: CallContext,
+    legacy_header: str | None,
+) -> web.StreamResponse:
+    """One 0.3 REST call; every error in the 0.3 REST shape."""
+    try:
+        method = found.method(request.method)
+        if method is None:
+            allow = ", ".join(found.allowed)
+            raise MethodNotAllowedError(
+                f"{request.method} is not allowed here; use {allow}", metadata={"allow": allow}
+            )
+        check_version(request, method.name, legacy_header)
+        params = await _legacy_params(request, found, method)
+        context.version = compat03.LEGACY_VERSION
+        outcome = await call_service(request, RPCS[method.rpc], params, context)
+        del params  # as in handle: not for the stream's life
+        if not isinstance(outcome, message.Message):
+            return await serve_stream(request, outcome, context, LEGACY_STREAM_CODEC)
+        response = json_response(
+            compat03.rest_result(method, outcome), content_type=JSON_CONTENT_TYPE
+        )
+        echo_extensions(response, context)
+        return response
+    except A2AError as exc:
+        return legacy_error_response(exc)
+    except Exception as exc:
+        return legacy_error_response(unexpected(exc, "HTTP+JSON 0.3 request"))
+
+
+async def _legacy_params(
+    request: web.Request, found: compat03.RestMatch, method: compat03.Method
+) -> message.Message:
+    body: Any = None
+    if request.method in (hdrs.METH_POST, hdrs.METH_PUT, hdrs.METH_PATCH):
+        limit = request.app[CONFIG].max_body_bytes
+        raw = await read_body(request, limit)
+        if raw.strip():
+            require_json(request)
+            body = codec.loads(raw, max_bytes=limit)
+    params = found.params(request.method, request.rel_url.query, body)
+    return method.parse(params)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
 
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import ANONYMOUS, CallContext, Caller
@@ -68,20 +69,20 @@ async def test_public_card_content(start_http: Starter) -> None:
     assert card["defaultInputModes"][0] == "text/plain"
     assert card["defaultOutputModes"][0] == "text/plain"
     assert [s["id"] for s in card["skills"]] == ["chat"]
-    assert card["securitySchemes"]["apiKey"] == {
-        "apiKeySecurityScheme": {
-            "description": "The caller's API key.",
-            "location": "header",
-            "name": "X-API-Key",
-        }
+    assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"] == {
+        "description": "The caller's API key.",
+        "location": "header",
+        "name": "X-API-Key",
     }
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert card["securityRequirements"] == [
         {"schemes": {"apiKey": {}}},
         {"schemes": {"bearer": {}}},
     ]
-    # The card is valid A2A: it parses strictly with every REQUIRED field present.
-    codec.parse(pb.AgentCard, card)
+    # The card is valid A2A 1.0 once the 0.3 keys of the hybrid card (which 1.0 clients
+    # ignore) are skipped: it parses, with every REQUIRED field present.
+    codec.validate(json_format.ParseDict(card, pb.AgentCard(), ignore_unknown_fields=True))
+    assert card["protocolVersion"] == "0.3.0" and card["url"].endswith("/a2a")
 
 
 async def test_anonymous_access_lists_schemes_but_no_requirement(start_http: Starter) -> None:
@@ -132,6 +133,15 @@ async def test_interfaces_from_the_request(http: Http) -> None:
         ("JSONRPC", f"http://127.0.0.1:{port}/a2a", "1.0"),
         ("HTTP+JSON", f"http://127.0.0.1:{port}/a2a/v1", "1.0"),
         ("GRPC", "127.0.0.1:8081", "1.0"),
+        ("JSONRPC", f"http://127.0.0.1:{port}/a2a", "0.3"),
+        ("HTTP+JSON", f"http://127.0.0.1:{port}/a2a/v1", "0.3"),
+        ("GRPC", "127.0.0.1:8081", "0.3"),
+    ]
+    # The hybrid card's 0.3 keys: JSON-RPC first, the other 0.3 interfaces after it.
+    assert (card["url"], card["preferredTransport"]) == (f"http://127.0.0.1:{port}/a2a", "JSONRPC")
+    assert card["additionalInterfaces"] == [
+        {"url": f"http://127.0.0.1:{port}/a2a/v1", "transport": "HTTP+JSON"},
+        {"url": "127.0.0.1:8081", "transport": "GRPC"},
     ]
 
 
@@ -163,6 +173,9 @@ async def test_interfaces_from_public_url(start_http: Starter) -> None:
         ("JSONRPC", "https://agent.example.com/base/a2a", "1.0"),
         ("HTTP+JSON", "https://agent.example.com/base/a2a/v1", "1.0"),
         ("GRPC", "agent.example.com:9443", "1.0"),
+        ("JSONRPC", "https://agent.example.com/base/a2a", "0.3"),
+        ("HTTP+JSON", "https://agent.example.com/base/a2a/v1", "0.3"),
+        ("GRPC", "agent.example.com:9443", "0.3"),
     ]
 
 
@@ -172,7 +185,7 @@ async def test_grpc_public_address_and_no_grpc(start_http: Starter) -> None:
     assert interfaces(card)[2] == ("GRPC", "grpc.example.com:443", "1.0")
     http = await start_http(config=ServerConfig(grpc_port=None))
     _, card, _ = await get_card(http)
-    assert [b for b, _, _ in interfaces(card)] == ["JSONRPC", "HTTP+JSON"]
+    assert [b for b, _, _ in interfaces(card)] == ["JSONRPC", "HTTP+JSON", "JSONRPC", "HTTP+JSON"]
 
 
 async def test_interfaces_for_root_mounts(start_http: Starter) -> None:

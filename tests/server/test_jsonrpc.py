@@ -199,7 +199,7 @@ async def test_invalid_request(http: Http, raw: bytes, request_id: Any, needle: 
     assert http.service.calls == []
 
 
-@pytest.mark.parametrize("method", ["message/send", "sendMessage", "Nope", "tasks/get"])
+@pytest.mark.parametrize("method", ["message/sendx", "sendMessage", "Nope", "tasks/list"])
 async def test_unknown_method(http: Http, method: str) -> None:
     status, body = await http.rpc(method, {}, request_id="m")
     assert status == 200

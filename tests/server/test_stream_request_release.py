@@ -1,0 +1,124 @@
+"""An HTTP stream does not keep its request alive: once the service has the request,
+nothing in the bindings references the parsed body (JSON dicts) or the request message.
+
+A SendStreamingMessage may carry megabytes of inline file bytes and its stream may last
+long. A real app serves a service that keeps only the message id and waits; while its
+stream is open, the garbage collector must find no object holding that message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gc
+import io
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from a2a_gateway.protocol.context import CallContext
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .conftest import TIMEOUT_S, EchoService, Http, Starter
+
+BIG = 1024 * 1024  # bytes in the request's file part
+
+
+@dataclass
+class HoldingService(EchoService):
+    """A stream that keeps only the message id, sends one event, then waits."""
+
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._hold(request.message.message_id)
+
+    async def _hold(self, message_id: str) -> AsyncIterator[pb.StreamResponse]:
+        yield pb.StreamResponse(task=pb.Task(id=message_id, context_id="c-1"))
+        self.started.set()
+        await self.release.wait()
+
+
+def _file_bytes(marker: str) -> str:
+    return base64.b64encode(marker.encode() * (BIG // len(marker))).decode()
+
+
+def _body(binding: str, version: str, marker: str) -> tuple[str, bytes]:
+    """(path, encoded body) of a streaming send whose message id is ``marker``.
+
+    Encoded here so that the test itself keeps no dict of the message alive.
+    """
+    if version == "0.3":
+        if binding == "jsonrpc":
+            file03 = {"kind": "file", "file": {"bytes": _file_bytes(marker)}}
+            message03 = {"kind": "message", "messageId": marker, "role": "user", "parts": [file03]}
+            envelope = {"jsonrpc": "2.0", "id": 3, "method": "message/stream"}
+            return "/a2a", json.dumps({**envelope, "params": {"message": message03}}).encode()
+        request03 = {"message_id": marker, "role": "ROLE_USER", "content": [{"text": "x" * BIG}]}
+        return "/a2a/v1/v1/message:stream", json.dumps({"request": request03}).encode()
+    part = {"raw": _file_bytes(marker), "mediaType": "application/octet-stream"}
+    params = {"message": {"messageId": marker, "role": "ROLE_USER", "parts": [part]}}
+    if binding == "jsonrpc":
+        envelope = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
+        return "/a2a", json.dumps({**envelope, "params": params}).encode()
+    return "/a2a/v1/message:stream", json.dumps(params).encode()
+
+
+def _holds(found: Any, marker: str) -> bool:
+    if isinstance(found, pb.SendMessageRequest):
+        return found.message.message_id == marker
+    if isinstance(found, pb.Message):
+        return found.message_id == marker
+    if isinstance(found, dict):  # the decoded JSON of the body, at any depth
+        return marker in (found.get("messageId"), found.get("message_id"))
+    return False
+
+
+def _live(marker: str) -> list[str]:
+    """The types of the live objects that hold the message ``marker``."""
+    gc.collect()
+    return [type(found).__name__ for found in gc.get_objects() if _holds(found, marker)]
+
+
+def test_the_probe_sees_a_live_request() -> None:
+    # The check below is not vacuous: a live request and its JSON are found.
+    kept = pb.SendMessageRequest(message=pb.Message(message_id="m-probe"))
+    as_json = {"message": {"messageId": "m-probe", "parts": [{"text": "x"}]}}
+    assert sorted(_live("m-probe")) == ["SendMessageRequest", "dict"]
+    del kept, as_json
+    assert _live("m-probe") == []
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_an_open_stream_does_not_keep_its_request(
+    start_http: Starter, binding: str, version: str
+) -> None:
+    service = HoldingService()
+    http: Http = await start_http(service=service)
+    marker = f"m-held-{binding}-{version}"
+    path, data = _body(binding, version, marker)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    async with asyncio.timeout(TIMEOUT_S):
+        # A file object: aiohttp warns that large bytes would block the loop.
+        response = await http.client.post(path, data=io.BytesIO(data), headers=headers)
+    del data
+    async with response:
+        try:
+            assert response.status == 200, await response.text()
+            assert response.content_type == "text/event-stream"
+            async with asyncio.timeout(TIMEOUT_S):
+                first = await response.content.readuntil(b"\n\n")
+                await service.started.wait()
+            assert marker.encode() in first  # the stream is open and serving
+            assert _live(marker) == []
+        finally:
+            service.release.set()
+        async with asyncio.timeout(TIMEOUT_S):
+            await response.read()  # the stream ends once the service returns
