@@ -209,7 +209,13 @@ async def _close(events: AsyncIterator[message.Message], rpc: str) -> None:
 
 
 class RpcAdapter:
-    """One rpc of the schema bound to the service: deserializer and handler."""
+    """One rpc of the schema bound to the service: deserializer and handler.
+
+    ``wire`` is the rpc as peers call it when that is not ``method`` itself (another
+    schema version's rpc, :mod:`.grpc03`): its request class is what arrives, and a
+    subclass translates between its messages and ``method``'s by overriding
+    :meth:`incoming`, :meth:`outgoing`, :meth:`negotiate` and :meth:`abort`.
+    """
 
     def __init__(
         self,
@@ -218,13 +224,15 @@ class RpcAdapter:
         authenticator: Authenticator,
         *,
         write_timeout_s: float = WRITE_TIMEOUT_S,
+        wire: descriptor.MethodDescriptor | None = None,
     ) -> None:
-        self.name = method.name
+        wire = wire or method
+        self.name = wire.name
         self.write_timeout_s = write_timeout_s
-        self.streaming = bool(method.server_streaming)
-        self.request_class: type[message.Message] = message_factory.GetMessageClass(
-            method.input_type
-        )
+        self.streaming = bool(wire.server_streaming)
+        #: What arrives: the wire rpc's request.
+        self.request_class: type[message.Message] = message_factory.GetMessageClass(wire.input_type)
+        #: What the service returns (or streams): ``method``'s response.
         self.response_class: type[message.Message] = message_factory.GetMessageClass(
             method.output_type
         )
@@ -270,11 +278,8 @@ class RpcAdapter:
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
-        version = metadata.get(VERSION_KEY)
-        if version != PROTOCOL_VERSION:  # the common case needs no parsing
-            version = versioning.negotiate_version(version)
-        request = self.decode(raw)
-        codec.validate(request)
+        version = self.negotiate(metadata.get(VERSION_KEY))
+        request = self.incoming(self.decode(raw))
         extensions = metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
         call_context = CallContext(
             caller=identity.caller,
@@ -285,13 +290,31 @@ class RpcAdapter:
         )
         return request, call_context
 
-    def _checked(self, response: object) -> message.Message:
+    # -- what differs between schema versions (overridden by a translating subclass) --
+
+    def negotiate(self, value: str | None) -> str:
+        """The version served for the ``a2a-version`` metadata value (or raise)."""
+        if value == PROTOCOL_VERSION:  # the common case needs no parsing
+            return value
+        return versioning.negotiate_version(value)
+
+    def incoming(self, request: message.Message) -> message.Message:
+        """The service's request for the decoded wire request, validated."""
+        codec.validate(request)
+        return request
+
+    def outgoing(self, response: object) -> message.Message:
+        """What goes on the wire for one service response or stream event."""
         if not isinstance(response, self.response_class):
             raise TypeError(
                 f"service returned {type(response).__name__} for {self.name}, "
                 f"expected {self.response_class.DESCRIPTOR.full_name}"
             )
         return response
+
+    async def abort(self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> NoReturn:
+        """End the rpc with ``error``'s status."""
+        await abort(context, error)
 
     async def _send_extensions(
         self, context: grpc.aio.ServicerContext[Any, Any], call_context: CallContext
@@ -317,7 +340,7 @@ class RpcAdapter:
         try:
             decoded, call_context = self._prepare(request, context)
             call: Unary = self._call
-            response = self._checked(await call(decoded, call_context))
+            response = self.outgoing(await call(decoded, call_context))
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             return response
@@ -326,7 +349,7 @@ class RpcAdapter:
         except Exception:
             log.exception("gRPC %s failed", self.name)
             error = InternalError()
-        await abort(context, error)
+        await self.abort(context, error)
 
     async def stream(
         self, request: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -346,7 +369,7 @@ class RpcAdapter:
                     if first:
                         await watch.send(self._send_stream_headers(context, call_context))
                         first = False
-                    await watch.send(context.write(self._checked(event)))
+                    await watch.send(context.write(self.outgoing(event)))
             finally:
                 watch.close()
                 # Leaves the task's subscribers (the run goes on) before any abort below.
@@ -377,7 +400,7 @@ class RpcAdapter:
         not read yet, so sending it is bounded; once queued, returning is enough."""
         try:
             async with asyncio.timeout(ABORT_TIMEOUT_S):
-                await abort(context, error)
+                await self.abort(context, error)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # TimeoutError, or grpc's refusal of a second batch

@@ -1,5 +1,8 @@
 """The gRPC server: the A2A binding plus standard health and reflection, on its own port.
 
+A2A 1.0 (``lf.a2a.v1.A2AService``) and 0.3 (``a2a.v1.A2AService``, :mod:`.grpc03`) are
+served side by side (digest §13): different service names, one port.
+
 ``build_grpc_server`` binds at once (so port 0 resolves to a real port) and returns the
 grpc.aio server and its port; ``await server.start()`` serves.
 
@@ -23,11 +26,12 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
 
 from .auth import Authenticator
 from .config import ServerConfig
+from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
 from .grpc_binding import a2a_rpc_handler
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
-#: Health entries set to SERVING: the whole server ("") and the A2A service.
-HEALTH_SERVICES = ("", SERVICE_NAME)
+#: Health entries set to SERVING: the whole server ("") and both A2A services.
+HEALTH_SERVICES = ("", SERVICE_NAME, LEGACY_SERVICE_NAME)
 
 
 def grpc_address(host: str, port: int) -> str:
@@ -54,13 +58,19 @@ async def build_grpc_server(
     """A gRPC server for ``service`` bound to ``config.host:config.grpc_port`` (0: any
     free port), and the port it is bound to. Not started: ``await server.start()``.
 
-    Serves ``lf.a2a.v1.A2AService``, ``grpc.health.v1.Health`` (SERVING for ``""`` and
-    the A2A service) and server reflection for all three.
+    Serves ``lf.a2a.v1.A2AService`` (1.0), ``a2a.v1.A2AService`` (0.3),
+    ``grpc.health.v1.Health`` (SERVING for ``""`` and both A2A services) and server
+    reflection for all four.
     """
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
     server = grpc.aio.server(options=server_options(config))
-    server.add_generic_rpc_handlers((a2a_rpc_handler(service, authenticator),))
+    server.add_generic_rpc_handlers(
+        (
+            a2a_rpc_handler(service, authenticator),
+            legacy_rpc_handler(service, authenticator),
+        )
+    )
     requested = grpc_address(config.host, config.grpc_port)
     try:
         port = server.add_insecure_port(requested)
@@ -71,7 +81,7 @@ async def build_grpc_server(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     return server, port
 

@@ -124,7 +124,7 @@ async def test_card_human_and_json(url: str, gateway: Gateway) -> None:
     (card,) = as_json.lines()
     assert card["name"] == "a2a-gateway agent"
     bindings = [i["protocolBinding"] for i in card["supportedInterfaces"]]
-    assert bindings == ["JSONRPC", "HTTP+JSON", "GRPC"]
+    assert bindings == ["JSONRPC", "HTTP+JSON", "GRPC", "JSONRPC", "HTTP+JSON", "GRPC"]
     assert KEY_ALICE not in human.stdout + human.stderr + as_json.stdout + as_json.stderr
 
 

@@ -429,6 +429,7 @@ async def test_reflection_lists_the_services_and_resolves_the_schema(anon: Serve
     names = {s.name for s in replies[0].list_services_response.service}
     assert names == {
         "lf.a2a.v1.A2AService",
+        "a2a.v1.A2AService",
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
     }
