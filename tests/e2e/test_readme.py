@@ -1,6 +1,6 @@
 """The README's curl examples, run verbatim against a real ``serve`` subprocess.
 
-Each ``sh`` block of the "Try it with curl" section runs in bash with only the port
+Each ``sh`` block of the sections in SECTIONS runs in bash with only the port
 changed; every ``# → ...`` line after it is a claim: each fragment between ``...``
 must appear in what the command printed.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("## Try it with curl", "## Call agents from the command line")
+SECTIONS = ("## Try it with curl", "## Call agents from the command line", "## A2A 0.3 peers")
 
 
 def _free_port() -> int:
