@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import logging
 import os
 import stat
@@ -55,6 +54,7 @@ import orjson
 
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError
+from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_all
 from a2a_gateway.server.lifecycle import valid_id
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -71,8 +71,6 @@ MAX_RECORD_BYTES = 64 * 1024
 Owner = tuple[str, str]
 #: The owner of a task whose record does not parse: no caller (every caller has a name).
 NOBODY: Final[Owner] = ("", "")
-
-_tmp_counter = itertools.count()
 
 
 def owner_of(caller: Caller) -> Owner:
@@ -122,7 +120,7 @@ class TaskOwners:
         self._folder_ready = False
         self._owners: collections.OrderedDict[str, Owner] = collections.OrderedDict()
         if folder is not None:
-            self._remove_stale_temp_files()
+            remove_temp_files(self._dir)
 
     @classmethod
     def in_workspace(cls, workspace: Path, *, fsync: bool = False) -> TaskOwners:
@@ -238,7 +236,7 @@ class TaskOwners:
             if not self._folder_ready:
                 self.folder.mkdir(parents=True, exist_ok=True)
                 self._folder_ready = True
-            tmp = f"{self._dir}/.{task_id}.{os.getpid()}.{next(_tmp_counter)}.tmp"
+            tmp = temp_path(self._dir, task_id)
             self._write_file(tmp, encode_owner_record(owner))
             try:
                 # link, unlike rename, never replaces: a record that exists is final.
@@ -250,7 +248,7 @@ class TaskOwners:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             if self.fsync:
-                self._fsync_folder()
+                fsync_folder(self._dir)
         except OSError as exc:
             self._folder_ready = False  # the folder may be gone: make it again next time
             log.error(
@@ -264,9 +262,7 @@ class TaskOwners:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_all(fd, data)
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -275,24 +271,6 @@ class TaskOwners:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-
-    def _fsync_folder(self) -> None:
-        fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _remove_stale_temp_files(self) -> None:
-        """Temp files of a process killed between writing and linking a record."""
-        try:
-            entries = list(os.scandir(self._dir))
-        except OSError:
-            return
-        for entry in entries:
-            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
 
 
 def _not_found(task_id: str) -> TaskNotFoundError:

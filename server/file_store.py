@@ -66,6 +66,7 @@ from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .atomic_files import fsync_folder, remove_temp_files, temp_path, write_all
 from .lifecycle import valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_store import TaskRecord, TaskStore, TaskSummary
@@ -77,7 +78,6 @@ FORMAT_VERSION = 1
 CACHE_ENTRIES = 4096
 
 _Stamp = tuple[int, int, int]
-_tmp_counter = itertools.count()
 _O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
 _root: list[int] = []
 
@@ -194,7 +194,7 @@ class WorkspaceTaskStore(TaskStore):
         self._index: dict[str, tuple[_Stamp, Caller, TaskSummary]] = {}
         self._scan: asyncio.Task[None] | None = None  # the ListTasks folder scan running
         self._saved_during_scan: set[str] | None = None
-        self._remove_stale_temp_files()
+        remove_temp_files(self._dir)
 
     def path(self, task_id: str) -> Path:
         return self.folder / f"{task_id}.json"
@@ -411,7 +411,7 @@ class WorkspaceTaskStore(TaskStore):
         if stamp is None:
             stamp = self._write_renamed(path, task_id, data)
         if self.fsync:
-            self._fsync_folder()
+            fsync_folder(self._dir)
         return stamp
 
     def _write_unnamed(self, path: str, task_id: str, data: bytes) -> _Stamp | None:
@@ -475,32 +475,13 @@ class WorkspaceTaskStore(TaskStore):
         return stamp
 
     def _fill(self, fd: int, data: bytes) -> _Stamp:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         if self.fsync:
             os.fsync(fd)
         return _stamp(os.fstat(fd))
 
     def _temp_name(self, task_id: str) -> str:
-        return f"{self._dir}/.{task_id}.{os.getpid()}.{next(_tmp_counter)}.tmp"
-
-    def _fsync_folder(self) -> None:
-        fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _remove_stale_temp_files(self) -> None:
-        try:
-            entries = list(os.scandir(self._dir))
-        except OSError:
-            return
-        for entry in entries:
-            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+        return temp_path(self._dir, task_id)
 
 
 class WorkspaceTaskStores(TaskStore):

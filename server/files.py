@@ -41,6 +41,7 @@ from yarl import URL
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .atomic_files import write_all
 from .outbound import OutboundClient, OutboundError, ResponseTooLarge, url_label
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -293,9 +294,7 @@ def _write_new(folder: int, filename: str, data: bytes) -> str:
     fd = os.open(tmp, flags, 0o600, dir_fd=folder)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
         finally:
             os.close(fd)
         for candidate in _candidates(filename):

@@ -1,0 +1,50 @@
+"""The small file-system steps every atomic writer here shares (task files, proxy
+ownership records, inbox files): write a buffer whole, name a temp file next to its
+target, fsync a folder, and sweep the temp files a killed process left behind.
+
+A temp file is named ``.<name>.<pid>.<n>.tmp`` in the folder of its target (same file
+system, so a rename or link publishes it atomically); the leading dot keeps it out of
+every listing that looks for ``*.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+
+_counter = itertools.count()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``data`` written whole to ``fd`` (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def temp_path(folder: str, name: str) -> str:
+    """A fresh temp-file path in ``folder`` for a file about to become ``name``."""
+    return f"{folder}/.{name}.{os.getpid()}.{next(_counter)}.tmp"
+
+
+def fsync_folder(folder: str) -> None:
+    """Make the folder's entries (a new or renamed file) durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_temp_files(folder: str) -> None:
+    """Remove the ``.*.tmp`` files of ``folder`` (a writer killed between writing and
+    publishing leaves one). Call it before this process writes there."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
