@@ -1,4 +1,5 @@
-"""Outbound A2A: the typed service over JSON-RPC, HTTP+JSON and gRPC.
+"""Outbound A2A: the typed service over JSON-RPC, HTTP+JSON and gRPC (and A2A 0.3
+JSON-RPC / HTTP+JSON for agents that offer nothing newer).
 
     async with await connect("http://127.0.0.1:8080", key=key) as agent:
         reply = await agent.send_message(request)
@@ -13,9 +14,11 @@ from .credentials import Credentials, credentials_for
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .grpc_transport import GrpcTransport
 from .jsonrpc import JsonRpcTransport
+from .jsonrpc03 import JsonRpc03Transport
 from .messages import file_part, send_request, task_text, user_message
 from .remote import RemoteService, connect, make_transport, resolve_card
 from .rest import RestTransport
+from .rest03 import Rest03Transport
 from .transport import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -38,9 +41,11 @@ __all__ = [
     "CardError",
     "Credentials",
     "GrpcTransport",
+    "JsonRpc03Transport",
     "JsonRpcTransport",
     "Redactor",
     "RemoteService",
+    "Rest03Transport",
     "RestTransport",
     "Timeout",
     "Transport",

@@ -5,6 +5,7 @@ The card is ``<url>/.well-known/agent-card.json``, or the URL itself when it end
 for cards); 0.3-style keys (``url``, ``preferredTransport``, ``additionalInterfaces``,
 ``protocolVersion``, ``supportsAuthenticatedExtendedCard``, ``security``, flat
 ``type``/``in`` schemes) are mapped to their 1.0 form when the 1.0 key is absent.
+An agent that offers only A2A 0.3 interfaces is called over 0.3 (JSON-RPC, then REST).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import httpx
 from google.protobuf import json_format
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.compat03 import is_legacy_version
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.versioning import VERSION_HEADER
 
@@ -36,6 +38,8 @@ TRANSPORT_NAMES: dict[str, str] = {
     "grpc": GRPC,
 }
 SUPPORTED_BINDINGS = (JSONRPC, HTTP_JSON, GRPC)
+#: Bindings we speak A2A 0.3 over, in order of preference (no 0.3 gRPC).
+LEGACY_BINDINGS = (JSONRPC, HTTP_JSON)
 
 _LEGACY_SCHEME_TYPES = {
     "apiKey": "apiKeySecurityScheme",
@@ -198,26 +202,45 @@ def speaks_1x(version: str) -> bool:
     return not text or text.split(".", 1)[0] == "1"
 
 
+def speaks_03(version: str) -> bool:
+    """True for an A2A 0.3 interface (``0.3`` or ``0.3.x``)."""
+    return is_legacy_version(version)
+
+
+def _usable(interface: pb.AgentInterface, binding: str | tuple[str, ...]) -> bool:
+    wanted = (binding,) if isinstance(binding, str) else binding
+    return interface.protocol_binding.upper() in wanted and bool(interface.url.strip())
+
+
+def _chosen(interface: pb.AgentInterface) -> pb.AgentInterface:
+    chosen = pb.AgentInterface()
+    chosen.CopyFrom(interface)
+    chosen.protocol_binding = interface.protocol_binding.upper()
+    return chosen
+
+
 def choose_interface(card: pb.AgentCard, transport: str | None = None) -> pb.AgentInterface:
-    """The first interface (card order) whose binding we speak over A2A 1.x, restricted
-    to ``transport`` (``jsonrpc``/``rest``/``grpc``) when the user forces one."""
+    """The interface to call, restricted to ``transport`` (``jsonrpc``/``rest``/``grpc``)
+    when the user forces one: the first (card order) whose binding we speak over A2A
+    1.x; failing that, an A2A 0.3 one, JSON-RPC before HTTP+JSON (we never downgrade
+    while a 1.x interface is usable)."""
     wanted = (binding_for(transport),) if transport else SUPPORTED_BINDINGS
     for interface in card.supported_interfaces:
-        if (
-            interface.protocol_binding.upper() in wanted
-            and interface.url.strip()
-            and speaks_1x(interface.protocol_version)
-        ):
-            chosen = pb.AgentInterface()
-            chosen.CopyFrom(interface)
-            chosen.protocol_binding = interface.protocol_binding.upper()
-            return chosen
+        if _usable(interface, wanted) and speaks_1x(interface.protocol_version):
+            return _chosen(interface)
+    for binding in LEGACY_BINDINGS:
+        if binding not in wanted:
+            continue
+        for interface in card.supported_interfaces:
+            if _usable(interface, binding) and speaks_03(interface.protocol_version):
+                return _chosen(interface)
     offered = ", ".join(
         f"{i.protocol_binding or '?'} {i.protocol_version or '?'}"
         for i in card.supported_interfaces
     )
     want = " or ".join(wanted)
     raise CardError(
-        f"agent {card.name!r} offers no A2A 1.x interface over {want}"
+        f"agent {card.name!r} offers no A2A 1.x interface (nor an A2A 0.3 JSONRPC or "
+        f"HTTP+JSON one) over {want}"
         + (f" (it offers: {offered})" if offered else " (it lists no interfaces)")
     )

@@ -15,18 +15,21 @@ import httpx
 from google.protobuf import empty_pb2, message
 
 from a2a_gateway.protocol.closing import AsyncCloseable
-from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.compat03 import LEGACY_VERSION
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .cards import choose_interface, fetch_card
+from .cards import choose_interface, fetch_card, speaks_03
 from .credentials import Credentials, credentials_for
 from .errors import CardError, Redactor
 from .grpc_transport import GrpcTransport
 from .http_calls import new_http_client
 from .jsonrpc import JsonRpcTransport
+from .jsonrpc03 import JsonRpc03Transport
 from .rest import RestTransport
+from .rest03 import Rest03Transport
 from .transport import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -69,8 +72,11 @@ class RemoteService(A2AService, AsyncCloseable):
         self.transport = transport
         self.card = card if card is not None else pb.AgentCard()
         if interface is None:
+            legacy = isinstance(transport, (JsonRpc03Transport, Rest03Transport))
             interface = pb.AgentInterface(
-                url=transport.target, protocol_binding=transport.binding, protocol_version="1.0"
+                url=transport.target,
+                protocol_binding=transport.binding,
+                protocol_version=LEGACY_VERSION if legacy else PROTOCOL_VERSION,
             )
         self.interface = interface
         self.timeout = timeout
@@ -239,10 +245,17 @@ def make_transport(
     """The transport for a card interface (JSON-RPC and REST share ``http``)."""
     redact = redact or Redactor()
     binding = interface.protocol_binding.upper()
+    # A 0.3 interface (choose_interface picks one only when no 1.x one is usable) gets
+    # its binding's 0.3 transport; the calls themselves are the same.
+    legacy = speaks_03(interface.protocol_version)
     if binding == JSONRPC:
-        return JsonRpcTransport(interface.url, http, credentials=credentials, redact=redact)
+        jsonrpc = JsonRpc03Transport if legacy else JsonRpcTransport
+        return jsonrpc(interface.url, http, credentials=credentials, redact=redact)
     if binding == HTTP_JSON:
-        return RestTransport(interface.url, http, credentials=credentials, redact=redact)
+        rest = Rest03Transport if legacy else RestTransport
+        return rest(interface.url, http, credentials=credentials, redact=redact)
+    if binding == GRPC and legacy:
+        raise ValueError("A2A 0.3 over gRPC is not supported")
     if binding == GRPC:
         return GrpcTransport(interface.url, credentials=credentials, redact=redact)
     raise ValueError(f"unsupported protocol binding {interface.protocol_binding[:40]!r}")

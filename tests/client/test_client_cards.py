@@ -170,11 +170,13 @@ def test_legacy_card_is_understood() -> None:
     assert creds == Credentials("X-Custom-Key", KEY)
 
 
-def test_legacy_card_of_a_03_agent_has_no_usable_interface() -> None:
+def test_legacy_card_of_a_03_agent_is_called_over_0_3() -> None:
     card = parse_card(legacy_card(None), source="https://agent.example/card.json")
     assert {i.protocol_version for i in card.supported_interfaces} == {"0.3"}
+    chosen = choose_interface(card)  # we speak no 0.3 gRPC: its HTTP+JSON interface
+    assert (chosen.protocol_binding, chosen.protocol_version) == ("HTTP+JSON", "0.3")
     with pytest.raises(CardError, match=r"no A2A 1\.x interface.*GRPC 0\.3"):
-        choose_interface(card)
+        choose_interface(card, "grpc")
 
 
 def test_hybrid_card_prefers_10_keys() -> None:
@@ -229,8 +231,8 @@ def test_interface_choice_follows_card_order_and_forced_transport() -> None:
     )
     assert choose_interface(card).url == "x:50051"
     assert choose_interface(card, "REST").url == "https://x/rest"
-    with pytest.raises(CardError, match="over JSONRPC"):
-        choose_interface(card, "jsonrpc")
+    # no 1.x JSON-RPC interface: the 0.3 one is the fallback
+    assert choose_interface(card, "jsonrpc").url == "https://x/old"
     with pytest.raises(ValueError, match="unknown transport"):
         choose_interface(card, "carrier-pigeon")
 
@@ -334,9 +336,11 @@ def test_public_surface_is_pinned() -> None:
         "CardError",
         "Credentials",
         "GrpcTransport",
+        "JsonRpc03Transport",
         "JsonRpcTransport",
         "Redactor",
         "RemoteService",
+        "Rest03Transport",
         "RestTransport",
         "Timeout",
         "Transport",

@@ -3,7 +3,7 @@
 Runs in ``.venv-peer`` (never imported by our venv)::
 
     .venv-peer/bin/python tests/interop/peers/sdk_server.py --port 8090 --grpc-port 8091 \
-        [--transports jsonrpc,rest,grpc] [--api-key K] [--push]
+        [--transports jsonrpc,rest,grpc] [--api-key K] [--push] [--only-0.3]
 
 Prints exactly one line, ``READY``, once every listener accepts connections; then serves
 until SIGTERM/SIGINT. The card (``/.well-known/agent-card.json``) is always served over
@@ -29,6 +29,13 @@ a call that presents no key at all is let through too (a wrong key is still a 40
 way ``a2a_gateway serve --allow-anonymous`` treats callers. ``--push`` enables the
 SDK's in-memory push-config store and sender (``capabilities.pushNotifications``).
 The extended card is always declared; it is the public card plus one extra skill.
+
+``--only-0.3`` makes a 0.3-only agent: the SDK's 0.3 JSON-RPC and REST adapters are
+mounted (same URLs), the card lists only ``protocolVersion: "0.3"`` interfaces (jsonrpc,
+rest; gRPC is not offered), so the served card is the SDK's hybrid card with the 0.3
+keys (``url``, ``preferredTransport``, ...), and any request that announces
+``A2A-Version: 1.x`` is refused with HTTP 400 (a 1.0 client must not get through; the
+card is exempt).
 """
 
 from __future__ import annotations
@@ -211,6 +218,10 @@ def _bounded_int(value: str, low: int, high: int) -> int:
         return low
 
 
+def interface_version(args: argparse.Namespace) -> str:
+    return "0.3" if args.only_03 else "1.0"
+
+
 def build_card(args: argparse.Namespace, transports: list[str]) -> AgentCard:
     urls = {
         "jsonrpc": ("JSONRPC", f"http://{args.host}:{args.port}{JSONRPC_PATH}"),
@@ -236,7 +247,11 @@ def build_card(args: argparse.Namespace, transports: list[str]) -> AgentCard:
             )
         ],
         supported_interfaces=[
-            AgentInterface(protocol_binding=urls[t][0], protocol_version="1.0", url=urls[t][1])
+            AgentInterface(
+                protocol_binding=urls[t][0],
+                protocol_version=interface_version(args),
+                url=urls[t][1],
+            )
             for t in transports
         ],
     )
@@ -297,6 +312,32 @@ class KeyedUser(User):
     @property
     def user_name(self) -> str:
         return KEYED_CALLER
+
+
+class Refuse1x:
+    """ASGI middleware of ``--only-0.3``: a request announcing ``A2A-Version: 1.x`` is
+    refused, so only 0.3 calls (no version header, or 0.3) reach the SDK."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != CARD_PATH:
+            for key, value in scope["headers"]:
+                if key.decode("latin-1").lower() == "a2a-version" and value.startswith(b"1"):
+                    body = json.dumps(
+                        {"error": {"code": 400, "message": "this agent speaks A2A 0.3 only"}}
+                    ).encode()
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 400,
+                            "headers": [(b"content-type", b"application/json")],
+                        }
+                    )
+                    await send({"type": "http.response.body", "body": body})
+                    return
+        await self.app(scope, receive, send)
 
 
 class RequireKey:
@@ -426,10 +467,16 @@ async def serve(args: argparse.Namespace, transports: list[str]) -> None:
     )
     routes: list[Any] = list(create_agent_card_routes(agent_card=card))
     if "jsonrpc" in transports:
-        routes += create_jsonrpc_routes(request_handler=handler, rpc_url=JSONRPC_PATH)
+        routes += create_jsonrpc_routes(
+            request_handler=handler, rpc_url=JSONRPC_PATH, enable_v0_3_compat=args.only_03
+        )
     if "rest" in transports:
-        routes += create_rest_routes(request_handler=handler, path_prefix=REST_PREFIX)
+        routes += create_rest_routes(
+            request_handler=handler, path_prefix=REST_PREFIX, enable_v0_3_compat=args.only_03
+        )
     app: Any = Starlette(routes=routes)
+    if args.only_03:
+        app = Refuse1x(app)
     if args.api_key:
         app = RequireKey(app, args.api_key, args.allow_anonymous)
 
@@ -488,8 +535,16 @@ def main() -> None:
         "--allow-anonymous", action="store_true", help="with --api-key: no key is fine too"
     )
     parser.add_argument("--push", action="store_true", help="enable push notifications")
+    parser.add_argument(
+        "--only-0.3",
+        dest="only_03",
+        action="store_true",
+        help="offer only A2A 0.3 interfaces (JSON-RPC and REST; no gRPC)",
+    )
     args = parser.parse_args()
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    if args.only_03:
+        transports = [t for t in transports if t != "grpc"]
     unknown = sorted(set(transports) - set(TRANSPORTS))
     if unknown or not transports:
         parser.error(f"--transports: unknown or empty: {unknown or transports}")

@@ -1,0 +1,136 @@
+"""The A2A 0.3 HTTP+JSON binding, behind the same :class:`Transport` interface.
+
+0.3 REST paths carry a ``/v1`` prefix below the interface URL (``POST /v1/message:send``,
+``GET /v1/tasks/{id}``, ...; digest §14.1) and their bodies are ProtoJSON of the 0.3
+proto (``Message.content``, ``TASK_STATE_CANCELLED``, resource names). The translation
+is :func:`compat03.rest_call` / :func:`compat03.rest_result_in`; headers, bounds and
+errors are as for 0.3 JSON-RPC (:mod:`.jsonrpc03`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import httpx
+import orjson
+from google.protobuf import message
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol import codec, compat03
+from a2a_gateway.protocol.errors import A2AError
+
+from . import http_calls
+from .cards import parse_card
+from .credentials import Credentials
+from .errors import Redactor, explain_auth, from_jsonrpc_error, from_rest_error
+from .jsonrpc03 import legacy_headers
+from .transport import HTTP_JSON, CallOptions, M
+
+
+class Rest03Transport(http_calls.HttpTransport):
+    """Calls one A2A 0.3 HTTP+JSON base URL (the interface ``url``)."""
+
+    binding = HTTP_JSON
+    version = compat03.LEGACY_VERSION
+
+    def __init__(
+        self,
+        url: str,
+        http: httpx.AsyncClient,
+        *,
+        credentials: Credentials | None = None,
+        redact: Redactor | None = None,
+    ) -> None:
+        super().__init__(url, http, credentials=credentials, redact=redact)
+        self._base = url.strip().rstrip("/")
+
+    def _request(
+        self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool
+    ) -> httpx.Request:
+        call = compat03.rest_call(rpc, request)
+        headers = legacy_headers(options, self.credentials)
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        content: bytes | None = None
+        if call.body is not None:
+            headers["Content-Type"] = "application/json"
+            content = codec.dumps(call.body)
+        read = options.idle_timeout if stream else options.timeout
+        return self._http.build_request(
+            call.http_method,
+            self._base + call.path,
+            params=call.query or None,
+            content=content,
+            headers=headers,
+            timeout=http_calls.request_timeout(options.timeout, read),
+        )
+
+    def _refused(self, status: int, body: bytes) -> A2AError:
+        if self._ok(status):
+            return http_calls.invalid_response(
+                self.target, "stream", "expected text/event-stream", self.redact
+            )
+        return self._error(status, body)
+
+    def _error(self, status: int, body: bytes) -> A2AError:
+        """A 1.0-style ``{"error": Status}`` body (the SDK's), or a 0.3 JSON-RPC-style
+        ``{code, message, data}`` one (ours, and older servers)."""
+        value: Any = None
+        with contextlib.suppress(orjson.JSONDecodeError):
+            value = orjson.loads(body) if body else None
+        if isinstance(value, dict) and "error" not in value and isinstance(value.get("code"), int):
+            error = from_jsonrpc_error(compat03.error_in(value), self.redact, http_status=status)
+        else:
+            error = from_rest_error(status, body, self.redact)
+        return explain_auth(
+            error, self.target, has_key=self.credentials is not None, redact=self.redact
+        )
+
+    def _invalid(self, exc: A2AError) -> A2AError:
+        return http_calls.invalid_response(self.target, "A2A 0.3 result", exc.message, self.redact)
+
+    async def unary(
+        self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
+    ) -> M:
+        call = compat03.legacy_call(rpc)
+        body = await self._body(self._request(rpc, request, options, stream=False), options)
+        value = (
+            http_calls.load_json(body, target=self.target, what="response", redact=self.redact)
+            if body.strip()
+            else None
+        )
+        parsed: message.Message
+        if call.result is None:  # the extended agent card: a 0.3 card, read as cards are
+            parsed = parse_card(value, source=self.target, redact=self.redact)
+        else:
+            try:
+                parsed = call.result(compat03.rest_result_in(rpc, value), "body")
+            except A2AError as exc:
+                raise self._invalid(exc) from None
+        if not isinstance(parsed, response_type):
+            raise TypeError(f"{rpc} returns {type(parsed).__name__}, not {response_type.__name__}")
+        return parsed
+
+    async def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        compat03.legacy_call(rpc)
+        events = self._events(self._request(rpc, request, options, stream=True), options)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                value = http_calls.load_json(
+                    event.data, target=self.target, what="stream event", redact=self.redact
+                )
+                if isinstance(value, dict) and isinstance(value.get("error"), dict):
+                    code = value["error"].get("code")
+                    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                    raise self._error(status, event.data.encode())
+                try:
+                    item = compat03.rest_stream_response_in(value)
+                except A2AError as exc:
+                    raise self._invalid(exc) from None
+                yield item
+
+    async def aclose(self) -> None:
+        """The httpx client belongs to whoever passed it in."""

@@ -1,0 +1,361 @@
+"""Our client calling A2A 0.3-only agents: the official SDK offering only 0.3 interfaces
+(``sdk_server.py --only-0.3``, which refuses any request announcing ``A2A-Version: 1.x``),
+our own gateway's 0.3 surface, and a recording 0.3 peer for the bytes on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.client import (
+    AuthRejected,
+    JsonRpc03Transport,
+    RemoteService,
+    Rest03Transport,
+    choose_interface,
+    connect,
+    credentials_for,
+    fetch_card,
+    make_transport,
+)
+from a2a_gateway.client.http_calls import new_http_client
+from a2a_gateway.protocol import errors
+
+from ..interop.conftest import CARD_PATH, ServerProcess, free_ports, require_peer_venv
+from ..interop.conftest import sdk_server_command as _sdk_server_command
+from .client_support import HOST, PEER_KEY, Peer, closed_port, serving, text_request
+
+BOUND_S = 20.0
+LEGACY_TRANSPORTS = ("jsonrpc", "rest")
+
+
+@pytest.fixture(scope="module")
+def legacy_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
+    """The official SDK as a 0.3-only agent (JSON-RPC + REST), key required, push on."""
+    require_peer_venv()
+    (port,) = free_ports(1)
+    base = f"http://{HOST}:{port}"
+    command = _sdk_server_command(
+        port, 0, transports=LEGACY_TRANSPORTS, api_key=PEER_KEY, push=True
+    )
+    server = ServerProcess(
+        "sdk-peer-0.3",
+        [*command, "--only-0.3"],
+        tmp_path_factory.mktemp("sdk-peer-03"),
+        base + CARD_PATH,
+        grpc_port=None,
+        strict_shutdown=False,
+    )
+    with server.running():
+        yield Peer(url=base, key=PEER_KEY)
+
+
+@pytest.fixture(params=LEGACY_TRANSPORTS)
+async def agent(request: pytest.FixtureRequest, legacy_peer: Peer) -> AsyncIterator[RemoteService]:
+    async with asyncio.timeout(BOUND_S):
+        service = await connect(
+            legacy_peer.url, key=legacy_peer.key, transport=request.param, timeout=10
+        )
+    async with service:
+        yield service
+
+
+# --- against the official SDK, 0.3 only ---------------------------------------------------
+
+
+async def test_a_0_3_interface_is_chosen(agent: RemoteService) -> None:
+    assert agent.interface.protocol_version == "0.3"
+    expected = JsonRpc03Transport if agent.binding == "JSONRPC" else Rest03Transport
+    assert isinstance(agent.transport, expected)
+    # the key opened the extended card (over 0.3: agent/getAuthenticatedExtendedCard, /v1/card)
+    assert "extended-echo" in [s.id for s in agent.card.skills]
+
+
+async def test_without_a_forced_transport_json_rpc_is_preferred(legacy_peer: Peer) -> None:
+    async with asyncio.timeout(BOUND_S):
+        async with await connect(legacy_peer.url, key=legacy_peer.key) as service:
+            assert (service.binding, service.interface.protocol_version) == ("JSONRPC", "0.3")
+
+
+async def test_send_completes_with_artifact(agent: RemoteService) -> None:
+    async with asyncio.timeout(BOUND_S):
+        reply = await agent.send_message(text_request("hello there"))
+        got = await agent.get_task(pb.GetTaskRequest(id=reply.task.id))
+    assert reply.task.status.state == pb.TASK_STATE_COMPLETED
+    assert [p.text for a in reply.task.artifacts for p in a.parts] == ["hello there"]
+    assert got.id == reply.task.id and got.status.state == pb.TASK_STATE_COMPLETED
+    assert got.history[0].role == pb.ROLE_USER and got.history[0].parts[0].text == "hello there"
+
+
+async def test_plain_message_reply(agent: RemoteService) -> None:
+    async with asyncio.timeout(BOUND_S):
+        reply = await agent.send_message(text_request("message:just words"))
+    assert reply.message.role == pb.ROLE_AGENT and reply.message.parts[0].text == "just words"
+
+
+async def test_stream_chunks_become_1_0_events(agent: RemoteService) -> None:
+    async with asyncio.timeout(BOUND_S):
+        events = [e async for e in agent.send_streaming_message(text_request("chunks:3"))]
+    assert events[0].WhichOneof("payload") == "task"
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert [c.artifact.parts[0].text for c in chunks] == ["chunk-0", "chunk-1", "chunk-2"]
+    assert [c.append for c in chunks] == [False, True, True]
+    assert chunks[-1].last_chunk
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_cancel_a_held_task_seen_through_resubscribe(agent: RemoteService) -> None:
+    async with asyncio.timeout(BOUND_S):
+        task = (await agent.send_message(text_request("hold:30", return_immediately=True))).task
+        assert task.status.state in (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
+        stream = agent.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id))
+        first = await anext(stream)
+        canceled = await agent.cancel_task(pb.CancelTaskRequest(id=task.id))
+        rest = [e async for e in stream]
+    assert first.WhichOneof("payload") in ("task", "status_update")
+    assert canceled.status.state == pb.TASK_STATE_CANCELED
+    assert rest[-1].status_update.status.state == pb.TASK_STATE_CANCELED
+
+
+async def test_multi_turn_ask_then_answer(agent: RemoteService) -> None:
+    async with asyncio.timeout(BOUND_S):
+        asked = (await agent.send_message(text_request("ask:your name?"))).task
+        assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
+        assert asked.status.message.parts[0].text == "your name?"
+        answered = await agent.send_message(
+            text_request("Ada", task_id=asked.id, context_id=asked.context_id)
+        )
+    assert answered.task.id == asked.id
+    assert answered.task.status.state == pb.TASK_STATE_COMPLETED
+    assert answered.task.artifacts[-1].parts[0].text == "Ada"
+
+
+async def test_push_config_set_get_list_delete(agent: RemoteService) -> None:
+    # A live webhook: the SDK delivers the cancel to it (a dead one makes it log a traceback).
+    delivered = asyncio.Event()
+
+    async def accept(request: web.Request) -> web.Response:
+        await request.read()
+        delivered.set()
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", accept)
+    async with serving(app) as hook_base, asyncio.timeout(BOUND_S):
+        hook = hook_base + "/hook"
+        task = (await agent.send_message(text_request("hold:30", return_immediately=True))).task
+        try:
+            created = await agent.create_task_push_notification_config(
+                pb.TaskPushNotificationConfig(task_id=task.id, id="hook-1", url=hook, token="tok")
+            )
+            assert (created.task_id, created.id, created.token) == (task.id, "hook-1", "tok")
+            got = await agent.get_task_push_notification_config(
+                pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+            )
+            assert got.url == hook
+            listed = await agent.list_task_push_notification_configs(
+                pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            assert [c.id for c in listed.configs] == ["hook-1"]
+            delete = pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+            if agent.binding == "HTTP+JSON":
+                # The SDK's 0.3 REST adapter has no DELETE route (digest §14.1).
+                with pytest.raises(errors.MethodNotFoundError):
+                    await agent.delete_task_push_notification_config(delete)
+                return
+            await agent.delete_task_push_notification_config(delete)
+            with pytest.raises(errors.TaskNotFoundError):
+                await agent.get_task_push_notification_config(
+                    pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+                )
+        finally:
+            await agent.cancel_task(pb.CancelTaskRequest(id=task.id))
+            if agent.binding == "HTTP+JSON":  # the config is still there: wait for its push
+                await delivered.wait()
+
+
+async def test_unknown_task_is_task_not_found(agent: RemoteService) -> None:
+    async with asyncio.timeout(BOUND_S):
+        with pytest.raises(errors.TaskNotFoundError) as caught:
+            await agent.get_task(pb.GetTaskRequest(id="no-such-task"))
+        with pytest.raises(errors.TaskNotFoundError):
+            await agent.cancel_task(pb.CancelTaskRequest(id="no-such-task"))
+        if agent.binding == "JSONRPC":
+            # The SDK's 0.3 REST adapter answers this one with 200, then drops the
+            # connection (and logs a traceback): nothing a client could map.
+            with pytest.raises(errors.TaskNotFoundError):
+                await anext(agent.subscribe_to_task(pb.SubscribeToTaskRequest(id="no-such-task")))
+    assert caught.value.spec.jsonrpc_code == -32001
+
+
+async def test_list_tasks_is_unsupported_over_0_3(agent: RemoteService) -> None:
+    with pytest.raises(errors.UnsupportedOperationError, match=r"does not exist in A2A 0\.3"):
+        await agent.list_tasks(pb.ListTasksRequest())
+
+
+@pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
+async def test_wrong_key_is_rejected_and_never_shown(legacy_peer: Peer, transport: str) -> None:
+    wrong = "wrong-key-5f3a2b1c9d0e"
+    async with asyncio.timeout(BOUND_S):
+        async with await connect(legacy_peer.url, key=wrong, transport=transport) as service:
+            with pytest.raises(AuthRejected) as caught:
+                await service.send_message(text_request("hi"))
+    assert "rejected the key" in str(caught.value)
+    assert wrong not in str(caught.value) and wrong not in repr(service.transport)
+
+
+# --- against our own gateway's 0.3 surface ------------------------------------------------
+
+
+async def _own_legacy(own_server: Peer, transport: str) -> RemoteService:
+    """A RemoteService over our gateway's 0.3 interface of ``transport``: its card with the
+    1.x interfaces taken out, as a 0.3-only agent's would be."""
+    http = new_http_client(10)
+    try:
+        card = await fetch_card(own_server.url, http=http, timeout=10)
+        legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(legacy)
+        interface = choose_interface(card, transport)
+        wire = make_transport(
+            interface, http=http, credentials=credentials_for(card, own_server.key)
+        )
+    except BaseException:
+        await http.aclose()
+        raise
+    return RemoteService(wire, card=card, interface=interface, timeout=10, http=http)
+
+
+@pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
+async def test_own_gateway_over_0_3(own_server: Peer, transport: str) -> None:
+    async with asyncio.timeout(BOUND_S):
+        async with await _own_legacy(own_server, transport) as agent:
+            assert agent.interface.protocol_version == "0.3"
+            reply = await agent.send_message(text_request("hello"))
+            assert reply.task.status.state == pb.TASK_STATE_COMPLETED
+            events = [e async for e in agent.send_streaming_message(text_request("chunks:3"))]
+            chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+            assert len(chunks) == 3 and chunks[-1].last_chunk
+            assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+            got = await agent.get_task(pb.GetTaskRequest(id=reply.task.id))
+            assert got.id == reply.task.id
+            with pytest.raises(errors.TaskNotFoundError):
+                await agent.get_task(pb.GetTaskRequest(id="no-such-task"))
+            with pytest.raises(errors.TaskNotCancelableError):
+                await agent.cancel_task(pb.CancelTaskRequest(id=reply.task.id))
+
+
+# --- the bytes on the wire (a recording 0.3 peer) -----------------------------------------
+
+
+LEGACY_TASK = {
+    "kind": "task",
+    "id": "t-1",
+    "contextId": "c-1",
+    "status": {"state": "completed", "timestamp": "2026-01-02T03:04:05+00:00"},
+    "artifacts": [
+        {
+            "artifactId": "a-1",
+            "parts": [
+                {"kind": "text", "text": "done"},
+                {"kind": "file", "file": {"uri": "https://f.example/x", "mimeType": "text/plain"}},
+                {"kind": "data", "data": {"value": 3}, "metadata": {"data_part_compat": True}},
+            ],
+        }
+    ],
+}
+
+
+class Recording:
+    """A 0.3 JSON-RPC peer that records each request and answers from a script."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], Any]] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append((dict(request.headers), body))
+        rid = body["id"]
+        if body["method"] == "message/stream":
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            update = {
+                "kind": "status-update",
+                "taskId": "t-1",
+                "contextId": "c-1",
+                "status": {"state": "working"},
+                "final": False,
+            }
+            for result in (update, LEGACY_TASK):
+                event = {"jsonrpc": "2.0", "id": rid, "result": result}
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            error = {"code": -32002, "message": "Task cannot be canceled"}
+            await response.write(
+                f"data: {json.dumps({'jsonrpc': '2.0', 'id': rid, 'error': error})}\n\n".encode()
+            )
+            return response
+        if body["params"].get("id") == "missing":
+            error = {"code": -32001, "message": "Task not found", "data": {"taskId": "missing"}}
+            return web.json_response({"jsonrpc": "2.0", "id": rid, "error": error})
+        return web.json_response({"jsonrpc": "2.0", "id": rid, "result": LEGACY_TASK})
+
+
+async def test_wire_has_0_3_methods_and_headers() -> None:
+    peer = Recording()
+    app = web.Application()
+    app.router.add_post("/rpc", peer.handle)
+    async with serving(app) as base, asyncio.timeout(BOUND_S), httpx.AsyncClient() as http:
+        wire = JsonRpc03Transport(base + "/rpc", http)
+        async with RemoteService(wire, extensions=["urn:ext:a"]) as agent:
+            assert agent.interface.protocol_version == "0.3"
+            reply = await agent.send_message(text_request("hi", return_immediately=True))
+            with pytest.raises(errors.TaskNotFoundError):
+                await agent.get_task(pb.GetTaskRequest(id="missing"))
+            events = []
+            with pytest.raises(errors.TaskNotCancelableError):
+                async for event in agent.send_streaming_message(text_request("s")):
+                    events.append(event)
+    headers, body = peer.requests[0]
+    lower = {k.lower(): v for k, v in headers.items()}
+    assert "a2a-version" not in lower
+    assert lower["x-a2a-extensions"] == "urn:ext:a"
+    assert body["method"] == "message/send"
+    assert body["params"]["configuration"] == {"blocking": False}
+    assert body["params"]["message"]["kind"] == "message"
+    assert body["params"]["message"]["role"] == "user"
+    assert body["params"]["message"]["parts"] == [{"kind": "text", "text": "hi"}]
+    assert [b["method"] for _, b in peer.requests] == [
+        "message/send",
+        "tasks/get",
+        "message/stream",
+    ]
+    task = reply.task
+    assert task.status.state == pb.TASK_STATE_COMPLETED
+    assert task.status.timestamp.ToJsonString() == "2026-01-02T03:04:05Z"
+    parts = task.artifacts[0].parts
+    assert parts[1].url == "https://f.example/x" and parts[1].media_type == "text/plain"
+    assert parts[2].data.number_value == 3 and "data_part_compat" not in parts[2].metadata
+    assert [e.WhichOneof("payload") for e in events] == ["status_update", "task"]
+
+
+async def test_list_tasks_fails_before_any_network_call() -> None:
+    url = f"http://{HOST}:{closed_port()}/rpc"
+    async with httpx.AsyncClient() as http:
+        for wire in (JsonRpc03Transport(url, http), Rest03Transport(url, http)):
+            async with RemoteService(wire) as agent:
+                with pytest.raises(errors.UnsupportedOperationError, match="ListTasks"):
+                    await agent.list_tasks(pb.ListTasksRequest())
+
+
+async def test_a_0_3_grpc_interface_is_not_offered_to_the_transport() -> None:
+    interface = pb.AgentInterface(url="h:1", protocol_binding="GRPC", protocol_version="0.3")
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(ValueError, match=r"0\.3 over gRPC"):
+            make_transport(interface, http=http)

@@ -1,0 +1,116 @@
+"""Proxy mode in front of an agent that speaks only A2A 0.3: ``a2a-gateway serve
+--upstream URL`` (a real subprocess) before the official SDK started with ``--only-0.3``
+(it refuses any call announcing A2A 1.x). 1.0 callers get 1.0 answers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ..interop.conftest import (
+    CARD_PATH,
+    HOST,
+    ServerProcess,
+    free_ports,
+    require_peer_venv,
+    sdk_server_command,
+)
+from .conftest import KEY_ALICE
+from .test_proxy import message, rpc, rpc_stream
+
+UPSTREAM_KEY = "legacy-upstream-key-6c2f0a9e17"
+HTTP_TIMEOUT = httpx.Timeout(30.0)
+
+
+@pytest.fixture(scope="module")
+def legacy_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The SDK echo server offering only 0.3 JSON-RPC and REST, key required."""
+    require_peer_venv()
+    (port,) = free_ports(1)
+    base = f"http://{HOST}:{port}"
+    command = sdk_server_command(port, 0, transports=("jsonrpc", "rest"), api_key=UPSTREAM_KEY)
+    server = ServerProcess(
+        "sdk-upstream-0.3",
+        [*command, "--only-0.3"],
+        tmp_path_factory.mktemp("upstream-03"),
+        base + CARD_PATH,
+        grpc_port=None,
+        strict_shutdown=False,
+    )
+    with server.running():
+        yield base
+
+
+@pytest.fixture(scope="module")
+def proxy_url(legacy_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("proxy-03")
+    workspace = root / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    port, grpc_port = free_ports(2)
+    base = f"http://{HOST}:{port}"
+    command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "a2a_gateway",
+        "serve",
+        "--upstream",
+        legacy_upstream,
+        "--upstream-key",
+        UPSTREAM_KEY,
+        "--workspace",
+        str(workspace),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--grpc-port",
+        str(grpc_port),
+        "--log-level",
+        "debug",
+    ]
+    server = ServerProcess("proxy-03", command, root, base + CARD_PATH, grpc_port=grpc_port)
+    server.start()
+    try:
+        yield base
+    finally:
+        complaint = server.stop()
+    log = server.stderr_path.read_text(errors="replace")
+    assert UPSTREAM_KEY not in log, "the upstream key reached the proxy's log"
+    assert "proxying 'a2a-sdk echo peer' over JSONRPC" in log
+    if complaint:
+        pytest.fail(complaint)
+
+
+def test_1_0_send_message_through_a_0_3_upstream(proxy_url: str) -> None:
+    status, reply = rpc(proxy_url, "SendMessage", message("hello legacy"))
+    assert status == 200, reply
+    task: dict[str, Any] = reply["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["artifacts"][0]["parts"] == [{"text": "hello legacy"}]
+    _, got = rpc(proxy_url, "GetTask", {"id": task["id"]})
+    assert got["result"]["id"] == task["id"]
+
+
+def test_1_0_stream_through_a_0_3_upstream(proxy_url: str) -> None:
+    with httpx.Client(timeout=HTTP_TIMEOUT) as client:
+        events = list(rpc_stream(client, proxy_url, "SendStreamingMessage", message("chunks:3")))
+    assert next(iter(events[0])) == "task"
+    chunks = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+    assert [c["artifact"]["parts"][0]["text"] for c in chunks] == ["chunk-0", "chunk-1", "chunk-2"]
+    assert chunks[-1]["lastChunk"] is True
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert all("final" not in e.get("statusUpdate", {}) for e in events)  # no 0.3 keys leak
+
+
+def test_list_tasks_has_no_0_3_counterpart(proxy_url: str) -> None:
+    _, reply = rpc(proxy_url, "ListTasks", {})
+    assert reply["error"]["code"] == -32004, reply
