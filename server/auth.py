@@ -135,6 +135,10 @@ class Identity:
     policy: CallerPolicy = DEFAULT_POLICY
 
 
+#: The identity of every anonymous request (immutable, so one is enough).
+ANONYMOUS_IDENTITY = Identity(ANONYMOUS)
+
+
 class Authenticator(abc.ABC):
     """Finds the caller of a request; :meth:`admit` adds the rate limits.
 
@@ -374,7 +378,7 @@ class WorkspaceCallers(Authenticator):
     def identify(self, get: HeaderGetter) -> Identity:
         key = presented_key(get)
         if key is None and self.allow_anonymous:
-            return Identity(ANONYMOUS)
+            return ANONYMOUS_IDENTITY
         if not key:
             raise UnauthenticatedError(
                 "An API key is required (X-API-Key or Authorization: Bearer)"

@@ -43,13 +43,14 @@ from a2a_gateway.protocol.errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
+    UnauthenticatedError,
     UnavailableError,
     status_proto,
 )
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 
 from . import signing
-from .auth import Authenticator, single_values
+from .auth import Authenticator
 from .http_context import WRITE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -93,11 +94,19 @@ class StreamStalled(Exception):
 class MetadataView:
     """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped)."""
 
+    __slots__ = ("_values",)
+
     def __init__(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
-        self._values: dict[str, list[str]] = {}
+        values: dict[str, list[str]] = {}
         for key, value in metadata or ():
             if isinstance(value, str):
-                self._values.setdefault(key.lower(), []).append(value)
+                key = key.lower()
+                found = values.get(key)
+                if found is None:
+                    values[key] = [value]
+                else:
+                    found.append(value)
+        self._values = values
 
     def get(self, name: str) -> str | None:
         """First value of ``name``; the :data:`~.auth.HeaderGetter` shape."""
@@ -106,6 +115,19 @@ class MetadataView:
 
     def get_all(self, name: str) -> list[str]:
         return list(self._values.get(name.lower(), ()))
+
+    def single(self, name: str) -> str | None:
+        """The value of ``name``, refusing one sent more than once (as
+        :func:`~.auth.single_values`, without building a list per lookup)."""
+        values = self._values.get(name.lower())
+        if values is None:
+            return None
+        if len(values) > 1:
+            raise UnauthenticatedError(f"{name} must be sent once")
+        return values[0]
+
+    def has(self, name: str) -> bool:
+        return name.lower() in self._values
 
 
 def status_trailer(error: A2AError) -> tuple[tuple[str, bytes]]:
@@ -273,19 +295,23 @@ class RpcAdapter:
         Empties ``holder``."""
         raw = holder.take()
         metadata = MetadataView(context.invocation_metadata())
-        get = single_values(metadata.get_all)
+        get = metadata.single
         identity = self._authenticator.admit(get, peer_address(context.peer()))
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
         version = self.negotiate(metadata.get(VERSION_KEY))
         request = self.incoming(self.decode(raw))
-        extensions = metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
+        extensions: frozenset[str] = frozenset()
+        if metadata.has(EXTENSIONS_KEY) or metadata.has(LEGACY_EXTENSIONS_KEY):
+            extensions = versioning.parse_extensions(
+                metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
+            )
         call_context = CallContext(
             caller=identity.caller,
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
             version=version,
-            extensions=versioning.parse_extensions(extensions) if extensions else frozenset(),
+            extensions=extensions,
             deadline=_deadline(context),
         )
         return request, call_context
