@@ -151,6 +151,20 @@ async def test_interfaces_follow_the_host_header(http: Http) -> None:
     assert interfaces(card)[2][1] == "agent.local:8081"
 
 
+async def test_each_host_gets_its_own_card_however_many_ask(http: Http) -> None:
+    """Encoded cards are reused per card, never across hosts (and 40 hosts overflow
+    the few kept: the first one asked again is encoded again, still right)."""
+    etags: dict[str, str] = {}
+    for n in [*range(40), 0, 1]:
+        host = f"host-{n}.example:9000"
+        status, card, headers = await get_card(http, headers={"Host": host})
+        assert status == 200
+        assert {url for _, url, _ in interfaces(card)} >= {f"http://{host}/a2a"}
+        assert card["url"] == f"http://{host}/a2a"
+        assert etags.setdefault(host, headers["ETag"]) == headers["ETag"]
+    assert len(set(etags.values())) == 40
+
+
 async def test_forwarded_headers_are_ignored(http: Http) -> None:
     _, card, _ = await get_card(
         http, headers={"X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https"}
