@@ -289,11 +289,9 @@ class RpcAdapter:
     # -- handlers ---------------------------------------------------------------------
 
     def _prepare(
-        self, holder: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tuple[message.Message, CallContext]:
-        """Admit, negotiate, check the signature, decode and validate; raise A2AError.
-        Empties ``holder``."""
-        raw = holder.take()
+        """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
         get = metadata.single
         identity = self._authenticator.admit(get, peer_address(context.peer()))
@@ -360,13 +358,13 @@ class RpcAdapter:
         else:
             await context.send_initial_metadata(())
 
-    async def unary(
-        self, request: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> message.Message:
+    async def unary(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        # Bytes in and out (no deserializer or serializer for grpc to call back): a
+        # unary request lives only as long as the call anyway.
         try:
             decoded, call_context = self._prepare(request, context)
             call: Unary = self._call
-            response = self.outgoing(await call(decoded, call_context))
+            response = self.outgoing(await call(decoded, call_context)).SerializeToString()
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             return response
@@ -384,7 +382,7 @@ class RpcAdapter:
         # cancel lands here, and the finally below closes the service stream at once.
         timeout_s = self.write_timeout_s
         try:
-            decoded, call_context = self._prepare(request, context)
+            decoded, call_context = self._prepare(request.take(), context)
             call: Streaming = self._call
             events = call(decoded, call_context)
             del decoded  # the service has it; it may carry large inline file bytes
@@ -433,15 +431,10 @@ class RpcAdapter:
             log.debug("gRPC %s: stream status queued, not yet sent: %r", self.name, exc)
 
     def method_handler(self) -> grpc.RpcMethodHandler[Any, Any]:
-        factory = (
-            grpc.unary_stream_rpc_method_handler
-            if self.streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        return factory(
-            self.stream if self.streaming else self.unary,
-            request_deserializer=self.deserialize,
-            response_serializer=self.serialize,
+        if not self.streaming:
+            return grpc.unary_unary_rpc_method_handler(self.unary)  # bytes in, bytes out
+        return grpc.unary_stream_rpc_method_handler(
+            self.stream, request_deserializer=self.deserialize, response_serializer=self.serialize
         )
 
 
