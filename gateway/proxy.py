@@ -2,9 +2,11 @@
 
 Our bindings serve an :class:`UpstreamProxy`, an :class:`A2AService` that forwards every
 call to the upstream agent through a :class:`~a2a_gateway.client.RemoteService`, over the
-first binding the upstream's card lists that we speak. So any agent, a gRPC-only one
-included, is exposed over JSON-RPC, HTTP+JSON and gRPC. Streams are relayed event by
-event, never buffered.
+first binding the upstream's card lists that we speak, or the one the operator forces
+(``--upstream-transport jsonrpc|rest|grpc``). So any agent, a gRPC-only one included, is
+exposed over JSON-RPC, HTTP+JSON and gRPC. Streams are relayed event by event, never
+buffered. ``--upstream-timeout`` bounds each upstream call and the opening of each
+upstream stream, ``--upstream-idle-timeout`` the silence between two stream events.
 
 What the proxy decides itself (nothing else is changed on the way):
 
@@ -13,6 +15,9 @@ What the proxy decides itself (nothing else is changed on the way):
   gets an InternalError saying so, never a 401 (they would think their own key is wrong).
 - Unreachable / timed-out upstreams become Unavailable / DeadlineExceeded with a message
   that does not reveal the upstream's address (it is logged for the operator instead).
+  A stream silent for longer than the idle timeout ends with DeadlineExceeded too. An
+  unusable upstream card, a forced binding it does not offer included, is Unavailable;
+  the log says what the card offers.
 - Tasks stay scoped to our callers: a task id seen in an answer to one caller is
   TaskNotFound for every other caller, and ListTasks leaves such tasks out
   (:class:`~.proxy_owners.TaskOwners`). With a workspace, each owner is a record file,
@@ -43,6 +48,7 @@ from google.protobuf import empty_pb2
 from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
 from a2a_gateway.client import CardError, RemoteService, Timeout, Unreachable, connect
+from a2a_gateway.client.cards import binding_for
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import (
@@ -61,7 +67,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret
 from .proxy_owners import TaskOwners
-from .settings import Settings
+from .settings import BY_NAME, Settings
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,21 @@ def settings_problem(settings: Settings) -> str | None:
     if settings["agent"] or settings["exec"]:
         return "--upstream cannot be combined with --agent or --exec (the upstream is the agent)"
     return None
+
+
+def ignored_settings(settings: Settings) -> list[str]:
+    """The ``upstream_*`` settings given without ``upstream``: they do nothing then.
+
+    Accepted (with a warning), not refused: one environment or TOML file often serves
+    several gateways, some proxies and some not, and a setting that cannot act is
+    harmless. (``--agent`` with ``--upstream`` is refused: two agents contradict.)"""
+    if settings["upstream"]:
+        return []
+    return [
+        name
+        for name, setting in BY_NAME.items()
+        if name.startswith("upstream_") and settings[name] != setting.default
+    ]
 
 
 def upstream_error(error: A2AError) -> A2AError:
@@ -118,9 +139,14 @@ class UpstreamProxy(A2AService):
         max_hops: int = 3,
         owners: TaskOwners | None = None,
     ) -> None:
+        if transport:
+            binding_for(transport)  # ValueError now rather than on the first call
+        for name, value in (("timeout", timeout), ("stream_idle_timeout", stream_idle_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name} must be more than 0, not {value!r}")
         self.url = url
         self._key = key or None
-        self.transport = transport
+        self.transport = transport or None
         self.timeout = timeout
         self.stream_idle_timeout = stream_idle_timeout
         self.max_hops = max_hops
@@ -172,6 +198,16 @@ class UpstreamProxy(A2AService):
                 stream_idle_timeout=self.stream_idle_timeout,
                 extended_card=False,  # fetched below, kept apart from the public card
             )
+        except CardError as exc:
+            if self.transport is None:
+                raise upstream_error(exc) from None
+            # The message says which interfaces the card offers (no address).
+            log.error(
+                "upstream card unusable with --upstream-transport %s: %s",
+                self.transport,
+                exc.message,
+            )
+            raise UnavailableError(UPSTREAM_CARD) from None
         except A2AError as exc:
             raise upstream_error(exc) from None
         try:
@@ -403,9 +439,13 @@ def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy
     key = settings["upstream_key"] or None
     if key:
         register_secret(key)
+    transport = settings["upstream_transport"]
     proxy = UpstreamProxy(
         settings["upstream"],
         key=key,
+        transport=None if transport == "auto" else transport,
+        timeout=settings["upstream_timeout"],
+        stream_idle_timeout=settings["upstream_idle_timeout"],
         max_hops=config.max_hops,
         owners=task_owners(settings, config),
     )
@@ -419,6 +459,7 @@ __all__ = [
     "TaskOwners",
     "UpstreamProxy",
     "build_proxy",
+    "ignored_settings",
     "mirror_upstream",
     "settings_problem",
     "task_owners",

@@ -33,7 +33,7 @@ from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
-from .proxy import UpstreamProxy, build_proxy
+from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
 
 log = logging.getLogger("a2a_gateway.serve")
@@ -123,6 +123,9 @@ class Gateway:
             self.proxy, self.cards = build_proxy(settings, self.config)
             self.service = self.proxy
         else:
+            ignored = ignored_settings(settings)
+            if ignored:
+                log.warning("ignoring %s: they only apply with --upstream", ", ".join(ignored))
             self.outbound = OutboundClient(allow_private_urls=self.config.allow_private_urls)
             self.push = PushDispatcher(self.outbound)
             self.cards = CardProvider(self.config, push_notifications=True)

@@ -6,12 +6,15 @@ A flag given on the command line wins over the environment, which wins over the 
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 
 ENV_PREFIX = "A2A_GATEWAY_"
 
@@ -25,6 +28,7 @@ class Setting:
     default: Any
     help: str
     minimum: float | None = None  # numbers only: the smallest accepted value
+    above: float | None = None  # numbers only: accepted values are greater than this
     choices: tuple[str, ...] = ()  # strings only: the accepted values (empty: any)
 
     @property
@@ -48,6 +52,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("faux", bool, False, "host the built-in faux agent (directives, for tests)"),
     Setting("upstream", str, "", "proxy mode: forward every call to this A2A agent URL"),
     Setting("upstream_key", str, "", "API key for the upstream agent"),
+    Setting(
+        "upstream_transport",
+        str,
+        "auto",
+        "binding to the upstream: jsonrpc, rest, grpc, or auto (the first one its card"
+        " lists that we speak)",
+        choices=("auto", "jsonrpc", "rest", "grpc"),
+    ),
+    Setting(
+        "upstream_timeout",
+        float,
+        DEFAULT_TIMEOUT,
+        f"seconds allowed for one upstream call or stream opening (default {DEFAULT_TIMEOUT:g})",
+        above=0,
+    ),
+    Setting(
+        "upstream_idle_timeout",
+        float,
+        DEFAULT_STREAM_IDLE_TIMEOUT,
+        "seconds of silence allowed between two upstream stream events"
+        f" (default {DEFAULT_STREAM_IDLE_TIMEOUT:g})",
+        above=0,
+    ),
     Setting("allow_anonymous", bool, False, "accept requests without a key (loopback only)"),
     Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
     Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),
@@ -127,8 +154,12 @@ def _convert(setting: Setting, value: Any, source: str) -> Any:
             raise SettingsError(f"{where} must be a number")
         try:
             number = setting.kind(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a huge TOML int
             raise SettingsError(f"{where} must be a number") from None
+        if isinstance(number, float) and not math.isfinite(number):  # "nan", "inf" parse
+            raise SettingsError(f"{where} must be a finite number")
+        if setting.above is not None and number <= setting.above:
+            raise SettingsError(f"{where} must be more than {setting.above:g}")
         if setting.minimum is not None and number < setting.minimum:
             raise SettingsError(f"{where} must be at least {setting.minimum:g}")
         return number

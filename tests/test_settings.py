@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.proxy import ignored_settings
 from a2a_gateway.settings import SettingsError, resolve
 
 
@@ -42,3 +45,82 @@ def test_unknown_file_setting_is_refused(tmp_path: Path) -> None:
     config.write_text("[serve]\nprot = 1\n")
     with pytest.raises(SettingsError, match="unknown setting 'prot'"):
         resolve({}, environ={}, config_file=config)
+
+
+# --- proxy mode's upstream settings --------------------------------------------------------
+
+
+def test_upstream_settings_defaults_and_sources(tmp_path: Path) -> None:
+    defaults = resolve({}, environ={})
+    assert defaults["upstream_transport"] == "auto"
+    assert defaults["upstream_timeout"] == DEFAULT_TIMEOUT
+    assert defaults["upstream_idle_timeout"] == DEFAULT_STREAM_IDLE_TIMEOUT
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[serve]\nupstream_transport = "rest"\nupstream_timeout = 5\nupstream_idle_timeout = 7.5\n'
+    )
+    from_file = resolve({}, environ={}, config_file=config)
+    assert from_file["upstream_transport"] == "rest"
+    assert from_file["upstream_timeout"] == 5.0  # a TOML integer is fine for seconds
+    assert from_file["upstream_idle_timeout"] == 7.5
+
+    environ = {"A2A_GATEWAY_UPSTREAM_TRANSPORT": "grpc", "A2A_GATEWAY_UPSTREAM_TIMEOUT": "2.5"}
+    from_env = resolve({}, environ=environ, config_file=config)
+    assert from_env["upstream_transport"] == "grpc"
+    assert from_env["upstream_timeout"] == 2.5
+    assert from_env["upstream_idle_timeout"] == 7.5
+
+    flags = {"upstream_transport": "jsonrpc", "upstream_idle_timeout": 0.25}
+    from_flags = resolve(flags, environ=environ, config_file=config)
+    assert from_flags["upstream_transport"] == "jsonrpc"
+    assert from_flags["upstream_idle_timeout"] == 0.25
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "toml", "needle"),
+    [
+        (
+            {"upstream_timeout": 0},
+            {},
+            "",
+            "--upstream-timeout: upstream_timeout must be more than 0",
+        ),
+        ({"upstream_timeout": -1.5}, {}, "", "upstream_timeout must be more than 0"),
+        (
+            {},
+            {"A2A_GATEWAY_UPSTREAM_IDLE_TIMEOUT": "0"},
+            "",
+            "A2A_GATEWAY_UPSTREAM_IDLE_TIMEOUT: upstream_idle_timeout must be more than 0",
+        ),
+        ({}, {"A2A_GATEWAY_UPSTREAM_TIMEOUT": "soon"}, "", "upstream_timeout must be a number"),
+        ({}, {"A2A_GATEWAY_UPSTREAM_TIMEOUT": "nan"}, "", "upstream_timeout must be a finite"),
+        ({}, {"A2A_GATEWAY_UPSTREAM_IDLE_TIMEOUT": "inf"}, "", "idle_timeout must be a finite"),
+        ({}, {}, "upstream_idle_timeout = -3", "gateway.toml: upstream_idle_timeout must be more"),
+        ({}, {}, "upstream_timeout = true", "upstream_timeout must be a number"),
+        ({}, {}, "upstream_timeout = 1" + "0" * 400, "upstream_timeout must be a number"),
+        (
+            {"upstream_transport": "soap"},
+            {},
+            "",
+            "--upstream-transport: upstream_transport must be one of: auto, jsonrpc, rest, grpc",
+        ),
+        ({}, {"A2A_GATEWAY_UPSTREAM_TRANSPORT": "GRPC"}, "", "upstream_transport must be one of"),
+        ({}, {}, 'upstream_transport = "http"', "upstream_transport must be one of"),
+    ],
+)
+def test_bad_upstream_values_name_the_setting(
+    tmp_path: Path, flags: dict[str, object], environ: dict[str, str], toml: str, needle: str
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f"[serve]\n{toml}\n")
+    with pytest.raises(SettingsError, match=re.escape(needle)):
+        resolve(flags, environ=environ, config_file=config)
+
+
+def test_upstream_settings_without_upstream_are_reported_as_ignored() -> None:
+    assert ignored_settings(resolve({}, environ={})) == []
+    given = resolve({"upstream_timeout": 5.0, "upstream_key": "k-123456"}, environ={})
+    assert ignored_settings(given) == ["upstream_key", "upstream_timeout"]
+    proxying = resolve({"upstream": "http://127.0.0.1:9", "upstream_timeout": 5.0}, environ={})
+    assert ignored_settings(proxying) == []
