@@ -134,7 +134,21 @@ def _legacy_security(card: dict[str, Any]) -> None:
         body = {k: v for k, v in scheme.items() if k != "type"}
         if "in" in body:
             body["location"] = body.pop("in")
+        flows = body.get("flows")
+        if isinstance(flows, dict) and len(flows) > 1:
+            body["flows"] = _one_oauth_flow(flows)
         schemes[name] = {wrapper: body}
+
+
+#: 0.3 OAuth flows in the order the SDK's 0.3 conversion sets them (the last one set wins).
+_OAUTH_FLOW_ORDER = ("authorizationCode", "clientCredentials", "implicit", "password")
+
+
+def _one_oauth_flow(flows: dict[str, Any]) -> dict[str, Any]:
+    """1.0 ``OAuthFlows`` is a oneof: of several 0.3 flows keep the one the SDK keeps
+    (the last present in :data:`_OAUTH_FLOW_ORDER`), so the card still parses."""
+    kept = [name for name in _OAUTH_FLOW_ORDER if name in flows]
+    return {kept[-1]: flows[kept[-1]]} if kept else flows
 
 
 def _legacy_capabilities(card: dict[str, Any]) -> None:

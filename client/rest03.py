@@ -29,6 +29,25 @@ from .jsonrpc03 import legacy_headers
 from .transport import HTTP_JSON, CallOptions, M
 
 
+def _is_error_body(value: Any) -> bool:
+    """An error sent as a plain event: 1.0-style ``{"error": Status}`` (the SDK's) or the
+    0.3 ``{type?, code, message, data?}`` (ours: its ``message`` is a string, so it must
+    not be read as a StreamResponse's ``message`` member)."""
+    if not isinstance(value, dict):
+        return False
+    if isinstance(value.get("error"), dict):
+        return True
+    return isinstance(value.get("code"), int) and isinstance(value.get("message"), str)
+
+
+def _stream_error_status(value: Any) -> int:
+    """The HTTP status a mid-stream error stands for (its ``error.code`` when that is an
+    HTTP status, else 500): the response itself was already 200."""
+    error = value.get("error") if isinstance(value, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
+
+
 class Rest03Transport(http_calls.HttpTransport):
     """Calls one A2A 0.3 HTTP+JSON base URL (the interface ``url``)."""
 
@@ -122,10 +141,8 @@ class Rest03Transport(http_calls.HttpTransport):
                 value = http_calls.load_json(
                     event.data, target=self.target, what="stream event", redact=self.redact
                 )
-                if isinstance(value, dict) and isinstance(value.get("error"), dict):
-                    code = value["error"].get("code")
-                    status = code if isinstance(code, int) and 400 <= code < 600 else 500
-                    raise self._error(status, event.data.encode())
+                if event.event == "error" or _is_error_body(value):
+                    raise self._error(_stream_error_status(value), event.data.encode())
                 try:
                     item = compat03.rest_stream_response_in(value)
                 except A2AError as exc:

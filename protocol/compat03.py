@@ -655,10 +655,13 @@ def agent_card(card: Mapping[str, Any]) -> JSON | None:
     _copy(card, out, "provider", "documentationUrl", "iconUrl")
     capabilities = card.get("capabilities", {})
     out["capabilities"] = {
-        k: v
-        for k, v in capabilities.items()
-        if k in ("streaming", "pushNotifications", "extensions")
+        k: v for k, v in capabilities.items() if k in ("streaming", "pushNotifications")
     }
+    if capabilities.get("extensions"):
+        # 0.3 wrote ``required`` even when false (the SDK's 0.3 card does too).
+        out["capabilities"]["extensions"] = [
+            {**e, "required": e.get("required", False)} for e in capabilities["extensions"]
+        ]
     if capabilities.get("extendedAgentCard"):
         out["supportsAuthenticatedExtendedCard"] = True
     schemes = card.get("securitySchemes")
@@ -819,6 +822,35 @@ _REST_ROLE_IN: dict[Any, str] = {
 }
 
 
+def _file_bytes_in(value: Any) -> Any:
+    """A 0.3 proto ``fileWithBytes`` (ProtoJSON: base64 of the field) as the 0.3 JSON-RPC
+    ``bytes`` (base64 of the content).
+
+    The SDK's 0.3 REST and gRPC code stores the base64 TEXT of the content in that
+    ``bytes`` field (``file.bytes.encode()``; its clients and servers read it back with
+    ``.decode()``), so on the wire the content is base64-encoded twice. A field that
+    decodes to base64 text is read that way; one that does not (a peer that put the
+    raw content there) is the content itself. Anything else passes through for the
+    JSON-RPC parser to report.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        field = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+        text = field.decode("ascii")
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return value
+    return text if text else value
+
+
+def _file_bytes_out(value: str) -> str:
+    """The 0.3 JSON-RPC ``bytes`` (base64 of the content) as the SDK writes the 0.3
+    proto's ``fileWithBytes``: the base64 text itself is the field (see
+    :func:`_file_bytes_in`)."""
+    return base64.b64encode(value.encode("ascii")).decode("ascii")
+
+
 def _rest_part_in(part: Any) -> Any:
     """A 0.3 proto Part as a 0.3 JSON-RPC part (unknown shapes pass through, so the
     JSON-RPC parser reports them)."""
@@ -832,7 +864,7 @@ def _rest_part_in(part: Any) -> Any:
     elif isinstance(file, Mapping):
         inner: JSON = {}
         if _get(file, "fileWithBytes") is not None:
-            inner["bytes"] = _get(file, "fileWithBytes")
+            inner["bytes"] = _file_bytes_in(_get(file, "fileWithBytes"))
         if _get(file, "fileWithUri") is not None:
             inner["uri"] = _get(file, "fileWithUri")
         for name in ("mimeType", "name"):
@@ -894,7 +926,8 @@ def rest_send_params(body: Any) -> Any:
         out["message"] = _rest_message_in(message_value)
     config = _get(body, "configuration")
     if isinstance(config, Mapping):
-        rpc_config: JSON = {"blocking": bool(_get(config, "blocking") or False)}
+        blocking = _get(config, "blocking")  # a non-bool stays for the parser to name
+        rpc_config: JSON = {"blocking": False if blocking is None else blocking}
         for name in ("acceptedOutputModes", "historyLength"):
             if _get(config, name) is not None:
                 rpc_config[name] = _get(config, name)
@@ -931,7 +964,7 @@ def _rest_part_out(part: Mapping[str, Any]) -> JSON:
     if kind == "file":
         file = part.get("file", {})
         inner: JSON = (
-            {"fileWithBytes": file["bytes"]}
+            {"fileWithBytes": _file_bytes_out(file["bytes"])}
             if "bytes" in file
             else {"fileWithUri": file.get("uri", "")}
         )

@@ -138,12 +138,23 @@ def _envelope(body: Any) -> _Envelope:
 def set_aside_legacy_version(request: web.Request) -> tuple[web.Request, str | None]:
     """A 0.3 ``A2A-Version`` value set aside: call_context would refuse it before the
     method is known. Returns the request without it (a clone) and the value, or the
-    request itself and None (any other value stays for call_context to judge)."""
-    value = request.headers.get(versioning.VERSION_HEADER)
-    if value is None or not compat03.is_legacy_version(value):
+    request itself and None (any other value stays for call_context to judge). The
+    value is read where call_context reads it: the header, else the query."""
+    name = versioning.VERSION_HEADER
+    value = request.headers.get(name)
+    if value is None or not value.strip():
+        if not request.query_string:  # no header, no query: nothing to set aside
+            return request, None
+        value = request.query.get(name) or request.query.get(name.lower())
+        if value is None or not compat03.is_legacy_version(value):
+            return request, None
+        return request.clone(
+            rel_url=request.rel_url.without_query_params(name, name.lower())
+        ), value
+    if not compat03.is_legacy_version(value):
         return request, None
     headers = request.headers.copy()
-    del headers[versioning.VERSION_HEADER]
+    del headers[name]
     return request.clone(headers=headers), value
 
 

@@ -25,8 +25,10 @@ from a2a_gateway.client import (
     fetch_card,
     make_transport,
 )
+from a2a_gateway.client.cards import parse_card
 from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.protocol import errors
+from a2a_gateway.server.rest import LEGACY_STREAM_CODEC
 
 from ..interop.conftest import CARD_PATH, ServerProcess, free_ports, require_peer_venv
 from ..interop.conftest import sdk_server_command as _sdk_server_command
@@ -359,3 +361,67 @@ async def test_a_0_3_grpc_interface_is_not_offered_to_the_transport() -> None:
     async with httpx.AsyncClient() as http:
         with pytest.raises(ValueError, match=r"0\.3 over gRPC"):
             make_transport(interface, http=http)
+
+
+async def test_rest_mid_stream_error_from_our_own_0_3_server_is_that_error() -> None:
+    """Our 0.3 REST server ends a failing stream with ``event: error`` carrying the 0.3
+    REST error body (``{type, code, message, data}``, no ``error`` member): our 0.3 REST
+    client raises that error, not an unreadable-event one."""
+    first = pb.StreamResponse(
+        task=pb.Task(id="t-1", context_id="c-1", status=pb.TaskStatus(state=pb.TASK_STATE_WORKING))
+    )
+    failure = errors.TaskNotCancelableError("task t-1 cannot be canceled")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(LEGACY_STREAM_CODEC.event(first))
+        await response.write(LEGACY_STREAM_CODEC.error(failure))
+        return response
+
+    app = web.Application()
+    app.router.add_post("/rest/v1/message:stream", handle)
+    events = []
+    async with (
+        serving(app) as base,
+        asyncio.timeout(BOUND_S),
+        httpx.AsyncClient() as http,
+        RemoteService(Rest03Transport(base + "/rest", http)) as agent,
+    ):
+        with pytest.raises(errors.TaskNotCancelableError, match="cannot be canceled"):
+            async for event in agent.send_streaming_message(text_request("s")):
+                events.append(event)
+    assert [e.WhichOneof("payload") for e in events] == ["task"]
+
+
+def test_legacy_card_with_several_oauth_flows_is_read() -> None:
+    """A 0.3 scheme may list several OAuth flows; 1.0 holds one. The card still parses,
+    keeping the flow the SDK's own 0.3 conversion keeps (the last of authorizationCode,
+    clientCredentials, implicit, password)."""
+    flows = {
+        "authorizationCode": {
+            "authorizationUrl": "https://auth.example/a",
+            "tokenUrl": "https://auth.example/t",
+            "scopes": {"read": "r"},
+        },
+        "clientCredentials": {"tokenUrl": "https://auth.example/t", "scopes": {}},
+    }
+    card = {
+        "name": "legacy",
+        "description": "d",
+        "version": "1",
+        "url": "https://agent.example/a2a",
+        "protocolVersion": "0.3.0",
+        "capabilities": {},
+        "defaultInputModes": [],
+        "defaultOutputModes": [],
+        "skills": [],
+        "securitySchemes": {"o": {"type": "oauth2", "flows": flows}},
+        "security": [{"o": ["read"]}],
+    }
+    parsed = parse_card(card, source="https://agent.example/.well-known/agent-card.json")
+    scheme = parsed.security_schemes["o"].oauth2_security_scheme
+    assert scheme.flows.WhichOneof("flow") == "client_credentials"
+    assert scheme.flows.client_credentials.token_url == "https://auth.example/t"
+    assert parsed.supported_interfaces[0].protocol_version == "0.3"
+    assert list(parsed.security_requirements[0].schemes["o"].list) == ["read"]

@@ -199,6 +199,21 @@ async def test_1_0_method_still_refuses_a_0_3_header(http: Http) -> None:
     assert "result" in body
 
 
+async def test_0_3_version_in_the_query_is_the_header_s_rule(http: Http) -> None:
+    """``?A2A-Version=`` is read like the header (digest §9), so a 0.3 value there is a
+    0.3 call, and still refused for a 1.0 method."""
+    for value in ("0.3", "0.3.0"):
+        path = f"/a2a?A2A-Version={value}"
+        _, body = await http.rpc("tasks/pushNotificationConfig/list", {"id": "t"}, path=path)
+        assert body.get("result") == [], body
+    _, body = await http.rpc("ListTasks", {}, path="/a2a?A2A-Version=0.3")
+    assert body["error"]["code"] == -32009 and body["id"] is None
+    _, body = await http.rpc(
+        "message/send", message03("x"), request_id=5, path="/a2a?A2A-Version=1.0"
+    )
+    assert_error03(body, -32603, 5)
+
+
 async def test_legacy_extensions_header_is_read(http: Http) -> None:
     async with asyncio.timeout(TIMEOUT_S):
         response = await http.client.post(

@@ -236,6 +236,21 @@ async def test_version_rule(http: Http) -> None:
     assert body["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
 
 
+async def test_version_rule_in_the_query(http: Http) -> None:
+    status, body, _ = await call(http, "GET", "/tasks/t/pushNotificationConfigs?A2A-Version=0.3")
+    assert status == 200, body
+    status, body, _ = await call(http, "GET", "/tasks/a%2Fb?historyLength=1&A2A-Version=0.3")
+    assert status == 404 and body["data"]["taskId"] == "a/b", body  # the path kept as sent
+    status, body, _ = await call(http, "GET", "/tasks/t/pushNotificationConfigs?A2A-Version=1.0")
+    assert status == 400 and body["type"] == "VersionNotSupportedError"
+    async with asyncio.timeout(TIMEOUT_S):
+        response = await http.client.get("/a2a/v1/tasks?A2A-Version=0.3")
+        async with response:
+            body = await response.json()
+    assert response.status == 400
+    assert body["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+
+
 async def test_1_0_paths_are_untouched(http: Http) -> None:
     async with asyncio.timeout(TIMEOUT_S):
         response = await http.client.get("/a2a/v1/tasks", headers={"A2A-Version": "1.0"})
