@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncGenerator
 from typing import Any, TypeVar, cast
 
@@ -14,12 +15,12 @@ import orjson
 from google.protobuf import json_format, message
 
 from a2a_gateway.protocol import sse
-from a2a_gateway.protocol.codec import MAX_BODY_BYTES
+from a2a_gateway.protocol.codec import MAX_BODY_BYTES, dumps
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
-from .errors import Redactor, Timeout, Unreachable, build, quote
+from .errors import Redactor, Timeout, Unreachable, build, explain_auth, quote
 from .transport import CallOptions, Transport
 
 M = TypeVar("M", bound=message.Message)
@@ -54,10 +55,64 @@ class HttpTransport(Transport):
         super().__init__(url, credentials=credentials, redact=redact or Redactor())
         self._http = http
         self._url = checked_url(url, redact=self.redact)
+        self._base = url.strip().rstrip("/")  # HTTP+JSON paths are appended to it
 
     def _ok(self, status: int) -> bool:
         """Whether ``status`` carries a result (JSON-RPC narrows this to 200)."""
         return 200 <= status < 300
+
+    def _build(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        headers: dict[str, str],
+        options: CallOptions,
+        *,
+        stream: bool,
+        content: bytes | None = None,
+        params: Any = None,
+    ) -> httpx.Request:
+        """An httpx request bounded by ``options``: ``timeout`` to connect and, for a
+        unary call, to read; ``idle_timeout`` between two reads of a stream."""
+        read = options.idle_timeout if stream else options.timeout
+        return self._http.build_request(
+            method,
+            url,
+            params=params,
+            content=content,
+            headers=headers,
+            timeout=request_timeout(options.timeout, read),
+        )
+
+    def _post_rpc(
+        self,
+        method: str,
+        params: Any,
+        headers: dict[str, str],
+        options: CallOptions,
+        *,
+        stream: bool,
+    ) -> httpx.Request:
+        """A JSON-RPC 2.0 request (a fresh id) to the interface URL."""
+        envelope = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
+        headers["Content-Type"] = "application/json"
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        content = dumps(envelope)
+        return self._build("POST", self._url, headers, options, stream=stream, content=content)
+
+    def _explained(self, error: A2AError) -> A2AError:
+        """``error``, with what to check when it is an authentication failure."""
+        return explain_auth(
+            error, self.target, has_key=self.credentials is not None, redact=self.redact
+        )
+
+    def _not_a_stream(self, status: int, body: bytes) -> A2AError:
+        """For a transport whose results come with any 2xx: a 2xx that is not SSE is an
+        invalid answer, anything else the answer's own error."""
+        if self._ok(status):
+            what = "expected text/event-stream"
+            return invalid_response(self.target, "stream", what, self.redact)
+        return self._error(status, body)
 
     @abc.abstractmethod
     def _error(self, status: int, body: bytes) -> A2AError:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -28,23 +27,8 @@ class JsonRpcTransport(http_calls.HttpTransport):
     def _request(
         self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool
     ) -> httpx.Request:
-        envelope = {
-            "jsonrpc": "2.0",
-            "id": uuid.uuid4().hex,
-            "method": rpc,
-            "params": codec.to_dict(request),
-        }
         headers = service_headers(options, self.credentials)
-        headers["Content-Type"] = "application/json"
-        headers["Accept"] = "text/event-stream" if stream else "application/json"
-        read = options.idle_timeout if stream else options.timeout
-        return self._http.build_request(
-            "POST",
-            self._url,
-            content=codec.dumps(envelope),
-            headers=headers,
-            timeout=http_calls.request_timeout(options.timeout, read),
-        )
+        return self._post_rpc(rpc, codec.to_dict(request), headers, options, stream=stream)
 
     def _ok(self, status: int) -> bool:
         return status == 200
@@ -58,9 +42,7 @@ class JsonRpcTransport(http_calls.HttpTransport):
             error = from_jsonrpc_error(value["error"], self.redact, http_status=status)
         else:
             error = from_rest_error(status, body, self.redact)
-        return explain_auth(
-            error, self.target, has_key=self.credentials is not None, redact=self.redact
-        )
+        return self._explained(error)
 
     async def unary(
         self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions

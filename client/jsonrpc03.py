@@ -11,7 +11,6 @@ Bounds, capped bodies and redaction are the 1.0 transports' (:class:`HttpTranspo
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -20,14 +19,14 @@ import orjson
 from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
-from a2a_gateway.protocol import codec, compat03
+from a2a_gateway.protocol import compat03
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.versioning import format_extensions
 
 from . import http_calls
 from .cards import parse_card
 from .credentials import Credentials
-from .errors import explain_auth, from_jsonrpc_error, from_rest_error
+from .errors import from_jsonrpc_error, from_rest_error
 from .transport import JSONRPC, CallOptions, M
 
 #: The 0.3 name of the extensions header (1.0: ``A2A-Extensions``).
@@ -56,23 +55,8 @@ class JsonRpc03Transport(http_calls.HttpTransport):
     def _request(
         self, call: compat03.Call, request: message.Message, options: CallOptions, *, stream: bool
     ) -> httpx.Request:
-        envelope = {
-            "jsonrpc": "2.0",
-            "id": uuid.uuid4().hex,
-            "method": call.method,
-            "params": call.params(request),
-        }
         headers = legacy_headers(options, self.credentials)
-        headers["Content-Type"] = "application/json"
-        headers["Accept"] = "text/event-stream" if stream else "application/json"
-        read = options.idle_timeout if stream else options.timeout
-        return self._http.build_request(
-            "POST",
-            self._url,
-            content=codec.dumps(envelope),
-            headers=headers,
-            timeout=http_calls.request_timeout(options.timeout, read),
-        )
+        return self._post_rpc(call.method, call.params(request), headers, options, stream=stream)
 
     def _ok(self, status: int) -> bool:
         return status == 200
@@ -89,11 +73,6 @@ class JsonRpc03Transport(http_calls.HttpTransport):
 
     def _rpc_error(self, error: Any, status: int = 200) -> A2AError:
         return from_jsonrpc_error(compat03.error_in(error), self.redact, http_status=status)
-
-    def _explained(self, error: A2AError) -> A2AError:
-        return explain_auth(
-            error, self.target, has_key=self.credentials is not None, redact=self.redact
-        )
 
     def _invalid(self, exc: A2AError) -> A2AError:
         return http_calls.invalid_response(self.target, "A2A 0.3 result", exc.message, self.redact)

@@ -14,8 +14,7 @@ from a2a_gateway.protocol import codec, routes
 from a2a_gateway.protocol.errors import A2AError
 
 from . import http_calls
-from .credentials import Credentials
-from .errors import Redactor, explain_auth, from_rest_error
+from .errors import from_rest_error
 from .transport import HTTP_JSON, CallOptions, M, service_headers
 
 #: The REST media type (digest §8); servers accept ``application/json`` too.
@@ -26,17 +25,6 @@ class RestTransport(http_calls.HttpTransport):
     """Calls one HTTP+JSON base URL (the interface ``url``) over a shared httpx client."""
 
     binding = HTTP_JSON
-
-    def __init__(
-        self,
-        url: str,
-        http: httpx.AsyncClient,
-        *,
-        credentials: Credentials | None = None,
-        redact: Redactor | None = None,
-    ) -> None:
-        super().__init__(url, http, credentials=credentials, redact=redact)
-        self._base = url.strip().rstrip("/")
 
     def _request(
         self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool
@@ -51,30 +39,20 @@ class RestTransport(http_calls.HttpTransport):
         if body is not None:
             headers["Content-Type"] = A2A_JSON
             content = codec.dumps(body)
-        read = options.idle_timeout if stream else options.timeout
-        return self._http.build_request(
+        return self._build(
             route.http_method,
             self._base + path,
-            params=tuple(query) if query else None,
+            headers,
+            options,
+            stream=stream,
             content=content,
-            headers=headers,
-            timeout=http_calls.request_timeout(options.timeout, read),
+            params=tuple(query) if query else None,
         )
 
-    def _refused(self, status: int, body: bytes) -> A2AError:
-        if self._ok(status):
-            return http_calls.invalid_response(
-                self.target, "stream", "expected text/event-stream", self.redact
-            )
-        return self._error(status, body)
+    _refused = http_calls.HttpTransport._not_a_stream
 
     def _error(self, status: int, body: bytes) -> A2AError:
-        return explain_auth(
-            from_rest_error(status, body, self.redact),
-            self.target,
-            has_key=self.credentials is not None,
-            redact=self.redact,
-        )
+        return self._explained(from_rest_error(status, body, self.redact))
 
     async def unary(
         self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions

@@ -23,8 +23,7 @@ from a2a_gateway.protocol.errors import A2AError
 
 from . import http_calls
 from .cards import parse_card
-from .credentials import Credentials
-from .errors import Redactor, explain_auth, from_jsonrpc_error, from_rest_error
+from .errors import from_jsonrpc_error, from_rest_error
 from .jsonrpc03 import legacy_headers
 from .transport import HTTP_JSON, CallOptions, M
 
@@ -54,17 +53,6 @@ class Rest03Transport(http_calls.HttpTransport):
     binding = HTTP_JSON
     version = compat03.LEGACY_VERSION
 
-    def __init__(
-        self,
-        url: str,
-        http: httpx.AsyncClient,
-        *,
-        credentials: Credentials | None = None,
-        redact: Redactor | None = None,
-    ) -> None:
-        super().__init__(url, http, credentials=credentials, redact=redact)
-        self._base = url.strip().rstrip("/")
-
     def _request(
         self, rpc: str, request: message.Message, options: CallOptions, *, stream: bool
     ) -> httpx.Request:
@@ -75,22 +63,17 @@ class Rest03Transport(http_calls.HttpTransport):
         if call.body is not None:
             headers["Content-Type"] = "application/json"
             content = codec.dumps(call.body)
-        read = options.idle_timeout if stream else options.timeout
-        return self._http.build_request(
+        return self._build(
             call.http_method,
             self._base + call.path,
-            params=call.query or None,
+            headers,
+            options,
+            stream=stream,
             content=content,
-            headers=headers,
-            timeout=http_calls.request_timeout(options.timeout, read),
+            params=call.query or None,
         )
 
-    def _refused(self, status: int, body: bytes) -> A2AError:
-        if self._ok(status):
-            return http_calls.invalid_response(
-                self.target, "stream", "expected text/event-stream", self.redact
-            )
-        return self._error(status, body)
+    _refused = http_calls.HttpTransport._not_a_stream
 
     def _error(self, status: int, body: bytes) -> A2AError:
         """A 1.0-style ``{"error": Status}`` body (the SDK's), or a 0.3 JSON-RPC-style
@@ -102,9 +85,7 @@ class Rest03Transport(http_calls.HttpTransport):
             error = from_jsonrpc_error(compat03.error_in(value), self.redact, http_status=status)
         else:
             error = from_rest_error(status, body, self.redact)
-        return explain_auth(
-            error, self.target, has_key=self.credentials is not None, redact=self.redact
-        )
+        return self._explained(error)
 
     def _invalid(self, exc: A2AError) -> A2AError:
         return http_calls.invalid_response(self.target, "A2A 0.3 result", exc.message, self.redact)
