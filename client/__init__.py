@@ -1,5 +1,5 @@
 """Outbound A2A: the typed service over JSON-RPC, HTTP+JSON and gRPC (and A2A 0.3
-JSON-RPC / HTTP+JSON for agents that offer nothing newer).
+JSON-RPC / HTTP+JSON / gRPC for agents that offer nothing newer).
 
     async with await connect("http://127.0.0.1:8080", key=key) as agent:
         reply = await agent.send_message(request)
@@ -12,6 +12,7 @@ subclass them and should be caught first.
 from .cards import WELL_KNOWN_PATH, binding_for, card_url, choose_interface, fetch_card, parse_card
 from .credentials import Credentials, credentials_for
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
+from .grpc03 import Grpc03Transport
 from .grpc_transport import GrpcTransport
 from .jsonrpc import JsonRpcTransport
 from .jsonrpc03 import JsonRpc03Transport
@@ -40,6 +41,7 @@ __all__ = [
     "CallOptions",
     "CardError",
     "Credentials",
+    "Grpc03Transport",
     "GrpcTransport",
     "JsonRpc03Transport",
     "JsonRpcTransport",

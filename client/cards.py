@@ -5,7 +5,8 @@ The card is ``<url>/.well-known/agent-card.json``, or the URL itself when it end
 for cards); 0.3-style keys (``url``, ``preferredTransport``, ``additionalInterfaces``,
 ``protocolVersion``, ``supportsAuthenticatedExtendedCard``, ``security``, flat
 ``type``/``in`` schemes) are mapped to their 1.0 form when the 1.0 key is absent.
-An agent that offers only A2A 0.3 interfaces is called over 0.3 (JSON-RPC, then REST).
+An agent that offers only A2A 0.3 interfaces is called over 0.3 (JSON-RPC, then REST, then
+gRPC).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ TRANSPORT_NAMES: dict[str, str] = {
     "grpc": GRPC,
 }
 SUPPORTED_BINDINGS = (JSONRPC, HTTP_JSON, GRPC)
-#: Bindings we speak A2A 0.3 over, in order of preference (no 0.3 gRPC).
-LEGACY_BINDINGS = (JSONRPC, HTTP_JSON)
+#: Bindings we speak A2A 0.3 over, in order of preference (gRPC last: the SDK's 0.3 gRPC
+#: carries file bytes oddly, see compat03._file_bytes_in).
+LEGACY_BINDINGS = (JSONRPC, HTTP_JSON, GRPC)
 
 _LEGACY_SCHEME_TYPES = {
     "apiKey": "apiKeySecurityScheme",
@@ -236,7 +238,7 @@ def _chosen(interface: pb.AgentInterface) -> pb.AgentInterface:
 def choose_interface(card: pb.AgentCard, transport: str | None = None) -> pb.AgentInterface:
     """The interface to call, restricted to ``transport`` (``jsonrpc``/``rest``/``grpc``)
     when the user forces one: the first (card order) whose binding we speak over A2A
-    1.x; failing that, an A2A 0.3 one, JSON-RPC before HTTP+JSON (we never downgrade
+    1.x; failing that, an A2A 0.3 one, JSON-RPC before HTTP+JSON before gRPC (we never downgrade
     while a 1.x interface is usable)."""
     wanted = (binding_for(transport),) if transport else SUPPORTED_BINDINGS
     for interface in card.supported_interfaces:
@@ -254,7 +256,6 @@ def choose_interface(card: pb.AgentCard, transport: str | None = None) -> pb.Age
     )
     want = " or ".join(wanted)
     raise CardError(
-        f"agent {card.name!r} offers no A2A 1.x interface (nor an A2A 0.3 JSONRPC or "
-        f"HTTP+JSON one) over {want}"
+        f"agent {card.name!r} offers no A2A 1.x or A2A 0.3 interface over {want}"
         + (f" (it offers: {offered})" if offered else " (it lists no interfaces)")
     )

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
@@ -61,6 +62,8 @@ class GrpcTransport(Transport):
     """Calls one gRPC endpoint. Owns its channel unless one was passed in."""
 
     binding = GRPC
+    #: The ``a2a-version`` metadata sent on every call.
+    version: ClassVar[str] = PROTOCOL_VERSION
 
     def __init__(
         self,
@@ -81,11 +84,15 @@ class GrpcTransport(Transport):
             else:
                 channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         self._channel = channel
-        self._stub: Any = a2a_pb2_grpc.A2AServiceStub(channel)
+        self._stub: Any = self._new_stub(channel)
         self._closed = False
 
+    def _new_stub(self, channel: grpc.aio.Channel) -> Any:
+        """The generated stub the rpcs are called on (the 0.3 transport uses its own)."""
+        return a2a_pb2_grpc.A2AServiceStub(channel)
+
     def _metadata(self, options: CallOptions) -> tuple[tuple[str, str], ...]:
-        headers = service_headers(options, None)
+        headers = service_headers(options, None, self.version)
         pairs = tuple((key.lower(), value) for key, value in headers.items())
         if self.credentials is not None:
             pairs += self.credentials.grpc_metadata()
@@ -117,6 +124,13 @@ class GrpcTransport(Transport):
     async def unary(
         self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
     ) -> M:
+        response = await self._call_unary(rpc, request, options)
+        if not isinstance(response, response_type):
+            raise InvalidAgentResponseError(f"unexpected gRPC response {type(response).__name__}")
+        return response
+
+    async def _call_unary(self, rpc: str, request: message.Message, options: CallOptions) -> Any:
+        """Call the stub's ``rpc`` within ``options.timeout``; its response, unread."""
         call = getattr(self._stub, rpc)(
             request, timeout=options.timeout, metadata=self._metadata(options)
         )
@@ -133,9 +147,11 @@ class GrpcTransport(Transport):
             ) from None
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, options.timeout) from None
-        if not isinstance(response, response_type):
-            raise InvalidAgentResponseError(f"unexpected gRPC response {type(response).__name__}")
         return response
+
+    def _stream_event(self, item: object) -> pb.StreamResponse | None:
+        """The 1.0 event for a message read off the stream; None when the stream ended."""
+        return item if isinstance(item, pb.StreamResponse) else None
 
     async def stream(
         self, rpc: str, request: message.Message, options: CallOptions
@@ -147,13 +163,14 @@ class GrpcTransport(Transport):
                 bound = options.timeout if first else options.idle_timeout
                 try:
                     async with asyncio.timeout(bound):
-                        item = await call.read()
+                        raw = await call.read()
                 except TimeoutError:
                     what = "did not answer within" if first else "sent nothing for"
                     raise Timeout(f"{self.redact(self.target)} {what} {bound:g} s") from None
                 except grpc.aio.AioRpcError as exc:
                     raise self._error(exc, bound) from None
-                if not isinstance(item, pb.StreamResponse):
+                item = self._stream_event(raw)
+                if item is None:
                     return  # grpc.aio.EOF: the server ended the stream
                 if first:
                     first = False

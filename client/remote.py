@@ -24,6 +24,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .cards import choose_interface, fetch_card, speaks_03
 from .credentials import Credentials, credentials_for
 from .errors import CardError, Redactor
+from .grpc03 import Grpc03Transport
 from .grpc_transport import GrpcTransport
 from .http_calls import new_http_client
 from .jsonrpc import JsonRpcTransport
@@ -72,7 +73,7 @@ class RemoteService(A2AService, AsyncCloseable):
         self.transport = transport
         self.card = card if card is not None else pb.AgentCard()
         if interface is None:
-            legacy = isinstance(transport, (JsonRpc03Transport, Rest03Transport))
+            legacy = isinstance(transport, (JsonRpc03Transport, Rest03Transport, Grpc03Transport))
             interface = pb.AgentInterface(
                 url=transport.target,
                 protocol_binding=transport.binding,
@@ -254,10 +255,9 @@ def make_transport(
     if binding == HTTP_JSON:
         rest = Rest03Transport if legacy else RestTransport
         return rest(interface.url, http, credentials=credentials, redact=redact)
-    if binding == GRPC and legacy:
-        raise ValueError("A2A 0.3 over gRPC is not supported")
     if binding == GRPC:
-        return GrpcTransport(interface.url, credentials=credentials, redact=redact)
+        grpc_wire = Grpc03Transport if legacy else GrpcTransport
+        return grpc_wire(interface.url, credentials=credentials, redact=redact)
     raise ValueError(f"unsupported protocol binding {interface.protocol_binding[:40]!r}")
 
 

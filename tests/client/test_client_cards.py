@@ -173,10 +173,10 @@ def test_legacy_card_is_understood() -> None:
 def test_legacy_card_of_a_03_agent_is_called_over_0_3() -> None:
     card = parse_card(legacy_card(None), source="https://agent.example/card.json")
     assert {i.protocol_version for i in card.supported_interfaces} == {"0.3"}
-    chosen = choose_interface(card)  # we speak no 0.3 gRPC: its HTTP+JSON interface
+    chosen = choose_interface(card)  # 0.3 gRPC comes after HTTP+JSON: its HTTP+JSON interface
     assert (chosen.protocol_binding, chosen.protocol_version) == ("HTTP+JSON", "0.3")
-    with pytest.raises(CardError, match=r"no A2A 1\.x interface.*GRPC 0\.3"):
-        choose_interface(card, "grpc")
+    forced = choose_interface(card, "grpc")  # unless forced
+    assert (forced.protocol_binding, forced.protocol_version) == ("GRPC", "0.3")
 
 
 def test_hybrid_card_prefers_10_keys() -> None:
@@ -335,6 +335,7 @@ def test_public_surface_is_pinned() -> None:
         "CallOptions",
         "CardError",
         "Credentials",
+        "Grpc03Transport",
         "GrpcTransport",
         "JsonRpc03Transport",
         "JsonRpcTransport",

@@ -356,13 +356,6 @@ async def test_list_tasks_fails_before_any_network_call() -> None:
                     await agent.list_tasks(pb.ListTasksRequest())
 
 
-async def test_a_0_3_grpc_interface_is_not_offered_to_the_transport() -> None:
-    interface = pb.AgentInterface(url="h:1", protocol_binding="GRPC", protocol_version="0.3")
-    async with httpx.AsyncClient() as http:
-        with pytest.raises(ValueError, match=r"0\.3 over gRPC"):
-            make_transport(interface, http=http)
-
-
 async def test_rest_mid_stream_error_from_our_own_0_3_server_is_that_error() -> None:
     """Our 0.3 REST server ends a failing stream with ``event: error`` carrying the 0.3
     REST error body (``{type, code, message, data}``, no ``error`` member): our 0.3 REST

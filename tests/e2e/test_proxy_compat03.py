@@ -114,3 +114,76 @@ def test_1_0_stream_through_a_0_3_upstream(proxy_url: str) -> None:
 def test_list_tasks_has_no_0_3_counterpart(proxy_url: str) -> None:
     _, reply = rpc(proxy_url, "ListTasks", {})
     assert reply["error"]["code"] == -32004, reply
+
+
+# --- a 0.3-gRPC-only upstream, reached with --upstream-transport grpc ----------------------
+
+
+@pytest.fixture(scope="module")
+def grpc_proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The proxy with ``--upstream-transport grpc`` before the SDK offering only its 0.3
+    gRPC service (``--only-0.3 --grpc-0.3``, no HTTP binding), key required."""
+    require_peer_venv()
+    root = tmp_path_factory.mktemp("proxy-03-grpc")
+    up_port, up_grpc_port, port, grpc_port = free_ports(4)
+    up_base = f"http://{HOST}:{up_port}"
+    command = sdk_server_command(up_port, up_grpc_port, transports=("grpc",), api_key=UPSTREAM_KEY)
+    upstream = ServerProcess(
+        "sdk-upstream-0.3-grpc",
+        [*command, "--only-0.3", "--grpc-0.3"],
+        root,
+        up_base + CARD_PATH,
+        grpc_port=up_grpc_port,
+        strict_shutdown=False,
+    )
+    workspace = root / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    base = f"http://{HOST}:{port}"
+    proxy_command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "a2a_gateway",
+        "serve",
+        "--upstream",
+        up_base,
+        "--upstream-key",
+        UPSTREAM_KEY,
+        "--upstream-transport",
+        "grpc",
+        "--workspace",
+        str(workspace),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--grpc-port",
+        str(grpc_port),
+        "--log-level",
+        "debug",
+    ]
+    with upstream.running():
+        server = ServerProcess(
+            "proxy-03-grpc", proxy_command, root, base + CARD_PATH, grpc_port=grpc_port
+        )
+        server.start()
+        try:
+            yield base
+        finally:
+            complaint = server.stop()
+    log = server.stderr_path.read_text(errors="replace")
+    assert UPSTREAM_KEY not in log, "the upstream key reached the proxy's log"
+    assert "proxying 'a2a-sdk echo peer' over GRPC" in log
+    if complaint:
+        pytest.fail(complaint)
+
+
+def test_1_0_send_message_through_a_0_3_grpc_upstream(grpc_proxy_url: str) -> None:
+    status, reply = rpc(grpc_proxy_url, "SendMessage", message("hello legacy grpc"))
+    assert status == 200, reply
+    task: dict[str, Any] = reply["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["artifacts"][0]["parts"] == [{"text": "hello legacy grpc"}]

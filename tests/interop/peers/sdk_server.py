@@ -35,7 +35,9 @@ mounted (same URLs), the card lists only ``protocolVersion: "0.3"`` interfaces (
 rest; gRPC is not offered), so the served card is the SDK's hybrid card with the 0.3
 keys (``url``, ``preferredTransport``, ...), and any request that announces
 ``A2A-Version: 1.x`` is refused with HTTP 400 (a 1.0 client must not get through; the
-card is exempt).
+card is exempt). ``--grpc-0.3`` (with ``--only-0.3``) also serves the SDK's 0.3 gRPC
+service (``CompatGrpcHandler``, ``a2a.v1.A2AService``) on ``--grpc-port`` and lists it as
+a 0.3 GRPC interface; without it ``--only-0.3`` offers no gRPC, as before.
 """
 
 from __future__ import annotations
@@ -482,8 +484,15 @@ async def serve(args: argparse.Namespace, transports: list[str]) -> None:
 
     if grpc_server is not None:
         builder = GrpcKeyedContext(args.api_key) if args.api_key else None
-        servicer = GrpcHandler(handler, context_builder=builder)
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, grpc_server)
+        if args.only_03:  # --grpc-0.3: the SDK's 0.3 service only
+            from a2a.compat.v0_3 import a2a_v0_3_pb2_grpc
+            from a2a.compat.v0_3.grpc_handler import CompatGrpcHandler
+
+            compat = CompatGrpcHandler(handler, context_builder=builder)
+            a2a_v0_3_pb2_grpc.add_A2AServiceServicer_to_server(compat, grpc_server)
+        else:
+            servicer = GrpcHandler(handler, context_builder=builder)
+            a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, grpc_server)
         await grpc_server.start()
 
     config = uvicorn.Config(
@@ -541,9 +550,17 @@ def main() -> None:
         action="store_true",
         help="offer only A2A 0.3 interfaces (JSON-RPC and REST; no gRPC)",
     )
+    parser.add_argument(
+        "--grpc-0.3",
+        dest="grpc_03",
+        action="store_true",
+        help="with --only-0.3: also serve the SDK's 0.3 gRPC service on --grpc-port",
+    )
     args = parser.parse_args()
+    if args.grpc_03 and not args.only_03:
+        parser.error("--grpc-0.3 needs --only-0.3")
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    if args.only_03:
+    if args.only_03 and not args.grpc_03:
         transports = [t for t in transports if t != "grpc"]
     unknown = sorted(set(transports) - set(TRANSPORTS))
     if unknown or not transports:
