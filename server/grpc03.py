@@ -12,7 +12,8 @@ messages translated:
 - out: the 1.0 result goes through the same 0.3 REST translation and is parsed into the
   0.3 message. The agent card keeps 1.0's security shapes, which are the 0.3 proto's.
 
-Version rule as on the other 0.3 bindings: no ``a2a-version`` or a 0.3 one (the SDK's
+Version rule as on the other 0.3 bindings (the same function,
+:func:`.jsonrpc.negotiate_legacy_version`): no ``a2a-version`` or a 0.3 one (the SDK's
 0.3 client sends ``0.3``); anything else is VersionNotSupported. Errors leave as the
 one table's gRPC status with the message ``"<ErrorClass>: <message>"``, which the
 SDK's 0.3 gRPC client reads back into its error class, plus the ``google.rpc.Status``
@@ -43,6 +44,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import Authenticator
 from .grpc_binding import STATUS_DETAILS_KEY, WRITE_TIMEOUT_S, RpcAdapter
+from .jsonrpc import negotiate_legacy_version
 
 LEGACY_SERVICE_DESCRIPTOR = pb03.DESCRIPTOR.services_by_name["A2AService"]
 #: The 0.3 wire name: the 0.3 schema's package is ``a2a.v1``.
@@ -190,18 +192,13 @@ class LegacyRpcAdapter(RpcAdapter):
             wire=wire,
         )
         self._rpc = rpc
+        self._operation = f"{LEGACY_SERVICE_NAME}/{rpc.wire}"  # as version errors name it
         self._wire_response: type[message.Message] = message_factory.GetMessageClass(
             wire.output_type
         )
 
     def negotiate(self, value: str | None) -> str:
-        if value is None or not value.strip() or compat03.is_legacy_version(value):
-            return compat03.LEGACY_VERSION
-        raise VersionNotSupportedError(
-            f"A2A-Version {value.strip()[:32]!r} does not match the 0.3 service "
-            f"{LEGACY_SERVICE_NAME} (send no A2A-Version, or {compat03.LEGACY_VERSION})",
-            metadata={"supportedVersions": compat03.LEGACY_VERSION},
-        )
+        return negotiate_legacy_version(value, self._operation)
 
     def incoming(self, request: message.Message) -> message.Message:
         return super().incoming(self._rpc.method.parse(self._rpc.params(request)))

@@ -26,6 +26,7 @@ from a2a_gateway.protocol.errors import (
     A2AError,
     InternalError,
     InvalidRequestError,
+    MethodNotAllowedError,
     RateLimitedError,
     UnauthenticatedError,
 )
@@ -247,10 +248,13 @@ def json_response(
 
 
 def error_headers(error: A2AError) -> dict[str, str]:
-    """Transport headers an error asks for: a 401 challenge, ``Retry-After``."""
+    """Transport headers an error asks for: a 401 challenge, a 405's ``Allow``,
+    ``Retry-After``."""
     headers: dict[str, str] = {}
     if isinstance(error, UnauthenticatedError):
         headers[hdrs.WWW_AUTHENTICATE] = WWW_AUTHENTICATE
+    elif isinstance(error, MethodNotAllowedError):
+        headers[hdrs.ALLOW] = error.metadata.get("allow", "")
     retry = error.metadata.get("retryAfterSeconds", "")
     if isinstance(error, RateLimitedError):
         headers[hdrs.RETRY_AFTER] = str(error.retry_after_s)

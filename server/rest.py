@@ -78,14 +78,11 @@ def error_body(error: A2AError) -> dict[str, Any]:
 
 
 def error_response(error: A2AError) -> web.Response:
-    headers = error_headers(error)
-    if isinstance(error, MethodNotAllowedError):
-        headers[hdrs.ALLOW] = error.metadata.get("allow", "")
     return json_response(
         error_body(error),
         status=error.spec.http_status,
         content_type=CONTENT_TYPE,
-        headers=headers,
+        headers=error_headers(error),
     )
 
 
@@ -193,14 +190,11 @@ def result_response(result: message.Message, context: CallContext) -> web.Respon
 
 
 def legacy_error_response(error: A2AError) -> web.Response:
-    headers = error_headers(error)
-    if isinstance(error, MethodNotAllowedError):
-        headers[hdrs.ALLOW] = error.metadata.get("allow", "")
     return json_response(
         compat03.rest_error_body(error),
         status=error.spec.http_status,
         content_type=JSON_CONTENT_TYPE,
-        headers=headers,
+        headers=error_headers(error),
     )
 
 

@@ -188,6 +188,11 @@ async def test_0_3_method_refuses_a_1_0_header(http: Http) -> None:
     _, body = await http.rpc("message/send", message03("x"), request_id=4, headers=headers)
     error = assert_error03(body, -32603, 4)  # -32009 is unknown to 0.3 (as the SDK does)
     assert error["data"]["reason"] == "VERSION_NOT_SUPPORTED"
+    # the same rule and words as the 0.3 gRPC service (jsonrpc.negotiate_legacy_version)
+    assert error["message"] == (
+        "A2A-Version '1.0' does not match the 0.3 operation 'message/send' "
+        "(send no A2A-Version, or 0.3)"
+    )
     assert http.service.calls == []
 
 
