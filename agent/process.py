@@ -72,16 +72,23 @@ class ProcessAgent(Agent):
             "A2A_FILES": "\n".join(str(path) for path in turn.files),
         }
         loop = asyncio.get_running_loop()
-        transport, protocol = await loop.subprocess_shell(
-            lambda: _CommandProtocol(loop),
-            self.command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.cwd,
-            env=env,
-            start_new_session=True,  # its own process group, killed as a whole
+        start = asyncio.ensure_future(
+            loop.subprocess_shell(
+                lambda: _CommandProtocol(loop),
+                self.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,  # its own process group, killed as a whole
+            )
         )
+        try:
+            transport, protocol = await asyncio.shield(start)
+        except asyncio.CancelledError:
+            await _abandon(start)
+            raise
         conversation = self._converse(turn, transport, protocol)
         try:
             async for output in conversation:
@@ -174,6 +181,23 @@ class _Command:
         self.exited = exited
         self.group = transport.get_pid()  # start_new_session: it leads its own group
         self.gone = False  # the group was seen empty: its id may be reused, never signal it
+
+
+async def _abandon(
+    start: asyncio.Future[tuple[asyncio.SubprocessTransport, _CommandProtocol]],
+) -> None:
+    """A turn cancelled while its command starts: asyncio, cancelled while it connects
+    the pipes, would kill the shell alone and leave its background children running.
+    So the start is let finish (bounded), then the whole group is stopped."""
+    try:
+        async with asyncio.timeout(_KILL_GRACE_S):
+            transport, protocol = await start
+    except (OSError, TimeoutError):  # it did not start (a timeout cancels the start)
+        return
+    try:
+        await _kill(_Command(transport, protocol.exited))
+    finally:
+        transport.close()
 
 
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:

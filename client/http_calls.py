@@ -327,6 +327,14 @@ def parse_message(response_type: type[M], value: Any, *, target: str, redact: Re
         raise invalid_response(target, name, text, redact) from None
 
 
+def stream_error_status(value: Any) -> int:
+    """The HTTP status a mid-stream REST error stands for (its ``error.code`` when that is
+    an HTTP status, else 500): the response itself was already 200."""
+    error = value.get("error") if isinstance(value, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
+
+
 def load_json(data: bytes | str, *, target: str, what: str, redact: Redactor) -> Any:
     try:
         return orjson.loads(data)

@@ -15,7 +15,7 @@ from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.errors import A2AError
 
 from . import http_calls
-from .errors import explain_auth, from_jsonrpc_error, from_rest_error
+from .errors import from_jsonrpc_error, from_rest_error
 from .transport import JSONRPC, CallOptions, M, service_headers
 
 
@@ -79,12 +79,7 @@ class JsonRpcTransport(http_calls.HttpTransport):
                         self.target, "stream event", "not an object", self.redact
                     )
                 if "error" in value:
-                    raise explain_auth(
-                        from_jsonrpc_error(value["error"], self.redact),
-                        self.target,
-                        has_key=self.credentials is not None,
-                        redact=self.redact,
-                    )
+                    raise self._explained(from_jsonrpc_error(value["error"], self.redact))
                 item = http_calls.parse_message(
                     pb.StreamResponse, value.get("result"), target=self.target, redact=self.redact
                 )

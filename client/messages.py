@@ -109,8 +109,3 @@ def task_text(task: pb.Task) -> str:
     if not found and task.status.HasField("message"):
         found = texts(task.status.message.parts)
     return "\n".join(found)
-
-
-def is_settled(task: pb.Task) -> bool:
-    """Terminal, or waiting for the client (input-required / auth-required)."""
-    return task.status.state in TERMINAL_STATES or task.status.state in INTERRUPTED_STATES

@@ -76,9 +76,10 @@ class RestTransport(http_calls.HttpTransport):
                 value = http_calls.load_json(
                     event.data, target=self.target, what="stream event", redact=self.redact
                 )
-                if isinstance(value, dict) and isinstance(value.get("error"), dict):
-                    code = value["error"].get("code")
-                    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                if event.event == "error" or (
+                    isinstance(value, dict) and isinstance(value.get("error"), dict)
+                ):
+                    status = http_calls.stream_error_status(value)
                     raise self._error(status, event.data.encode())
                 item = http_calls.parse_message(
                     pb.StreamResponse, value, target=self.target, redact=self.redact

@@ -39,14 +39,6 @@ def _is_error_body(value: Any) -> bool:
     return isinstance(value.get("code"), int) and isinstance(value.get("message"), str)
 
 
-def _stream_error_status(value: Any) -> int:
-    """The HTTP status a mid-stream error stands for (its ``error.code`` when that is an
-    HTTP status, else 500): the response itself was already 200."""
-    error = value.get("error") if isinstance(value, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
-    return code if isinstance(code, int) and 400 <= code < 600 else 500
-
-
 class Rest03Transport(http_calls.HttpTransport):
     """Calls one A2A 0.3 HTTP+JSON base URL (the interface ``url``)."""
 
@@ -123,7 +115,7 @@ class Rest03Transport(http_calls.HttpTransport):
                     event.data, target=self.target, what="stream event", redact=self.redact
                 )
                 if event.event == "error" or _is_error_body(value):
-                    raise self._error(_stream_error_status(value), event.data.encode())
+                    raise self._error(http_calls.stream_error_status(value), event.data.encode())
                 try:
                     item = compat03.rest_stream_response_in(value)
                 except A2AError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -98,6 +99,31 @@ async def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> Non
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
+    async with asyncio.timeout(5):
+        while _alive(child):  # noqa: ASYNC110 - the kernel reaps it asynchronously
+            await asyncio.sleep(0.01)
+
+
+async def test_cancellation_while_starting_kills_the_whole_process_group(
+    tmp_path: Path,
+) -> None:
+    """Cancelled while asyncio still connects the pipes, asyncio itself kills only the
+    shell: the background child must not outlive the turn."""
+    pid_file = tmp_path / "pid"
+    command = f"sleep 30 & echo $! > {pid_file}; wait"
+    running = asyncio.create_task(outputs(ProcessAgent(command), turn("")))
+    for _ in range(2):  # the turn forks the shell, then waits for its pipes to connect
+        await asyncio.sleep(0)
+    # Block the loop (so the pipes cannot connect) until the shell has started its child.
+    deadline = time.monotonic() + 5
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the command never started its child"
+        time.sleep(0.01)  # noqa: ASYNC251 - the loop must not run here
+    child = int(pid_file.read_text())
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            await running
     async with asyncio.timeout(5):
         while _alive(child):  # noqa: ASYNC110 - the kernel reaps it asynchronously
             await asyncio.sleep(0.01)

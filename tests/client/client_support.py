@@ -16,7 +16,15 @@ from aiohttp.test_utils import TestServer
 
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
-from a2a_gateway.client import Credentials, Redactor, RemoteService, make_transport
+from a2a_gateway.client import (
+    Credentials,
+    Redactor,
+    RemoteService,
+    choose_interface,
+    credentials_for,
+    fetch_card,
+    make_transport,
+)
 from a2a_gateway.client.http_calls import new_http_client
 
 HOST = "127.0.0.1"
@@ -87,6 +95,27 @@ def remote(
         extensions=extensions,
         http=http,
     )
+
+
+async def own_legacy_service(
+    own_server: Peer, transport: str, key: str | None = None
+) -> RemoteService:
+    """A RemoteService over our gateway's 0.3 interface of ``transport``: its card with the
+    1.x interfaces taken out, as a 0.3-only agent's would be."""
+    http = new_http_client(10)
+    try:
+        card = await fetch_card(own_server.url, http=http, timeout=10)
+        legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(legacy)
+        interface = choose_interface(card, transport)
+        wire = make_transport(
+            interface, http=http, credentials=credentials_for(card, key or own_server.key)
+        )
+    except BaseException:
+        await http.aclose()
+        raise
+    return RemoteService(wire, card=card, interface=interface, timeout=10, http=http)
 
 
 @contextlib.asynccontextmanager

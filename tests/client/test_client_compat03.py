@@ -19,20 +19,23 @@ from a2a_gateway.client import (
     JsonRpc03Transport,
     RemoteService,
     Rest03Transport,
-    choose_interface,
     connect,
-    credentials_for,
-    fetch_card,
-    make_transport,
 )
 from a2a_gateway.client.cards import parse_card
-from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.rest import LEGACY_STREAM_CODEC
 
 from ..interop.conftest import CARD_PATH, ServerProcess, free_ports, require_peer_venv
 from ..interop.conftest import sdk_server_command as _sdk_server_command
-from .client_support import HOST, PEER_KEY, Peer, closed_port, serving, text_request
+from .client_support import (
+    HOST,
+    PEER_KEY,
+    Peer,
+    closed_port,
+    own_legacy_service,
+    serving,
+    text_request,
+)
 
 BOUND_S = 20.0
 LEGACY_TRANSPORTS = ("jsonrpc", "rest")
@@ -216,29 +219,10 @@ async def test_wrong_key_is_rejected_and_never_shown(legacy_peer: Peer, transpor
 # --- against our own gateway's 0.3 surface ------------------------------------------------
 
 
-async def _own_legacy(own_server: Peer, transport: str) -> RemoteService:
-    """A RemoteService over our gateway's 0.3 interface of ``transport``: its card with the
-    1.x interfaces taken out, as a 0.3-only agent's would be."""
-    http = new_http_client(10)
-    try:
-        card = await fetch_card(own_server.url, http=http, timeout=10)
-        legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
-        del card.supported_interfaces[:]
-        card.supported_interfaces.extend(legacy)
-        interface = choose_interface(card, transport)
-        wire = make_transport(
-            interface, http=http, credentials=credentials_for(card, own_server.key)
-        )
-    except BaseException:
-        await http.aclose()
-        raise
-    return RemoteService(wire, card=card, interface=interface, timeout=10, http=http)
-
-
 @pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
 async def test_own_gateway_over_0_3(own_server: Peer, transport: str) -> None:
     async with asyncio.timeout(BOUND_S):
-        async with await _own_legacy(own_server, transport) as agent:
+        async with await own_legacy_service(own_server, transport) as agent:
             assert agent.interface.protocol_version == "0.3"
             reply = await agent.send_message(text_request("hello"))
             assert reply.task.status.state == pb.TASK_STATE_COMPLETED

@@ -20,47 +20,23 @@ from a2a_gateway.client import (
     AuthRejected,
     Grpc03Transport,
     RemoteService,
-    choose_interface,
     connect,
-    credentials_for,
-    fetch_card,
-    make_transport,
 )
 from a2a_gateway.client.grpc03 import legacy_grpc_request
-from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.grpc03 import legacy_status_message
 
 from ..interop.conftest import CARD_PATH, ServerProcess, free_ports, require_peer_venv
 from ..interop.conftest import sdk_server_command as _sdk_server_command
-from .client_support import HOST, PEER_KEY, Peer, closed_port, text_request
+from .client_support import HOST, PEER_KEY, Peer, closed_port, own_legacy_service, text_request
 
 BOUND_S = 20.0
-
-
-async def _legacy_grpc(own_server: Peer, key: str | None = None) -> RemoteService:
-    """A RemoteService over our gateway's 0.3 gRPC interface, chosen from its card with
-    the 1.x interfaces taken out."""
-    http = new_http_client(10)
-    try:
-        card = await fetch_card(own_server.url, http=http, timeout=10)
-        legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
-        del card.supported_interfaces[:]
-        card.supported_interfaces.extend(legacy)
-        interface = choose_interface(card, "grpc")
-        wire = make_transport(
-            interface, http=http, credentials=credentials_for(card, key or own_server.key)
-        )
-    except BaseException:
-        await http.aclose()
-        raise
-    return RemoteService(wire, card=card, interface=interface, timeout=10, http=http)
 
 
 @pytest.fixture
 async def agent(own_server: Peer) -> AsyncIterator[RemoteService]:
     async with asyncio.timeout(BOUND_S):
-        service = await _legacy_grpc(own_server)
+        service = await own_legacy_service(own_server, "grpc")
     async with service:
         yield service
 
@@ -160,7 +136,7 @@ async def test_list_tasks_is_refused_before_any_call() -> None:
 async def test_wrong_key_is_rejected_and_never_shown(own_server: Peer) -> None:
     wrong = "wrong-key-5f3a2b1c9d0e"
     async with asyncio.timeout(BOUND_S):
-        async with await _legacy_grpc(own_server, key=wrong) as service:
+        async with await own_legacy_service(own_server, "grpc", key=wrong) as service:
             with pytest.raises(AuthRejected) as caught:
                 await service.send_message(text_request("hi"))
     assert "rejected the key" in str(caught.value)

@@ -8,7 +8,6 @@ import pytest
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import file_part, send_request, task_text, user_message
-from a2a_gateway.client.messages import is_settled
 
 
 def test_send_request_with_text_files_and_options(tmp_path: Path) -> None:
@@ -49,13 +48,10 @@ def test_bad_files_and_empty_messages_are_refused(tmp_path: Path) -> None:
         user_message("")
 
 
-def test_task_text_and_settled() -> None:
+def test_task_text_prefers_the_artifacts_to_the_status_message() -> None:
     task = pb.Task(id="t", status=pb.TaskStatus(state=pb.TASK_STATE_INPUT_REQUIRED))
     task.status.message.parts.add(text="which city?")
     assert task_text(task) == "which city?"
-    assert is_settled(task)
     task.artifacts.add(artifact_id="a", parts=[pb.Part(text="one"), pb.Part(raw=b"x")])
     task.artifacts.add(artifact_id="b", parts=[pb.Part(text="two")])
     assert task_text(task) == "one\ntwo"
-    task.status.state = pb.TASK_STATE_WORKING
-    assert not is_settled(task)

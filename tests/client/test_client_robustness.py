@@ -213,6 +213,27 @@ async def test_rest_error_event_mid_stream_is_typed() -> None:
             await anext(stream)
 
 
+async def test_rest_error_event_of_any_shape_ends_the_stream_with_an_error() -> None:
+    """An ``event: error`` whose data is not ``{"error": Status}`` is still an error: read
+    as a StreamResponse it would be an empty event, dropped, and the failure lost."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await sse_response(
+            request,
+            [
+                b"data: " + orjson.dumps(TASK) + b"\n\n",
+                b'event: error\ndata: {"code": 503, "status": "UNAVAILABLE"}\n\n',
+                b"data: " + orjson.dumps(TASK) + b"\n\n",
+            ],
+        )
+
+    async with stream_peer("HTTP+JSON", handler, bound=BOUND_S) as service:
+        stream = service.send_streaming_message(text_request("hi"))
+        assert (await anext(stream)).task.id == "t-1"
+        with pytest.raises(errors.A2AError):
+            await anext(stream)
+
+
 async def test_error_before_stream_is_plain_json() -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,40 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 
+from ..interop.conftest import (
+    CARD_PATH,
+    HOST,
+    ServerProcess,
+    free_ports,
+    require_peer_venv,
+    sdk_server_command,
+)
+
 KEY_ALICE = "alice-key-0f3e9a7c51d2"
 KEY_BOB = "bob-key-7d1c0b9e44aa"
 BINDINGS = ("jsonrpc", "rest", "grpc")
+#: The key the 0.3-only SDK agent (:func:`legacy_sdk_url`) requires.
+LEGACY_PEER_KEY = "legacy-peer-key-2b7e41c9d0"
+
+
+@pytest.fixture(scope="session")
+def legacy_sdk_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The official SDK echo agent offering only A2A 0.3 JSON-RPC and REST (started with
+    ``--only-0.3``: it refuses any call announcing 1.x), :data:`LEGACY_PEER_KEY` required."""
+    require_peer_venv()
+    (port,) = free_ports(1)
+    base = f"http://{HOST}:{port}"
+    command = sdk_server_command(port, 0, transports=("jsonrpc", "rest"), api_key=LEGACY_PEER_KEY)
+    server = ServerProcess(
+        "sdk-peer-0.3",
+        [*command, "--only-0.3"],
+        tmp_path_factory.mktemp("sdk-peer-03"),
+        base + CARD_PATH,
+        grpc_port=None,
+        strict_shutdown=False,
+    )
+    with server.running():
+        yield base
 
 
 class WireError(Exception):

@@ -20,7 +20,7 @@ from ..interop.conftest import (
     require_peer_venv,
     sdk_server_command,
 )
-from .conftest import KEY_ALICE
+from .conftest import KEY_ALICE, LEGACY_PEER_KEY
 from .test_proxy import message, rpc, rpc_stream
 
 UPSTREAM_KEY = "legacy-upstream-key-6c2f0a9e17"
@@ -28,26 +28,7 @@ HTTP_TIMEOUT = httpx.Timeout(30.0)
 
 
 @pytest.fixture(scope="module")
-def legacy_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The SDK echo server offering only 0.3 JSON-RPC and REST, key required."""
-    require_peer_venv()
-    (port,) = free_ports(1)
-    base = f"http://{HOST}:{port}"
-    command = sdk_server_command(port, 0, transports=("jsonrpc", "rest"), api_key=UPSTREAM_KEY)
-    server = ServerProcess(
-        "sdk-upstream-0.3",
-        [*command, "--only-0.3"],
-        tmp_path_factory.mktemp("upstream-03"),
-        base + CARD_PATH,
-        grpc_port=None,
-        strict_shutdown=False,
-    )
-    with server.running():
-        yield base
-
-
-@pytest.fixture(scope="module")
-def proxy_url(legacy_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def proxy_url(legacy_sdk_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("proxy-03")
     workspace = root / "ws"
     (workspace / ".a2a").mkdir(parents=True)
@@ -63,9 +44,9 @@ def proxy_url(legacy_upstream: str, tmp_path_factory: pytest.TempPathFactory) ->
         "a2a_gateway",
         "serve",
         "--upstream",
-        legacy_upstream,
+        legacy_sdk_url,
         "--upstream-key",
-        UPSTREAM_KEY,
+        LEGACY_PEER_KEY,
         "--workspace",
         str(workspace),
         "--host",
@@ -84,7 +65,7 @@ def proxy_url(legacy_upstream: str, tmp_path_factory: pytest.TempPathFactory) ->
     finally:
         complaint = server.stop()
     log = server.stderr_path.read_text(errors="replace")
-    assert UPSTREAM_KEY not in log, "the upstream key reached the proxy's log"
+    assert LEGACY_PEER_KEY not in log, "the upstream key reached the proxy's log"
     assert "proxying 'a2a-sdk echo peer' over JSONRPC" in log
     if complaint:
         pytest.fail(complaint)
