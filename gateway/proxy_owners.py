@@ -55,6 +55,7 @@ import orjson
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError
 from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_all
+from a2a_gateway.server.file_store import owner_from_document
 from a2a_gateway.server.lifecycle import valid_id
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -95,13 +96,8 @@ def decode_owner_record(data: bytes) -> Owner:
     version = document.get("version")
     if type(version) is not int or version != FORMAT_VERSION:
         raise ValueError(f"version must be {FORMAT_VERSION}")
-    owner = document.get("owner")
-    if not isinstance(owner, dict):
-        raise ValueError("owner is missing")
-    name, workspace = owner.get("name"), owner.get("workspace", "")
-    if not isinstance(name, str) or not name or not isinstance(workspace, str):
-        raise ValueError("owner must have a name and a workspace string")
-    return (workspace, name)
+    owner = owner_from_document(document)  # the same owner shape as task files
+    return (owner.workspace, owner.name)
 
 
 class TaskOwners:

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -292,11 +293,21 @@ def parse_callers(data: Any, workspace: str, label: str) -> tuple[list[CallerEnt
 def read_callers(path: Path, workspace: str) -> tuple[list[CallerEntry], list[str]]:
     """Entries and warnings of one callers.json; a missing file is no callers."""
     try:
-        raw = path.read_bytes()
+        # O_NONBLOCK: a FIFO in the file's place must not hang the server.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return [], []
     except OSError as exc:
         return [], [f"callers file unreadable ({exc.strerror}), no callers loaded: {path}"]
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return [], [f"callers file is not a regular file, no callers loaded: {path}"]
+        with open(fd, "rb", closefd=False) as file:
+            raw = file.read()
+    except OSError as exc:
+        return [], [f"callers file unreadable ({exc.strerror}), no callers loaded: {path}"]
+    finally:
+        os.close(fd)
     try:
         data = json.loads(raw)
     except ValueError:

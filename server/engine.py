@@ -877,6 +877,15 @@ class TaskEngine(A2AService):
             # The task stays served from memory while live; the next write retries.
             log.exception("could not store task %s", record.task.id)
 
+    async def _save_or_fail(self, record: TaskRecord) -> None:
+        """Store a change to a task with no live run: nothing would retry the write,
+        so the caller is told it failed (without the server's details)."""
+        try:
+            await self.store.save(record)
+        except Exception:
+            log.exception("could not store task %s", record.task.id)
+            raise InternalError(f"Task {record.task.id} could not be stored") from None
+
     def _live(self, caller: Caller, task_id: str) -> _Run | None:
         run = self._runs.get(task_id)
         if run is None or run.record.owner != caller:
@@ -1035,7 +1044,7 @@ class TaskEngine(A2AService):
         task = record.task
         _check_cancelable(task)
         _apply_status(task, pb.TASK_STATE_CANCELED, None)
-        await self._save(record)
+        await self._save_or_fail(record)
         self._publish_status(record)
         if self.task_limiter is not None:
             self.task_limiter.close_context(caller, task.context_id)
@@ -1123,7 +1132,7 @@ class TaskEngine(A2AService):
             if record is None:
                 raise _not_found(task_id)
             yield record
-            await self._save(record)
+            await self._save_or_fail(record)
 
     async def create_task_push_notification_config(
         self, request: pb.TaskPushNotificationConfig, context: CallContext

@@ -139,6 +139,18 @@ def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
+def owner_from_document(document: dict[str, Any]) -> Caller:
+    """The ``"owner": {"name", "workspace"}`` of a record file (task files here, proxy
+    ownership records in ``gateway.proxy_owners``); ValueError with a reason if bad."""
+    owner = document.get("owner")
+    if not isinstance(owner, dict):
+        raise ValueError("owner is missing")
+    name, workspace = owner.get("name"), owner.get("workspace", "")
+    if not isinstance(name, str) or not name or not isinstance(workspace, str):
+        raise ValueError("owner must have a name and a workspace string")
+    return Caller(name=name, workspace=workspace)
+
+
 def decode_record(
     data: bytes, task_id: str
 ) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig]]:
@@ -149,12 +161,7 @@ def decode_record(
         raise ValueError("not valid JSON") from None
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
-    owner = document.get("owner")
-    if not isinstance(owner, dict):
-        raise ValueError("owner is missing")
-    name, workspace = owner.get("name"), owner.get("workspace", "")
-    if not isinstance(name, str) or not name or not isinstance(workspace, str):
-        raise ValueError("owner must have a name and a workspace string")
+    owner = owner_from_document(document)
     raw_task, raw_configs = document.get("task"), document.get("pushConfigs", [])
     if not isinstance(raw_task, dict) or not isinstance(raw_configs, list):
         raise ValueError("task must be an object and pushConfigs a list")
@@ -172,7 +179,7 @@ def decode_record(
         raise ValueError("task id does not match the file name")
     if not task.HasField("status") or task.status.state == pb.TASK_STATE_UNSPECIFIED:
         raise ValueError("task has no status")
-    return task, Caller(name=name, workspace=workspace), configs
+    return task, owner, configs
 
 
 class WorkspaceTaskStore(TaskStore):

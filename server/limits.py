@@ -152,10 +152,10 @@ class TokenBuckets:
         now = self._clock()
         bucket = self._buckets.get(key)
         if bucket is None:
+            if len(self._buckets) >= self._max_keys:
+                self._prune(now)  # before adding: the new (full) bucket must stay
             bucket = _Bucket(per_minute, now)
             self._buckets[key] = bucket
-            if len(self._buckets) > self._max_keys:
-                self._prune(now)
         else:
             self._buckets.move_to_end(key)
             bucket.refill(now)
@@ -185,6 +185,14 @@ def _retry_after(wait_s: float) -> int:
     return max(1, math.ceil(wait_s))
 
 
+def _rate_limited(what: str, wait_s: float, limit: str) -> RateLimitedError:
+    """The error for a request rate reached: ``what``, and when to retry."""
+    retry = _retry_after(wait_s)
+    return RateLimitedError(
+        f"{what}; retry in {retry} s", retry_after_s=retry, metadata={"limit": limit}
+    )
+
+
 class RequestLimiter:
     """Per-request rate limits shared by every binding of one server."""
 
@@ -205,12 +213,7 @@ class RequestLimiter:
             return
         wait = self._addresses.take(address_key(address), self.limits.per_ip_per_minute)
         if wait:
-            retry = _retry_after(wait)
-            raise RateLimitedError(
-                f"Too many requests from this address; retry in {retry} s",
-                retry_after_s=retry,
-                metadata={"limit": "address"},
-            )
+            raise _rate_limited("Too many requests from this address", wait, "address")
 
     def check_caller(self, caller: Caller, limits: CallerLimits = NO_OVERRIDES) -> None:
         """Count one request by ``caller`` (its own rate when ``callers.json`` sets one)."""
@@ -223,12 +226,7 @@ class RequestLimiter:
             return
         wait = self._callers.take(caller_key(caller), per_minute)
         if wait:
-            retry = _retry_after(wait)
-            raise RateLimitedError(
-                f"Too many requests from caller {caller.name!r}; retry in {retry} s",
-                retry_after_s=retry,
-                metadata={"limit": "caller"},
-            )
+            raise _rate_limited(f"Too many requests from caller {caller.name!r}", wait, "caller")
 
 
 # --- running tasks and open contexts ----------------------------------------------------

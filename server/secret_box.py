@@ -43,6 +43,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .atomic_files import fsync_folder, write_all
+
 log = logging.getLogger(__name__)
 
 KEY_FILE = Path(".a2a") / "secret.key"
@@ -219,7 +221,7 @@ class SecretBox:
         fd = os.open(tmp, flags, 0o600)
         try:
             try:
-                os.write(fd, base64.urlsafe_b64encode(key) + b"\n")
+                write_all(fd, base64.urlsafe_b64encode(key) + b"\n")
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -236,11 +238,7 @@ class SecretBox:
         # Once per workspace: make the new name durable, or a power cut could keep
         # task files sealed with a key whose file is gone.
         with contextlib.suppress(OSError):
-            folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(folder_fd)
-            finally:
-                os.close(folder_fd)
+            fsync_folder(str(folder))
         log.info("created the secret key file %s", self.key_path)
         return key
 

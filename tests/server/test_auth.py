@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from a2a_gateway.server.auth import (
     Identity,
     WorkspaceCallers,
     presented_key,
+    read_callers,
     single_values,
 )
 from a2a_gateway.server.config import ServerConfig
@@ -403,3 +405,26 @@ async def test_grpc_bearer_is_accepted(
         )
     assert pb.Task.FromString(answer).id == "task-1"
     assert service.contexts[-1].caller.name == "alice"
+
+
+def test_a_fifo_callers_file_is_refused_without_hanging(tmp_path: Path) -> None:
+    # Every request reads callers.json on the event loop: a FIFO in its place must
+    # not block the server (opening one for reading waits for a writer).
+    path = tmp_path / CALLERS_FILE
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(read_callers(path, str(tmp_path))))
+    reader.daemon = True
+    reader.start()
+    try:
+        reader.join(TIMEOUT_S)
+        if reader.is_alive():  # release the blocked reader before failing
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(TIMEOUT_S)
+            pytest.fail("reading a FIFO callers file blocked")
+    finally:
+        path.unlink()  # the session's secret scan reads every file left behind
+    entries, warnings = got[0]
+    assert entries == []
+    assert warnings == [f"callers file is not a regular file, no callers loaded: {path}"]

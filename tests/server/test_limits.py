@@ -93,6 +93,15 @@ def test_buckets_stay_bounded() -> None:
     assert len(buckets) <= 100
 
 
+def test_the_request_that_fills_the_table_is_counted() -> None:
+    # Pruning drops full buckets first; the bucket just created for the request that
+    # triggered it must not be among them, or that request would not be counted.
+    buckets = TokenBuckets(clock=Clock(), max_keys=2)
+    assert buckets.take("a", 1) == 0.0 and buckets.take("b", 1) == 0.0
+    assert buckets.take("c", 1) == 0.0
+    assert buckets.take("c", 1) == pytest.approx(60.0)
+
+
 @pytest.mark.parametrize(
     ("address", "key"),
     [

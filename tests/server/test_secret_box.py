@@ -164,3 +164,20 @@ def test_a_fifo_key_file_is_refused_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(key_file)
     with pytest.raises(SecretBoxError, match="not a regular file"):
         SecretBox(tmp_path / "ws").seal("x", "ctx")
+
+
+def test_a_short_write_still_creates_a_whole_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # os.write may write less than asked (a signal, a full disk's last blocks); a key
+    # file cut short would make every sealed push secret unopenable from then on.
+    real_write = os.write
+
+    def write_a_few_bytes(fd: int, data: bytes | memoryview) -> int:
+        return real_write(fd, bytes(data[:5]))
+
+    monkeypatch.setattr(os, "write", write_a_few_bytes)
+    sealed = SecretBox(tmp_path).seal("value", "ctx")
+    monkeypatch.undo()
+    assert len(base64.urlsafe_b64decode((tmp_path / KEY_FILE).read_bytes().strip())) == 32
+    assert SecretBox(tmp_path).open(sealed, "ctx") == "value"

@@ -228,3 +228,63 @@ async def test_restart_recovery_notifies_the_webhooks(tmp_path: Path) -> None:
     ((headers, body),) = hits
     assert headers["X-A2A-Notification-Token"] == TOKEN
     assert body["task"]["status"]["state"] == "TASK_STATE_FAILED"  # type: ignore[index]
+
+
+class FullDiskStore(WorkspaceTaskStore):
+    """The real workspace store on a disk that fills up when ``full`` is set."""
+
+    full = False
+
+    async def save(self, record: TaskRecord) -> None:
+        if self.full:
+            raise OSError(28, "No space left on device")
+        await super().save(record)
+
+
+async def test_a_push_config_change_that_cannot_be_stored_is_an_error(
+    tmp_path: Path,
+) -> None:
+    # A stored task has no live run to retry the write: answering success would leave
+    # a registered webhook that is never called, or a deleted one (and its token) kept.
+    store = FullDiskStore(tmp_path)
+    engine = TaskEngine(FauxAgent(), store, push_enabled=True)
+    try:
+        await _change_push_configs_on_a_full_disk(engine, store)
+    finally:
+        await engine.aclose()
+
+
+async def _change_push_configs_on_a_full_disk(engine: TaskEngine, store: FullDiskStore) -> None:
+    task = await send(engine, "hello")
+    kept = pb.TaskPushNotificationConfig(task_id=task.id, id="kept", url="https://hooks.example/a")
+    await engine.create_task_push_notification_config(kept, ctx())
+    store.full = True
+    added = pb.TaskPushNotificationConfig(
+        task_id=task.id, id="added", url="https://hooks.example/b"
+    )
+    with pytest.raises(errors.InternalError) as raised:
+        await engine.create_task_push_notification_config(added, ctx())
+    assert "No space" not in raised.value.message  # no server detail in the answer
+    deletion = pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="kept")
+    with pytest.raises(errors.InternalError):
+        await engine.delete_task_push_notification_config(deletion, ctx())
+    listed = await engine.list_task_push_notification_configs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=task.id), ctx()
+    )
+    assert [c.id for c in listed.configs] == ["kept"]
+
+
+async def test_a_cancel_that_cannot_be_stored_is_an_error(tmp_path: Path) -> None:
+    store = FullDiskStore(tmp_path)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        task = await send(engine, "ask:Q?")
+        assert state_name(task) == "INPUT_REQUIRED"
+        store.full = True
+        with pytest.raises(errors.InternalError):
+            await engine.cancel_task(pb.CancelTaskRequest(id=task.id), ctx())
+        store.full = False
+        got = await engine.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(got) == "INPUT_REQUIRED"
+    finally:
+        await engine.aclose()

@@ -23,6 +23,7 @@ from a2a_gateway.server.file_store import (
     WorkspaceTaskStore,
     WorkspaceTaskStores,
     decode_record,
+    owner_from_document,
 )
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -385,3 +386,26 @@ async def test_closing_the_store_stops_a_listing(tmp_path: Path) -> None:
             await listing
     # A store that was closed mid-scan still answers the next listing in full.
     assert len(await store.summaries(ALICE)) == 1500
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {},
+        {"owner": "alice"},
+        {"owner": {"workspace": "/ws/one"}},
+        {"owner": {"name": "", "workspace": "/ws/one"}},
+        {"owner": {"name": "alice", "workspace": 7}},
+    ],
+)
+def test_an_owner_without_a_name_or_with_a_bad_workspace_is_refused(
+    document: dict[str, object],
+) -> None:
+    # The one owner parser of record files (task files, proxy ownership records).
+    with pytest.raises(ValueError, match="owner"):
+        owner_from_document(document)
+
+
+def test_an_owner_is_read_with_its_workspace_defaulting_to_empty() -> None:
+    assert owner_from_document({"owner": {"name": "alice", "workspace": "/ws/one"}}) == ALICE
+    assert owner_from_document({"owner": {"name": "anon"}}) == Caller(name="anon")
