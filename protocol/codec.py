@@ -236,10 +236,6 @@ def to_json(msg: message.Message) -> bytes:
     return orjson.dumps(to_dict(msg))
 
 
-def from_json(cls: type[M], body: bytes, *, path: str = "body") -> M:
-    return parse(cls, loads(body), path=path)
-
-
 # --- REQUIRED fields and oneofs, from the descriptors ---------------------------------
 
 

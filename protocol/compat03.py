@@ -1162,7 +1162,8 @@ REST_ROUTES: tuple[RestRoute, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class RestMatch:
-    """A matched 0.3 REST path: its route and decoded path parameters."""
+    """A matched 0.3 REST path: its route and path parameters (still percent-encoded:
+    :meth:`params` decodes them, so a bad one is a 0.3 InvalidParams error)."""
 
     route: RestRoute
     path_params: list[str]
@@ -1176,7 +1177,22 @@ class RestMatch:
         return METHODS[entry[0]] if entry is not None else None
 
     def params(self, http_method: str, query: Mapping[str, str], body: Any) -> Any:
-        return self.route.methods[http_method][1](self.path_params, query, body)
+        names = _PATH_PARAM_NAMES[: len(self.path_params)]
+        decoded = [_path_param(v, n) for v, n in zip(self.path_params, names, strict=True)]
+        return self.route.methods[http_method][1](decoded, query, body)
+
+
+#: The 0.3 params a route's path parameters stand for, in order (the task, its config).
+_PATH_PARAM_NAMES = ("id", "pushNotificationConfigId")
+
+
+def _path_param(value: str, name: str) -> str:
+    """A path segment decoded as the 1.0 routes do: invalid UTF-8 is refused, not
+    replaced (which would silently name another task)."""
+    try:
+        return unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        raise _invalid(name, "path segment is not percent-encoded UTF-8") from None
 
 
 def rest_match(path: str) -> RestMatch | None:
@@ -1200,7 +1216,7 @@ def rest_match(path: str) -> RestMatch | None:
             if want == "{}":
                 if not got:
                     break
-                params.append(unquote(got))
+                params.append(got)
             elif want != got:
                 break
         else:
@@ -1731,11 +1747,12 @@ def _rest_member_in(value: Any, path: str) -> Any:
 
 def _rest_push_config_in(value: Any, path: str) -> Any:
     """A 0.3 REST TaskPushNotificationConfig ``{name, pushNotificationConfig}`` as the
-    0.3 JSON-RPC ``{taskId, pushNotificationConfig}``."""
+    0.3 JSON-RPC ``{taskId, pushNotificationConfig}``. The name is a resource name,
+    not a URL path: its ids are not escaped (the SDK writes and reads them raw)."""
     obj = _result_object(value, path)
     name = _get(obj, "name")
     segments = name.split("/") if isinstance(name, str) else []
-    task_id = unquote(segments[1]) if len(segments) >= 2 and segments[0] == "tasks" else ""
+    task_id = segments[1] if len(segments) >= 2 and segments[0] == "tasks" else ""
     return {
         "taskId": task_id,
         "pushNotificationConfig": _rest_push_in(_get(obj, "pushNotificationConfig")),

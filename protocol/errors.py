@@ -260,11 +260,6 @@ def error_for_jsonrpc_code(code: int) -> type[A2AError] | None:
     return _BY_JSONRPC_CODE.get(code)
 
 
-def http_status_name(status: grpc.StatusCode) -> str:
-    """``google.rpc.Code`` name used in the REST error body's ``status`` field."""
-    return str(status.name)
-
-
 def error_info(error: A2AError) -> error_details_pb2.ErrorInfo:
     return error_details_pb2.ErrorInfo(
         reason=error.spec.reason, domain=ERROR_DOMAIN, metadata=error.metadata

@@ -80,8 +80,3 @@ class A2AService(abc.ABC):
     async def get_extended_agent_card(
         self, request: pb.GetExtendedAgentCardRequest, context: CallContext
     ) -> pb.AgentCard: ...
-
-
-def is_streaming(method: descriptor.MethodDescriptor) -> bool:
-    """True for the server-streaming rpcs (SendStreamingMessage, SubscribeToTask)."""
-    return bool(method.server_streaming)

@@ -42,7 +42,8 @@ class Decoder:
     """Feed bytes as they arrive; iterate the complete events."""
 
     def __init__(self) -> None:
-        self._buffer = ""
+        self._buffer = ""  # complete lines of the chunk being fed
+        self._pieces: list[str] = []  # an unterminated line, in the pieces it came in
         self._pending_cr = False
         self._data: list[str] = []
         self._event = ""
@@ -70,11 +71,23 @@ class Decoder:
         if self._pending_cr and text.startswith("\n"):
             text = text[1:]
         self._pending_cr = False
-        self._buffer += text
-        while True:
-            index = _line_end(self._buffer)
-            if index < 0:
-                return
+        index = _line_end(text)
+        if index < 0 and not self._buffer:
+            # A line still arriving: keep its pieces and join them once it ends, so an
+            # event of n bytes in small chunks costs O(n), not a copy of it per chunk.
+            if text:
+                self._pieces.append(text)
+            return
+        if self._pieces:  # (only while _buffer is empty)
+            head = "".join(self._pieces)
+            self._pieces = []
+            text = head + text
+            index += len(head)
+        if self._buffer:  # lines left by an iteration stopped early come first
+            text = self._buffer + text
+            index = _line_end(text)
+        self._buffer = text
+        while index >= 0:
             line = self._buffer[:index]
             if self._buffer[index] == "\r":
                 if index + 1 < len(self._buffer):
@@ -88,6 +101,10 @@ class Decoder:
             event = self._line(line)
             if event is not None:
                 yield event
+            index = _line_end(self._buffer)
+        if self._buffer:
+            self._pieces.append(self._buffer)
+            self._buffer = ""
 
     def _line(self, line: str) -> Event | None:
         if line == "":

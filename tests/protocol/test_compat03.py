@@ -430,7 +430,11 @@ BAD: list[tuple[str, Any, str]] = [
     ),
     ("tasks/pushNotificationConfig/get", {"pushNotificationConfigId": "c"}, "params.id"),
     ("tasks/pushNotificationConfig/list", {}, "params.id"),
-    ("tasks/pushNotificationConfig/delete", {"id": "t", "pushNotificationConfigId": 1}, "params"),
+    (
+        "tasks/pushNotificationConfig/delete",
+        {"id": "t", "pushNotificationConfigId": 1},
+        "params.pushNotificationConfigId",
+    ),
 ]
 
 
@@ -438,7 +442,7 @@ BAD: list[tuple[str, Any, str]] = [
 def test_bad_input_is_invalid_params_naming_the_field(method: str, params: Any, field: str) -> None:
     with pytest.raises(errors.InvalidParamsError) as caught:
         compat03.METHODS[method].parse(params)
-    assert caught.value.message.startswith(field), caught.value.message
+    assert caught.value.message.startswith(field + ": "), caught.value.message
 
 
 def test_params_must_be_an_object_and_not_too_deep() -> None:
@@ -829,7 +833,8 @@ def test_errors_come_back_in_the_1_0_shape() -> None:
         ("SubscribeToTask", pb.SubscribeToTaskRequest(id="t")),
         (
             "CreateTaskPushNotificationConfig",
-            pb.TaskPushNotificationConfig(task_id="t", id="p", url="https://h.example/"),
+            # a resource name is not a URL: "%41" stays as it is (the SDK does not escape)
+            pb.TaskPushNotificationConfig(task_id="t%41", id="p", url="https://h.example/"),
         ),
         (
             "GetTaskPushNotificationConfig",
@@ -873,12 +878,13 @@ def test_rest_results_round_trip() -> None:
         ("CancelTask", _rich_task()),
         (
             "GetTaskPushNotificationConfig",
-            pb.TaskPushNotificationConfig(task_id="t", id="p", url="https://h.example/"),
+            # a resource name is not a URL: "%41" stays as it is (the SDK does not escape)
+            pb.TaskPushNotificationConfig(task_id="t%41", id="p", url="https://h.example/"),
         ),
         (
             "ListTaskPushNotificationConfigs",
             pb.ListTaskPushNotificationConfigsResponse(
-                configs=[pb.TaskPushNotificationConfig(task_id="t", id="p", url="https://h/")]
+                configs=[pb.TaskPushNotificationConfig(task_id="t%41", id="p", url="https://h/")]
             ),
         ),
         ("DeleteTaskPushNotificationConfig", empty_pb2.Empty()),
@@ -904,3 +910,18 @@ def _messages_of(value: Any) -> list[pb.Message]:
     if isinstance(task, pb.Task):
         return [*task.history, task.status.message]
     return []
+
+
+def test_rest_path_parameters_are_decoded_and_bad_utf8_is_invalid_params() -> None:
+    found = compat03.rest_match("/v1/tasks/a%2Fb%C3%A9")
+    assert found is not None
+    assert found.params("GET", {}, None) == {"id": "a/bé", "historyLength": None}
+    # refused as on the 1.0 routes, not read as another task id ("\ufffd")
+    found = compat03.rest_match("/v1/tasks/%FF")
+    assert found is not None
+    with pytest.raises(errors.InvalidParamsError, match=r"^id: "):
+        found.params("GET", {}, None)
+    found = compat03.rest_match("/v1/tasks/t/pushNotificationConfigs/%C3")
+    assert found is not None
+    with pytest.raises(errors.InvalidParamsError, match=r"^pushNotificationConfigId: "):
+        found.params("DELETE", {}, None)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from a2a_gateway.protocol import sse
@@ -106,3 +109,27 @@ def test_an_unterminated_event_waits_for_more() -> None:
 def test_invalid_utf8_is_replaced_not_fatal() -> None:
     events = decode(b"data: \xff\xfe\xfd\xfc ok\n\n")
     assert len(events) == 1 and events[0].data.endswith("ok")
+
+
+def test_a_big_event_in_small_chunks_decodes_in_linear_time() -> None:
+    # 8 MB in 64-byte chunks: rescanning the unterminated line on every chunk (as a
+    # growing buffer does) reads ~1 TB, about a minute; joining it once, milliseconds.
+    # Run apart so that a regression fails on the bound instead of stalling the suite.
+    script = (
+        "from a2a_gateway.protocol import sse\n"
+        "raw = b'data: ' + b'x' * 8_000_000 + b'\\n\\n'\n"
+        "decoder = sse.Decoder()\n"
+        "events = [e for i in range(0, len(raw), 64) for e in decoder.feed(raw[i : i + 64])]\n"
+        "assert [len(e.data) for e in events] == [8_000_000], events\n"
+    )
+    done = subprocess.run([sys.executable, "-P", "-c", script], timeout=20, check=False)
+    assert done.returncode == 0
+
+
+def test_lines_left_by_an_iteration_stopped_early_come_first() -> None:
+    decoder = sse.Decoder()
+    events = decoder.feed(b"data: 1\n\ndata: 2\n\ndata: 3")
+    assert next(events) == sse.Event(data="1")
+    events.close()
+    assert list(decoder.feed(b"x")) == [sse.Event(data="2")]
+    assert list(decoder.feed(b"\n\n")) == [sse.Event(data="3x")]
