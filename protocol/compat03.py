@@ -114,6 +114,18 @@ def is_legacy_version(value: str) -> bool:
     )
 
 
+def negotiate_legacy_version(value: str | None, operation: str) -> str:
+    """The 0.3 version rule of every binding (digest §13): the 0.3 ``operation`` takes
+    no ``A2A-Version``, or ``0.3``/``0.3.x``; anything else is VersionNotSupported."""
+    if value is None or not value.strip() or is_legacy_version(value):
+        return LEGACY_VERSION
+    raise VersionNotSupportedError(
+        f"A2A-Version {value.strip()[:32]!r} does not match the 0.3 operation "
+        f"{operation!r} (send no A2A-Version, or {LEGACY_VERSION})",
+        metadata={"supportedVersions": LEGACY_VERSION},
+    )
+
+
 # --- inbound: 0.3 params -> 1.0 requests ---------------------------------------------
 
 

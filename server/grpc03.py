@@ -13,7 +13,7 @@ messages translated:
   0.3 message. The agent card keeps 1.0's security shapes, which are the 0.3 proto's.
 
 Version rule as on the other 0.3 bindings (the same function,
-:func:`.jsonrpc.negotiate_legacy_version`): no ``a2a-version`` or a 0.3 one (the SDK's
+:func:`.compat03.negotiate_legacy_version`): no ``a2a-version`` or a 0.3 one (the SDK's
 0.3 client sends ``0.3``); anything else is VersionNotSupported. Errors leave as the
 one table's gRPC status with the message ``"<ErrorClass>: <message>"``, which the
 SDK's 0.3 gRPC client reads back into its error class, plus the ``google.rpc.Status``
@@ -44,7 +44,6 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import Authenticator
 from .grpc_binding import STATUS_DETAILS_KEY, WRITE_TIMEOUT_S, RpcAdapter
-from .jsonrpc import negotiate_legacy_version
 
 LEGACY_SERVICE_DESCRIPTOR = pb03.DESCRIPTOR.services_by_name["A2AService"]
 #: The 0.3 wire name: the 0.3 schema's package is ``a2a.v1``.
@@ -198,7 +197,7 @@ class LegacyRpcAdapter(RpcAdapter):
         )
 
     def negotiate(self, value: str | None) -> str:
-        return negotiate_legacy_version(value, self._operation)
+        return compat03.negotiate_legacy_version(value, self._operation)
 
     def incoming(self, request: message.Message) -> message.Message:
         return super().incoming(self._rpc.method.parse(self._rpc.params(request)))

@@ -170,20 +170,7 @@ def check_version(request: web.Request, legacy: str | None, set_aside: str | Non
         return
     name = versioning.VERSION_HEADER
     given = request.headers.get(name) or request.query.get(name) or request.query.get(name.lower())
-    negotiate_legacy_version(given, legacy)
-
-
-def negotiate_legacy_version(value: str | None, operation: str) -> str:
-    """The 0.3 version rule of every binding (digest §13), written once: the 0.3
-    ``operation`` takes no ``A2A-Version``, or ``0.3``/``0.3.x``; anything else is
-    VersionNotSupported. (Its natural home is protocol/compat03.py.)"""
-    if value is None or not value.strip() or compat03.is_legacy_version(value):
-        return compat03.LEGACY_VERSION
-    raise VersionNotSupportedError(
-        f"A2A-Version {value.strip()[:32]!r} does not match the 0.3 operation "
-        f"{operation!r} (send no A2A-Version, or {compat03.LEGACY_VERSION})",
-        metadata={"supportedVersions": compat03.LEGACY_VERSION},
-    )
+    compat03.negotiate_legacy_version(given, legacy)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
