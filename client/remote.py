@@ -270,6 +270,7 @@ async def connect(
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
     extensions: Iterable[str] = (),
     extended_card: bool = True,
+    http: httpx.AsyncClient | None = None,
 ) -> RemoteService:
     """Connect to the agent at ``url`` (its base URL, or its card URL ending in ``.json``).
 
@@ -278,11 +279,14 @@ async def connect(
     security schemes ask, and, with a key and a card that offers one, switches to the
     extended card (falling back to the public card on failure).
 
+    ``http`` replaces the default HTTP client (e.g. the a2a tool's guarded one); the
+    service owns it either way.
+
     Raises Unreachable, Timeout, AuthRejected, CardError, or ValueError for an unknown
     ``transport`` name. The caller must ``aclose()`` the service (or use ``async with``).
     """
     redact = Redactor([key])
-    http = new_http_client(timeout)
+    http = http if http is not None else new_http_client(timeout)
     service: RemoteService | None = None
     try:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .agents_cli import add_parser as _add_agents
+from .agents_cli import run as _agents
 from .callers_cli import add_parser as _add_callers
 from .callers_cli import run as _callers
 from .logs import setup_logging
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     _add_serve(sub)
     _add_callers(sub)
+    _add_agents(sub)
     # The verbs that call agents: card, send, get, list, cancel, subscribe (verbs.py).
     add_verbs(sub)
     return parser
@@ -128,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.verb == "callers":
         return _callers(args)
+    if args.verb == "agents":
+        return _agents(args)
     if args.verb in VERBS:
         return run_verb(args)
     parser.error(f"unknown verb {args.verb}")

@@ -1,0 +1,187 @@
+"""``<workspace>/.a2a/agents.json``: the agents the owner's assistant may call.
+
+    [{"name": "travel-bot", "url": "https://travel.example/", "key": "k_...",
+      "description": "Plans trips", "allow_private": false}]
+
+Read fresh on every call (an edit applies to the next call). Rules:
+
+- ``name`` matches ``[a-z0-9-]{1,40}`` and is unique in the file;
+- ``url`` is an absolute ``http(s)`` URL without user info; one whose path ends in
+  ``.json`` is the agent card itself, any other is the agent's base URL;
+- ``key`` (optional) is a non-empty string; ``description`` (optional) replaces the card's
+  description in listings; ``allow_private`` (optional, boolean) lets this entry reach
+  loopback and private addresses (otherwise only ``--allow-private-urls`` does).
+
+A missing file is no agents. A file that is not JSON, or not an array, is no agents and
+:attr:`AgentsFile.error` says the file could not be read. A bad entry (bad name or url,
+duplicate name, wrong types) is skipped and listed in :attr:`AgentsFile.skipped`; the
+others still work. Nothing here ever puts a key in a message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+AGENTS_FILE = Path(".a2a") / "agents.json"
+NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
+#: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
+HINT_CHARS = 4
+HINT_MIN = 12
+#: agents.json larger than this is not read (it is a short list edited by hand).
+MAX_FILE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    """One callable agent. ``repr`` never shows the key."""
+
+    name: str
+    url: str
+    key: str | None = field(default=None, repr=False)
+    description: str = ""
+    allow_private: bool = False
+
+    @property
+    def is_card_url(self) -> bool:
+        return urllib.parse.urlsplit(self.url).path.lower().endswith(".json")
+
+    def key_hint(self) -> str:
+        return key_hint(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsFile:
+    """What one read of agents.json gave."""
+
+    path: Path
+    agents: dict[str, AgentEntry]
+    skipped: tuple[str, ...] = ()
+    error: str | None = None  # the file could not be read: why (never its contents)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.agents)
+
+    def notes(self) -> list[str]:
+        """Lines for the tool's listings: the read error, then each skipped entry."""
+        lines = [self.error] if self.error else []
+        lines += [f"skipped: {reason}" for reason in self.skipped]
+        return lines
+
+
+def key_hint(key: str | None) -> str:
+    """What may be shown of a key: its last 4 characters, only when it has 12 or more."""
+    if not key:
+        return "(none)"
+    if len(key) < HINT_MIN:
+        return "(hidden: shorter than 12)"
+    return "..." + key[-HINT_CHARS:]
+
+
+def agents_path(workspace: Path) -> Path:
+    return workspace / AGENTS_FILE
+
+
+def url_problem(url: Any) -> str | None:
+    """Why ``url`` cannot be an agent URL, or None."""
+    if not isinstance(url, str) or not url.strip():
+        return "url must be a non-empty string"
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        return "url contains whitespace or control characters"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        return "url is not a valid URL"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return "url must be an absolute http(s) URL"
+    if parts.username is not None or parts.password is not None:
+        return "url must not contain user info"
+    return None
+
+
+def parse_entry(value: Any, index: int) -> tuple[AgentEntry | None, str | None]:
+    """An entry, or None and why it is skipped (naming the entry, never its key)."""
+    where = f"entry {index + 1}"
+    if not isinstance(value, dict):
+        return None, f"{where} is not an object"
+    name = value.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        shown = name[:40] if isinstance(name, str) else type(name).__name__
+        return None, f"{where} has a bad name {shown!r} (expected [a-z0-9-]{{1,40}})"
+    where = f"{where} ({name})"
+    problem = url_problem(value.get("url"))
+    if problem:
+        return None, f"{where}: {problem}"
+    key = value.get("key")
+    if key is not None and (not isinstance(key, str) or not key):
+        return None, f"{where}: key must be a non-empty string"
+    description = value.get("description", "")
+    if description is None:
+        description = ""
+    if not isinstance(description, str):
+        return None, f"{where}: description must be a string"
+    allow_private = value.get("allow_private", False)
+    if not isinstance(allow_private, bool):
+        return None, f"{where}: allow_private must be true or false"
+    entry = AgentEntry(name, value["url"].strip(), key, description.strip(), allow_private)
+    return entry, None
+
+
+def parse_agents(data: Any, path: Path) -> AgentsFile:
+    if not isinstance(data, list):
+        return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: not a JSON array")
+    agents: dict[str, AgentEntry] = {}
+    skipped: list[str] = []
+    for index, value in enumerate(data):
+        entry, reason = parse_entry(value, index)
+        if entry is None:
+            skipped.append(reason or f"entry {index + 1}")
+        elif entry.name in agents:
+            skipped.append(f"entry {index + 1} ({entry.name}): duplicate name")
+        else:
+            agents[entry.name] = entry
+    return AgentsFile(path, agents, tuple(skipped))
+
+
+def read_raw(path: Path) -> bytes | None:
+    """The bytes of a regular file, None when it does not exist; OSError otherwise.
+
+    Opened non-blocking, so a FIFO in its place cannot hang the reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(0, "not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise OSError(0, f"larger than {MAX_FILE_BYTES} bytes")
+        with open(fd, "rb", closefd=False) as file:
+            return file.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def read_agents(workspace: Path) -> AgentsFile:
+    """agents.json of ``workspace``, read now (see the module docstring)."""
+    path = agents_path(workspace)
+    try:
+        raw = read_raw(path)
+    except OSError as exc:
+        return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: {exc.strerror}")
+    if raw is None:
+        return AgentsFile(path, {})
+    try:
+        data = json.loads(raw) if raw.strip() else []
+    except (ValueError, RecursionError):
+        return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: not valid JSON")
+    return parse_agents(data, path)
