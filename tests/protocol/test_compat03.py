@@ -1,4 +1,4 @@
-"""The A2A 0.3 bridge (protocol/compat03.py): every row of digest §14.2, round trips,
+"""The A2A 0.3 bridge (protocol/compat03): every row of digest §14.2, round trips,
 the agent card of §14.3, the error mapping, and bad 0.3 input naming its field."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Malformed A2A 0.3 requests on the wire (server/jsonrpc.py, server/rest.py +
-protocol/compat03.py): every 0.3 JSON-RPC method, each field broken, answers
+protocol/compat03): every 0.3 JSON-RPC method, each field broken, answers
 InvalidParams (-32602, HTTP 200) naming the field by its 0.3 path, never reaches the
 service, never an internal error or a hang, and never echoes a secret it was sent.
 The same for the 0.3 REST bodies (400 ``InvalidParamsError``)."""

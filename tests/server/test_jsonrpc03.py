@@ -1,4 +1,4 @@
-"""A2A 0.3 JSON-RPC methods on the wire (server/jsonrpc.py + protocol/compat03.py):
+"""A2A 0.3 JSON-RPC methods on the wire (server/jsonrpc.py + protocol/compat03):
 each method, errors in 0.3 codes, the version header rule, SSE shapes, the card."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A2A 0.3 HTTP+JSON on the wire (server/rest.py + protocol/compat03.py): the ``/v1``
+"""A2A 0.3 HTTP+JSON on the wire (server/rest.py + protocol/compat03): the ``/v1``
 paths below the REST mount, 0.3 ProtoJSON bodies, errors, the version rule, SSE."""
 
 from __future__ import annotations

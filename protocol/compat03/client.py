@@ -1,0 +1,160 @@
+"""Client side: 1.0 requests as 0.3 JSON-RPC params, and the table of 0.3 calls.
+
+Our client calls a 0.3-only agent with the 1.0 service interface: each 1.0 request
+becomes 0.3 JSON-RPC params (the same shapes the server side parses), and each 0.3
+result becomes 1.0 ProtoJSON (:mod:`.results_in`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import message
+
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .. import codec
+from ..errors import UnsupportedOperationError
+from .outbound import message_out, push_config_out
+from .results_in import (
+    empty_result_in,
+    push_config_result_in,
+    push_list_result_in,
+    send_result_in,
+    task_result_in,
+)
+from .tables import JSON
+
+
+def send_params(request: pb.SendMessageRequest) -> JSON:
+    """``message/send`` / ``message/stream`` params (MessageSendParams) for a 1.0 request:
+    ``blocking = !returnImmediately`` (always sent, as the SDK does)."""
+    params: JSON = {"message": message_out(codec.to_dict(request.message))}
+    if request.HasField("configuration"):
+        config = request.configuration
+        out: JSON = {"blocking": not config.return_immediately}
+        if config.accepted_output_modes:
+            out["acceptedOutputModes"] = list(config.accepted_output_modes)
+        if config.HasField("history_length"):
+            out["historyLength"] = config.history_length
+        if config.HasField("task_push_notification_config"):
+            push = push_config_out(codec.to_dict(config.task_push_notification_config))
+            out["pushNotificationConfig"] = push["pushNotificationConfig"]
+        params["configuration"] = out
+    if request.HasField("metadata"):
+        params["metadata"] = codec.to_dict(request)["metadata"]
+    return params
+
+
+def get_task_params(request: pb.GetTaskRequest) -> JSON:
+    params: JSON = {"id": request.id}
+    if request.HasField("history_length"):
+        params["historyLength"] = request.history_length
+    return params
+
+
+def cancel_task_params(request: pb.CancelTaskRequest) -> JSON:
+    params: JSON = {"id": request.id}
+    if request.HasField("metadata"):
+        params["metadata"] = codec.to_dict(request)["metadata"]
+    return params
+
+
+def subscribe_params(request: pb.SubscribeToTaskRequest) -> JSON:
+    return {"id": request.id}
+
+
+def set_push_config_params(request: pb.TaskPushNotificationConfig) -> JSON:
+    """``tasks/pushNotificationConfig/set`` params ``{taskId, pushNotificationConfig}``."""
+    return push_config_out(codec.to_dict(request))
+
+
+def get_push_config_params(request: pb.GetTaskPushNotificationConfigRequest) -> JSON:
+    """``tasks/pushNotificationConfig/get``: 0.3 ``id`` is the TASK id."""
+    params: JSON = {"id": request.task_id}
+    if request.id:
+        params["pushNotificationConfigId"] = request.id
+    return params
+
+
+def list_push_configs_params(request: pb.ListTaskPushNotificationConfigsRequest) -> JSON:
+    """``tasks/pushNotificationConfig/list`` (0.3 has no paging: the whole list comes back)."""
+    return {"id": request.task_id}
+
+
+def delete_push_config_params(request: pb.DeleteTaskPushNotificationConfigRequest) -> JSON:
+    params: JSON = {"id": request.task_id}
+    if request.id:
+        params["pushNotificationConfigId"] = request.id
+    return params
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """How a client makes one 1.0 rpc on a 0.3 agent: the 0.3 method, its params, and
+    the reading of its result (None for the streaming rpcs and the agent card, which
+    the transport reads itself)."""
+
+    rpc: str
+    method: str
+    params: Callable[[Any], Any]
+    result: Callable[[Any, str], message.Message] | None
+    #: The result may be missing altogether (the SDK's 0.3 delete answers without one).
+    result_optional: bool = False
+
+
+#: Every 1.0 rpc a 0.3 agent can serve, by 1.0 name. ListTasks has no 0.3 method.
+CALLS: dict[str, Call] = {
+    c.rpc: c
+    for c in (
+        Call("SendMessage", "message/send", send_params, send_result_in),
+        Call("SendStreamingMessage", "message/stream", send_params, None),
+        Call("GetTask", "tasks/get", get_task_params, task_result_in),
+        Call("CancelTask", "tasks/cancel", cancel_task_params, task_result_in),
+        Call("SubscribeToTask", "tasks/resubscribe", subscribe_params, None),
+        Call(
+            "CreateTaskPushNotificationConfig",
+            "tasks/pushNotificationConfig/set",
+            set_push_config_params,
+            push_config_result_in,
+        ),
+        Call(
+            "GetTaskPushNotificationConfig",
+            "tasks/pushNotificationConfig/get",
+            get_push_config_params,
+            push_config_result_in,
+        ),
+        Call(
+            "ListTaskPushNotificationConfigs",
+            "tasks/pushNotificationConfig/list",
+            list_push_configs_params,
+            push_list_result_in,
+        ),
+        Call(
+            "DeleteTaskPushNotificationConfig",
+            "tasks/pushNotificationConfig/delete",
+            delete_push_config_params,
+            empty_result_in,
+            result_optional=True,
+        ),
+        Call(
+            "GetExtendedAgentCard",
+            "agent/getAuthenticatedExtendedCard",
+            lambda request: {},
+            None,
+        ),
+    )
+}
+
+
+def legacy_call(rpc: str) -> Call:
+    """The 0.3 call for a 1.0 rpc, or UnsupportedOperationError naming why there is none
+    (raised before anything is sent)."""
+    call = CALLS.get(rpc)
+    if call is None:
+        raise UnsupportedOperationError(
+            f"{rpc} does not exist in A2A 0.3, the only version this agent offers"
+        )
+    return call

@@ -1,0 +1,38 @@
+"""0.3 <-> 1.0 value tables shared by every translation (digest §14.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lf.a2a.v1 import a2a_pb2 as pb
+
+JSON = dict[str, Any]
+
+
+#: The SDK's marker for a non-object ``Part.data`` wrapped as ``{"value": X}``.
+DATA_PART_COMPAT = "data_part_compat"
+
+
+#: 0.3 role <-> 1.0 role.
+ROLES: tuple[tuple[str, pb.Role.ValueType], ...] = (
+    ("user", pb.ROLE_USER),
+    ("agent", pb.ROLE_AGENT),
+)
+_ROLE_IN = dict(ROLES)
+_ROLE_OUT = {pb.Role.Name(value): name for name, value in ROLES}
+
+#: 0.3 task state <-> 1.0 task state (``unknown`` is UNSPECIFIED).
+TASK_STATES: tuple[tuple[str, pb.TaskState.ValueType], ...] = (
+    ("unknown", pb.TASK_STATE_UNSPECIFIED),
+    ("submitted", pb.TASK_STATE_SUBMITTED),
+    ("working", pb.TASK_STATE_WORKING),
+    ("completed", pb.TASK_STATE_COMPLETED),
+    ("failed", pb.TASK_STATE_FAILED),
+    ("canceled", pb.TASK_STATE_CANCELED),
+    ("input-required", pb.TASK_STATE_INPUT_REQUIRED),
+    ("rejected", pb.TASK_STATE_REJECTED),
+    ("auth-required", pb.TASK_STATE_AUTH_REQUIRED),
+)
+#: 1.0 ProtoJSON state name -> 0.3 state.
+_STATE_OUT = {pb.TaskState.Name(value): name for name, value in TASK_STATES}
+_TERMINAL_OUT = frozenset({"completed", "failed", "canceled", "rejected"})
