@@ -46,7 +46,7 @@ test: lint peer
 	$(VENV)/bin/pytest -q
 
 gen: $(VENV)/.deps
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/buf generate
+	$(VENV)/bin/buf generate
 
 clean:
 	rm -rf $(VENV) $(PEER_VENV) build *.egg-info

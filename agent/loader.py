@@ -25,6 +25,9 @@ def load_agent(spec: str) -> Agent:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise AgentLoadError(f"cannot import module {module_name!r}: {exc}") from exc
+    except SyntaxError as exc:
+        where = f"{exc.filename}, line {exc.lineno}"
+        raise AgentLoadError(f"cannot import module {module_name!r}: {exc.msg} ({where})") from exc
     for name in attr_path.split("."):
         try:
             target = getattr(target, name)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import gc
 import ipaddress
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .agents_cli import add_parser as _add_agents
@@ -18,17 +20,57 @@ from .agents_cli import run as _agents
 from .callers_cli import add_parser as _add_callers
 from .callers_cli import run as _callers
 from .logs import setup_logging
-from .settings import SETTINGS, Settings, SettingsError, resolve
+from .settings import SETTINGS, Setting, Settings, SettingsError, resolve
+from .startup import StartupError, report
 from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
 
 log = logging.getLogger("a2a_gateway")
 
+DESCRIPTION = "An A2A 1.0 gateway: 'serve' hosts an agent; the other verbs call agents."
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage mistakes in one line (exit status 2) instead of a usage dump.
+
+    Sub-parsers (every verb) are made of this class too (argparse's default)."""
+
+    def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.search(message)
+        if choice:
+            close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1)
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        report(f"{message} (see '{self.prog} --help')", prog=self.prog)
+        raise SystemExit(2)
+
+
+def _help_with_default(setting: Setting) -> str:
+    """The setting's help, ending with its default unless the help already says it."""
+    text = setting.help
+    if "default" in text or setting.default in ("", [], None):
+        return text
+    if setting.kind is bool:
+        return f"{text} (default: {'on' if setting.default else 'off'})"
+    return f"{text} (default: {setting.default})"
+
 
 def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="host an agent over JSON-RPC, HTTP+JSON and gRPC")
+    serve = sub.add_parser(
+        "serve",
+        help="host an agent over JSON-RPC, HTTP+JSON and gRPC",
+        description="Host an agent over JSON-RPC, HTTP+JSON and gRPC. Every setting can"
+        " also be given as A2A_GATEWAY_<NAME> in the environment or in the --config file.",
+    )
     serve.add_argument("--config", type=Path, help="TOML file ([serve] table)")
     for setting in SETTINGS:
-        kwargs: dict[str, Any] = {"dest": setting.name, "default": None, "help": setting.help}
+        kwargs: dict[str, Any] = {
+            "dest": setting.name,
+            "default": None,
+            "help": _help_with_default(setting),
+        }
         if setting.kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif setting.kind is list:
@@ -40,9 +82,9 @@ def _add_serve(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="a2a-gateway",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,8 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = resolve(flags, config_file=args.config)
     except SettingsError as exc:
-        print(f"a2a-gateway: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     setup_logging(settings["log_level"], settings["log_format"])
     if settings["allow_anonymous"] and not _is_loopback(settings["host"]):
         print(
@@ -91,6 +132,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(run_server(settings))
+    except StartupError as exc:
+        return report(exc)
     except KeyboardInterrupt:
         return 0
 
@@ -124,9 +167,44 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The innermost sub-parser ``args`` came through (``callers add`` -> its parser)."""
+    current: Any = parser
+    while True:
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions:
+            return current
+        chosen = getattr(args, actions[0].dest, None)
+        if chosen not in actions[0].choices:
+            return current
+        current = actions[0].choices[chosen]
+
+
+def unknown_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]
+) -> str:
+    """The one-line message for arguments no parser took, with the closest valid flag."""
+    chosen = _chosen_parser(parser, args)
+    flags = sorted(chosen._option_string_actions)
+    hints = []
+    for extra in extras:
+        if extra.startswith("-"):
+            close = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{extra.split('=', 1)[0]}: did you mean {close[0]}?")
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    if hints:
+        message += " (" + "; ".join(hints) + ")"
+    return f"{message} (see '{chosen.prog} --help')"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        return report(
+            unknown_arguments(parser, args, extras), prog=_chosen_parser(parser, args).prog
+        )
     if args.verb == "serve":
         return _serve(args)
     if args.verb == "callers":

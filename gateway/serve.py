@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 from pathlib import Path
 
 import grpc
@@ -18,7 +20,7 @@ from aiohttp import web
 
 from a2a_gateway.agent.base import Agent
 from a2a_gateway.agent.faux import FauxAgent
-from a2a_gateway.agent.loader import load_agent
+from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
@@ -35,6 +37,7 @@ from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
+from .startup import StartupError
 
 log = logging.getLogger("a2a_gateway.serve")
 
@@ -50,7 +53,10 @@ def server_config(settings: Settings) -> ServerConfig:
     workspaces = [Path(p) for p in settings["workspace"]]
     root = settings["workspaces_root"]
     if root:
-        workspaces += sorted(p for p in Path(root).iterdir() if p.is_dir())
+        try:
+            workspaces += sorted(p for p in Path(root).iterdir() if p.is_dir())
+        except OSError as exc:
+            raise StartupError(f"cannot read --workspaces-root {root}: {_why(exc)}") from None
     grpc_port = settings["grpc_port"]
     jsonrpc = _mount(settings["jsonrpc_path"]) or "/"
     return ServerConfig(
@@ -78,9 +84,34 @@ def server_config(settings: Settings) -> ServerConfig:
     )
 
 
+def _why(exc: OSError) -> str:
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+def check_workspaces(workspaces: list[Path]) -> None:
+    """Create missing workspace folders; a path that is a file, cannot be created or
+    cannot be read and written is a :class:`StartupError` (one line, exit status 2)."""
+    for workspace in workspaces:
+        if workspace.exists() and not workspace.is_dir():
+            raise StartupError(f"workspace {workspace} is not a folder")
+        try:
+            workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create workspace {workspace}: {_why(exc)}") from None
+        if not os.access(workspace, os.R_OK | os.W_OK | os.X_OK):
+            raise StartupError(f"workspace {workspace} is not readable and writable")
+
+
 def build_agent(settings: Settings) -> Agent:
     if settings["agent"]:
-        return load_agent(settings["agent"])
+        # Like uvicorn: ``--agent shout:Shout`` finds shout.py in the current folder.
+        here = os.getcwd()
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        try:
+            return load_agent(settings["agent"])
+        except AgentLoadError as exc:
+            raise StartupError(f"--agent: {exc}") from None
     if settings["exec"]:
         return ProcessAgent(settings["exec"])
     return FauxAgent()
@@ -89,8 +120,6 @@ def build_agent(settings: Settings) -> Agent:
 def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
     if settings["store"] == "memory" or not config.workspaces:
         return MemoryTaskStore()
-    for workspace in config.workspaces:
-        workspace.mkdir(parents=True, exist_ok=True)
     # Each caller's tasks live in its own workspace; anonymous callers use the first.
     return WorkspaceTaskStores(config.workspaces[0], fsync=settings["fsync"])
 
@@ -110,6 +139,7 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.config = server_config(settings)
+        check_workspaces(self.config.workspaces)
         self.engine: TaskEngine | None = None
         self.proxy: UpstreamProxy | None = None
         # The guarded client for webhooks and file downloads, and push delivery (not

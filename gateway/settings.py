@@ -189,8 +189,10 @@ def resolve(
     if config_file is not None:
         try:
             data = tomllib.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise SettingsError(f"{config_file}: {exc}") from None
+        except OSError as exc:
+            raise SettingsError(f"cannot read {config_file}: {exc.strerror or exc}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{config_file} is not valid TOML: {exc}") from None
         section = data.get("serve", data)
         if not isinstance(section, dict):
             raise SettingsError(f"{config_file}: [serve] must be a table")

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import google.api
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_PROTO = ROOT.parent / "shared" / "spec" / "a2a.proto"
+#: The checksums of the schemas as published (the A2A 1.0 spec's a2a.proto, the SDK's 0.3
+#: proto), kept in the repository: this test reads nothing outside it.
+CHECKSUMS = ROOT / "proto" / "SHA256SUMS"
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -25,9 +30,13 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def test_buf_generate_reproduces_gen_exactly(tmp_path: Path) -> None:
     venv_bin = Path(sys.executable).parent
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
     env = {
         **os.environ,
-        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        # No venv activated and no `python` anywhere on PATH: buf.gen.yaml names the
+        # project venv's programs itself.
+        "PATH": str(empty),
         # buf must not reach the network: no BSR, no remote plugins, no cache warm-up.
         "BUF_CACHE_DIR": str(tmp_path / "buf-cache"),
         "HTTPS_PROXY": "http://127.0.0.1:9",
@@ -49,9 +58,26 @@ def test_buf_generate_reproduces_gen_exactly(tmp_path: Path) -> None:
     assert drift == [], f"gen/ differs from buf generate output: {drift}"
 
 
-def test_schema_is_the_spec_byte_for_byte() -> None:
-    assert SHARED_PROTO.is_file(), f"the spec copy is expected at {SHARED_PROTO}"
-    assert (ROOT / "proto/lf/a2a/v1/a2a.proto").read_bytes() == SHARED_PROTO.read_bytes()
+def _recorded_checksums() -> dict[str, str]:
+    lines = CHECKSUMS.read_text(encoding="ascii").splitlines()
+    return {name: digest for digest, name in (line.split() for line in lines if line.strip())}
+
+
+@pytest.mark.parametrize("name", ["lf/a2a/v1/a2a.proto", "lf/a2a/v0_3/a2a.proto"])
+def test_schema_is_the_published_one_byte_for_byte(name: str) -> None:
+    digest = hashlib.sha256((ROOT / "proto" / name).read_bytes()).hexdigest()
+    assert _recorded_checksums()[name] == digest
+
+
+def test_generated_code_needs_the_protobuf_floor_of_pyproject() -> None:
+    # The generated modules refuse an older protobuf runtime at import: the floor in
+    # pyproject's dependencies is exactly the version they check.
+    text = (ROOT / "gen/lf/a2a/v1/a2a_pb2.py").read_text(encoding="utf-8")
+    found = re.search(r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", text)
+    assert found is not None
+    floor = ".".join(found.groups())
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert f"protobuf>={floor},<8" in pyproject["project"]["dependencies"]
 
 
 def test_google_api_protos_are_vendored_from_the_wheel() -> None:

@@ -127,8 +127,8 @@ def test_readme_agent_example_is_served(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--agent", "shout:Shout",
          "--allow-anonymous", "--port", str(port), "--grpc-port", "-1"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        cwd=tmp_path,  # found in the current folder, as the README says: no PYTHONPATH
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -1,10 +1,17 @@
-"""A port that is already taken is a clear one-line error and exit 1, not a traceback."""
+"""Start-up mistakes through the real command: one line on stderr, never a traceback.
+
+A port that is already taken exits 1; a mistake in how the gateway was started (a
+workspace, --agent, the TOML file, a flag) exits 2."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 
 def test_port_in_use_is_a_clean_error() -> None:
@@ -23,3 +30,86 @@ def test_port_in_use_is_a_clean_error() -> None:
     assert "cannot start" in result.stderr
     assert "address already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- start-up mistakes: one line on stderr, exit status 2, no traceback ---------------
+
+
+def _serve(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "a2a_gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def _one_line_exit_2(result: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr, result.stderr
+
+
+NOT_AN_AGENT = "count = 3\n\n\nclass Plain:\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--workspace", "a-file"), "workspace a-file is not a folder"),
+        (("--workspace", "a-file/below"), "cannot create workspace a-file/below: not a directory"),
+        (("--workspaces-root", "no-such-root"), "cannot read --workspaces-root no-such-root"),
+        (("--agent", "no_such_module:Agent"), "cannot import module 'no_such_module'"),
+        (("--agent", "mine:Missing"), "'mine' has no attribute 'Missing'"),
+        (("--agent", "mine:count"), "'mine:count' is a int, not an Agent"),
+        (("--agent", "mine:Plain"), "'mine:Plain' returned Plain, not an Agent"),
+        (("--agent", "broken:Agent"), "cannot import module 'broken': invalid syntax"),
+        (("--agent", "no-colon"), "must look like 'module:attr'"),
+        (("--config", "bad.toml"), "bad.toml is not valid TOML: Expected"),
+        (("--config", "none.toml"), "cannot read none.toml: No such file or directory"),
+        (("--prot", "8080"), "unrecognized arguments: --prot 8080 (--prot: did you mean --port?)"),
+        (("--max-hops", "many"), "argument --max-hops: invalid int value: 'many'"),
+        (("--store", "disk"), "--store: store must be one of: workspace, memory"),
+    ],
+)
+def test_serve_mistakes_are_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "mine.py").write_text(NOT_AN_AGENT)
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / "bad.toml").write_text("[serve\nport = 1\n")
+    result = _serve(tmp_path, "serve", *args, "--port", "0", "--grpc-port", "-1")
+    _one_line_exit_2(result, needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("sned", "http://x", "hi"), "invalid choice: 'sned'"),
+        (("send", "http://x", "hi", "--tiemout", "3"), "--tiemout: did you mean --timeout?"),
+        (("send", "http://x", "hi", "--transport", "grcp"), "(did you mean grpc?)"),
+        (("callers", "add", "bob", "--workspace", "w", "--hashd"), "did you mean --hashed?"),
+        (("send",), "the following arguments are required: URL"),
+    ],
+)
+def test_usage_mistakes_name_the_closest_flag(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    _one_line_exit_2(_serve(tmp_path, *args), needle)
+
+
+def test_help_shows_defaults_without_markup(tmp_path: Path) -> None:
+    result = _serve(tmp_path, "serve", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    assert "(default: 127.0.0.1)" in text
+    assert "(default: 8080)" in text
+    assert "(default: off)" in text
+    top = _serve(tmp_path, "--help")
+    assert "``" not in result.stdout + top.stdout
