@@ -1,9 +1,13 @@
 """ProtoJSON codec: orjson for bytes <-> JSON values, ``json_format`` for values <-> messages.
 
-Parsing is strict. Unknown fields, wrong types, two members of one oneof, missing
-REQUIRED fields (read from ``google.api.field_behavior`` in the descriptors) and
-over-deep nesting all raise :class:`~.errors.InvalidParamsError` (or
-:class:`~.errors.JSONParseError` for bytes that are not JSON) with the field path.
+Parsing is strict about what it reads and lenient about what it does not know: an
+unknown field, at any depth, is dropped before parsing (the spec asks implementations
+to ignore unrecognized fields), while wrong types, bad enum values, two members of one
+oneof, missing REQUIRED fields (read from ``google.api.field_behavior`` in the
+descriptors), ``bytes`` that are not base64 and over-deep nesting all raise
+:class:`~.errors.InvalidParamsError` (or :class:`~.errors.JSONParseError` for a body
+that is not JSON) with the field path. Settings files parse with ``unknown="refuse"``
+so that a typo there is reported.
 
 Speed (every request of every binding goes through here): ``json_format.ParseDict``
 costs ~12 us for a one-part ``SendMessageRequest`` and the REQUIRED/oneof walk ~4 us,
@@ -18,8 +22,9 @@ instead of reflecting over ``ListFields()``.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import google.api.field_behavior_pb2 as field_behavior_pb2
 import orjson
@@ -82,8 +87,18 @@ def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
-def parse(cls: type[M], value: Any, *, path: str = "params") -> M:
-    """Parse a JSON value into ``cls`` strictly and check REQUIRED fields and oneofs."""
+def parse(
+    cls: type[M],
+    value: Any,
+    *,
+    path: str = "params",
+    unknown: Literal["ignore", "refuse"] = "ignore",
+) -> M:
+    """Parse a JSON value into ``cls`` strictly and check REQUIRED fields and oneofs.
+
+    Unknown fields are dropped (``unknown="ignore"``, requests) or refused (``"refuse"``,
+    the operator's own files); ``bytes`` fields are checked as base64 either way.
+    """
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
@@ -91,6 +106,9 @@ def parse(cls: type[M], value: Any, *, path: str = "params") -> M:
             f"{path}: expected a JSON object for {cls.DESCRIPTOR.name}",
             violations=[FieldViolation(path, "must be a JSON object")],
         )
+    value = _known(
+        _shape(cast(descriptor.Descriptor, cls.DESCRIPTOR)), value, "", unknown == "ignore"
+    )
     try:
         msg = json_format.ParseDict(cast(dict[str, Any], value), cls(), ignore_unknown_fields=False)
     except json_format.ParseError as exc:
@@ -125,6 +143,136 @@ def parse_fast(cls: type[M], value: Any) -> M | None:
     if parser is None:
         return None
     return cast("M | None", parser(value))
+
+
+# --- before json_format: unknown keys dropped, bytes checked -------------------------
+# json_format's own ``ignore_unknown_fields`` also drops unknown *enum names*, which
+# must stay errors, and it decodes ``bytes`` leniently (characters outside the base64
+# alphabet are skipped, so "aGk!!!" reads as "hi"). So one walk over the JSON, guided
+# by a per-type shape compiled from the descriptors, drops unknown keys (copying only
+# the objects that had one) and checks every ``bytes`` value; json_format then parses
+# with unknown fields refused, which can no longer happen. Values of the wrong JSON
+# type are left alone for json_format to report. Struct/Value/Timestamp values are
+# opaque (any key is data there).
+
+_ONE, _MANY, _KEYED = 0, 1, 2
+_BYTES = "bytes"  # the "child" of a bytes field
+# Standard or URL-safe alphabet (not mixed), then at most two "=".
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]*|[A-Za-z0-9_-]*)(={0,2})")
+
+
+class _Shape:
+    __slots__ = ("fields",)
+
+    def __init__(self) -> None:
+        # Every accepted key (JSON and proto names) -> None (nothing to look into) or
+        # (JSON name, _ONE/_MANY/_KEYED, _BYTES or the shape of the message type).
+        self.fields: dict[str, tuple[str, int, _Shape | str] | None] = {}
+
+
+_SHAPES: dict[descriptor.Descriptor, _Shape] = {}
+
+
+def _shape(desc: descriptor.Descriptor) -> _Shape:
+    shape = _SHAPES.get(desc)
+    if shape is not None:
+        return shape
+    shape = _SHAPES[desc] = _Shape()  # registered first: recursive types end here
+    for fd in desc.fields:
+        mode = _MANY if fd.is_repeated else _ONE
+        target = fd
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            mode, target = _KEYED, fd.message_type.fields_by_name["value"]
+        entry: tuple[str, int, _Shape | str] | None = None
+        if target.type == descriptor.FieldDescriptor.TYPE_BYTES:
+            entry = (fd.json_name, mode, _BYTES)
+        elif target.message_type is not None and target.message_type.full_name.startswith(
+            _A2A_PACKAGE + "."
+        ):
+            entry = (fd.json_name, mode, _shape(target.message_type))
+        shape.fields[fd.json_name] = shape.fields[fd.name] = entry
+    return shape
+
+
+def _known(shape: _Shape, value: Any, path: str, drop: bool) -> Any:
+    """``value`` without the keys ``shape`` does not know (when ``drop``), its bytes
+    checked; the same object when nothing was dropped below it."""
+    if type(value) is not dict:
+        return value  # json_format reports the type
+    fields = shape.fields
+    out = value
+    for key, item in value.items():
+        if key not in fields:
+            if drop:
+                if out is value:
+                    out = dict(value)
+                del out[key]
+            continue
+        entry = fields[key]
+        if entry is None or item is None:
+            continue
+        name, mode, child = entry
+        sub = f"{path}.{name}" if path else name
+        if mode == _ONE:
+            new = _known_item(child, item, sub, drop)
+        elif mode == _MANY:
+            new = _known_items(child, item, sub, drop)
+        else:
+            new = _known_map(child, item, sub, drop)
+        if new is not item:
+            if out is value:
+                out = dict(value)
+            out[key] = new
+    return out
+
+
+def _known_item(child: _Shape | str, item: Any, path: str, drop: bool) -> Any:
+    if child is _BYTES:
+        _check_base64(item, path)
+        return item
+    return _known(cast(_Shape, child), item, path, drop)
+
+
+def _known_items(child: _Shape | str, items: Any, path: str, drop: bool) -> Any:
+    if type(items) is not list:
+        return items
+    out = items
+    for index, item in enumerate(items):
+        new = _known_item(child, item, f"{path}[{index}]", drop)
+        if new is not item:
+            if out is items:
+                out = list(items)
+            out[index] = new
+    return out
+
+
+def _known_map(child: _Shape | str, entries: Any, path: str, drop: bool) -> Any:
+    if type(entries) is not dict:
+        return entries
+    out = entries
+    for key, item in entries.items():
+        new = _known_item(child, item, f"{path}[{key!r}]", drop)
+        if new is not item:
+            if out is entries:
+                out = dict(entries)
+            out[key] = new
+    return out
+
+
+def _check_base64(value: Any, path: str) -> None:
+    """A ``bytes`` value: standard or URL-safe base64, padded or not, nothing else."""
+    if type(value) is not str:
+        return  # json_format reports the type
+    found = _BASE64.fullmatch(value)
+    valid = found is not None
+    if found is not None:
+        padding = len(found.group(1))
+        data = len(value) - padding
+        # Unpadded: any length but 4n+1. Padded: the "=" complete a group of four.
+        valid = data % 4 != 1 and (padding == 0 or (len(value) % 4 == 0 and data % 4 != 0))
+    if not valid:
+        problem = "must be base64 (standard or URL-safe, padded or not)"
+        raise InvalidParamsError(f"{path}: {problem}", violations=[FieldViolation(path, problem)])
 
 
 # --- the hand-written parser -------------------------------------------------------

@@ -256,10 +256,7 @@ def _query_dict(
             continue
         found = by_name.get(key)
         if found is None:
-            raise InvalidParamsError(
-                f"unknown query parameter {key[:64]!r}",
-                violations=[FieldViolation(key[:64], "is not a field of " + input_type.name)],
-            )
+            continue  # an unknown field, here as in a body: processed as if absent
         field = found
         if (
             field.message_type is not None

@@ -357,7 +357,9 @@ def _read_card_file(path: Path) -> tuple[str | None, str | None, list[pb.AgentSk
         skills = []
         for index, item in enumerate(raw):
             try:
-                skills.append(codec.parse(pb.AgentSkill, item, path=f"skills[{index}]"))
+                skills.append(
+                    codec.parse(pb.AgentSkill, item, path=f"skills[{index}]", unknown="refuse")
+                )
             except A2AError as exc:
                 raise _MalformedCard(f"skills[{index}]: {exc.message}") from None
     return name, description, skills

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -36,7 +37,6 @@ def test_snake_case_names_are_accepted() -> None:
 @pytest.mark.parametrize(
     ("value", "needle"),
     [
-        (_with(foo=1), "foo"),
         (_with(parts=[{"text": "a", "raw": "AA=="}]), "oneof"),
         (_with(role="ROLE_NOPE"), "ROLE_NOPE"),
         (_with(messageId=5), "messageId"),
@@ -55,6 +55,149 @@ def test_bad_input_is_invalid_params_naming_the_problem(value: Any, needle: str)
     with pytest.raises(errors.InvalidParamsError) as caught:
         codec.parse(pb.SendMessageRequest, value)
     assert needle in caught.value.message
+
+
+# --- unknown fields are ignored, at any depth; everything else stays strict ----------
+
+UNKNOWN_ANYWHERE: list[tuple[type[Any], dict[str, Any], dict[str, Any]]] = [
+    # (request type, with unknown keys, the same without them)
+    (pb.SendMessageRequest, {**GOOD, "foo": 1}, GOOD),
+    (pb.SendMessageRequest, _with(foo={"x": [1]}), GOOD),
+    (pb.SendMessageRequest, _with(parts=[{"text": "hi", "kind": "text"}]), GOOD),
+    (
+        pb.SendMessageRequest,
+        _with(parts=[{"raw": "aGk=", "filename": "a", "bytes": "!!"}]),
+        _with(parts=[{"raw": "aGk=", "filename": "a"}]),
+    ),
+    (
+        pb.SendMessageRequest,
+        {**GOOD, "configuration": {"historyLength": 2, "later": True}},
+        {**GOOD, "configuration": {"historyLength": 2}},
+    ),
+    (
+        pb.SendMessageRequest,
+        {
+            **GOOD,
+            "configuration": {
+                "taskPushNotificationConfig": {
+                    "url": "https://h.example/p",
+                    "x-note": "n",
+                    "authentication": {"scheme": "Bearer", "credentials": "c", "realm": "r"},
+                }
+            },
+        },
+        {
+            **GOOD,
+            "configuration": {
+                "taskPushNotificationConfig": {
+                    "url": "https://h.example/p",
+                    "authentication": {"scheme": "Bearer", "credentials": "c"},
+                }
+            },
+        },
+    ),
+    (pb.GetTaskRequest, {"id": "t", "bogusField": 1}, {"id": "t"}),
+    (pb.ListTasksRequest, {"pageSize": 3, "sort": "asc"}, {"pageSize": 3}),
+    (pb.CancelTaskRequest, {"id": "t", "reason": {"why": "x"}}, {"id": "t"}),
+    (
+        pb.TaskPushNotificationConfig,
+        {"taskId": "t", "url": "https://h.example/p", "id": "c", "ttl": 5},
+        {"taskId": "t", "url": "https://h.example/p", "id": "c"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("cls", "value", "without"), UNKNOWN_ANYWHERE)
+def test_unknown_fields_anywhere_are_ignored(
+    cls: type[Any], value: dict[str, Any], without: dict[str, Any]
+) -> None:
+    before = copy.deepcopy(value)
+    assert codec.parse_request(cls, value) == codec.parse_request(cls, without)
+    assert codec.parse(cls, value, path="body") == codec.parse(cls, without, path="body")
+    assert value == before  # the caller's JSON is not edited
+
+
+def test_unknown_keys_inside_struct_values_are_data() -> None:
+    request = codec.parse(pb.SendMessageRequest, {**GOOD, "metadata": {"anything": {"x": 1}}})
+    assert request.metadata["anything"]["x"] == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        # an unknown field never hides a real mistake next to it
+        (_with(foo=1, role="ROLE_NOPE"), "ROLE_NOPE"),
+        (_with(foo=1, messageId=5), "messageId"),
+        (_with(foo=1, parts=[{"text": "a", "url": "https://x.example/f", "zz": 1}]), "oneof"),
+        (_with(foo=1, parts=[{"zz": 1}]), "message.parts[0]"),
+        ({"message": {"foo": 1}}, "message.messageId"),
+        ({"foo": 1}, "message"),
+        ({**GOOD, "configuration": {"historyLength": "abc", "x": 1}}, "historyLength"),
+        ({**GOOD, "configuration": {"taskPushNotificationConfig": {"x": 1}}}, "url"),
+    ],
+)
+def test_unknown_fields_do_not_hide_errors(value: Any, needle: str) -> None:
+    for parse in (codec.parse, codec.parse_request):
+        with pytest.raises(errors.InvalidParamsError) as caught:
+            parse(pb.SendMessageRequest, value)
+        assert needle in caught.value.message
+
+
+def test_settings_files_can_refuse_unknown_fields() -> None:
+    with pytest.raises(errors.InvalidParamsError, match="bogus"):
+        codec.parse(pb.AgentSkill, {"id": "s", "bogus": 1}, unknown="refuse")
+
+
+# --- bytes: standard or URL-safe base64, padded or not, and nothing else -------------
+
+GOOD_BASE64 = [
+    ("aGk=", b"hi"),
+    ("aGk", b"hi"),
+    ("aGVsbG8=", b"hello"),
+    ("aGVsbG8", b"hello"),
+    ("aA==", b"h"),
+    ("aA", b"h"),
+    ("+/8=", b"\xfb\xff"),
+    ("-_8=", b"\xfb\xff"),
+    ("-_8", b"\xfb\xff"),
+    ("", b""),
+]
+BAD_BASE64 = [
+    "!!!",
+    "aGk!!!",
+    "aG k=",
+    " aGk=",
+    "aGk=\n",
+    "aGk\t",
+    "a",
+    "aGVsb",
+    "aGk==",
+    "aGVs=",
+    "aA===",
+    "=",
+    "==",
+    "aGk=aGk=",
+    "+_8=",
+    "aGk*",
+    "é",
+]
+
+
+@pytest.mark.parametrize(("text", "content"), GOOD_BASE64)
+def test_base64_alphabets_and_padding_are_accepted(text: str, content: bytes) -> None:
+    value = _with(parts=[{"raw": text}])
+    for parse in (codec.parse, codec.parse_request):
+        assert parse(pb.SendMessageRequest, value).message.parts[0].raw == content
+
+
+@pytest.mark.parametrize("text", BAD_BASE64)
+def test_anything_else_in_a_bytes_field_is_invalid_params(text: str) -> None:
+    value = _with(parts=[{"text": "a"}, {"raw": text, "filename": "f"}])
+    for parse in (codec.parse, codec.parse_request):
+        with pytest.raises(errors.InvalidParamsError) as caught:
+            parse(pb.SendMessageRequest, value)
+        assert caught.value.message.startswith("message.parts[1].raw: must be base64")
+        assert [v.field for v in caught.value.violations] == ["message.parts[1].raw"]
 
 
 def test_required_fields_come_from_field_behavior() -> None:

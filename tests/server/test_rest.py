@@ -224,7 +224,6 @@ async def test_timestamp_query(http: Http) -> None:
         ("includeArtifacts=yes", "includeArtifacts"),
         ("pageSize=abc", "pageSize"),
         ("status=DONE", "status"),
-        ("bogus=1", "bogus"),
         ("pageSize=1&pageSize=2", "pageSize"),
         ("statusTimestampAfter=yesterday", "statusTimestampAfter"),
     ],
@@ -269,7 +268,7 @@ async def test_get_task_history_length_query(http: Http) -> None:
             errors.InvalidParamsError,
             "messageId",
         ),
-        (b'{"mesage": {}}', errors.InvalidParamsError, "mesage"),
+        (b'{"mesage": {}}', errors.InvalidParamsError, "message: is required"),
         (
             b'{"message": {"messageId": "m", "role": "ROLE_USER",'
             b' "parts": [{"text": "x", "raw": "AA=="}]}}',
