@@ -1,0 +1,219 @@
+"""The model provider: any OpenAI-compatible Chat Completions endpoint, streamed.
+
+:class:`ChatProvider` wraps the official ``openai`` package (``AsyncOpenAI`` with a base
+URL: Ollama, vLLM, llama.cpp's server, a hosted endpoint). :meth:`ChatProvider.stream`
+yields :class:`Delta` items as the answer's text arrives, then one :class:`Reply` (the
+whole text, the tool calls, the finish reason). Every failure the provider can cause
+(connection, HTTP status, timeout, a malformed answer) raises :class:`ProviderError`
+whose message is short and redacted: never the key, never credentials or query strings
+from the base URL. Closing the generator (a cancelled turn) closes the HTTP response.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx2
+import openai
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
+from yarl import URL
+
+from .base import redact
+
+log = logging.getLogger("a2a_gateway.agent.provider")
+
+#: Where a local Ollama listens.
+DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
+_NO_KEY = "no-key"  # AsyncOpenAI insists on a key; local servers ignore it
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """How to reach the model. ``max_tokens`` 0 and ``temperature`` ``None`` leave
+    the provider's defaults."""
+
+    model: str
+    base_url: str = DEFAULT_BASE_URL
+    api_key: str = field(default="", repr=False)
+    timeout_s: float = 60.0
+    max_tokens: int = 0
+    temperature: float | None = None
+    max_retries: int = 2
+
+    def public_url(self) -> str:
+        """The base URL without user, password, query or fragment (for messages)."""
+        try:
+            url = URL(self.base_url)
+            return str(url.with_user(None).with_query(None).with_fragment(None))
+        except (ValueError, TypeError):
+            return "the configured base URL"
+
+
+class ProviderError(Exception):
+    """The provider failed; ``str(error)`` is short, redacted and safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of the answer's text, as it arrived."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the model asked for (``arguments`` is the model's raw JSON)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_message(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The end of one model answer: its whole text, tool calls and finish reason
+    (``stop``, ``length``, ``tool_calls``, ... as the provider said)."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = "stop"
+
+
+class ChatProvider:
+    """One ``AsyncOpenAI`` client shared by every session."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self._client = openai.AsyncOpenAI(
+            api_key=config.api_key or _NO_KEY,
+            base_url=config.base_url,
+            timeout=config.timeout_s,
+            max_retries=config.max_retries,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _error(self, text: str) -> ProviderError:
+        secrets = [self.config.api_key] if self.config.api_key else []
+        return ProviderError(redact(text, secrets))
+
+    def _translate(self, exc: BaseException) -> ProviderError:
+        where = self.config.public_url()
+        if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
+            return self._error(
+                f"The model provider did not answer in time ({self.config.timeout_s:g} s)."
+            )
+        if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
+            return self._error(f"Cannot reach the model provider at {where}.")
+        if isinstance(exc, openai.APIStatusError):
+            detail = _status_detail(exc.body)
+            text = f"The model provider answered HTTP {exc.status_code}"
+            return self._error(f"{text}: {detail}" if detail else f"{text}.")
+        return self._error("The model provider sent a malformed answer.")
+
+    async def stream(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> AsyncGenerator[Delta | Reply, None]:
+        """Ask the model; yield text deltas as they come, then the :class:`Reply`."""
+        config = self.config
+        try:
+            stream = await self._client.chat.completions.create(
+                model=config.model,
+                messages=cast("list[ChatCompletionMessageParam]", list(messages)),
+                stream=True,
+                tools=cast("list[ChatCompletionToolUnionParam]", list(tools))
+                if tools
+                else openai.omit,
+                max_tokens=config.max_tokens if config.max_tokens > 0 else openai.omit,
+                temperature=config.temperature if config.temperature is not None else openai.omit,
+            )
+        except (openai.APIError, httpx2.HTTPError, ValueError) as exc:
+            raise self._translate(exc) from None
+        text: list[str] = []
+        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        finish = ""
+        seen_chunk = False
+        try:
+            async for chunk in stream:
+                seen_chunk = True
+                if not chunk.choices:
+                    continue  # a usage-only chunk
+                choice = chunk.choices[0]
+                delta = choice.delta
+                if delta is not None:
+                    if delta.content:
+                        text.append(delta.content)
+                        yield Delta(delta.content)
+                    for call in delta.tool_calls or ():
+                        slot = calls.setdefault(call.index, ["", "", ""])
+                        if call.id:
+                            slot[0] = call.id
+                        if call.function is not None:
+                            if call.function.name:
+                                slot[1] += call.function.name
+                            if call.function.arguments:
+                                slot[2] += call.function.arguments
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+        except (
+            openai.APIError,
+            httpx2.HTTPError,
+            ValueError,
+            TypeError,
+            AttributeError,
+        ) as exc:
+            raise self._translate(exc) from None
+        finally:
+            await stream.close()
+        if not seen_chunk:
+            raise self._error("The model provider sent a malformed answer (no completion chunks).")
+        tool_calls = tuple(
+            ToolCall(id=slot[0] or f"call_{index}", name=slot[1], arguments=slot[2] or "{}")
+            for index, slot in sorted(calls.items())
+        )
+        yield Reply("".join(text), tool_calls, finish or "stop")
+
+
+def _status_detail(body: object) -> str:
+    """The provider's own error message, if its body has one (redacted later)."""
+    message: object = None
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, Mapping) else error
+    elif isinstance(body, str):
+        message = body
+    if not isinstance(message, str):
+        return ""
+    return " ".join(message.split())[:200]
+
+
+def parse_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as an object; ValueError when they are not one."""
+    value = json.loads(call.arguments or "{}")
+    if not isinstance(value, dict):
+        raise ValueError("the arguments must be a JSON object")
+    return value
+
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "ChatProvider",
+    "Delta",
+    "ProviderConfig",
+    "ProviderError",
+    "Reply",
+    "ToolCall",
+    "parse_arguments",
+]
