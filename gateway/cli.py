@@ -192,7 +192,13 @@ def unknown_arguments(
             close = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.6)
             if close:
                 hints.append(f"{extra.split('=', 1)[0]}: did you mean {close[0]}?")
-    message = f"unrecognized arguments: {' '.join(extras)}"
+    # Only the flag names are echoed: a value given to a refused flag (``--key k_...``)
+    # may be a secret, and stderr often ends up in logs.
+    named = [extra.split("=", 1)[0] for extra in extras if extra.startswith("-")]
+    values = len(extras) - len(named)
+    message = "unrecognized arguments: " + " ".join(named)
+    if values:
+        message += f"{' and ' if named else ''}{values} value{'s' if values > 1 else ''} not shown"
     if hints:
         message += " (" + "; ".join(hints) + ")"
     return f"{message} (see '{chosen.prog} --help')"

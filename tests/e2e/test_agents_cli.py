@@ -80,20 +80,13 @@ def test_add_and_remove(
     assert not [p for p in (tmp_path / ".a2a").iterdir() if p.name.endswith(".tmp")]
 
 
-def test_no_key_flag_exists(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit):
-        main(
-            [
-                "agents",
-                "add",
-                "a",
-                "https://a.example/",
-                "--workspace",
-                str(tmp_path),
-                "--key",
-                REMOTE_KEY,
-            ]
-        )
+def test_no_key_flag_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["agents", "add", "a", "https://a.example/", "--workspace", str(tmp_path)]
+    assert main([*argv, "--key", REMOTE_KEY]) == 2  # a usage mistake, in one line
+    _, err = capsys.readouterr()
+    assert "unrecognized arguments: --key" in err
+    assert REMOTE_KEY not in err  # the refused key is not echoed back
+    assert not (tmp_path / ".a2a" / "agents.json").exists()
 
 
 def test_malformed_file_is_left_alone(tmp_path: Path) -> None:

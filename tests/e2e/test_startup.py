@@ -72,7 +72,10 @@ NOT_AN_AGENT = "count = 3\n\n\nclass Plain:\n    pass\n"
         (("--agent", "no-colon"), "must look like 'module:attr'"),
         (("--config", "bad.toml"), "bad.toml is not valid TOML: Expected"),
         (("--config", "none.toml"), "cannot read none.toml: No such file or directory"),
-        (("--prot", "8080"), "unrecognized arguments: --prot 8080 (--prot: did you mean --port?)"),
+        (
+            ("--prot", "8080"),
+            "unrecognized arguments: --prot and 1 value not shown (--prot: did you mean --port?)",
+        ),
         (("--max-hops", "many"), "argument --max-hops: invalid int value: 'many'"),
         (("--store", "disk"), "--store: store must be one of: workspace, memory"),
     ],
