@@ -48,6 +48,7 @@ from .http_context import (
     CONFIG,
     JSON_CONTENT_TYPE,
     RPCS,
+    Answer,
     Rpc,
     call_context,
     call_service,
@@ -261,7 +262,7 @@ class StreamCodec:
 def result_response(
     result: message.Message, context: CallContext, request_id: RequestId
 ) -> web.Response:
-    response = web.Response(body=result_body(request_id, result), content_type=JSON_CONTENT_TYPE)
+    response = Answer(body=result_body(request_id, result), content_type=JSON_CONTENT_TYPE)
     echo_extensions(response, context)
     return response
 
