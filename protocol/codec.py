@@ -228,7 +228,7 @@ def _known(shape: _Shape, value: Any, path: str, drop: bool) -> Any:
 
 def _known_item(child: _Shape | str, item: Any, path: str, drop: bool) -> Any:
     if child is _BYTES:
-        _check_base64(item, path)
+        check_base64(item, path)
         return item
     return _known(cast(_Shape, child), item, path, drop)
 
@@ -259,7 +259,7 @@ def _known_map(child: _Shape | str, entries: Any, path: str, drop: bool) -> Any:
     return out
 
 
-def _check_base64(value: Any, path: str) -> None:
+def check_base64(value: Any, path: str) -> None:
     """A ``bytes`` value: standard or URL-safe base64, padded or not, nothing else."""
     if type(value) is not str:
         return  # json_format reports the type
