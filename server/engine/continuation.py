@@ -1,0 +1,300 @@
+"""Taking a message in: SendMessage and SendStreamingMessage, the retry index, the
+agent's direct reply, and the continuation and context rules (which task a message
+continues, when a context is busy, the hop guard). Without any workspace, file parts
+are ContentTypeNotSupported."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from a2a_gateway.agent.base import Signal
+from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.protocol.errors import (
+    ContentTypeNotSupportedError,
+    FieldViolation,
+    InternalError,
+    UnavailableError,
+    UnsupportedOperationError,
+)
+from a2a_gateway.protocol.hops import HOPS_KEY, read_hops
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..events import Subscriber
+from ..files import is_file_part
+from ..lifecycle import INTERRUPTED, TERMINAL, agent_message, new_id, set_now, task_view, valid_id
+from ..task_store import TaskRecord
+from .push_configs import PushConfigs, check_push_room, upsert_push
+from .records import Records
+from .rules import apply_status, archive_status_message, check_message, new_turn
+from .state import CONTEXT_BUSY, ContextKey, EngineState, Run, invalid, not_found
+from .turns import Runner
+
+log = logging.getLogger(__name__)
+
+
+class Intake:
+    """SendMessage and SendStreamingMessage: validate, find or continue the task, start
+    its run."""
+
+    def __init__(
+        self, state: EngineState, records: Records, runner: Runner, push_configs: PushConfigs
+    ) -> None:
+        self._state = state
+        self._records = records
+        self._runner = runner
+        self._push_configs = push_configs
+        self._never_set = Signal()  # the cancellation signal of reply() turns
+
+    async def send_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> pb.SendMessageResponse:
+        history_length = self._send_history_length(request)
+        got = await self._accept(request, context, None)
+        if isinstance(got, pb.Message):
+            return pb.SendMessageResponse(message=got)
+        response = pb.SendMessageResponse()
+        if isinstance(got, pb.Task):
+            task_view(got, history_length, into=response.task)
+            return response
+        run = got
+        if not request.configuration.return_immediately and not run.settled.is_set():
+            remaining = context.remaining()
+            if remaining is None:
+                await run.settled.wait()  # bounded: every run ends within run_timeout_s
+            else:
+                # At the call's deadline, answer with the task as it is then.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await run.settled.wait()
+        if not run.finished:
+            await self._records.persist_if_dirty(run)  # its id is about to leave the engine
+        task_view(run.record.task, history_length, into=response.task)
+        return response
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._send_stream(request, context)
+
+    async def _send_stream(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        history_length = self._send_history_length(request)
+        subscriber = Subscriber(until_interrupted=True)
+        got = await self._accept(request, context, subscriber)
+        # The stream may last long; its request (inline file bytes and all) must not.
+        del request
+        if isinstance(got, pb.Message):
+            yield pb.StreamResponse(message=got)
+            return
+        snapshot = pb.StreamResponse()
+        if isinstance(got, pb.Task):
+            task_view(got, history_length, into=snapshot.task)
+            yield snapshot
+            return
+        task_id = got.record.task.id
+        try:
+            # The snapshot is taken in the same step the subscriber joined the hub.
+            task_view(got.record.task, history_length, into=snapshot.task)
+            if got.dirty:
+                # Its id is about to leave the engine, so it must be on disk. Let the
+                # run take its first step first: a run that finishes without waiting
+                # (the faux chunks) is then written once, finished, not twice.
+                await asyncio.sleep(0)
+                await self._records.persist_if_dirty(got)
+            yield snapshot
+            while batch := await subscriber.next_batch():
+                for event in batch:
+                    yield event
+        finally:
+            self._state.leave(task_id, subscriber)
+
+    async def _accept(
+        self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None
+    ) -> pb.Message | pb.Task | Run:
+        """Validate a message and start (or find) its run; ``subscriber`` joins the
+        task's hub in the same step, so it misses no event."""
+        if self._state.closing:
+            raise UnavailableError("The server is shutting down.")
+        check_message(request)
+        message = request.message
+        caller = context.caller
+        if not caller.workspace and self._state.default_workspace is None:
+            _check_no_file_parts(message)
+        inline_push = self._push_configs.inline_config(request)
+        context_id = message.context_id
+        if context_id and not valid_id(context_id):
+            raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
+        hops = read_hops(request)
+        seen_key = (caller.workspace, caller.name, message.message_id)
+        if seen_key in self._state.seen:
+            existing = await self._existing(seen_key, caller, subscriber)
+            if existing is not None:
+                return existing
+        if message.task_id:
+            return await self._continue(request, caller, subscriber, hops, seen_key, inline_push)
+        if not context_id:
+            context_id = new_id()
+        busy_key = (caller.workspace, caller.name, context_id)
+        if busy_key in self._state.busy:
+            raise UnsupportedOperationError(CONTEXT_BUSY)
+        if hops <= self._state.max_hops:
+            reply = await self._reply(request, caller, context_id, hops)
+            if reply is not None:
+                return reply
+            # The agent was consulted (an await): look again before creating the task.
+            if busy_key in self._state.busy:
+                raise UnsupportedOperationError(CONTEXT_BUSY)
+            if seen_key in self._state.seen:
+                existing = await self._existing(seen_key, caller, subscriber)
+                if existing is not None:
+                    return existing
+
+        task = pb.Task(id=new_id(), context_id=context_id)
+        stored_message = task.history.add()
+        stored_message.CopyFrom(message)
+        stored_message.context_id = context_id
+        stored_message.task_id = task.id
+        task.status.state = pb.TASK_STATE_SUBMITTED
+        set_now(task.status.timestamp)
+        record = TaskRecord(task, caller)
+        if inline_push is not None:
+            inline_push.task_id = task.id
+            record.push_configs.append(inline_push)
+        if hops > self._state.max_hops:
+            self._state.remember_message(seen_key, task.id)
+            apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
+            await self._records.save(record)
+            self._state.notify(record)  # no stream can exist yet: only the webhooks hear it
+            return task
+        slot = self._runner.admit(caller, context_id)
+        return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+    async def _reply(
+        self, request: pb.SendMessageRequest, caller: Caller, context_id: str, hops: int
+    ) -> pb.Message | None:
+        turn = new_turn(request, request.message, None, caller, context_id, self._never_set, hops)
+        try:
+            reply = await self._state.agent.reply(turn)
+        except Exception:
+            log.exception("agent reply failed (context %s)", context_id)
+            raise InternalError("The agent failed to answer.") from None
+        if reply is None:
+            return None
+        answer = pb.Message()
+        answer.CopyFrom(reply)
+        answer.role = pb.ROLE_AGENT
+        answer.context_id = context_id
+        answer.ClearField("task_id")
+        if not answer.message_id:
+            answer.message_id = new_id()
+        return answer
+
+    async def _existing(
+        self, seen_key: ContextKey, caller: Caller, subscriber: Subscriber | None
+    ) -> pb.Task | Run | None:
+        """The task a retried messageId already created, if we remember one (for a
+        stream, i.e. with a ``subscriber``, only while its run is live)."""
+        task_id = self._state.seen.get(seen_key)
+        if task_id is None:
+            return None
+        run = self._state.live(caller, task_id)
+        if run is not None:
+            if subscriber is not None:
+                self._state.subscribe(task_id, subscriber)
+            return run
+        if subscriber is not None:
+            return None
+        record = await self._records.load(caller, task_id)
+        if record is None:
+            return None
+        run = self._state.live(caller, task_id)  # a continuation may have started meanwhile
+        return run if run is not None else record.task
+
+    async def _continue(
+        self,
+        request: pb.SendMessageRequest,
+        caller: Caller,
+        subscriber: Subscriber | None,
+        hops: int,
+        seen_key: ContextKey,
+        inline_push: pb.TaskPushNotificationConfig | None,
+    ) -> pb.Task | Run:
+        message = request.message
+        task_id = message.task_id
+        if not valid_id(task_id):
+            raise not_found(task_id)
+        async with self._state.locks.hold(task_id):
+            run = self._state.live(caller, task_id)
+            if run is not None:
+                record = run.record
+            else:
+                loaded = await self._records.load(caller, task_id)
+                if loaded is None:
+                    raise not_found(task_id)
+                record = loaded
+            task = record.task
+            if message.context_id and message.context_id != task.context_id:
+                raise invalid("message.contextId", "does not match the task's contextId")
+            state = task.status.state
+            if state in TERMINAL:
+                raise UnsupportedOperationError(
+                    f"Task {task_id} is in a terminal state ({pb.TaskState.Name(state)})"
+                )
+            if run is not None or state not in INTERRUPTED:
+                raise UnsupportedOperationError(
+                    f"Task {task_id} is not waiting for input ({pb.TaskState.Name(state)})"
+                )
+            busy_key = (caller.workspace, caller.name, task.context_id)
+            if busy_key in self._state.busy:
+                raise UnsupportedOperationError(CONTEXT_BUSY)
+            if inline_push is not None:  # refuse before anything changes
+                check_push_room(record.push_configs, inline_push)
+            slot = None
+            if hops <= self._state.max_hops:
+                slot = self._runner.admit(caller, task.context_id)
+            archive_status_message(task)  # the question, before its answer
+            stored_message = task.history.add()
+            stored_message.CopyFrom(message)
+            stored_message.context_id = task.context_id
+            if inline_push is not None:
+                inline_push.task_id = task_id
+                upsert_push(record.push_configs, inline_push)
+            if hops > self._state.max_hops:
+                self._state.remember_message(seen_key, task_id)
+                apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
+                await self._records.save(record)
+                self._state.publish_status(record)
+                if self._state.task_limiter is not None:
+                    self._state.task_limiter.close_context(caller, task.context_id)
+                return task
+            apply_status(task, pb.TASK_STATE_WORKING, None)
+            self._state.publish_status(record)
+            return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+    def _hop_message(self, task: pb.Task, hops: int) -> pb.Message:
+        text = f"Hop limit exceeded: {HOPS_KEY} is {hops}, the limit is {self._state.max_hops}."
+        return agent_message(text, context_id=task.context_id, task_id=task.id)
+
+    @staticmethod
+    def _send_history_length(request: pb.SendMessageRequest) -> int | None:
+        configuration = request.configuration
+        if not configuration.HasField("history_length"):
+            return None
+        if configuration.history_length < 0:
+            raise invalid("configuration.historyLength", "must not be negative")
+        return configuration.history_length
+
+
+def _check_no_file_parts(message: pb.Message) -> None:
+    """ContentTypeNotSupported for a file part when there is nowhere to save it."""
+    for index, part in enumerate(message.parts):
+        if is_file_part(part):
+            field = f"message.parts[{index}]"
+            description = "file parts are not accepted: the server has no workspace"
+            raise ContentTypeNotSupportedError(
+                f"{field}: {description}", violations=[FieldViolation(field, description)]
+            )

@@ -1,0 +1,149 @@
+"""Push-config operations: create, get, list and delete a task's webhook configs, and
+the inline config of a SendMessage.
+
+Push notifications (with a :class:`~a2a_gateway.server.push.PushDispatcher`): every
+status change of a task that has push configs (WORKING, progress, interrupted,
+terminal; also a task failed by the hop guard or by restart recovery, and a cancel)
+queues ``{"task": ...}`` for each config; text and artifact chunks do not. A task with
+push configs is written before its first WORKING notification goes out (its id leaves
+the engine). Configs are validated like the guard will judge them
+(``validate_push_config``), a task holds at most ``MAX_PUSH_CONFIGS``, and their token
+and credentials are never returned.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import empty_pb2
+
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import PushNotificationNotSupportedError, TaskNotFoundError
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..lifecycle import new_id, valid_id
+from ..push import validate_push_config
+from .records import Records
+from .state import MAX_PAGE_SIZE, MAX_PUSH_CONFIGS, EngineState, invalid
+
+
+class PushConfigs:
+    """The four push-config operations (PushNotificationNotSupported unless enabled)."""
+
+    def __init__(self, state: EngineState, records: Records) -> None:
+        self._state = state
+        self._records = records
+
+    def _require_push(self) -> None:
+        if not self._state.push_enabled:
+            raise PushNotificationNotSupportedError()
+
+    def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str) -> None:
+        """InvalidParams naming the field unless ``config`` can be delivered to."""
+        allow_private = self._state.allow_private_urls
+        validate_push_config(config, allow_private_urls=allow_private, prefix=prefix)
+        if config.id and not valid_id(config.id):
+            raise invalid(f"{prefix}.id" if prefix else "id", "must match [A-Za-z0-9_-]{1,100}")
+
+    def inline_config(self, request: pb.SendMessageRequest) -> pb.TaskPushNotificationConfig | None:
+        if not request.HasField("configuration"):
+            return None
+        configuration = request.configuration
+        if not configuration.HasField("task_push_notification_config"):
+            return None
+        if not self._state.push_enabled:
+            raise PushNotificationNotSupportedError()
+        config = pb.TaskPushNotificationConfig()
+        config.CopyFrom(configuration.task_push_notification_config)
+        self._check_push_config(config, "configuration.taskPushNotificationConfig")
+        if not config.id:
+            config.id = new_id()
+        return config
+
+    async def create_task_push_notification_config(
+        self, request: pb.TaskPushNotificationConfig, context: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        self._require_push()
+        if not request.task_id:
+            raise invalid("taskId", "is required")
+        config = pb.TaskPushNotificationConfig()
+        config.CopyFrom(request)
+        config.ClearField("tenant")
+        self._check_push_config(config, "")
+        if not config.id:
+            config.id = new_id()
+        async with self._records.mutable_record(context.caller, request.task_id) as record:
+            upsert_push(record.push_configs, config)
+        return public_push(config)
+
+    async def get_task_push_notification_config(
+        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        self._require_push()
+        record = await self._records.view_or_not_found(context.caller, request.task_id)
+        for config in record.push_configs:
+            if config.id == request.id:
+                return public_push(config)
+        raise TaskNotFoundError(
+            f"Push notification config {request.id} not found for task {request.task_id}",
+            metadata={"taskId": request.task_id},
+        )
+
+    async def list_task_push_notification_configs(
+        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
+    ) -> pb.ListTaskPushNotificationConfigsResponse:
+        self._require_push()
+        caller = context.caller
+        record = await self._records.view_or_not_found(caller, request.task_id)
+        if request.page_size < 0 or request.page_size > MAX_PAGE_SIZE:
+            raise invalid("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
+        page_size = request.page_size or MAX_PAGE_SIZE
+        query = f"push\x00{caller.workspace}\x00{caller.name}\x00{request.task_id}"
+        start = 0
+        if request.page_token:
+            start = int(self._state.tokens.read(request.page_token, query))
+        configs = record.push_configs[start : start + page_size]
+        next_token = ""
+        if start + page_size < len(record.push_configs):
+            next_token = self._state.tokens.issue(str(start + page_size), query)
+        return pb.ListTaskPushNotificationConfigsResponse(
+            configs=[public_push(c) for c in configs], next_page_token=next_token
+        )
+
+    async def delete_task_push_notification_config(
+        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
+    ) -> empty_pb2.Empty:
+        self._require_push()
+        async with self._records.mutable_record(context.caller, request.task_id) as record:
+            kept = [c for c in record.push_configs if c.id != request.id]
+            record.push_configs[:] = kept
+        if self._state.push is not None:
+            self._state.push.forget(request.task_id, request.id)  # stops what is still queued
+        return empty_pb2.Empty()
+
+
+def check_push_room(
+    configs: list[pb.TaskPushNotificationConfig], config: pb.TaskPushNotificationConfig
+) -> None:
+    """InvalidParams when adding ``config`` (not replacing one) exceeds the cap."""
+    if len(configs) >= MAX_PUSH_CONFIGS and all(c.id != config.id for c in configs):
+        raise invalid("id", f"a task has at most {MAX_PUSH_CONFIGS} push notification configs")
+
+
+def upsert_push(
+    configs: list[pb.TaskPushNotificationConfig], config: pb.TaskPushNotificationConfig
+) -> None:
+    for index, existing in enumerate(configs):
+        if existing.id == config.id:
+            configs[index] = config
+            return
+    check_push_room(configs, config)
+    configs.append(config)
+
+
+def public_push(config: pb.TaskPushNotificationConfig) -> pb.TaskPushNotificationConfig:
+    """The config as answered to callers: token and credentials are never returned."""
+    public = pb.TaskPushNotificationConfig()
+    public.CopyFrom(config)
+    public.ClearField("token")
+    if public.HasField("authentication"):
+        public.authentication.ClearField("credentials")
+    return public

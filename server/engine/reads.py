@@ -1,0 +1,149 @@
+"""Reads: GetTask, ListTasks (filters, ordering and paging over stored and live tasks)
+and SubscribeToTask."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from a2a_gateway.protocol.context import CallContext, Caller
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..events import Subscriber
+from ..lifecycle import ACTIVE, KNOWN_STATES, task_view, timestamp_ns, valid_id
+from ..task_store import TaskRecord, TaskSummary
+from .records import Records
+from .rules import check_not_terminal, read_history_length
+from .state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, EngineState, invalid, not_found
+
+
+class Reads:
+    """What a caller can read of its tasks: one, a page of them, or a live stream."""
+
+    def __init__(self, state: EngineState, records: Records) -> None:
+        self._state = state
+        self._records = records
+
+    async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
+        history_length = read_history_length(request, "historyLength")
+        record = await self._records.view_or_not_found(context.caller, request.id)
+        return task_view(record.task, history_length)
+
+    async def list_tasks(
+        self, request: pb.ListTasksRequest, context: CallContext
+    ) -> pb.ListTasksResponse:
+        caller = context.caller
+        page_size = DEFAULT_PAGE_SIZE
+        if request.HasField("page_size"):
+            page_size = request.page_size
+            if not 1 <= page_size <= MAX_PAGE_SIZE:
+                raise invalid("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
+        history_length = read_history_length(request, "historyLength")
+        status = request.status
+        if status != pb.TASK_STATE_UNSPECIFIED and status not in KNOWN_STATES:
+            raise invalid("status", f"unknown task state {status}")
+        after_ns: int | None = None
+        if request.HasField("status_timestamp_after"):
+            after_ns = timestamp_ns(request.status_timestamp_after)
+        include_artifacts = request.include_artifacts
+
+        summaries = await self._summaries(caller)
+        context_id = request.context_id
+        matches = [
+            s
+            for s in summaries
+            if (not context_id or s.context_id == context_id)
+            and (not status or s.state == status)
+            and (after_ns is None or s.timestamp_ns >= after_ns)
+        ]
+        matches.sort(key=lambda s: (s.timestamp_ns, s.task_id), reverse=True)
+        query = "\x00".join(
+            ("tasks", caller.workspace, caller.name, context_id, str(status), str(after_ns))
+        )
+        start = 0
+        if request.page_token:
+            cursor = self._state.tokens.read(request.page_token, query)
+            ts_text, _, last_id = cursor.partition(":")
+            position = (int(ts_text), last_id)
+            while start < len(matches) and (
+                (matches[start].timestamp_ns, matches[start].task_id) >= position
+            ):
+                start += 1
+        page = matches[start : start + page_size]
+        tasks: list[pb.Task] = []
+        for summary in page:
+            run = self._state.live(caller, summary.task_id)
+            record: TaskRecord | None
+            if run is not None:
+                await self._records.persist_if_dirty(run)  # its id is about to leave the engine
+                record = run.record
+            else:
+                record = await self._records.load(caller, summary.task_id)
+            if record is not None:
+                tasks.append(
+                    task_view(record.task, history_length, include_artifacts=include_artifacts)
+                )
+        next_token = ""
+        if page and start + len(page) < len(matches):
+            last = page[-1]
+            next_token = self._state.tokens.issue(f"{last.timestamp_ns}:{last.task_id}", query)
+        return pb.ListTasksResponse(
+            tasks=tasks, next_page_token=next_token, page_size=len(tasks), total_size=len(matches)
+        )
+
+    async def _summaries(self, caller: Caller) -> list[TaskSummary]:
+        """Every task of ``caller``: stored ones, overlaid by live runs, recovered."""
+        by_id = {s.task_id: s for s in await self._state.store.summaries(caller)}
+        for task_id, run in self._state.runs.items():
+            if run.record.owner == caller:
+                by_id[task_id] = TaskSummary.of(run.record.task)
+        for summary in list(by_id.values()):
+            if summary.state in ACTIVE and summary.task_id not in self._state.runs:
+                record = await self._records.load(caller, summary.task_id)
+                if record is None:
+                    del by_id[summary.task_id]
+                else:
+                    by_id[summary.task_id] = TaskSummary.of(record.task)
+        return list(by_id.values())
+
+    def subscribe_to_task(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._subscribe_stream(request, context)
+
+    async def _subscribe_stream(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        caller = context.caller
+        task_id = request.id
+        subscriber = Subscriber(until_interrupted=False)
+        snapshot = await self._join(caller, task_id, subscriber)
+        try:
+            yield snapshot
+            while batch := await subscriber.next_batch():
+                for event in batch:
+                    yield event
+        finally:
+            self._state.leave(task_id, subscriber)
+
+    async def _join(
+        self, caller: Caller, task_id: str, subscriber: Subscriber
+    ) -> pb.StreamResponse:
+        """Subscribe to a non-terminal task; its snapshot, taken in the same step."""
+        run = self._state.live(caller, task_id)
+        if run is None:
+            if not valid_id(task_id):
+                raise not_found(task_id)
+            async with self._state.locks.hold(task_id):
+                run = self._state.live(caller, task_id)
+                if run is None:
+                    record = await self._records.load(caller, task_id)
+                    if record is None:
+                        raise not_found(task_id)
+                    check_not_terminal(record.task)
+                    self._state.subscribe(task_id, subscriber)
+                    return pb.StreamResponse(task=task_view(record.task))
+        check_not_terminal(run.record.task)
+        self._state.subscribe(task_id, subscriber)
+        snapshot = pb.StreamResponse(task=task_view(run.record.task))
+        await self._records.persist_if_dirty(run)
+        return snapshot

@@ -1,0 +1,163 @@
+"""Where tasks are kept: writing them (eagerly when their id leaves the engine, lazily
+otherwise), reading them back with lazy restart recovery, and changing a stored task.
+
+Persistence (the hot path matters: the bench sends thousands of ``hi`` per second):
+
+- A task is written when its id first leaves the engine (returnImmediately answer;
+  first stream event, sent after the run's first step so that a run that ends at once
+  is written only finished), at every interrupted or terminal state (before anyone can
+  see that state), and otherwise lazily: a status change marks it dirty, and a flusher task
+  writes what is still dirty ``FLUSH_DELAY_S`` (50 ms) later. A run that ends sooner
+  (the faux ``hi``) is written once, finished: under load this halves the file writes,
+  and creating files is the dominant cost of a blocking send on ext4. Artifact chunks
+  never cause a write; they are saved with the next status write. ListTasks writes the
+  live tasks it returns first, like every other path that reveals a task id. A store
+  that is not ``durable`` (memory) only gets interrupted and final states.
+- Lazy restart recovery: a stored task that is submitted/working but has no live run
+  in this engine (the process died mid-run) is rewritten failed ("server restarted")
+  the first time anything reads it. Input-required tasks are untouched. One engine
+  per store folder: two processes on one workspace would "recover" each other's runs.
+- Live tasks are served from memory; finished ones from the store (serialized bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.errors import InternalError
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..lifecycle import ACTIVE, agent_message, valid_id
+from ..task_store import TaskRecord
+from .rules import apply_status
+from .state import FLUSH_DELAY_S, SERVER_RESTARTED, EngineState, Run, not_found
+
+log = logging.getLogger(__name__)
+
+
+class Records:
+    """The engine's access to its store: dirty live tasks, writes, reads, recovery."""
+
+    def __init__(self, state: EngineState) -> None:
+        self._state = state
+        self._durable = state.store.durable
+        self._dirty: dict[str, Run] = {}
+        self._dirty_wakeup: asyncio.Event | None = None
+        self._flusher: asyncio.Task[None] | None = None
+
+    def mark_dirty(self, run: Run) -> None:
+        if run.dirty or not self._durable:
+            return  # a memory store gains nothing from intermediate states
+        run.dirty = True
+        if self._dirty_wakeup is None:
+            self._dirty_wakeup = asyncio.Event()
+            self._flusher = asyncio.create_task(self._flush_loop(), name="a2a-task-flusher")
+        if not self._dirty:
+            self._dirty_wakeup.set()
+        self._dirty[run.record.task.id] = run
+
+    async def _flush_loop(self) -> None:
+        assert self._dirty_wakeup is not None
+        wakeup = self._dirty_wakeup
+        while True:
+            await wakeup.wait()
+            # Wait a little first: most runs end within a few loop turns and are then
+            # written once, finished (under load, runs started in the same turn as
+            # the wake-up would otherwise be written submitted, then again finished).
+            await asyncio.sleep(FLUSH_DELAY_S)
+            wakeup.clear()
+            while self._dirty:
+                _, run = self._dirty.popitem()
+                if run.dirty and not run.finished:
+                    await self.persist(run)
+
+    async def persist_if_dirty(self, run: Run) -> None:
+        if run.dirty:
+            await self.persist(run)
+
+    async def persist(self, run: Run) -> None:
+        run.dirty = False
+        self._dirty.pop(run.record.task.id, None)
+        await self.save(run.record)
+
+    async def save(self, record: TaskRecord) -> None:
+        try:
+            await self._state.store.save(record)
+        except Exception:
+            # The task stays served from memory while live; the next write retries.
+            log.exception("could not store task %s", record.task.id)
+
+    async def save_or_fail(self, record: TaskRecord) -> None:
+        """Store a change to a task with no live run: nothing would retry the write,
+        so the caller is told it failed (without the server's details)."""
+        try:
+            await self._state.store.save(record)
+        except Exception:
+            log.exception("could not store task %s", record.task.id)
+            raise InternalError(f"Task {record.task.id} could not be stored") from None
+
+    async def load(self, caller: Caller, task_id: str) -> TaskRecord | None:
+        """The caller's stored task, after lazy restart recovery."""
+        if not valid_id(task_id):
+            return None
+        record = await self._state.store.load(caller, task_id)
+        if record is None or record.task.status.state not in ACTIVE or task_id in self._state.runs:
+            return record
+        async with self._state.locks.hold(task_id):
+            if task_id in self._state.runs:  # a run started while we waited
+                return await self._state.store.load(caller, task_id)
+            record = await self._state.store.load(caller, task_id)
+            if record is not None and record.task.status.state in ACTIVE:
+                task = record.task
+                log.info("task %s had no live run (server restarted): marking it failed", task_id)
+                message = agent_message(
+                    SERVER_RESTARTED, context_id=task.context_id, task_id=task_id
+                )
+                apply_status(task, pb.TASK_STATE_FAILED, message)
+                await self.save(record)
+                self._state.notify(record)
+            return record
+
+    async def view_or_not_found(self, caller: Caller, task_id: str) -> TaskRecord:
+        run = self._state.live(caller, task_id)
+        if run is not None:
+            return run.record
+        record = await self.load(caller, task_id)
+        if record is None:
+            raise not_found(task_id)
+        return record
+
+    @contextlib.asynccontextmanager
+    async def mutable_record(self, caller: Caller, task_id: str) -> AsyncIterator[TaskRecord]:
+        """The caller's task record to change in place; stored when the block ends."""
+        if not valid_id(task_id):
+            raise not_found(task_id)
+        run = self._state.live(caller, task_id)
+        if run is not None:
+            yield run.record
+            await self.persist(run)
+            return
+        async with self._state.locks.hold(task_id):
+            run = self._state.live(caller, task_id)
+            if run is not None:
+                yield run.record
+                await self.persist(run)
+                return
+            record = await self.load(caller, task_id)
+            if record is None:
+                raise not_found(task_id)
+            yield record
+            await self.save_or_fail(record)
+
+    async def aclose(self) -> None:
+        """Stop the flusher (what is still dirty was stored by the runs' ends)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+            self._dirty_wakeup = None

@@ -1,0 +1,89 @@
+"""Task rules every part of the engine applies: what a message must carry, how a status
+changes, which states a task may be cancelled or subscribed in, and the agent's view
+of a turn."""
+
+from __future__ import annotations
+
+from google.protobuf import json_format
+
+from a2a_gateway.agent.base import Signal, Turn
+from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.errors import TaskNotCancelableError, UnsupportedOperationError
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..lifecycle import TERMINAL, set_now
+from .state import invalid
+
+
+def new_turn(
+    request: pb.SendMessageRequest,
+    message: pb.Message,
+    task: pb.Task | None,
+    caller: Caller,
+    context_id: str,
+    cancelled: Signal,
+    hops: int,
+) -> Turn:
+    """The agent's view of a turn. It keeps no reference to the request (a held
+    stream should not pin the parsed request in memory)."""
+    configuration = request.configuration
+    modes = (
+        tuple(configuration.accepted_output_modes) if configuration.accepted_output_modes else ()
+    )
+    if request.HasField("metadata"):
+        metadata = json_format.MessageToDict(request.metadata)
+        return Turn(message, task, caller, context_id, cancelled, hops, modes, metadata)
+    return Turn(message, task, caller, context_id, cancelled, hops, modes)
+
+
+def check_cancelable(task: pb.Task) -> None:
+    state = task.status.state
+    if state in TERMINAL:
+        raise TaskNotCancelableError(
+            f"Task {task.id} is already {pb.TaskState.Name(state)}", metadata={"taskId": task.id}
+        )
+
+
+def check_not_terminal(task: pb.Task) -> None:
+    state = task.status.state
+    if state in TERMINAL:
+        raise UnsupportedOperationError(
+            f"Task {task.id} is in a terminal state ({pb.TaskState.Name(state)})"
+        )
+
+
+def check_message(request: pb.SendMessageRequest) -> None:
+    if not request.HasField("message"):
+        raise invalid("message", "is required")
+    message = request.message
+    if not message.message_id:
+        raise invalid("message.messageId", "is required")
+    if message.role != pb.ROLE_USER:
+        raise invalid("message.role", "must be ROLE_USER")
+    if not message.parts:
+        raise invalid("message.parts", "must contain at least one part")
+
+
+def read_history_length(request: pb.GetTaskRequest | pb.ListTasksRequest, field: str) -> int | None:
+    if not request.HasField("history_length"):
+        return None
+    if request.history_length < 0:
+        raise invalid(field, "must not be negative")
+    return request.history_length
+
+
+def apply_status(task: pb.Task, state: int, message: pb.Message | None) -> None:
+    """Move to ``state`` now; the previous status message goes into history."""
+    archive_status_message(task)
+    status = task.status
+    status.state = state  # type: ignore[assignment]
+    if message is not None:
+        status.message.CopyFrom(message)
+    set_now(status.timestamp)
+
+
+def archive_status_message(task: pb.Task) -> None:
+    status = task.status
+    if status.HasField("message"):
+        task.history.append(status.message)
+        status.ClearField("message")

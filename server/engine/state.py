@@ -1,0 +1,207 @@
+"""What the engine's parts share: its settings, the tables of live runs, and the few
+operations on those tables every part needs (find a caller's live run, join or leave a
+task's hub, show a new status)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from a2a_gateway.agent.base import Agent, Signal, Turn
+from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError, TaskNotFoundError
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..events import Hub, Subscriber
+from ..lifecycle import TERMINAL
+from ..limits import RunSlot, TaskLimiter
+from ..outbound import OutboundClient
+from ..paging import PageTokens
+from ..push import PushDispatcher
+from ..task_store import TaskRecord, TaskStore
+
+CONTEXT_BUSY = "context busy, retry when the current task ends"
+UNEXPECTED = "The run failed unexpectedly."
+SERVER_RESTARTED = "server restarted"
+SHUTDOWN = "The server shut down during the run."
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+MAX_PUSH_CONFIGS = 10
+FLUSH_DELAY_S = 0.05  # how long a live task's status may stay in memory only
+SAVED_AS_KEY = "a2a-gateway.savedAs"  # Part.metadata: where a received file was saved
+
+ContextKey = tuple[str, str, str]  # (caller workspace, caller name, context or message id)
+
+
+def invalid(field: str, description: str) -> InvalidParamsError:
+    return InvalidParamsError(
+        f"{field}: {description}", violations=[FieldViolation(field, description)]
+    )
+
+
+def not_found(task_id: str) -> TaskNotFoundError:
+    return TaskNotFoundError(f"Task {task_id} not found", metadata={"taskId": task_id})
+
+
+class Run:
+    """A task with a live run (one agent turn) in this engine."""
+
+    __slots__ = (
+        "aio",
+        "busy_key",
+        "dirty",
+        "file_notes",
+        "finished",
+        "record",
+        "response_index",
+        "settled",
+        "slot",
+        "stopping",
+        "turn",
+    )
+
+    def __init__(
+        self, record: TaskRecord, busy_key: ContextKey, turn: Turn, slot: RunSlot | None
+    ) -> None:
+        self.slot = slot  # the caller's task-cap slot, given back when the run ends
+        self.record = record
+        self.busy_key = busy_key
+        self.turn = turn
+        self.aio: asyncio.Task[None] | None = None
+        self.settled = Signal()  # set once the run's final state is stored and shown
+        self.finished = False
+        self.stopping = ""  # why the engine is stopping the run (timeout, shutdown)
+        self.dirty = False
+        self.response_index = -1  # index of the response artifact, once this run wrote it
+        self.file_notes: tuple[str, ...] = ()  # outgoing files skipped, for the final status
+
+
+class KeyedLocks:
+    """One asyncio.Lock per task id, alive only while someone holds or awaits it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+class EngineState:
+    """The engine's settings (see :class:`~.task_engine.TaskEngine`) and its tables:
+    live runs by task id, the busy contexts, the messageIds seen, the hubs of the
+    task streams, the per-task locks and the page tokens."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: TaskStore,
+        *,
+        max_hops: int,
+        extended_card: Callable[[CallContext], pb.AgentCard] | None,
+        push_enabled: bool,
+        run_timeout_s: float,
+        cancel_grace_s: float,
+        dedupe_entries: int,
+        task_limiter: TaskLimiter | None,
+        push: PushDispatcher | None,
+        outbound: OutboundClient | None,
+        default_workspace: Path | None,
+        max_file_bytes: int,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.max_hops = max_hops
+        self.extended_card = extended_card
+        self.push_enabled = push_enabled
+        self.run_timeout_s = run_timeout_s
+        self.cancel_grace_s = cancel_grace_s
+        self.dedupe_entries = dedupe_entries
+        self.task_limiter = task_limiter
+        self.push = push
+        self.outbound = outbound
+        self.default_workspace = default_workspace
+        self.max_file_bytes = max_file_bytes
+        self.runs: dict[str, Run] = {}
+        self.busy: dict[ContextKey, str] = {}
+        self.seen: dict[ContextKey, str] = {}  # (ws, caller, messageId) -> task id
+        self.hubs: dict[str, Hub] = {}
+        self.locks = KeyedLocks()
+        self.tokens = PageTokens()
+        self.closing = False
+
+    def live(self, caller: Caller, task_id: str) -> Run | None:
+        """The caller's live run of ``task_id`` (another caller's is not found)."""
+        run = self.runs.get(task_id)
+        if run is None or run.record.owner != caller:
+            return None
+        return run
+
+    def subscribe(self, task_id: str, subscriber: Subscriber) -> None:
+        hub = self.hubs.get(task_id)
+        if hub is None:
+            hub = self.hubs[task_id] = Hub()
+        hub.add(subscriber)
+
+    def leave(self, task_id: str, subscriber: Subscriber) -> None:
+        hub = self.hubs.get(task_id)
+        if hub is None:
+            return
+        hub.remove(subscriber)
+        if not hub.subscribers and task_id not in self.runs:
+            del self.hubs[task_id]
+
+    def remember_message(self, seen_key: ContextKey, task_id: str) -> None:
+        seen = self.seen
+        seen[seen_key] = task_id
+        if len(seen) > self.dedupe_entries:
+            del seen[next(iter(seen))]
+
+    def workspace_of(self, owner: Caller) -> Path | None:
+        """Where ``owner``'s files go: its own workspace, else the default one."""
+        return Path(owner.workspace) if owner.workspace else self.default_workspace
+
+    @property
+    def allow_private_urls(self) -> bool:
+        """Whether webhooks may be http or private addresses: the guarded client's
+        setting (the one that will deliver), else False."""
+        client = self.outbound or (self.push.client if self.push is not None else None)
+        return client is not None and client.allow_private_urls
+
+    def publish_status(self, record: TaskRecord) -> None:
+        """Show the task's new status to its streams (a terminal one ends them all)
+        and to its webhooks."""
+        task = record.task
+        if record.push_configs:
+            self.notify(record)
+        hub = self.hubs.get(task.id)
+        if hub is None:
+            return
+        state = task.status.state
+        if hub.subscribers:
+            event = pb.StreamResponse()
+            update = event.status_update
+            update.task_id = task.id
+            update.context_id = task.context_id
+            update.status.CopyFrom(task.status)
+            hub.publish(event, state)
+        if state in TERMINAL:
+            hub.close()
+            del self.hubs[task.id]
+
+    def notify(self, record: TaskRecord) -> None:
+        """Queue the task as it is now for each of its webhooks."""
+        if self.push is not None and record.push_configs:
+            self.push.notify(record.task, record.push_configs)

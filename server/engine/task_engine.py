@@ -1,0 +1,215 @@
+"""The :class:`TaskEngine` facade: the local A2AService, wiring the engine's parts
+around one shared :class:`~.state.EngineState`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Generic, TypeVar, overload
+
+from google.protobuf import empty_pb2
+
+from a2a_gateway.agent.base import Agent
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError, UnavailableError
+from a2a_gateway.protocol.service import A2AService
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..files import DEFAULT_MAX_FILE_BYTES
+from ..limits import TaskLimiter
+from ..outbound import OutboundClient
+from ..push import PushDispatcher
+from ..task_store import TaskStore
+from .continuation import Intake
+from .push_configs import PushConfigs
+from .reads import Reads
+from .records import Records
+from .state import EngineState
+from .turns import Runner
+
+T = TypeVar("T")
+
+
+class _Setting(Generic[T]):
+    """An engine setting, kept in the shared state: read and set through the engine
+    (``engine.max_file_bytes = ...`` reaches every part)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, engine: None, owner: type) -> _Setting[T]: ...
+    @overload
+    def __get__(self, engine: TaskEngine, owner: type) -> T: ...
+    def __get__(self, engine: TaskEngine | None, owner: type) -> _Setting[T] | T:
+        if engine is None:
+            return self
+        value: T = getattr(engine._state, self._name)
+        return value
+
+    def __set__(self, engine: TaskEngine, value: T) -> None:
+        setattr(engine._state, self._name, value)
+
+
+class TaskEngine(A2AService):
+    """The local A2A service (see the package docstring for its rules).
+
+    ``extended_card`` builds the caller's extended agent card (None: the operation
+    answers ExtendedAgentCardNotConfigured). With ``push_enabled`` False, the four
+    push-config operations and an inline ``configuration.taskPushNotificationConfig``
+    answer PushNotificationNotSupported. ``push`` delivers the notifications (None:
+    configs are kept but nothing is sent).
+
+    ``outbound`` is the guarded client: it downloads file parts given by URL (None:
+    URL parts are refused) and its ``allow_private_urls`` decides which webhook URLs
+    are accepted. ``default_workspace`` receives the files of callers without a
+    workspace of their own (anonymous); with neither, file parts are refused.
+    ``max_file_bytes`` caps each file, in and out.
+    """
+
+    agent: _Setting[Agent] = _Setting()
+    store: _Setting[TaskStore] = _Setting()
+    max_hops: _Setting[int] = _Setting()
+    extended_card: _Setting[Callable[[CallContext], pb.AgentCard] | None] = _Setting()
+    push_enabled: _Setting[bool] = _Setting()
+    run_timeout_s: _Setting[float] = _Setting()
+    cancel_grace_s: _Setting[float] = _Setting()
+    dedupe_entries: _Setting[int] = _Setting()
+    task_limiter: _Setting[TaskLimiter | None] = _Setting()
+    push: _Setting[PushDispatcher | None] = _Setting()
+    outbound: _Setting[OutboundClient | None] = _Setting()
+    default_workspace: _Setting[Path | None] = _Setting()
+    max_file_bytes: _Setting[int] = _Setting()
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: TaskStore,
+        *,
+        max_hops: int = 3,
+        extended_card: Callable[[CallContext], pb.AgentCard] | None = None,
+        push_enabled: bool = False,
+        run_timeout_s: float = 3600.0,
+        cancel_grace_s: float = 5.0,
+        dedupe_entries: int = 100_000,
+        task_limiter: TaskLimiter | None = None,
+        push: PushDispatcher | None = None,
+        outbound: OutboundClient | None = None,
+        default_workspace: Path | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    ) -> None:
+        self._state = state = EngineState(
+            agent,
+            store,
+            max_hops=max_hops,
+            extended_card=extended_card,
+            push_enabled=push_enabled,
+            run_timeout_s=run_timeout_s,
+            cancel_grace_s=cancel_grace_s,
+            dedupe_entries=dedupe_entries,
+            task_limiter=task_limiter,
+            push=push,
+            outbound=outbound,
+            default_workspace=default_workspace,
+            max_file_bytes=max_file_bytes,
+        )
+        self._records = Records(state)
+        self._runner = Runner(state, self._records)
+        self._reads = Reads(state, self._records)
+        self._push_configs = PushConfigs(state, self._records)
+        self._intake = Intake(state, self._records, self._runner, self._push_configs)
+
+    @property
+    def allow_private_urls(self) -> bool:
+        """Whether webhooks may be http or private addresses: the guarded client's
+        setting (the one that will deliver), else False."""
+        return self._state.allow_private_urls
+
+    # --- SendMessage / SendStreamingMessage (continuation.py) --------------------------
+
+    async def send_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> pb.SendMessageResponse:
+        return await self._intake.send_message(request, context)
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._intake.send_streaming_message(request, context)
+
+    # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
+
+    async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
+        return await self._reads.get_task(request, context)
+
+    async def list_tasks(
+        self, request: pb.ListTasksRequest, context: CallContext
+    ) -> pb.ListTasksResponse:
+        return await self._reads.list_tasks(request, context)
+
+    def subscribe_to_task(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._reads.subscribe_to_task(request, context)
+
+    # --- CancelTask (turns.py) --------------------------------------------------------
+
+    async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
+        return await self._runner.cancel_task(request, context)
+
+    # --- push notification configs (push_configs.py) ----------------------------------
+
+    async def create_task_push_notification_config(
+        self, request: pb.TaskPushNotificationConfig, context: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        return await self._push_configs.create_task_push_notification_config(request, context)
+
+    async def get_task_push_notification_config(
+        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        return await self._push_configs.get_task_push_notification_config(request, context)
+
+    async def list_task_push_notification_configs(
+        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
+    ) -> pb.ListTaskPushNotificationConfigsResponse:
+        return await self._push_configs.list_task_push_notification_configs(request, context)
+
+    async def delete_task_push_notification_config(
+        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
+    ) -> empty_pb2.Empty:
+        return await self._push_configs.delete_task_push_notification_config(request, context)
+
+    # --- GetExtendedAgentCard ---------------------------------------------------------
+
+    async def get_extended_agent_card(
+        self, request: pb.GetExtendedAgentCardRequest, context: CallContext
+    ) -> pb.AgentCard:
+        if self._state.extended_card is None:
+            raise ExtendedAgentCardNotConfiguredError()
+        return self._state.extended_card(context)
+
+    # --- shutdown ---------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop every live run (stored failed), end every stream, stop the flusher, close
+        the store."""
+        state = self._state
+        state.closing = True
+        await self._runner.stop_all()
+        for hub in state.hubs.values():
+            hub.close(UnavailableError("The server is shutting down."))
+        state.hubs.clear()
+        await self._records.aclose()
+        await state.store.aclose()  # e.g. a ListTasks folder scan in progress
+
+    # --- introspection (tests, the CLI) ----------------------------------------------
+
+    def live_task_ids(self) -> list[str]:
+        return list(self._state.runs)
+
+    def __repr__(self) -> str:
+        agent = type(self._state.agent).__name__
+        return f"TaskEngine(agent={agent}, live runs={len(self._state.runs)})"
+
+
+__all__ = ["TaskEngine"]

@@ -1,0 +1,414 @@
+"""Running turns: a run's life from start to its stored final state (the agent's
+outputs applied to the task and shown to its streams), the run bound, and CancelTask.
+
+Files: a run first saves the message's file parts (``raw`` or ``url``) to the owner's
+workspace inbox (``receive_files``; the default workspace for callers without one);
+a refused file fails the task with the reason, before the agent runs. The stored
+history keeps such parts with their ``raw`` bytes emptied (the bytes are in the inbox,
+``metadata["a2a-gateway.savedAs"]`` says where), so task files stay small. An agent's
+:class:`File` output becomes an artifact with one file part (cap ``max_file_bytes``);
+one over the cap is skipped and the final status message says so.
+
+Events are built only when someone listens (no stream: no event objects), and never
+JSON-encoded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from a2a_gateway.agent.base import (
+    RESPONSE_ARTIFACT,
+    AgentError,
+    ArtifactChunk,
+    AuthRequired,
+    Completed,
+    Failed,
+    File,
+    InputRequired,
+    Progress,
+    Rejected,
+    Signal,
+    TextChunk,
+    redact,
+)
+from a2a_gateway.protocol.context import CallContext, Caller
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..events import Subscriber
+from ..files import (
+    FileRefused,
+    SavedFile,
+    is_file_part,
+    outgoing_parts,
+    receive_files,
+    sanitize_filename,
+)
+from ..lifecycle import INTERRUPTED, agent_message, new_id, task_view, valid_id
+from ..limits import RunSlot
+from ..task_store import TaskRecord
+from .records import Records
+from .rules import apply_status, check_cancelable, new_turn
+from .state import SAVED_AS_KEY, SHUTDOWN, UNEXPECTED, ContextKey, EngineState, Run, not_found
+
+log = logging.getLogger(__name__)
+
+
+class Runner:
+    """Starts runs, drives the agent's outputs into the task, finishes and cancels runs."""
+
+    def __init__(self, state: EngineState, records: Records) -> None:
+        self._state = state
+        self._records = records
+
+    def admit(self, caller: Caller, context_id: str) -> RunSlot | None:
+        """A task-cap slot for a new run (RateLimitedError when the caller is at a cap)."""
+        if self._state.task_limiter is None:
+            return None
+        return self._state.task_limiter.start(caller, context_id)
+
+    def start(
+        self,
+        record: TaskRecord,
+        busy_key: ContextKey,
+        seen_key: ContextKey,
+        hops: int,
+        request: pb.SendMessageRequest,
+        subscriber: Subscriber | None,
+        slot: RunSlot | None,
+    ) -> Run:
+        task = record.task
+        turn = new_turn(
+            request, task.history[-1], task, record.owner, task.context_id, Signal(), hops
+        )
+        run = Run(record, busy_key, turn, slot)
+        task_id = task.id
+        self._state.runs[task_id] = run
+        self._state.busy[busy_key] = task_id
+        self._state.remember_message(seen_key, task_id)
+        if subscriber is not None:
+            self._state.subscribe(task_id, subscriber)
+        # The run's first step is scheduled before the flusher's wake-up, so a run that
+        # finishes without suspending is written once, finished.
+        run.aio = asyncio.create_task(self._drive(run), name=f"a2a-run-{task_id}")
+        self._records.mark_dirty(run)
+        return run
+
+    async def _drive(self, run: Run) -> None:
+        task = run.record.task
+        outputs: AsyncIterator[Any] | None = None
+        ending: tuple[int, str] = (pb.TASK_STATE_COMPLETED, "")
+        # A plain timer bounds the run (cheaper than asyncio.timeout on this hot path).
+        timer = asyncio.get_running_loop().call_later(
+            self._state.run_timeout_s, self._time_out, run
+        )
+        try:
+            if task.status.state != pb.TASK_STATE_WORKING:
+                apply_status(task, pb.TASK_STATE_WORKING, None)
+                self._records.mark_dirty(run)
+                if run.record.push_configs:
+                    await self._records.persist(run)  # the webhooks are about to learn its id
+                self._state.publish_status(run.record)
+            refused = ""
+            if _has_file_parts(run.turn.message):
+                refused = await self._receive_files(run)
+            if refused:
+                ending = (pb.TASK_STATE_FAILED, refused)
+            else:
+                outputs = self._state.agent.run(run.turn)
+                ending = await self._consume(run, outputs)
+        except asyncio.CancelledError:
+            if run.finished:
+                return  # CancelTask already stored the outcome
+            run.stopping = run.stopping or SHUTDOWN
+        except AgentError as exc:
+            ending = (pb.TASK_STATE_FAILED, redact(str(exc)) or UNEXPECTED)
+        except Exception:
+            ending = self._unexpected(run)
+        finally:
+            timer.cancel()
+            if outputs is not None:
+                await _close_outputs(outputs)
+        if run.stopping:  # whatever the agent did after being stopped does not count
+            ending = (pb.TASK_STATE_FAILED, run.stopping)
+        elif run.file_notes:
+            state, text = ending
+            ending = (state, "\n".join(t for t in (text, *run.file_notes) if t))
+        await self.finish(run, *ending)
+
+    async def _consume(self, run: Run, outputs: AsyncIterator[Any]) -> tuple[int, str]:
+        """Apply the agent's outputs until its ending (COMPLETED when it has none)."""
+        task = run.record.task
+        async for output in outputs:
+            if run.finished or run.stopping:
+                break
+            if isinstance(output, TextChunk):
+                self._text(run, output)
+            elif isinstance(output, ArtifactChunk):
+                self._artifact(run, output)
+            elif isinstance(output, Progress):
+                message = agent_message(output.text, context_id=task.context_id, task_id=task.id)
+                apply_status(task, pb.TASK_STATE_WORKING, message)
+                self._records.mark_dirty(run)
+                self._state.publish_status(run.record)
+            elif isinstance(output, File):
+                await self._file(run, output)
+            else:
+                return _ending(output)
+            hub = self._state.hubs.get(task.id)
+            if hub is not None and hub.pressure:
+                hub.pressure = False
+                await asyncio.sleep(0)  # let the streams catch up
+        return (pb.TASK_STATE_COMPLETED, "")
+
+    async def _receive_files(self, run: Run) -> str:
+        """Save the turn's file parts to the owner's inbox and hand their paths to the
+        agent; the reason when a file is refused (``""`` when all were saved). Either
+        way the ``raw`` bytes leave the stored history (the inbox has them)."""
+        record = run.record
+        message = run.turn.message  # the stored history entry itself
+        workspace = self._state.workspace_of(record.owner)
+        saved: list[SavedFile] = []
+        refused = ""
+        try:
+            if workspace is None:  # refused when accepted already; never saved to cwd
+                raise FileRefused("message.parts: files are not accepted without a workspace")
+            saved = await receive_files(
+                message,
+                workspace=workspace,
+                caller=record.owner,
+                client=self._state.outbound,
+                max_file_bytes=self._state.max_file_bytes,
+            )
+        except FileRefused as exc:
+            refused = str(exc)
+            log.info("task %s: a file was refused: %s", record.task.id, refused)
+        finally:
+            _strip_saved_bytes(message, saved)
+        if saved:
+            files = tuple(file.path for file in saved)
+            run.turn = dataclasses.replace(run.turn, files=files)
+        self._records.mark_dirty(run)
+        return refused
+
+    async def _file(self, run: Run, file: File) -> None:
+        """An agent's file as a new artifact, or a note when it is skipped."""
+        workspace = self._state.workspace_of(run.record.owner)
+        if file.data is None and file.path is not None and workspace is None:
+            name = sanitize_filename(file.filename)
+            run.file_notes += (f"Files skipped: {name} (no workspace to read it from).",)
+            return
+        if file.data is None and file.path is not None:  # a read: off the event loop
+            built = await asyncio.to_thread(
+                outgoing_parts,
+                [file],
+                max_file_bytes=self._state.max_file_bytes,
+                workspace=workspace,
+            )
+        else:
+            built = outgoing_parts([file], max_file_bytes=self._state.max_file_bytes)
+        if built.note:
+            run.file_notes += (built.note,)
+        if built.parts:
+            name = built.parts[0].filename
+            artifact = pb.Artifact(name=name, parts=built.parts)
+            self._artifact(run, ArtifactChunk(artifact, last_chunk=True))
+
+    def _time_out(self, run: Run) -> None:
+        if run.aio is not None and not run.finished:
+            run.stopping = f"The run took longer than {self._state.run_timeout_s:g} s."
+            run.turn.cancelled.set()
+            run.aio.cancel()
+
+    @staticmethod
+    def _unexpected(run: Run) -> tuple[int, str]:
+        log.exception("run of task %s failed", run.record.task.id)
+        return (pb.TASK_STATE_FAILED, UNEXPECTED)
+
+    def _text(self, run: Run, chunk: TextChunk) -> None:
+        task = run.record.task
+        if run.response_index < 0:
+            append = False
+            for index, existing in enumerate(task.artifacts):
+                if existing.name == RESPONSE_ARTIFACT:
+                    artifact = existing
+                    artifact.ClearField("parts")  # each run replaces the response
+                    run.response_index = index
+                    break
+            else:
+                run.response_index = len(task.artifacts)
+                artifact = task.artifacts.add(artifact_id=new_id(), name=RESPONSE_ARTIFACT)
+        else:
+            append = True
+            artifact = task.artifacts[run.response_index]
+        artifact.parts.add(text=chunk.text)
+        hub = self._state.hubs.get(task.id)
+        if hub is not None and hub.subscribers:
+            event = pb.StreamResponse()  # built in place: no copies
+            update = event.artifact_update
+            update.task_id = task.id
+            update.context_id = task.context_id
+            update.append = append
+            update.last_chunk = chunk.last
+            update.artifact.artifact_id = artifact.artifact_id
+            update.artifact.name = RESPONSE_ARTIFACT
+            update.artifact.parts.add(text=chunk.text)
+            hub.publish(event)
+
+    def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
+        task = run.record.task
+        incoming = pb.Artifact()
+        incoming.CopyFrom(chunk.artifact)
+        if not incoming.artifact_id:
+            incoming.artifact_id = new_id()
+        append = False
+        for existing in task.artifacts:
+            if existing.artifact_id == incoming.artifact_id:
+                if chunk.append:
+                    existing.parts.extend(incoming.parts)
+                    append = True
+                else:
+                    existing.CopyFrom(incoming)
+                break
+        else:
+            task.artifacts.add().CopyFrom(incoming)
+        hub = self._state.hubs.get(task.id)
+        if hub is not None and hub.subscribers:
+            event = pb.StreamResponse()
+            update = event.artifact_update
+            update.task_id = task.id
+            update.context_id = task.context_id
+            update.artifact.CopyFrom(incoming)
+            update.append = append
+            update.last_chunk = chunk.last_chunk
+            hub.publish(event)
+
+    async def finish(self, run: Run, state: int, text: str) -> None:
+        """Store the run's final (terminal or interrupted) state, then show it."""
+        if run.finished:
+            return
+        run.finished = True
+        task = run.record.task
+        message = agent_message(text, context_id=task.context_id, task_id=task.id) if text else None
+        apply_status(task, state, message)
+        try:
+            await self._records.persist(run)  # on disk before anyone can see the final state
+        finally:
+            if run.slot is not None:
+                run.slot.finish(keep_context_open=state in INTERRUPTED)
+            self._state.publish_status(run.record)
+            run.settled.set()
+            task_id = task.id
+            del self._state.runs[task_id]
+            if self._state.busy.get(run.busy_key) == task_id:
+                del self._state.busy[run.busy_key]
+            hub = self._state.hubs.get(task_id)  # terminal: already gone (_publish_status)
+            if hub is not None and not hub.subscribers:
+                del self._state.hubs[task_id]
+
+    async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
+        caller = context.caller
+        task_id = request.id
+        if not valid_id(task_id):
+            raise not_found(task_id)
+        run = self._state.live(caller, task_id)
+        if run is not None and not run.finished:
+            return await self._cancel_run(run)
+        if run is not None:
+            # Its final state is being stored right now; answer from that state.
+            check_cancelable(run.record.task)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._state.cancel_grace_s):
+                    await run.settled.wait()
+        async with self._state.locks.hold(task_id):  # no continuation starts meanwhile
+            run = self._state.live(caller, task_id)
+            if run is None or run.finished:
+                return await self._cancel_stored(caller, task_id)
+        return await self._cancel_run(run)  # a continuation had just started
+
+    async def _cancel_run(self, run: Run) -> pb.Task:
+        task = run.record.task
+        run.turn.cancelled.set()
+        await self.finish(run, pb.TASK_STATE_CANCELED, "")
+        aio = run.aio
+        if aio is not None and not aio.done():
+            aio.cancel()
+            # Give the agent a bounded moment to stop (and clean up) before answering.
+            await asyncio.wait({aio}, timeout=self._state.cancel_grace_s)
+        return task_view(task)
+
+    async def _cancel_stored(self, caller: Caller, task_id: str) -> pb.Task:
+        record = await self._records.load(caller, task_id)
+        if record is None:
+            raise not_found(task_id)
+        task = record.task
+        check_cancelable(task)
+        apply_status(task, pb.TASK_STATE_CANCELED, None)
+        await self._records.save_or_fail(record)
+        self._state.publish_status(record)
+        if self._state.task_limiter is not None:
+            self._state.task_limiter.close_context(caller, task.context_id)
+        return task_view(task)
+
+    async def stop_all(self) -> None:
+        """Stop every live run (shutdown): each is stored failed."""
+        runs = list(self._state.runs.values())
+        for run in runs:
+            run.stopping = SHUTDOWN
+            run.turn.cancelled.set()
+            if run.aio is not None:
+                run.aio.cancel()
+        pending = {run.aio for run in runs if run.aio is not None}
+        if pending:
+            await asyncio.wait(pending, timeout=self._state.cancel_grace_s)
+        for run in runs:
+            # Runs whose task never started, or whose agent ignored the cancellation.
+            await self.finish(run, pb.TASK_STATE_FAILED, SHUTDOWN)
+
+
+def _ending(output: Any) -> tuple[int, str]:
+    if isinstance(output, Completed):
+        return (pb.TASK_STATE_COMPLETED, output.text)
+    if isinstance(output, InputRequired):
+        return (pb.TASK_STATE_INPUT_REQUIRED, output.question)
+    if isinstance(output, AuthRequired):
+        return (pb.TASK_STATE_AUTH_REQUIRED, output.text)
+    if isinstance(output, Failed):
+        return (pb.TASK_STATE_FAILED, output.text)
+    if isinstance(output, Rejected):
+        return (pb.TASK_STATE_REJECTED, output.text)
+    log.error("agent yielded %s, which is not an agent output", type(output).__name__)
+    return (pb.TASK_STATE_FAILED, UNEXPECTED)
+
+
+async def _close_outputs(outputs: AsyncIterator[Any]) -> None:
+    """Close the agent's generator (bounded) unless it already ran to its end."""
+    if getattr(outputs, "ag_frame", True) is None:
+        return  # a finished async generator: nothing to close
+    aclose = getattr(outputs, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        async with asyncio.timeout(5.0):
+            await aclose()
+    except Exception:
+        log.exception("agent did not close cleanly")
+
+
+def _has_file_parts(message: pb.Message) -> bool:
+    return any(is_file_part(part) for part in message.parts)
+
+
+def _strip_saved_bytes(message: pb.Message, saved: list[SavedFile]) -> None:
+    """Empty the ``raw`` bytes of the stored message's file parts (saved ones are in
+    the inbox; refused ones are not kept) and note where each saved file went."""
+    for file in saved:
+        message.parts[file.part_index].metadata[SAVED_AS_KEY] = file.relative
+    for part in message.parts:
+        if part.WhichOneof("content") == "raw" and part.raw:
+            part.raw = b""
