@@ -207,9 +207,12 @@ class Completed:
 @dataclass(frozen=True, slots=True)
 class InputRequired:
     """Ask the caller: the task waits (INPUT_REQUIRED) with ``question`` as its status
-    message; the caller's next message with this task's id continues it."""
+    message; the caller's next message with this task's id continues it. ``schema``,
+    when given, is the JSON Schema of the expected answer: the status message carries
+    it as a data part (``{"schema": ...}``) after the question."""
 
     question: str
+    schema: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,7 +188,7 @@ class Runtime:
         hops: int = 0,
         cancelled: Signal | None = None,
         ask_tag: str = "",
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         """Run one turn of the session ``scope`` in ``workspace`` (see the module doc).
 
         ``text`` is the new message (or the answer to the session's question);

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from aiohttp import web
@@ -38,6 +39,9 @@ from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
 from .startup import StartupError
+
+if TYPE_CHECKING:
+    from a2a_gateway.agent.runtime import Runtime
 
 log = logging.getLogger("a2a_gateway.serve")
 
@@ -102,7 +106,11 @@ def check_workspaces(workspaces: list[Path]) -> None:
             raise StartupError(f"workspace {workspace} is not readable and writable")
 
 
-def build_agent(settings: Settings) -> Agent:
+def build_agent(settings: Settings, workspaces: list[Path] | None = None) -> Agent:
+    if settings["llm"]:
+        from .assistant_host import build_assistant  # imports openai: only when used
+
+        return build_assistant(settings, workspaces or [])
     if settings["agent"]:
         # Like uvicorn: ``--agent shout:Shout`` finds shout.py in the current folder.
         here = os.getcwd()
@@ -141,6 +149,7 @@ class Gateway:
         self.config = server_config(settings)
         check_workspaces(self.config.workspaces)
         self.engine: TaskEngine | None = None
+        self.runtime: Runtime | None = None  # the assistant's (serve --llm)
         self.proxy: UpstreamProxy | None = None
         # The guarded client for webhooks and file downloads, and push delivery (not
         # in proxy mode: the upstream agent delivers its own notifications).
@@ -161,8 +170,10 @@ class Gateway:
             self.cards = CardProvider(self.config, push_notifications=True)
         self.authenticator = build_authenticator(self.config)
         if self.proxy is None:
+            agent = build_agent(settings, self.config.workspaces)
+            self.runtime = getattr(agent, "runtime", None)
             self.engine = TaskEngine(
-                build_agent(settings),
+                agent,
                 build_store(settings, self.config),
                 max_hops=self.config.max_hops,
                 extended_card=self.cards.extended_card,
@@ -186,6 +197,8 @@ class Gateway:
         config = self.config
         if self.proxy is not None:
             await self.proxy.start()  # reads the upstream's card (not fatal if down)
+        if self.runtime is not None:
+            await self.runtime.start()  # the idle-session sweeper
         if config.grpc_port is not None:
             # Bind gRPC first: with port 0 the card must advertise the real port.
             self._grpc, self.grpc_port = await build_grpc_server(
@@ -218,6 +231,9 @@ class Gateway:
         log.info("shutting down")
         if self.engine is not None:
             await self.engine.aclose()  # runs end: their final states are pushed too
+        if self.runtime is not None:
+            await self.runtime.aclose()  # after the runs: closes the provider's client
+            self.runtime = None
         if self.push is not None:
             await self.push.aclose()  # a short grace for deliveries in flight
             self.push = None

@@ -17,6 +17,8 @@ from typing import Any
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 
 ENV_PREFIX = "A2A_GATEWAY_"
+#: Where a local Ollama serves its OpenAI-compatible API (``--llm-base-url``).
+LLM_BASE_URL = "http://127.0.0.1:11434/v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,46 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agent", str, "", "agent to host, as module:attr"),
     Setting("exec", str, "", "run this command per turn as the agent (text on stdin)"),
     Setting("faux", bool, False, "host the built-in faux agent (directives, for tests)"),
+    Setting("llm", bool, False, "host the LLM assistant (an OpenAI-compatible model)"),
+    Setting(
+        "llm_base_url",
+        str,
+        LLM_BASE_URL,
+        "OpenAI-compatible API base URL (default: a local Ollama)",
+    ),
+    Setting("llm_model", str, "", "model name (required with --llm)"),
+    Setting("llm_timeout", float, 60.0, "seconds allowed per model request", above=0),
+    Setting("llm_max_tokens", int, 0, "most tokens per answer (0: the provider's limit)", 0),
+    Setting("llm_temperature", float, None, "sampling temperature (default: the provider's)", 0),
+    Setting("llm_max_retries", int, 2, "retries of a failed model request", 0),
+    Setting("llm_max_tool_rounds", int, 16, "tool rounds per turn before it fails", 1),
+    Setting(
+        "llm_context_budget",
+        int,
+        200_000,
+        "most conversation characters sent per request (oldest turns dropped first)",
+        1000,
+    ),
+    Setting(
+        "session_idle_timeout",
+        float,
+        1800.0,
+        "seconds before an idle session leaves memory (it resumes from its transcript)",
+        above=0,
+    ),
+    Setting(
+        "session_mode",
+        str,
+        "per-context",
+        "per-context, per-task or shared (one session per caller)",
+        choices=("per-context", "per-task", "shared"),
+    ),
+    Setting(
+        "message_template",
+        str,
+        "{{a2a.text}}",
+        "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}}",
+    ),
     Setting("upstream", str, "", "proxy mode: forward every call to this A2A agent URL"),
     Setting("upstream_key", str, "", "API key for the upstream agent"),
     Setting(

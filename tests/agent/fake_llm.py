@@ -83,6 +83,7 @@ class FakeLLM:
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.record = True
+        self.received = asyncio.Event()  # set by every request
 
     def script(self, *replies: Reply) -> None:
         self._script.extend(replies)
@@ -111,6 +112,7 @@ class FakeLLM:
         if self.record:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
+        self.received.set()
         reply = self._script.popleft() if self._script else self.responder(body)
         if isinstance(reply, Status):
             return web.json_response(reply.body, status=reply.status)

@@ -1,0 +1,157 @@
+"""The LLM assistant as an A2A agent: adapts the runtime's turns to the Agent interface.
+
+Each inbound message runs as a turn of a session in the caller's workspace:
+
+- ``per-context`` (default): one session per (caller, contextId), scope
+  ``<prefix>-a2a-<caller>_<contextId>``; a second task in the context sees the first.
+- ``per-task``: a fresh session for every task (``..._<taskId>``); continuations of the
+  task keep it.
+- ``shared``: one long-lived session per caller (``<prefix>-a2a-<caller>``).
+
+The text is the message template (``{{a2a.text}}``, ``{{a2a.task_id}}``,
+``{{a2a.context_id}}``) under the framing header for untrusted inbound text. The
+reply streams into the ``response`` artifact; ``request_input`` makes the task
+input-required (auth-required for a secret) and the caller's next message on the task
+arrives as the tool's result; ``send_file`` becomes a file artifact; provider failures
+fail the task with their short redacted text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .base import (
+    Agent,
+    AuthRequired,
+    Completed,
+    Failed,
+    File,
+    InputRequired,
+    Output,
+    TextChunk,
+    Turn,
+    session_scope,
+)
+from .prompt import DEFAULT_TEMPLATE, check_template, framing_header, render_template
+from .runtime import Asked, FileReady, Finished, Runtime, TextDelta, TurnFailed
+from .tools.base import Tool, ToolRegistry
+from .tools.files import SEND_CAP, workspace_tools
+from .tools.interaction import NotifyOwner, OwnerNotifier, RequestInput
+
+SESSION_MODES = ("per-context", "per-task", "shared")
+NO_WORKSPACE = "The assistant has no workspace for this caller."
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantConfig:
+    session_mode: str = "per-context"
+    message_template: str = DEFAULT_TEMPLATE
+    scope_prefix: str = "serve"
+    max_file_bytes: int = SEND_CAP
+
+    def __post_init__(self) -> None:
+        if self.session_mode not in SESSION_MODES:
+            raise ValueError(f"session mode must be one of {', '.join(SESSION_MODES)}")
+        check_template(self.message_template)
+
+
+class AssistantAgent(Agent):
+    """Hosts the runtime for inbound A2A callers (``serve --llm``)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: AssistantConfig | None = None,
+        *,
+        default_workspace: Path | None = None,
+        notifier: OwnerNotifier | None = None,
+        extra_tools: Iterable[Tool] = (),
+    ) -> None:
+        self.runtime = runtime
+        self.config = config or AssistantConfig()
+        self.default_workspace = default_workspace
+        tools = ToolRegistry(workspace_tools(send_cap=self.config.max_file_bytes))
+        tools.add(RequestInput())
+        if notifier is not None:
+            tools.add(NotifyOwner(notifier))
+        for tool in extra_tools:
+            tools.add(tool)
+        self.tools = tools
+        self._resolved: dict[str, Path] = {}
+
+    @property
+    def streams(self) -> bool:
+        """Whether streaming sends are served (not to a shared session)."""
+        return self.config.session_mode != "shared"
+
+    def scope(self, turn: Turn) -> str:
+        prefix = self.config.scope_prefix
+        mode = self.config.session_mode
+        if mode == "shared":
+            return f"{prefix}-a2a-{turn.caller.name}"
+        if mode == "per-task" and turn.task is not None:
+            return session_scope(prefix, turn.caller, turn.task.id)
+        return turn.session_scope(prefix)
+
+    async def _workspace(self, turn: Turn) -> Path | None:
+        folder = turn.caller.workspace or (
+            str(self.default_workspace) if self.default_workspace else ""
+        )
+        if not folder:
+            return None
+        resolved = self._resolved.get(folder)
+        if resolved is None:
+            resolved = await asyncio.to_thread(Path(folder).resolve)
+            self._resolved[folder] = resolved
+        return resolved
+
+    async def run(self, turn: Turn) -> AsyncIterator[Output]:
+        workspace = await self._workspace(turn)
+        if workspace is None:
+            yield Failed(NO_WORKSPACE)
+            return
+        task_id = turn.task.id if turn.task is not None else ""
+        text = render_template(
+            self.config.message_template,
+            text=turn.text(),
+            task_id=task_id,
+            context_id=turn.context_id,
+        )
+        framing = framing_header(turn.caller.name, can_notify_owner="notify_owner" in self.tools)
+        events = self.runtime.run_turn(
+            self.scope(turn),
+            workspace,
+            text,
+            files=turn.files,
+            tools=self.tools,
+            framing=framing,
+            caller=turn.caller.name,
+            hops=turn.hops,
+            cancelled=turn.cancelled,
+            ask_tag=task_id,
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    yield TextChunk(event.text)
+                elif isinstance(event, FileReady):
+                    yield File(event.filename, data=event.data, media_type=event.media_type)
+                elif isinstance(event, Finished):
+                    yield Completed()
+                    return
+                elif isinstance(event, Asked):
+                    if event.secret:
+                        yield AuthRequired(event.question)
+                    else:
+                        yield InputRequired(event.question, schema=event.schema)
+                    return
+                elif isinstance(event, TurnFailed):
+                    yield Failed(event.text)
+                    return
+
+
+__all__ = ["SESSION_MODES", "AssistantAgent", "AssistantConfig"]

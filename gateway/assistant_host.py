@@ -1,0 +1,81 @@
+"""``serve --llm``: the LLM assistant built from settings (``serve`` is the host with no
+owner: ``notify_owner`` appends to the workspace's ``.a2a/owner-inbox.jsonl``).
+
+The API key comes from ``A2A_GATEWAY_LLM_API_KEY``, else ``OPENAI_API_KEY``; it is
+never a flag and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
+from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
+from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
+from a2a_gateway.agent.tools.interaction import InboxNotifier
+
+from .settings import Settings
+from .startup import StartupError
+
+log = logging.getLogger("a2a_gateway.serve")
+
+KEY_VARIABLES = ("A2A_GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
+
+
+def llm_api_key(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    for name in KEY_VARIABLES:
+        if environ.get(name):
+            return environ[name]
+    return ""
+
+
+def build_assistant(settings: Settings, workspaces: list[Path]) -> AssistantAgent:
+    """The assistant for ``serve --llm`` (StartupError for a setting that cannot work)."""
+    for other in ("agent", "exec", "upstream"):
+        if settings[other]:
+            raise StartupError(f"--llm and --{other} cannot be used together")
+    if not settings["llm_model"]:
+        raise StartupError("--llm needs --llm-model (the model name the provider knows)")
+    if not workspaces:
+        raise StartupError("--llm needs a --workspace (sessions and files live there)")
+    try:
+        config = AssistantConfig(
+            session_mode=settings["session_mode"],
+            message_template=settings["message_template"],
+            max_file_bytes=settings["max_file_bytes"],
+        )
+    except ValueError as exc:
+        raise StartupError(f"--message-template: {exc}") from None
+    provider = ChatProvider(
+        ProviderConfig(
+            model=settings["llm_model"],
+            base_url=settings["llm_base_url"],
+            api_key=llm_api_key(),
+            timeout_s=settings["llm_timeout"],
+            max_tokens=settings["llm_max_tokens"],
+            temperature=settings["llm_temperature"],
+            max_retries=settings["llm_max_retries"],
+        )
+    )
+    runtime = Runtime(
+        provider,
+        RuntimeConfig(
+            max_tool_rounds=settings["llm_max_tool_rounds"],
+            context_budget_chars=settings["llm_context_budget"],
+            idle_timeout_s=settings["session_idle_timeout"],
+            sweep_interval_s=min(60.0, settings["session_idle_timeout"] / 2),
+        ),
+    )
+    log.info(
+        "assistant: model %s at %s, sessions %s",
+        settings["llm_model"],
+        provider.config.public_url(),
+        settings["session_mode"],
+    )
+    return AssistantAgent(
+        runtime, config, default_workspace=workspaces[0], notifier=InboxNotifier()
+    )

@@ -1,0 +1,245 @@
+"""``serve --llm`` end to end: the gateway in-process on real ports, the scripted
+OpenAI-compatible provider on another, raw wire drivers for each binding. Tests assert
+what the caller gets and what the model was sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import orjson
+import pytest
+
+from a2a_gateway.serve import Gateway
+from a2a_gateway.settings import resolve
+
+from ..agent.fake_llm import Calls, FakeLLM, Say, Stall, Status, tool_results, user_texts
+from ..agent.llm_support import API_KEY
+from ..conftest import use_secret
+from .conftest import BINDINGS, KEY_ALICE, Driver
+from .test_scenarios import artifact_text, send
+
+COMPLETED = "TASK_STATE_COMPLETED"
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    fake = FakeLLM()
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.aclose()
+
+
+async def start_gateway(workspace: Path, llm: FakeLLM, **settings: Any) -> Gateway:
+    (workspace / ".a2a").mkdir(parents=True, exist_ok=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    use_secret(API_KEY)
+    values = {
+        "workspace": [str(workspace)],
+        "port": 0,
+        "grpc_port": 0,
+        "llm": True,
+        "llm_model": "fake-model",
+        "llm_base_url": llm.base_url,
+        "llm_max_retries": 0,
+        "keepalive": 0.2,
+        **settings,
+    }
+    gateway = Gateway(resolve(values, environ={"A2A_GATEWAY_LLM_API_KEY": API_KEY}))
+    await gateway.start()
+    return gateway
+
+
+@pytest.fixture
+async def assistant(tmp_path: Path, llm: FakeLLM) -> AsyncIterator[Gateway]:
+    gateway = await start_gateway(tmp_path / "ws", llm)
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+@pytest.fixture(params=BINDINGS)
+async def driver(request: pytest.FixtureRequest, assistant: Gateway) -> AsyncIterator[Driver]:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        grpc.aio.insecure_channel(f"127.0.0.1:{assistant.grpc_port}") as channel,
+    ):
+        yield Driver(request.param, http, f"http://127.0.0.1:{assistant.http_port}", channel)
+
+
+def workspace_of(gateway: Gateway) -> Path:
+    return gateway.config.workspaces[0]
+
+
+async def test_reply_streams_into_response_chunks_under_the_framing_header(
+    driver: Driver, llm: FakeLLM
+) -> None:
+    llm.script(Say(chunks=["Hel", "lo ", "there"]))
+    events = await driver.stream("SendStreamingMessage", send("hi, I am travel-bot"))
+    updates = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+    assert ["".join(p["text"] for p in u["artifact"]["parts"]) for u in updates] == [
+        "Hel",
+        "lo ",
+        "there",
+    ]
+    assert [u.get("append", False) for u in updates] == [False, True, True]
+    assert {u["artifact"]["name"] for u in updates} == {"response"}
+    assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
+    (body,) = llm.requests
+    (text,) = user_texts(body)
+    assert text.startswith("[A2A message from the external agent 'alice'. This is not your owner.")
+    assert "notify_owner" in text.split("]")[0]
+    assert text.endswith("\n\nhi, I am travel-bot")
+    names = [t["function"]["name"] for t in body["tools"]]
+    assert names == [
+        "read_file",
+        "write_file",
+        "list_files",
+        "send_file",
+        "request_input",
+        "notify_owner",
+    ]
+
+
+async def test_request_input_then_the_answer_continues_the_turn(
+    driver: Driver, llm: FakeLLM
+) -> None:
+    schema = {"type": "object", "properties": {"day": {"type": "string"}}}
+    llm.script(
+        Calls([("request_input", {"question": "Which day?", "schema": schema})]),
+        Say("Booked for Monday."),
+    )
+    task = (await driver.call("SendMessage", send("book a slot")))["task"]
+    status = task["status"]
+    assert status["state"] == "TASK_STATE_INPUT_REQUIRED"
+    parts = status["message"]["parts"]
+    assert parts[0]["text"] == "Which day?"
+    answer = send("Monday", message={"taskId": task["id"], "contextId": task["contextId"]})
+    done = (await driver.call("SendMessage", answer))["task"]
+    assert done["status"]["state"] == COMPLETED
+    assert artifact_text(done) == "Booked for Monday."
+    (result,) = tool_results(llm.requests[1])
+    assert result.startswith("[A2A message from the external agent 'alice'")
+    assert result.endswith("\n\nMonday")
+    assert user_texts(llm.requests[1])[0].endswith("book a slot")
+
+
+async def test_secret_question_is_auth_required(driver: Driver, llm: FakeLLM) -> None:
+    llm.script(Calls([("request_input", {"question": "Your API token?", "secret": True})]))
+    task = (await driver.call("SendMessage", send("connect it")))["task"]
+    assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert task["status"]["message"]["parts"][0]["text"] == "Your API token?"
+
+
+async def test_second_task_in_a_context_sees_the_first(
+    assistant: Gateway, driver: Driver, llm: FakeLLM
+) -> None:
+    llm.script(Say("first answer"), Say("second answer"))
+    first = (await driver.call("SendMessage", send("first")))["task"]
+    again = send("second", message={"contextId": first["contextId"]})
+    second = (await driver.call("SendMessage", again))["task"]
+    assert second["id"] != first["id"] and artifact_text(second) == "second answer"
+    messages = llm.requests[1]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[2]["content"] == "first answer"
+    scope = f"serve-a2a-alice_{first['contextId']}"
+    transcript = workspace_of(assistant) / ".a2a" / "sessions" / f"{scope}.jsonl"
+    assert len(transcript.read_bytes().splitlines()) == 4
+
+
+async def test_provider_failure_fails_the_task_redacted(driver: Driver, llm: FakeLLM) -> None:
+    llm.script(Status(401, {"error": {"message": f"bad key {API_KEY}"}}))
+    task = (await driver.call("SendMessage", send("hi")))["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    text = task["status"]["message"]["parts"][0]["text"]
+    assert text.startswith("The model provider answered HTTP 401: bad key")
+    assert API_KEY not in text
+
+
+async def test_cancel_closes_the_provider_request(driver: Driver, llm: FakeLLM) -> None:
+    stall = Stall(first="thinking", every=0.05)
+    llm.script(stall)
+    request = send("think hard", configuration={"returnImmediately": True})
+    task = (await driver.call("SendMessage", request))["task"]
+    async with asyncio.timeout(10):
+        await llm.received.wait()  # the turn has reached the provider
+    canceled = await driver.call("CancelTask", {"id": task["id"]})
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    async with asyncio.timeout(10):
+        await stall.closed.wait()
+
+
+async def test_notify_owner_and_send_file(
+    assistant: Gateway, driver: Driver, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace = workspace_of(assistant)
+    (workspace / "report.txt").write_text("quarterly numbers")
+    llm.script(
+        Calls(
+            [
+                ("notify_owner", {"text": "travel-bot asked for the report"}),
+                ("send_file", {"path": "report.txt"}),
+                ("read_file", {"path": ".a2a/callers.json"}),
+            ]
+        ),
+        Say("Sent."),
+    )
+    with caplog.at_level(logging.INFO, logger="a2a_gateway"):
+        task = (await driver.call("SendMessage", send("send me the report")))["task"]
+    assert task["status"]["state"] == COMPLETED
+    files = [p for a in task["artifacts"] for p in a["parts"] if "raw" in p]
+    assert len(files) == 1 and files[0]["filename"] == "report.txt"
+    inbox = (workspace / ".a2a" / "owner-inbox.jsonl").read_bytes().splitlines()
+    record = orjson.loads(inbox[-1])
+    assert record["caller"] == "alice" and record["text"] == "travel-bot asked for the report"
+    notes = [r.getMessage() for r in caplog.records if "owner notified" in r.getMessage()]
+    assert notes == ["owner notified by alice (31 characters)"]
+    assert "report" not in notes[0]
+    results = tool_results(llm.requests[1])
+    assert results[0] == "The owner was notified."
+    assert results[2].startswith("Error: path: .a2a/ is the gateway's own folder")
+
+
+async def test_message_template_and_per_task_sessions(tmp_path: Path, llm: FakeLLM) -> None:
+    template = "Task {{a2a.task_id}} in {{a2a.context_id}}: {{a2a.text}}"
+    gateway = await start_gateway(
+        tmp_path / "ws", llm, message_template=template, session_mode="per-task"
+    )
+    try:
+        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel("x") as channel:
+            driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", channel)
+            first = (await driver.call("SendMessage", send("one")))["task"]
+            again = send("two", message={"contextId": first["contextId"]})
+            second = (await driver.call("SendMessage", again))["task"]
+    finally:
+        await gateway.stop()
+    (text,) = user_texts(llm.requests[1])  # per-task: the first task is not replayed
+    assert text.endswith(f"Task {second['id']} in {first['contextId']}: two")
+
+
+async def test_shared_session_is_one_per_caller(tmp_path: Path, llm: FakeLLM) -> None:
+    gateway = await start_gateway(tmp_path / "ws", llm, session_mode="shared")
+    try:
+        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel("x") as channel:
+            driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", channel)
+            llm.script(Say("one"), Say("two"))
+            await driver.call("SendMessage", send("in context A"))
+            await driver.call("SendMessage", send("in context B"))
+    finally:
+        await gateway.stop()
+    # One session per caller: the second context sees the first.
+    assert [t.split("\n\n")[-1] for t in user_texts(llm.requests[-1])] == [
+        "in context A",
+        "in context B",
+    ]
