@@ -34,6 +34,7 @@ from a2a_gateway.server.http_app import build_http_app
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
+from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
@@ -145,9 +146,11 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
 class Gateway:
     """The whole server in one process: start, then stop (idempotent)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, push_waker: PushWaker | None = None) -> None:
         self.config = server_config(settings)
         check_workspaces(self.config.workspaces)
+        # Wakes our own client's watches on pushes (POST /a2a/push/{watchId}).
+        self.push_waker = push_waker
         self.engine: TaskEngine | None = None
         self.runtime: Runtime | None = None  # the assistant's (serve --llm)
         self.proxy: UpstreamProxy | None = None
@@ -205,7 +208,9 @@ class Gateway:
                 self.service, config, self.authenticator
             )
             config.grpc_port = self.grpc_port
-        app = build_http_app(self.service, config, self.authenticator, self.cards)
+        app = build_http_app(
+            self.service, config, self.authenticator, self.cards, push_waker=self.push_waker
+        )
         # No access log: a line per request costs throughput and the bindings log
         # what matters (errors, refused callers) themselves.
         self._runner = web.AppRunner(

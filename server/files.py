@@ -268,22 +268,32 @@ def _save(
     field: str,
 ) -> SavedFile:
     caller_folder = sanitize_filename(caller.name, fallback="anonymous")
-    fds: list[int] = []
     try:
-        fds.append(os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-        fds.append(_open_folder(fds[-1], INBOX_FOLDER))
-        fds.append(_open_folder(fds[-1], caller_folder))
-        folder = fds[-1]
-        final = _write_new(folder, filename, data)
+        path, relative = save_new_file(workspace, (INBOX_FOLDER, caller_folder), filename, data)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise FileRefused(f"{field}[{index}]: the file could not be saved: {reason}") from None
+    return SavedFile(path, relative, path.name, media_type, len(data), index)
+
+
+def save_new_file(
+    workspace: Path, folders: Sequence[str], filename: str, data: bytes
+) -> tuple[Path, str]:
+    """Save ``data`` as a new file ``filename`` (already sanitised) in the sub-folders
+    ``folders`` of ``workspace`` (created 0700, never through a symlink), as ``-2``,
+    ``-3``, ... on a clash. Returns its absolute path and its workspace-relative path
+    (``/`` separators). Raises OSError."""
+    fds: list[int] = []
+    try:
+        fds.append(os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        for name in folders:
+            fds.append(_open_folder(fds[-1], name))
+        final = _write_new(fds[-1], filename, data)
     finally:
         for fd in fds:
             os.close(fd)
-    path = workspace.resolve() / INBOX_FOLDER / caller_folder / final
-    relative = f"{INBOX_FOLDER}/{caller_folder}/{final}"
-    return SavedFile(path, relative, final, media_type, len(data), index)
+    relative = "/".join([*folders, final])
+    return Path(workspace).resolve().joinpath(*folders, final), relative
 
 
 def _write_new(folder: int, filename: str, data: bytes) -> str:

@@ -22,7 +22,7 @@ from a2a_gateway.protocol.errors import (
 )
 from a2a_gateway.protocol.service import A2AService
 
-from . import jsonrpc, rest
+from . import jsonrpc, push_receiver, rest
 from .auth import Authenticator
 from .card import CARDS, CardProvider, mount_path
 from .config import ServerConfig
@@ -43,6 +43,7 @@ def build_http_app(
     config: ServerConfig,
     authenticator: Authenticator,
     cards: CardProvider,
+    push_waker: push_receiver.PushWaker | None = None,
 ) -> web.Application:
     app = web.Application(middlewares=[_errors], client_max_size=config.max_body_bytes)
     app[SERVICE] = service
@@ -57,6 +58,8 @@ def build_http_app(
     # Registration order matters where paths overlap: aiohttp tries resources with the
     # same prefix in order, so the card and JSON-RPC come before the REST catch-all.
     app.router.add_get(mount_path(config.mounts.card) or "/", cards.handle)
+    # Pushes for our own client's watches (404 for all without a waker).
+    push_receiver.mount(app, push_waker)
     app.router.add_post(mount_path(config.mounts.jsonrpc) or "/", jsonrpc.handle)
     if rest_prefix:
         app.router.add_route(hdrs.METH_ANY, rest_prefix, rest.handle)

@@ -1,0 +1,173 @@
+"""``<workspace>/.a2a/pending.json``: one record per watch of a remote task.
+
+    [{"watchId": "...", "target": "local-owner", "agent": "travel-bot", "taskId": "...",
+      "contextId": "...", "pushToken": null, "startedAt": "2026-10-08T12:00:00+00:00",
+      "source": "poll", "undelivered": null}]
+
+The file is rewritten whole and atomically (temp file, fsync, rename, fsync of the
+folder) on every change, under one lock per file in this process. A finished watch
+first stores its text in ``undelivered``, then delivers it, then removes the record, so
+a result is delivered at least once: a crash between delivering and removing delivers
+it again at the next start. A malformed file reads as no records (with a warning); a
+malformed record is skipped; neither is ever rewritten over until a change is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from a2a_gateway.server.atomic_files import fsync_folder, temp_path, write_all
+
+from .agents_file import NAME_PATTERN, read_raw
+
+log = logging.getLogger(__name__)
+
+PENDING_FILE = Path(".a2a") / "pending.json"
+SOURCES = ("push", "subscribe", "poll")
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    watchId: str  # the members are named as in the file
+    target: str
+    agent: str
+    taskId: str
+    contextId: str
+    pushToken: str | None
+    startedAt: str
+    source: str
+    undelivered: str | None = None
+
+    def __repr__(self) -> str:  # never the push token
+        return (
+            f"PendingRecord({self.watchId!r}, target={self.target!r}, agent={self.agent!r}, "
+            f"task={self.taskId!r}, source={self.source!r})"
+        )
+
+    def with_(self, **changes: Any) -> PendingRecord:
+        return replace(self, **changes)
+
+
+def _record(value: Any) -> PendingRecord | None:
+    if not isinstance(value, dict):
+        return None
+    strings = ("watchId", "target", "agent", "taskId", "contextId", "startedAt", "source")
+    if not all(isinstance(value.get(k), str) and value[k] for k in strings[:-1]):
+        return None
+    if value.get("source") not in SOURCES or not NAME_PATTERN.match(value["agent"]):
+        return None
+    if not _ID.match(value["watchId"]) or not _ID.match(value["taskId"]):
+        return None
+    token, undelivered = value.get("pushToken"), value.get("undelivered")
+    if token is not None and not isinstance(token, str):
+        return None
+    if undelivered is not None and not isinstance(undelivered, str):
+        return None
+    return PendingRecord(
+        value["watchId"],
+        value["target"],
+        value["agent"],
+        value["taskId"],
+        value["contextId"],
+        token,
+        value["startedAt"],
+        value["source"],
+        undelivered,
+    )
+
+
+def pending_path(workspace: Path) -> Path:
+    return workspace / PENDING_FILE
+
+
+def read_pending(workspace: Path) -> list[PendingRecord]:
+    """The valid records of ``workspace``'s pending.json (blocking; small file)."""
+    path = pending_path(workspace)
+    try:
+        raw = read_raw(path)
+    except OSError as exc:
+        log.warning("pending watches unreadable (%s): %s", exc.strerror, path)
+        return []
+    if raw is None or not raw.strip():
+        return []
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        log.warning("pending watches file is not valid JSON, ignored: %s", path)
+        return []
+    if not isinstance(data, list):
+        log.warning("pending watches file is not a JSON array, ignored: %s", path)
+        return []
+    records = [r for r in (_record(v) for v in data) if r is not None]
+    if len(records) != len(data):
+        log.warning("%d malformed record(s) skipped in %s", len(data) - len(records), path)
+    return records
+
+
+def write_pending(workspace: Path, records: list[PendingRecord]) -> None:
+    """Replace the file atomically (blocking). An empty list removes the file."""
+    path = pending_path(workspace)
+    folder = str(path.parent)
+    if not records:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps([asdict(r) for r in records], indent=2, ensure_ascii=False).encode()
+    temp = temp_path(folder, path.name)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            write_all(fd, data + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    fsync_folder(folder)
+
+
+class PendingFiles:
+    """Serialised read-modify-write of each workspace's pending.json (worker thread)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[Path, asyncio.Lock] = {}
+
+    def _lock(self, workspace: Path) -> asyncio.Lock:
+        return self._locks.setdefault(workspace, asyncio.Lock())
+
+    async def read(self, workspace: Path) -> list[PendingRecord]:
+        async with self._lock(workspace):
+            return await asyncio.to_thread(read_pending, workspace)
+
+    async def put(self, workspace: Path, record: PendingRecord) -> None:
+        """Add ``record``, or replace the one with its watchId."""
+
+        def change() -> None:
+            records = [r for r in read_pending(workspace) if r.watchId != record.watchId]
+            write_pending(workspace, [*records, record])
+
+        async with self._lock(workspace):
+            await asyncio.to_thread(change)
+
+    async def remove(self, workspace: Path, watch_id: str) -> None:
+        def change() -> None:
+            records = read_pending(workspace)
+            kept = [r for r in records if r.watchId != watch_id]
+            if len(kept) != len(records):
+                write_pending(workspace, kept)
+
+        async with self._lock(workspace):
+            await asyncio.to_thread(change)

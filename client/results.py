@@ -1,0 +1,233 @@
+"""What the a2a tool and the watches say about a remote task: the tool's result texts,
+the follow-up prompts a watch delivers, and the files of a settled task saved to
+``<workspace>/inbox/a2a/<agent>/``.
+
+The texts are exact (the model and the tests read them)::
+
+    Agent "travel-bot": task <id> (context <ctx>) is completed.
+    <the answer: the "response" artifact, else every text artifact, else the status message>
+    Files: inbox/a2a/travel-bot/itinerary.pdf
+    Files skipped (over 10485760 bytes): huge.bin
+    Links: https://travel.example/map.png
+
+and, delivered later by a watch::
+
+    [A2A result from "travel-bot", task <id> (completed)]
+    Context: <ctx>
+    <the answer>
+    Files: inbox/a2a/travel-bot/itinerary.pdf
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.server.files import (
+    DEFAULT_MAX_FILE_BYTES,
+    INBOX_FOLDER,
+    sanitize_filename,
+    save_new_file,
+)
+
+#: Where a remote agent's files land, below the workspace: inbox/a2a/<agent>/.
+A2A_INBOX = "a2a"
+RESPONSE_ARTIFACT = "response"
+STILL_RUNNING = (
+    "It is still running: the result will be delivered to this conversation when it is ready."
+)
+STILL_WATCHED = "The task is still watched."
+
+SETTLED = frozenset(
+    {
+        pb.TASK_STATE_COMPLETED,
+        pb.TASK_STATE_FAILED,
+        pb.TASK_STATE_CANCELED,
+        pb.TASK_STATE_REJECTED,
+        pb.TASK_STATE_INPUT_REQUIRED,
+        pb.TASK_STATE_AUTH_REQUIRED,
+    }
+)
+ASKING = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
+
+
+def state_name(state: pb.TaskState.ValueType) -> str:
+    """``completed``, ``input-required``, ... (``unknown`` for an unset state)."""
+    name = pb.TaskState.Name(state) if state in pb.TaskState.values() else "TASK_STATE_UNKNOWN"
+    short = name.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    return "unknown" if short == "unspecified" else short
+
+
+def is_settled(task: pb.Task) -> bool:
+    """Completed, failed, canceled, rejected, or waiting for us (input/auth required)."""
+    return task.status.state in SETTLED
+
+
+def parts_text(parts: Iterable[pb.Part]) -> str:
+    texts = [p.text for p in parts if p.WhichOneof("content") == "text"]
+    return "".join(texts).strip()
+
+
+def answer_text(task: pb.Task) -> str:
+    """The response artifact, else every text artifact, else the status message."""
+    for artifact in task.artifacts:
+        if artifact.name == RESPONSE_ARTIFACT:
+            text = parts_text(artifact.parts)
+            if text:
+                return text
+    texts = [parts_text(a.parts) for a in task.artifacts]
+    joined = "\n".join(t for t in texts if t)
+    if joined:
+        return joined
+    return parts_text(task.status.message.parts) if task.status.HasField("message") else ""
+
+
+def question_text(task: pb.Task) -> str:
+    if task.status.HasField("message"):
+        return parts_text(task.status.message.parts)
+    return ""
+
+
+def reply_hint(agent: str, task_id: str) -> str:
+    return (
+        f'To answer, call a2a with action=send, agent="{agent}", taskId={task_id} and the'
+        " answer as the message (ask the user first if you do not know it)."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedFiles:
+    saved: tuple[str, ...] = ()  # workspace-relative paths
+    skipped: tuple[str, ...] = ()  # names of parts over the cap
+    links: tuple[str, ...] = ()  # URL parts, not fetched
+    limit: int = DEFAULT_MAX_FILE_BYTES
+    failed: tuple[str, ...] = field(default=())  # names that could not be saved
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        if self.saved:
+            out.append("Files: " + ", ".join(self.saved))
+        if self.skipped:
+            out.append(f"Files skipped (over {self.limit} bytes): " + ", ".join(self.skipped))
+        if self.failed:
+            out.append("Files not saved (could not write): " + ", ".join(self.failed))
+        if self.links:
+            out.append("Links: " + ", ".join(self.links))
+        return out
+
+
+def save_task_files(
+    task: pb.Task, workspace: Path, agent: str, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+) -> ReceivedFiles:
+    """Save the inline file parts of ``task``'s artifacts; list URL parts. Blocking I/O:
+    run it in a worker thread."""
+    saved: list[str] = []
+    skipped: list[str] = []
+    failed: list[str] = []
+    links: list[str] = []
+    folder = sanitize_filename(agent, fallback="agent")
+    for artifact in task.artifacts:
+        for part in artifact.parts:
+            kind = part.WhichOneof("content")
+            if kind == "url":
+                links.append(part.url)
+                continue
+            if kind != "raw":
+                continue
+            filename = sanitize_filename(part.filename)
+            if len(part.raw) > max_file_bytes:
+                skipped.append(filename)
+                continue
+            try:
+                _, relative = save_new_file(
+                    workspace, (INBOX_FOLDER, A2A_INBOX, folder), filename, part.raw
+                )
+            except OSError:
+                failed.append(filename)
+                continue
+            saved.append(relative)
+    return ReceivedFiles(tuple(saved), tuple(skipped), tuple(links), max_file_bytes, tuple(failed))
+
+
+def task_header(agent: str, task: pb.Task) -> str:
+    state = state_name(task.status.state)
+    return f'Agent "{agent}": task {task.id} (context {task.context_id}) is {state}.'
+
+
+def task_result(agent: str, task: pb.Task, files: ReceivedFiles | None = None) -> str:
+    """The tool's text for a task (settled or not)."""
+    lines = [task_header(agent, task)]
+    if task.status.state in ASKING:
+        question = question_text(task)
+        if question:
+            lines.append(question)
+        lines.append(reply_hint(agent, task.id))
+    elif is_settled(task):
+        answer = answer_text(task)
+        if answer:
+            lines.append(answer)
+    else:
+        lines.append(STILL_RUNNING)
+    if files is not None:
+        lines += files.lines()
+    return "\n".join(lines)
+
+
+def message_result(agent: str, message: pb.Message) -> str:
+    """The tool's text for a plain Message reply (no task)."""
+    return f'Agent "{agent}" replied (context {message.context_id}):\n{parts_text(message.parts)}'
+
+
+def delivery_text(agent: str, task: pb.Task, files: ReceivedFiles | None = None) -> str:
+    """The follow-up prompt a watch delivers for a settled task."""
+    state = state_name(task.status.state)
+    asking = task.status.state in ASKING
+    kind = "question" if asking else "result"
+    lines = [
+        f'[A2A {kind} from "{agent}", task {task.id} ({state})]',
+        f"Context: {task.context_id}",
+    ]
+    if asking:
+        question = question_text(task)
+        if question:
+            lines.append(question)
+        lines.append(reply_hint(agent, task.id))
+    else:
+        answer = answer_text(task)
+        if answer:
+            lines.append(answer)
+    if files is not None:
+        lines += files.lines()
+    return "\n".join(lines)
+
+
+def stopped_text(agent: str, task_id: str, context_id: str) -> str:
+    return "\n".join(
+        [
+            f'[A2A result from "{agent}", task {task_id} (stopped)]',
+            f"Context: {context_id}",
+            f'The agent "{agent}" is no longer in agents.json, so the task is no longer watched.',
+        ]
+    )
+
+
+def no_result_text(agent: str, task_id: str, context_id: str, timeout_s: float) -> str:
+    return "\n".join(
+        [
+            f'[A2A result from "{agent}", task {task_id} (no result)]',
+            f"Context: {context_id}",
+            f"No result arrived within {_duration(timeout_s)}; the task is no longer watched."
+            f' Ask for it with action=status, agent="{agent}", taskId={task_id}.',
+        ]
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86400 and seconds % 86400 == 0:
+        days = int(seconds // 86400)
+        return f"{days} day" + ("s" if days != 1 else "")
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    return f"{seconds:g} s"

@@ -1,0 +1,416 @@
+"""Watches on the injected clock against a real faux gateway: schedules, fallbacks,
+timeouts, removal, malformed agents.json, at most one watch per task, pending.json and
+at-least-once delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.client import connect
+from a2a_gateway.client.pending import PendingRecord, read_pending, write_pending
+from a2a_gateway.client.watches import WatchRegistry, poll_delays
+from a2a_gateway.serve import Gateway
+from a2a_gateway.server.push_receiver import build_push_app
+
+from .client_support import closed_port, serving
+from .delegation_support import (
+    REMOTE_KEY,
+    Inbox,
+    ManualClock,
+    base_url,
+    cancel_remote_task,
+    eventually,
+    faux_gateway,
+    start_remote_task,
+    write_agents,
+)
+
+SCOPE = "local-owner"
+POLL_CARD = pb.AgentCard()  # neither streaming nor push: poll
+STREAM_CARD = pb.AgentCard(capabilities=pb.AgentCapabilities(streaming=True))
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path.resolve()
+
+
+@pytest.fixture
+async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with faux_gateway(tmp_path / "a") as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, remote: Gateway) -> Path:
+    ws = (tmp_path / "b").resolve()
+    write_agents(
+        ws,
+        [
+            {
+                "name": "assistant-a",
+                "url": base_url(remote),
+                "key": REMOTE_KEY,
+                "allow_private": True,
+            }
+        ],
+    )
+    return ws
+
+
+def test_poll_schedule() -> None:
+    delays = poll_delays()
+    assert [next(delays) for _ in range(7)] == [15, 30, 60, 120, 300, 300, 300]
+
+
+async def test_poll_mode_follows_the_schedule_and_delivers(
+    workspace: Path, remote: Gateway
+) -> None:
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock)
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), "hold:100")
+        watch = await registry.watch(
+            workspace, SCOPE, "assistant-a", task.id, task.context_id, card=POLL_CARD
+        )
+        assert watch.record.source == "poll"
+        # At most one watch per (conversation, task).
+        again = await registry.watch(workspace, SCOPE, "assistant-a", task.id, task.context_id)
+        assert again is watch
+        (record,) = read_pending(workspace)
+        assert record.taskId == task.id and record.undelivered is None and record.target == SCOPE
+        for step in range(5):
+            slept = await clock.slept_count(step + 2)  # 1: the target's delayed delivery
+            clock.advance(slept[-1])
+            await eventually(lambda n=step + 1: watch.checks == n)
+        assert [s for s in clock.slept if s != 1.0] == [15, 30, 60, 120, 300, 300]
+        await cancel_remote_task(base_url(remote), task.id)
+        clock.advance(300)
+        await eventually(lambda: bool(inbox.texts))
+        ((scope, text),) = inbox.texts
+        assert scope == SCOPE
+        assert text.splitlines()[:2] == [
+            f'[A2A result from "assistant-a", task {task.id} (canceled)]',
+            f"Context: {task.context_id}",
+        ]
+        await eventually(lambda: not read_pending(workspace))
+        assert registry.watches() == []
+    finally:
+        await registry.aclose()
+
+
+async def test_subscribe_delivers_on_the_stream_and_reopens_after_a_day(
+    workspace: Path, remote: Gateway
+) -> None:
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock, watch_timeout_s=3 * 86400)
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), "hold:100")
+        watch = await registry.watch(
+            workspace, SCOPE, "assistant-a", task.id, task.context_id, card=STREAM_CARD
+        )
+        assert watch.record.source == "subscribe"
+        await eventually(lambda: watch.checks == 1 and 86400.0 in clock.slept)
+        clock.advance(86400)  # a healthy stream is reopened after a day, at once
+        await eventually(lambda: watch.checks == 2 and clock.slept.count(86400.0) == 2)
+        await cancel_remote_task(base_url(remote), task.id)
+        await eventually(lambda: bool(inbox.texts))
+        assert f"task {task.id} (canceled)]" in inbox.texts[0][1]
+        assert [s for s in clock.slept if s != 1.0] == [86400.0, 86400.0]
+    finally:
+        await registry.aclose()
+
+
+async def test_subscribe_failures_back_off_then_poll(home: Path) -> None:
+    workspace = home
+    url = f"http://127.0.0.1:{closed_port()}"
+    write_agents(workspace, [{"name": "gone", "url": url, "allow_private": True}])
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    try:
+        watch = await registry.watch(workspace, SCOPE, "gone", "t-1", "c-1", card=STREAM_CARD)
+        # The third failure switches to polling, whose first delay is also 15 s.
+        for count, delay in enumerate([1.0, 5.0, 15.0, 30.0, 60.0], start=1):
+            slept = await clock.slept_count(count)
+            assert slept[-1] == delay, slept
+            clock.advance(delay)
+        assert watch.record.source == "poll"
+        await eventually(lambda: read_pending(workspace)[0].source == "poll")
+    finally:
+        await registry.aclose()
+
+
+async def test_push_wakes_the_watch_and_the_config_is_deleted(tmp_path: Path) -> None:
+    async with faux_gateway(tmp_path / "a", allow_private_urls=True) as remote:
+        workspace = (tmp_path / "b").resolve()
+        write_agents(
+            workspace,
+            [{"name": "a", "url": base_url(remote), "key": REMOTE_KEY, "allow_private": True}],
+        )
+        clock, inbox = ManualClock(), Inbox()
+        registry = WatchRegistry(clock=clock)
+        async with serving(build_push_app(registry)) as public:
+            registry.public_url = public
+            registry.register_target(workspace, SCOPE, inbox)
+            try:
+                push_card = pb.AgentCard(
+                    capabilities=pb.AgentCapabilities(streaming=True, push_notifications=True)
+                )
+                task = await start_remote_task(base_url(remote), "hold:100")
+                watch = await registry.watch(
+                    workspace, SCOPE, "a", task.id, task.context_id, card=push_card
+                )
+                record = watch.record
+                assert record.source == "push" and record.pushToken
+                assert len(record.pushToken) >= 43  # 32 random bytes
+                await eventually(lambda: 600.0 in clock.slept)  # the safety GetTask
+                checks = watch.checks
+                # The receiver: unknown watch or wrong token → 404, the body is ignored.
+                async with aiohttp.ClientSession() as http:
+                    for path, token in (
+                        (f"/a2a/push/{record.watchId}", "wrong"),
+                        ("/a2a/push/unknown", record.pushToken),
+                        (f"/a2a/push/{record.watchId}", ""),
+                    ):
+                        headers = {"X-A2A-Notification-Token": token} if token else {}
+                        async with http.post(public + path, data=b"{", headers=headers) as r:
+                            assert r.status == 404
+                assert watch.checks == checks
+                # The remote pushes the cancel: the watch wakes without the clock.
+                await cancel_remote_task(base_url(remote), task.id)
+                await eventually(lambda: bool(inbox.texts))
+                assert f"task {task.id} (canceled)]" in inbox.texts[0][1]
+                assert clock.slept.count(600.0) == 1
+                async with await connect(base_url(remote), key=REMOTE_KEY) as service:
+                    configs = await service.list_task_push_notification_configs(
+                        pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+                    )
+                assert list(configs.configs) == []
+            finally:
+                await registry.aclose()
+
+
+async def test_refused_push_config_falls_back(workspace: Path, remote: Gateway) -> None:
+    # The remote refuses a loopback webhook (its guard is on): subscribe instead.
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock, public_url="http://127.0.0.1:9")
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), "hold:100")
+        card = pb.AgentCard(
+            capabilities=pb.AgentCapabilities(streaming=True, push_notifications=True)
+        )
+        watch = await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=card)
+        await eventually(lambda: read_pending(workspace)[0].source == "subscribe")
+        assert watch.record.source == "subscribe"
+        assert read_pending(workspace)[0].pushToken is None
+        await cancel_remote_task(base_url(remote), task.id)
+        await eventually(lambda: bool(inbox.texts))
+    finally:
+        await registry.aclose()
+
+
+async def test_timeout_gives_up_with_no_result(workspace: Path, remote: Gateway) -> None:
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock, watch_timeout_s=100)
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), "hold:100")
+        await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=POLL_CARD)
+        for count in (2, 3, 4):
+            clock.advance((await clock.slept_count(count))[-1])
+        await eventually(lambda: bool(inbox.texts))
+        assert [s for s in clock.slept if s != 1.0] == [15, 30, 55]
+        text = inbox.texts[0][1]
+        assert text.startswith(f'[A2A result from "assistant-a", task {task.id} (no result)]')
+        assert "action=status" in text
+        await cancel_remote_task(base_url(remote), task.id)
+    finally:
+        await registry.aclose()
+
+
+async def test_removed_agent_stops_and_malformed_file_is_a_passing_failure(
+    workspace: Path, remote: Gateway
+) -> None:
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock)
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), "hold:100")
+        watch = await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=POLL_CARD)
+        clock.advance((await clock.slept_count(2))[-1])
+        await eventually(lambda: watch.checks == 1)
+        write_agents(workspace, "{being edited")
+        clock.advance((await clock.slept_count(3))[-1])
+        await clock.slept_count(4)  # kept going, no check made
+        assert watch.checks == 1 and not inbox.texts
+        write_agents(workspace, [])
+        clock.advance(clock.slept[-1])
+        await eventually(lambda: bool(inbox.texts))
+        assert "(stopped)]" in inbox.texts[0][1]
+        await cancel_remote_task(base_url(remote), task.id)
+    finally:
+        await registry.aclose()
+
+
+async def test_undelivered_results_are_kept_and_delivered_when_the_target_registers(
+    workspace: Path, remote: Gateway
+) -> None:
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    failing = Inbox(fail=True)
+    registry.register_target(workspace, SCOPE, failing)
+    try:
+        task = await start_remote_task(base_url(remote), "ask:Which city?")
+        await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=STREAM_CARD)
+        await eventually(lambda: failing.attempts == 1)
+        kept = read_pending(workspace)[0].undelivered or ""
+        assert kept.startswith(
+            f'[A2A question from "assistant-a", task {task.id} (input-required)]'
+        )
+        assert "Which city?" in kept and f"taskId={task.id}" in kept
+        inbox = Inbox()
+        registry.register_target(workspace, SCOPE, inbox)  # the conversation starts again
+        await clock.slept_count(3)
+        assert not inbox.texts
+        clock.advance(1)  # a second after
+        await eventually(lambda: bool(inbox.texts))
+        assert inbox.texts[0][1] == kept
+        await eventually(lambda: not read_pending(workspace))
+    finally:
+        await registry.aclose()
+
+
+async def test_restore_rearms_and_delivers_and_shutdown_keeps_records(
+    workspace: Path, remote: Gateway
+) -> None:
+    task = await start_remote_task(base_url(remote), "hold:100")
+    waiting = PendingRecord(
+        "w-1",
+        SCOPE,
+        "assistant-a",
+        task.id,
+        task.context_id,
+        None,
+        "2026-10-08T11:59:00+00:00",
+        "poll",
+    )
+    kept = PendingRecord(
+        "w-2",
+        SCOPE,
+        "assistant-a",
+        "t-old",
+        "c-old",
+        None,
+        "2026-10-08T10:00:00+00:00",
+        "poll",
+        "[A2A result from ...] kept",
+    )
+    write_pending(workspace, [waiting, kept])
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock)
+    registry.register_target(workspace, SCOPE, inbox)
+    await registry.restore(workspace)
+    assert inbox.texts == [(SCOPE, "[A2A result from ...] kept")]
+    (watch,) = registry.watches()
+    assert watch.record.watchId == "w-1"  # same id, same start
+    await eventually(lambda: watch.checks == 1)  # a re-armed watch checks at once
+    await registry.aclose()
+    assert [r.watchId for r in read_pending(workspace)] == ["w-1"]
+    await cancel_remote_task(base_url(remote), task.id)
+
+
+async def test_stop_removes_the_record_and_rearm_restores_it(
+    workspace: Path, remote: Gateway
+) -> None:
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    try:
+        task = await start_remote_task(base_url(remote), "hold:100")
+        watch = await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=POLL_CARD)
+        record = await registry.stop(workspace, SCOPE, task.id)
+        assert record == watch.record and read_pending(workspace) == []
+        assert await registry.stop(workspace, SCOPE, task.id) is None
+        again = await registry.rearm(workspace, record)
+        assert again.record.watchId == record.watchId
+        assert [r.watchId for r in read_pending(workspace)] == [record.watchId]
+        await cancel_remote_task(base_url(remote), task.id)
+    finally:
+        await registry.aclose()
+
+
+def test_malformed_pending_file_reads_as_no_records(tmp_path: Path) -> None:
+    path = tmp_path / ".a2a" / "pending.json"
+    path.parent.mkdir()
+    path.write_text("{nope")
+    assert read_pending(tmp_path) == []
+    path.write_text(json.dumps([{"watchId": "x"}, 3]))
+    assert read_pending(tmp_path) == []
+
+
+CRASHING_HOST = """
+import asyncio, os, sys
+from pathlib import Path
+from a2a_gateway.client.watches import WatchRegistry
+
+async def main() -> None:
+    workspace = Path(sys.argv[1])
+    registry = WatchRegistry()
+
+    async def deliver(scope: str, text: str) -> None:
+        print(text, flush=True)
+        if sys.argv[2] == "crash":
+            os._exit(3)  # the process dies between delivering and removing the record
+
+    registry.register_target(workspace, "local-owner", deliver)
+    await registry.restore(workspace)
+    await registry.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_crash_between_deliver_and_remove_delivers_again(home: Path) -> None:
+    workspace = home
+    text = '[A2A result from "assistant-a", task t-9 (completed)]\nContext: c-9\nDone.'
+    record = PendingRecord(
+        "w-9", SCOPE, "assistant-a", "t-9", "c-9", None, "2026-10-08T12:00:00+00:00", "poll", text
+    )
+    write_pending(workspace, [record])
+
+    async def host(mode: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-P",
+            "-c",
+            CRASHING_HOST,
+            str(workspace),
+            mode,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        return process.returncode or 0, out.decode()
+
+    code, out = await host("crash")
+    assert code == 3 and out.strip() == text
+    assert read_pending(workspace) == [record]  # delivered, but the record is still there
+    code, out = await host("ok")
+    assert code == 0 and out.strip() == text  # delivered again: at least once
+    assert read_pending(workspace) == []
+
+
+async def test_serve_without_a_waker_answers_404(remote: Gateway) -> None:
+    async with aiohttp.ClientSession() as http:
+        url = base_url(remote) + "/a2a/push/some-watch"
+        async with http.post(url, headers={"X-A2A-Notification-Token": "x"}) as response:
+            assert response.status == 404
