@@ -28,9 +28,10 @@ def _read_capped(path: Path, cap: int) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None  # a folder, a FIFO or a device: never block on it
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None  # a FIFO or a device: never block on it
         data = file.read(cap + 1)
     text = data[:cap].decode("utf-8", errors="replace").strip()
     if len(data) > cap:

@@ -70,10 +70,11 @@ def _read_regular(path: Path, cap: int) -> tuple[bytes, int]:
         raise ToolError("path: no such file") from None
     except OSError as exc:
         raise ToolError(f"path: cannot open it ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ToolError("path: not a regular file")
     with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolError("path: not a regular file")
         return file.read(cap), info.st_size
 
 
