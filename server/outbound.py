@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import socket
 import ssl
 from collections.abc import Callable, Mapping
@@ -164,6 +165,61 @@ def _parse_address(address: str | IPAddress) -> IPAddress | None:
         return None
 
 
+class _NotAnAddress(ValueError):
+    """A host that looks numeric (its last label is a number) but is no IPv4 address."""
+
+
+_HEX_PART = re.compile(r"0[xX][0-9a-fA-F]*")
+_DECIMAL_PART = re.compile(r"[0-9]+")
+
+
+def _is_number(label: str) -> bool:
+    return bool(_DECIMAL_PART.fullmatch(label) or _HEX_PART.fullmatch(label))
+
+
+def _numeric_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a numeric host spelling stands for, as resolvers and browsers
+    read it (``127.1``, ``0x7f000001``, ``2130706433``, ``0177.0.0.1``, a trailing dot);
+    None for a host name. A host whose last label is a number but that is no valid
+    address raises :class:`_NotAnAddress` (no DNS name ends in a number)."""
+    labels = host.split(".")
+    if len(labels) > 1 and labels[-1] == "":
+        labels.pop()  # one trailing dot
+    if not labels or not _is_number(labels[-1]):
+        return None
+    if len(labels) > 4:
+        raise _NotAnAddress(host)
+    numbers: list[int] = []
+    for label in labels:
+        if _HEX_PART.fullmatch(label):
+            numbers.append(int(label[2:] or "0", 16))
+        elif len(label) > 1 and label.startswith("0") and label.isdigit():
+            if not set(label) <= set("01234567"):
+                raise _NotAnAddress(host)
+            numbers.append(int(label, 8))
+        elif _DECIMAL_PART.fullmatch(label):
+            numbers.append(int(label))
+        else:
+            raise _NotAnAddress(host)
+    *leading, last = numbers
+    if any(n > 255 for n in leading) or last >= 256 ** (5 - len(numbers)):
+        raise _NotAnAddress(host)
+    value = last
+    for index, number in enumerate(leading):
+        value += number << (8 * (3 - index))
+    return ipaddress.IPv4Address(value)
+
+
+def host_address(host: str) -> IPAddress | None:
+    """The IP address ``host`` (a URL's raw host) denotes without DNS: an IP literal
+    or any numeric IPv4 spelling, canonicalised; None for a host name. Raises
+    ValueError for a numeric-looking host that is no valid address."""
+    literal = _parse_address(host)
+    if literal is not None:
+        return literal
+    return _numeric_ipv4(host)
+
+
 def forbidden_reason(address: str | IPAddress, *, allow_private: bool = False) -> str | None:
     """Why ``address`` may not be connected to (e.g. ``"loopback"``), or None.
 
@@ -241,7 +297,10 @@ def check_url(url: str, *, allow_private_urls: bool = False) -> URL:
         raise UrlRefused("URL has an invalid port") from None
     if port is not None and not 0 < port < 65536:
         raise UrlRefused("URL has an invalid port")
-    ip = _parse_address(parsed.raw_host)
+    try:
+        ip = host_address(parsed.raw_host)
+    except ValueError:
+        raise UrlRefused("URL host is numeric but not a valid IP address") from None
     if ip is not None:
         reason = forbidden_reason(ip, allow_private=allow_private_urls)
         if reason is not None:
@@ -265,9 +324,13 @@ class GuardedResolver(AbstractResolver):
     """Resolves with ``inner`` and keeps only the allowed answers; refuses the host
     when none is left. The socket factory checks again, on the very address used."""
 
-    def __init__(self, inner: AbstractResolver, *, allow_private: bool) -> None:
+    def __init__(
+        self, inner: AbstractResolver, *, allow_private: bool, every_answer: bool = False
+    ) -> None:
         self.inner = inner
         self.allow_private = allow_private
+        #: Refuse the host when any answer is forbidden (not only when all are).
+        self.every_answer = every_answer
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -281,7 +344,7 @@ class GuardedResolver(AbstractResolver):
                 allowed.append(answer)
             else:
                 reasons.append(f"{answer['host']} ({reason})")
-        if not allowed:
+        if not allowed or (reasons and self.every_answer):
             found = ", ".join(reasons) or "no address"
             raise UrlRefused(f"host {host} resolves to addresses that are not allowed: {found}")
         return allowed
@@ -361,14 +424,19 @@ class OutboundClient(AsyncCloseable):
         return check_url(url, allow_private_urls=self.allow_private_urls)
 
     async def check_url_resolved(self, url: str) -> URL:
-        """:meth:`check_url`, then resolve the host now and refuse it if no allowed
-        address is left. For early feedback only: the connection checks again."""
+        """:meth:`check_url`, then resolve the host now (within ``connect_timeout_s``)
+        and refuse it if *any* answer is not allowed: stricter than a connection, which
+        uses the allowed answers only, so that a URL accepted now is never one that
+        could reach a forbidden address later. The connection checks again (DNS can
+        change)."""
         parsed = self.check_url(url)
         host = parsed.raw_host or ""
-        if _parse_address(host) is not None:
+        if host_address(host) is not None:
             return parsed
         resolver = GuardedResolver(
-            self._resolver or aiohttp.DefaultResolver(), allow_private=self.allow_private_urls
+            self._resolver or aiohttp.DefaultResolver(),
+            allow_private=self.allow_private_urls,
+            every_answer=True,
         )
         try:
             # Bounded like a connection: a resolver that never answers must not hold
@@ -549,5 +617,6 @@ __all__ = [
     "check_url",
     "forbidden_reason",
     "guarded_socket_factory",
+    "host_address",
     "url_label",
 ]

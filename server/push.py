@@ -44,7 +44,13 @@ from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .outbound import OutboundClient, OutboundError, check_url, url_label
+from .outbound import (
+    OutboundClient,
+    OutboundConnectionError,
+    OutboundError,
+    check_url,
+    url_label,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +140,25 @@ def validate_push_config(
                 "authentication.credentials",
                 f"must be at most {MAX_SECRET_CHARS} printable ASCII characters",
             )
+
+
+async def check_push_destination(
+    config: pb.TaskPushNotificationConfig, client: OutboundClient, *, prefix: str = ""
+) -> None:
+    """At registration, after :func:`validate_push_config`: resolve the webhook's host
+    now (bounded by the client's connect timeout) and raise InvalidParams naming the
+    ``url`` field when any answer is a forbidden address. A host that cannot be
+    resolved now (no answer, a timeout) is accepted: it cannot reach anything yet, and
+    delivery checks every connection again (DNS can change)."""
+    try:
+        await client.check_url_resolved(config.url)
+    except OutboundConnectionError:
+        return  # unresolvable for now: the connect-time check decides at delivery
+    except OutboundError as exc:
+        field = f"{prefix}.url" if prefix else "url"
+        raise InvalidParamsError(
+            f"{field}: {exc}", violations=[FieldViolation(field, str(exc))]
+        ) from None
 
 
 def notification_headers(config: pb.TaskPushNotificationConfig) -> dict[str, str]:
@@ -395,6 +420,7 @@ __all__ = [
     "DeliveryResult",
     "PushDispatcher",
     "PushPolicy",
+    "check_push_destination",
     "notification_body",
     "notification_headers",
     "validate_push_config",

@@ -7,8 +7,11 @@ terminal; also a task failed by the hop guard or by restart recovery, and a canc
 queues ``{"task": ...}`` for each config; text and artifact chunks do not. A task with
 push configs is written before its first WORKING notification goes out (its id leaves
 the engine). Configs are validated like the guard will judge them
-(``validate_push_config``), a task holds at most ``MAX_PUSH_CONFIGS``, and their token
-and credentials are never returned.
+(``validate_push_config``: numeric host spellings included), and the webhook's host is
+resolved at registration by the client that will deliver (``check_push_destination``:
+any forbidden answer is InvalidParams naming the ``url``; a name that does not resolve
+now is accepted); delivery checks every connection again. A task holds at most
+``MAX_PUSH_CONFIGS``, and their token and credentials are never returned.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from a2a_gateway.protocol.errors import PushNotificationNotSupportedError, TaskN
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import new_id, valid_id
-from ..push import validate_push_config
+from ..push import check_push_destination, validate_push_config
 from .records import Records
 from .state import MAX_PAGE_SIZE, MAX_PUSH_CONFIGS, EngineState, invalid
 
@@ -36,14 +39,21 @@ class PushConfigs:
         if not self._state.push_enabled:
             raise PushNotificationNotSupportedError()
 
-    def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str) -> None:
-        """InvalidParams naming the field unless ``config`` can be delivered to."""
+    async def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str) -> None:
+        """InvalidParams naming the field unless ``config`` can be delivered to: the
+        static checks, then the host's addresses as resolved now."""
         allow_private = self._state.allow_private_urls
         validate_push_config(config, allow_private_urls=allow_private, prefix=prefix)
         if config.id and not valid_id(config.id):
             raise invalid(f"{prefix}.id" if prefix else "id", "must match [A-Za-z0-9_-]{1,100}")
+        push = self._state.push
+        client = push.client if push is not None else self._state.outbound
+        if client is not None:  # without one nothing is ever delivered
+            await check_push_destination(config, client, prefix=prefix)
 
-    def inline_config(self, request: pb.SendMessageRequest) -> pb.TaskPushNotificationConfig | None:
+    async def inline_config(
+        self, request: pb.SendMessageRequest
+    ) -> pb.TaskPushNotificationConfig | None:
         if not request.HasField("configuration"):
             return None
         configuration = request.configuration
@@ -53,7 +63,7 @@ class PushConfigs:
             raise PushNotificationNotSupportedError()
         config = pb.TaskPushNotificationConfig()
         config.CopyFrom(configuration.task_push_notification_config)
-        self._check_push_config(config, "configuration.taskPushNotificationConfig")
+        await self._check_push_config(config, "configuration.taskPushNotificationConfig")
         if not config.id:
             config.id = new_id()
         return config
@@ -67,7 +77,7 @@ class PushConfigs:
         config = pb.TaskPushNotificationConfig()
         config.CopyFrom(request)
         config.ClearField("tenant")
-        self._check_push_config(config, "")
+        await self._check_push_config(config, "")
         if not config.id:
             config.id = new_id()
         async with self._records.mutable_record(context.caller, request.task_id) as record:

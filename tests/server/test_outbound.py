@@ -25,6 +25,7 @@ from a2a_gateway.server.outbound import (
     check_url,
     forbidden_reason,
     guarded_socket_factory,
+    host_address,
     url_label,
 )
 
@@ -195,6 +196,67 @@ def test_static_url_checks() -> None:
     assert check_url("https://8.8.8.8/x").host == "8.8.8.8"
 
 
+# Every numeric spelling a resolver or browser reads as an IPv4 address: (host, the
+# address it is, the reason it is refused). check_url canonicalises and judges them
+# without DNS, so registration refuses what delivery would refuse.
+NUMERIC_SPELLINGS = [
+    ("127.1", "127.0.0.1", "loopback"),
+    ("127.0.1", "127.0.0.1", "loopback"),
+    ("0x7f000001", "127.0.0.1", "loopback"),
+    ("0X7F000001", "127.0.0.1", "loopback"),
+    ("2130706433", "127.0.0.1", "loopback"),
+    ("0177.0.0.1", "127.0.0.1", "loopback"),
+    ("017700000001", "127.0.0.1", "loopback"),
+    ("0x7f.1", "127.0.0.1", "loopback"),
+    ("0x7f.0.0.0x1", "127.0.0.1", "loopback"),
+    ("127.0.0.1.", "127.0.0.1", "loopback"),
+    ("0", "0.0.0.0", "unspecified"),
+    ("0x", "0.0.0.0", "unspecified"),
+    ("10.1", "10.0.0.1", "private"),
+    ("167772161", "10.0.0.1", "private"),
+    ("0xa9.0xfe.0xa9.0xfe", "169.254.169.254", "link-local"),
+    ("2852039166", "169.254.169.254", "link-local"),
+    ("0251.0376.0251.0376", "169.254.169.254", "link-local"),
+    ("192.168.257", "192.168.1.1", "private"),
+    ("[::ffff:127.0.0.1]", "::ffff:7f00:1", "IPv4-mapped loopback"),
+    ("[::ffff:7f00:1]", "::ffff:7f00:1", "IPv4-mapped loopback"),
+    ("[::ffff:a9fe:a9fe]", "::ffff:a9fe:a9fe", "IPv4-mapped link-local"),
+    ("[0:0:0:0:0:ffff:10.0.0.1]", "::ffff:a00:1", "IPv4-mapped private"),
+]
+
+
+@pytest.mark.parametrize(("host", "address", "reason"), NUMERIC_SPELLINGS)
+def test_numeric_host_spellings_are_canonicalised_and_refused(
+    host: str, address: str, reason: str
+) -> None:
+    with pytest.raises(UrlRefused) as refused:
+        check_url(f"https://{host}:8443/hook?token=s3cr3t")
+    assert str(refused.value) == f"address {address} is not allowed ({reason})"
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [("134744072", "8.8.8.8"), ("0x8.0x8.0x8.0x8", "8.8.8.8"), ("8.8.2056", "8.8.8.8")],
+)
+def test_public_numeric_spellings_pass(host: str, address: str) -> None:
+    assert check_url(f"https://{host}/hook").host == host
+    assert str(host_address(host)) == address
+
+
+@pytest.mark.parametrize(
+    "host", ["1.2.3.4.5", "08.1.1.1", "0x100000000", "256.1.1.1", "1.16777216", "a.1", "0xg.1"]
+)
+def test_numeric_hosts_that_are_no_address_are_refused(host: str) -> None:
+    # No DNS name ends in a number: such a host is a malformed address, never a name.
+    with pytest.raises(UrlRefused, match="numeric but not a valid IP address"):
+        check_url(f"https://{host}/hook")
+
+
+def test_names_are_not_numeric() -> None:
+    for host in ("hooks.example.com", "1.2.3.a", "0x7f.example", "example.0x7g"):
+        assert host_address(host) is None
+
+
 def test_messages_never_show_path_or_query() -> None:
     assert url_label("https://hooks.example.com:8443/p/secret-path?token=s3cr3t") == (
         "https://hooks.example.com:8443"
@@ -257,6 +319,32 @@ async def test_every_answer_is_checked(listener: Listener) -> None:
     assert "127.0.0.1 (loopback)" in message
     assert "fd00::1 (unique-local)" in message
     assert listener.connections == 0
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [["93.184.216.34", "127.0.0.1"], ["10.0.0.1", "93.184.216.34"], ["8.8.8.8", "fd00::1"]],
+)
+async def test_the_early_check_refuses_a_host_with_any_forbidden_answer(
+    answers: list[str],
+) -> None:
+    # A connection would use the allowed answers only; registration is stricter.
+    resolver = ScriptedResolver(answers)
+    async with OutboundClient(resolver=resolver) as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(UrlRefused, match="resolves to addresses that are not allowed"):
+            await client.check_url_resolved("https://mixed.test/hook")
+        resolver.answers = [[a for a in answers if forbidden_reason(a) is None]]
+        assert (await client.check_url_resolved("https://mixed.test/hook")).host == "mixed.test"
+
+
+async def test_the_early_check_judges_numeric_spellings_without_dns() -> None:
+    resolver = ScriptedResolver(["8.8.8.8"])
+    async with OutboundClient(resolver=resolver) as client, asyncio.timeout(TIMEOUT_S):
+        for host, _, reason in NUMERIC_SPELLINGS:
+            with pytest.raises(UrlRefused, match=reason):
+                await client.check_url_resolved(f"https://{host}/hook")
+        await client.check_url_resolved("https://134744072/hook")
+    assert resolver.asked == []
 
 
 async def test_allowed_answers_are_the_ones_connected_to(listener: Listener) -> None:
