@@ -91,11 +91,16 @@ class GrpcTransport(Transport):
         """The generated stub the rpcs are called on (the 0.3 transport uses its own)."""
         return a2a_pb2_grpc.A2AServiceStub(channel)
 
-    def _metadata(self, options: CallOptions) -> tuple[tuple[str, str], ...]:
+    def _metadata(
+        self, options: CallOptions, request: message.Message
+    ) -> tuple[tuple[str, str], ...]:
         headers = service_headers(options, None, self.version)
         pairs = tuple((key.lower(), value) for key, value in headers.items())
         if self.credentials is not None:
-            pairs += self.credentials.grpc_metadata()
+            # A signature covers the serialized request, which grpc serializes the same way.
+            signed = self.credentials.signing_secret is not None
+            body = request.SerializeToString() if signed else b""
+            pairs += self.credentials.grpc_metadata(body)
         return pairs
 
     def _error(self, exc: grpc.aio.AioRpcError, timeout: float) -> A2AError:
@@ -132,7 +137,7 @@ class GrpcTransport(Transport):
     async def _call_unary(self, rpc: str, request: message.Message, options: CallOptions) -> Any:
         """Call the stub's ``rpc`` within ``options.timeout``; its response, unread."""
         call = getattr(self._stub, rpc)(
-            request, timeout=options.timeout, metadata=self._metadata(options)
+            request, timeout=options.timeout, metadata=self._metadata(options, request)
         )
         try:
             # grpc's own deadline ends the call; the asyncio bound also covers a channel
@@ -156,7 +161,7 @@ class GrpcTransport(Transport):
     async def stream(
         self, rpc: str, request: message.Message, options: CallOptions
     ) -> AsyncGenerator[pb.StreamResponse, None]:
-        call = getattr(self._stub, rpc)(request, metadata=self._metadata(options))
+        call = getattr(self._stub, rpc)(request, metadata=self._metadata(options, request))
         first = True
         try:
             while True:

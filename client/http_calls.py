@@ -75,6 +75,8 @@ class HttpTransport(Transport):
         """An httpx request bounded by ``options``: ``timeout`` to connect and, for a
         unary call, to read; ``idle_timeout`` between two reads of a stream."""
         read = options.idle_timeout if stream else options.timeout
+        if self.credentials is not None:
+            headers.update(self.credentials.signature(content or b""))
         return self._http.build_request(
             method,
             url,

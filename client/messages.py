@@ -64,10 +64,13 @@ def user_message(
     context_id: str = "",
     task_id: str = "",
     message_id: str | None = None,
+    extra_parts: Sequence[pb.Part] = (),
 ) -> pb.Message:
-    """A ROLE_USER message: the text (if any) first, then one part per file."""
+    """A ROLE_USER message: the text (if any) first, then one part per file, then
+    ``extra_parts`` (data parts, URL parts)."""
     parts = [pb.Part(text=text)] if text else []
     parts += [file_part(Path(p)) for p in files]
+    parts += extra_parts
     if not parts:
         raise ValueError("a message needs text or at least one file")
     return pb.Message(
@@ -87,11 +90,13 @@ def send_request(
     task_id: str = "",
     return_immediately: bool = False,
     history_length: int | None = None,
+    extra_parts: Sequence[pb.Part] = (),
 ) -> pb.SendMessageRequest:
     """The SendMessageRequest for ``a2a-gateway send`` (also used for ``--stream``)."""
-    request = pb.SendMessageRequest(
-        message=user_message(text, files=files, context_id=context_id, task_id=task_id)
+    message = user_message(
+        text, files=files, context_id=context_id, task_id=task_id, extra_parts=extra_parts
     )
+    request = pb.SendMessageRequest(message=message)
     if return_immediately:
         request.configuration.return_immediately = True
     if history_length is not None:

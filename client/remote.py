@@ -271,13 +271,15 @@ async def connect(
     extensions: Iterable[str] = (),
     extended_card: bool = True,
     http: httpx.AsyncClient | None = None,
+    signing_secret: str | None = None,
 ) -> RemoteService:
     """Connect to the agent at ``url`` (its base URL, or its card URL ending in ``.json``).
 
     Fetches the public card, picks the first interface we speak (or the one of the forced
     ``transport``: ``jsonrpc``, ``rest``, ``grpc``), presents ``key`` as the card's
-    security schemes ask, and, with a key and a card that offers one, switches to the
-    extended card (falling back to the public card on failure).
+    security schemes ask (signing each request with ``signing_secret`` when given), and,
+    with a key and a card that offers one, switches to the extended card (falling back to
+    the public card on failure).
 
     ``http`` replaces the default HTTP client (e.g. the a2a tool's guarded one); the
     service owns it either way.
@@ -285,15 +287,14 @@ async def connect(
     Raises Unreachable, Timeout, AuthRejected, CardError, or ValueError for an unknown
     ``transport`` name. The caller must ``aclose()`` the service (or use ``async with``).
     """
-    redact = Redactor([key])
+    redact = Redactor([key, signing_secret])
     http = http if http is not None else new_http_client(timeout)
     service: RemoteService | None = None
     try:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
         interface = choose_interface(card, transport)
-        wire = make_transport(
-            interface, http=http, credentials=credentials_for(card, key), redact=redact
-        )
+        credentials = credentials_for(card, key, signing_secret)
+        wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
         service = RemoteService(
             wire,
             card=card,
@@ -320,10 +321,11 @@ async def resolve_card(
     key: str | None = None,
     transport: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 (each call is bounded by it)
+    signing_secret: str | None = None,
 ) -> pb.AgentCard:
     """The agent's card: the extended card when ``key`` is given and the card offers one
     (and it can be fetched), else the public card. For ``a2a-gateway card URL``."""
-    redact = Redactor([key])
+    redact = Redactor([key, signing_secret])
     async with new_http_client(timeout) as http:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
         if not key or not card.capabilities.extended_agent_card:
@@ -332,9 +334,8 @@ async def resolve_card(
             interface = choose_interface(card, transport)
         except CardError:
             return card  # nothing we can call: the public card is all there is
-        wire = make_transport(
-            interface, http=http, credentials=credentials_for(card, key), redact=redact
-        )
+        credentials = credentials_for(card, key, signing_secret)
+        wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
         async with RemoteService(wire, card=card, interface=interface, timeout=timeout) as service:
             await service.use_extended_card()
             return service.card

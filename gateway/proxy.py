@@ -138,6 +138,7 @@ class UpstreamProxy(A2AService):
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
         max_hops: int = 3,
         owners: TaskOwners | None = None,
+        signing_secret: str | None = None,
     ) -> None:
         if transport:
             binding_for(transport)  # ValueError now rather than on the first call
@@ -146,6 +147,7 @@ class UpstreamProxy(A2AService):
                 raise ValueError(f"{name} must be more than 0, not {value!r}")
         self.url = url
         self._key = key or None
+        self._signing_secret = signing_secret or None
         self.transport = transport or None
         self.timeout = timeout
         self.stream_idle_timeout = stream_idle_timeout
@@ -193,6 +195,7 @@ class UpstreamProxy(A2AService):
             remote = await connect(
                 self.url,
                 key=self._key,
+                signing_secret=self._signing_secret,
                 transport=self.transport,
                 timeout=self.timeout,
                 stream_idle_timeout=self.stream_idle_timeout,
@@ -437,12 +440,15 @@ def task_owners(settings: Settings, config: ServerConfig) -> TaskOwners:
 def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy, CardProvider]:
     """The proxy service and its card provider, from the ``serve`` settings."""
     key = settings["upstream_key"] or None
-    if key:
-        register_secret(key)
+    signing_secret = settings["upstream_signing_secret"] or None
+    for secret in (key, signing_secret):
+        if secret:
+            register_secret(secret)
     transport = settings["upstream_transport"]
     proxy = UpstreamProxy(
         settings["upstream"],
         key=key,
+        signing_secret=signing_secret,
         transport=None if transport == "auto" else transport,
         timeout=settings["upstream_timeout"],
         stream_idle_timeout=settings["upstream_idle_timeout"],

@@ -95,6 +95,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("upstream", str, "", "proxy mode: forward every call to this A2A agent URL"),
     Setting("upstream_key", str, "", "API key for the upstream agent"),
     Setting(
+        "upstream_signing_secret",
+        str,
+        "",
+        "sign every upstream request with this secret (X-A2A-Signature)",
+    ),
+    Setting(
         "upstream_transport",
         str,
         "auto",

@@ -6,7 +6,12 @@ waits, only when stderr is a terminal) and ProtoJSON with ``--json`` (one object
 streams print one line per event). Errors go to stderr; the exit status tells scripts
 what happened (:data:`EXIT_CODES_HELP`). Keys never reach the output: the client redacts
 them from every error text, and they are only ever read from ``--key`` or
-``A2A_GATEWAY_KEY``.
+``A2A_GATEWAY_KEY``; a signing secret from ``--signing-secret`` or
+``A2A_GATEWAY_SIGNING_SECRET``.
+
+While a task runs, its id is printed on stderr as soon as the agent names it; Ctrl-C or
+``--timeout`` then say how to follow the task (``subscribe``) or stop it (``cancel``),
+or, with ``--cancel-on-interrupt``, cancel it.
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import mimetypes
 import os
 import re
+import shlex
+import signal
 import sys
+import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -30,8 +39,6 @@ from a2a_gateway.client import (
     RemoteService,
     Timeout,
     Unreachable,
-    connect,
-    resolve_card,
     send_request,
 )
 from a2a_gateway.client.errors import Redactor
@@ -42,6 +49,8 @@ from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, Unauthe
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret, setup_logging
+from .saving import save_file
+from .targets import Target, agent_card, open_agent, parse_target
 
 EXIT_OK = 0
 EXIT_A2A_ERROR = 1
@@ -51,6 +60,7 @@ EXIT_UNREACHABLE = 4
 EXIT_INTERRUPTED = 130
 
 KEY_ENV = "A2A_GATEWAY_KEY"
+SIGNING_ENV = "A2A_GATEWAY_SIGNING_SECRET"
 VERBS = ("card", "send", "get", "list", "cancel", "subscribe")
 
 EXIT_CODES_HELP = f"""\
@@ -62,7 +72,9 @@ exit status:
   {EXIT_UNREACHABLE}  agent unreachable, or no answer within --timeout
 
 The key comes from --key or the {KEY_ENV} environment variable (keeps it out of
-shell history)."""
+shell history); a signing secret from --signing-secret or {SIGNING_ENV}.
+URL: the agent's base URL, its card URL, an interface URL its card lists, or
+host:port (http assumed; gRPC with --transport grpc)."""
 
 _TRANSPORTS = ("jsonrpc", "rest", "grpc")
 _SPINNER_FRAMES = "|/-\\"
@@ -121,8 +133,16 @@ def state_name(state: pb.TaskState.ValueType) -> str:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", metavar="URL", help="the agent's base URL, or its card's URL")
+    parser.add_argument(
+        "url",
+        metavar="URL",
+        help="the agent's base URL, card URL, an interface URL, or host:port",
+    )
     parser.add_argument("--key", help=f"API key for the agent (default: ${KEY_ENV}); never printed")
+    parser.add_argument(
+        "--signing-secret",
+        help=f"sign each request with this secret (default: ${SIGNING_ENV}); never printed",
+    )
     parser.add_argument(
         "--transport",
         choices=_TRANSPORTS,
@@ -154,8 +174,27 @@ def add_verbs(sub: Any) -> None:
     verb("card", "show an agent's card (the extended card when a key is given)")
 
     send = verb("send", "send a message to an agent and print its answer")
-    send.add_argument("text", metavar="TEXT", help="the message text ('' with --file only)")
+    send.add_argument(
+        "text",
+        metavar="TEXT",
+        nargs="?",
+        default=None,
+        help="the message text; '-' reads it from stdin (optional with other parts)",
+    )
     send.add_argument("--stream", action="store_true", help="print events as they arrive")
+    send.add_argument(
+        "--data", action="append", metavar="JSON", help="add a data part (repeatable)"
+    )
+    send.add_argument(
+        "--file-url", action="append", metavar="URL", help="add a file part by URL (repeatable)"
+    )
+    send.add_argument("--metadata", metavar="JSON", help="the message's metadata (an object)")
+    send.add_argument(
+        "--request",
+        metavar="FILE",
+        help="send this ProtoJSON SendMessageRequest as it is ('-' reads stdin)",
+    )
+    _after_send_options(send)
     send.add_argument(
         "--file",
         type=Path,
@@ -192,6 +231,19 @@ def add_verbs(sub: Any) -> None:
 
     subscribe = verb("subscribe", "follow a task's events until it ends")
     subscribe.add_argument("task_id", metavar="TASK_ID")
+    _after_send_options(subscribe)
+
+
+def _after_send_options(parser: argparse.ArgumentParser) -> None:
+    """What ``send`` and ``subscribe`` share: where files go and what Ctrl-C does."""
+    parser.add_argument(
+        "--save-dir", type=Path, metavar="DIR", help="save the files the agent returns in DIR"
+    )
+    parser.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="on Ctrl-C cancel the task (default: leave it running and say how to follow it)",
+    )
 
 
 # --- output ---------------------------------------------------------------------------
@@ -280,11 +332,40 @@ def task_summary(task_id: str, state: pb.TaskState.ValueType, context_id: str) -
 class Printer:
     """Writes one verb's results on stdout, for people or (``--json``) for scripts."""
 
-    def __init__(self, out: TextIO, progress: Progress, *, as_json: bool) -> None:
+    def __init__(
+        self,
+        out: TextIO,
+        progress: Progress,
+        *,
+        as_json: bool,
+        err: TextIO | None = None,
+        save_dir: Path | None = None,
+    ) -> None:
         self.out = out
         self.progress = progress
         self.as_json = as_json
+        self.err = err or sys.stderr
+        self.save_dir = save_dir
         self.at_line_start = True
+
+    def note(self, text: str) -> None:
+        """One line on stderr (the spinner erased first; stdout's line ended first)."""
+        self.progress.hide()
+        if not self.at_line_start:
+            self.end_line()
+        self.err.write(_CONTROL.sub("\ufffd", text) + "\n")
+        self.err.flush()
+
+    def save(self, part: pb.Part) -> None:
+        """With ``--save-dir``: write a file part's bytes there (names made safe)."""
+        if self.save_dir is None or part.WhichOneof("content") != "raw":
+            return
+        try:
+            path = save_file(self.save_dir, part.filename, part.raw)
+        except OSError as exc:
+            self.note(f"cannot save {part.filename or 'a file'}: {exc.strerror or exc}")
+            return
+        self.note(f"saved {path}")
 
     def write(self, text: str) -> None:
         """Text without a line end (streamed text): the spinner is erased first."""
@@ -348,10 +429,16 @@ class Printer:
                 role = "agent" if item.role == pb.ROLE_AGENT else "user"
                 self.line(f"[{role}] {parts_text(item.parts)}")
         body = "\n".join(parts_text(a.parts) for a in task.artifacts)
-        if not body and task.status.HasField("message"):
-            body = parts_text(task.status.message.parts)
+        for artifact in task.artifacts:
+            for part in artifact.parts:
+                self.save(part)
         if body:
             self.line(body)
+        # The status message says why a task failed, was rejected or waits: always shown.
+        if task.status.HasField("message"):
+            said = parts_text(task.status.message.parts)
+            if said and not (history and task.history and _same(task.history[-1], task.status)):
+                self.line(said)
         self.line(task_summary(task.id, task.status.state, task.context_id))
 
     def message(self, message: pb.Message) -> None:
@@ -373,6 +460,11 @@ class Printer:
             self.line(f"next page: --page-token {reply.next_page_token}")
 
 
+def _same(item: pb.Message, status: pb.TaskStatus) -> bool:
+    """Whether the history's last message is the status message (already printed)."""
+    return bool(item.message_id) and item.message_id == status.message.message_id
+
+
 def _schemes(card: pb.AgentCard) -> list[tuple[str, pb.SecurityScheme]]:
     return sorted(card.security_schemes.items())
 
@@ -391,14 +483,26 @@ class StreamView:
     """Renders a stream of events for people: artifact text as it arrives (appended
     chunks inline), status messages on their own lines, and the task's final state."""
 
-    def __init__(self, printer: Printer) -> None:
+    def __init__(
+        self, printer: Printer, on_task: Callable[[str, str, int], None] | None = None
+    ) -> None:
         self.printer = printer
+        self.on_task = on_task
         self.task_id = ""
         self.context_id = ""
         self.state: pb.TaskState.ValueType = pb.TASK_STATE_UNSPECIFIED
         self._seen_artifacts: set[str] = set()
         self._current_artifact: str | None = None
         self._seen_messages: set[str] = set()
+
+    def event_state(self, event: pb.StreamResponse) -> None:
+        """Follow the task's id and state only (``--json`` prints the events itself)."""
+        kind = event.WhichOneof("payload")
+        if kind == "task" and self.on_task is not None:
+            self.on_task(event.task.id, event.task.context_id, event.task.status.state)
+        elif kind == "status_update" and self.on_task is not None:
+            update = event.status_update
+            self.on_task(update.task_id, update.context_id, update.status.state)
 
     def event(self, event: pb.StreamResponse) -> None:
         kind = event.WhichOneof("payload")
@@ -425,6 +529,8 @@ class StreamView:
         self.task_id = task_id or self.task_id
         self.context_id = context_id or self.context_id
         self.state = status.state
+        if self.on_task is not None:
+            self.on_task(self.task_id, self.context_id, self.state)
         message = status.message
         if status.HasField("message") and message.message_id not in self._seen_messages:
             self._seen_messages.add(message.message_id)
@@ -440,6 +546,7 @@ class StreamView:
             self.printer.end_line()
         for part in artifact.parts:
             text = describe_part(part)
+            self.printer.save(part)
             if part.WhichOneof("content") == "text":
                 self.printer.write(text)
             else:
@@ -460,21 +567,59 @@ class UsageError(Exception):
 
 
 class _Call:
-    """What every verb needs: its arguments, the output, and a connection on demand."""
+    """What every verb needs: its arguments, the output, a connection on demand, and the
+    task it is about (for the hints on Ctrl-C and timeouts)."""
 
-    def __init__(self, args: argparse.Namespace, key: str | None, printer: Printer) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        key: str | None,
+        printer: Printer,
+        *,
+        signing_secret: str | None = None,
+    ) -> None:
         self.args = args
         self.key = key
+        self.signing_secret = signing_secret
         self.printer = printer
+        self.target: Target = parse_target(args.url, args.transport)
+        self.task_id: str = getattr(args, "task_id", "") if args.verb == "subscribe" else ""
+        self.context_id = ""
+        self.state: pb.TaskState.ValueType = pb.TASK_STATE_UNSPECIFIED
+        self._announced = bool(self.task_id)
 
     def connect(self) -> Awaitable[RemoteService]:
-        return connect(
-            self.args.url,
+        return open_agent(
+            self.target,
             key=self.key,
+            signing_secret=self.signing_secret,
             transport=self.args.transport,
             timeout=self.args.timeout,
-            extended_card=False,  # one call needs no extended card: save the round trip
         )
+
+    def track(self, task_id: str, context_id: str, state: int) -> None:
+        """Remember the task; the first time its id is known, say it on stderr."""
+        self.task_id = task_id or self.task_id
+        self.context_id = context_id or self.context_id
+        self.state = pb.TaskState.ValueType(state)
+        if self.task_id and not self._announced:
+            self._announced = True
+            if not self.printer.as_json:
+                self.printer.note(f"task {self.task_id}")
+
+    @property
+    def task_running(self) -> bool:
+        return bool(self.task_id) and self.state not in TERMINAL_STATES
+
+    def follow_hints(self) -> list[str]:
+        """The commands that follow or stop the task (with the same URL and transport)."""
+        url = shlex.quote(self.args.url)
+        forced = f" --transport {self.args.transport}" if self.args.transport else ""
+        task = shlex.quote(self.task_id)
+        return [
+            f"  follow it: a2a-gateway subscribe {url} {task}{forced}",
+            f"  stop it:   a2a-gateway cancel {url} {task}{forced}",
+        ]
 
     async def waiting(self, call: Awaitable[Any], label: str) -> Any:
         self.printer.progress.show(label)
@@ -484,23 +629,42 @@ class _Call:
             self.printer.progress.hide()
 
     async def stream(self, events: AsyncGenerator[pb.StreamResponse, None]) -> None:
-        view = StreamView(self.printer)
+        view = StreamView(self.printer, on_task=self.track)
         self.printer.progress.show("waiting for the agent...")
         async with contextlib.aclosing(events):
             async for event in events:
                 if self.printer.as_json:
+                    view.event_state(event)
                     self.printer.proto(event)
+                    self._save_event(event)
                 else:
                     view.event(event)
         self.printer.progress.hide()
         if not self.printer.as_json:
             view.finish()
 
+    def _save_event(self, event: pb.StreamResponse) -> None:
+        kind = event.WhichOneof("payload")
+        artifacts: Iterable[pb.Artifact] = ()
+        if kind == "task":
+            artifacts = event.task.artifacts
+        elif kind == "artifact_update":
+            artifacts = (event.artifact_update.artifact,)
+        for artifact in artifacts:
+            for part in artifact.parts:
+                self.printer.save(part)
+
 
 async def _card(call: _Call) -> None:
     args = call.args
     card = await call.waiting(
-        resolve_card(args.url, key=call.key, transport=args.transport, timeout=args.timeout),
+        agent_card(
+            call.target,
+            key=call.key,
+            signing_secret=call.signing_secret,
+            transport=args.transport,
+            timeout=args.timeout,
+        ),
         "fetching the card...",
     )
     if call.printer.as_json:
@@ -509,27 +673,123 @@ async def _card(call: _Call) -> None:
         call.printer.card(card)
 
 
-async def _send(call: _Call) -> None:
-    args = call.args
+def _json_arg(text: str, what: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _extra_parts(args: argparse.Namespace) -> list[pb.Part]:
+    parts: list[pb.Part] = []
+    for item in args.data or ():
+        try:
+            parts.append(codec.parse(pb.Part, {"data": _json_arg(item, "--data")}))
+        except A2AError as exc:
+            raise UsageError(f"--data: {exc.message}") from None
+    for url in args.file_url or ():
+        where = urllib.parse.urlsplit(url)
+        if where.scheme not in ("http", "https") or not where.netloc:
+            raise UsageError(f"--file-url must be an http(s) URL: {url[:80]!r}")
+        name = urllib.parse.unquote(where.path.rsplit("/", 1)[-1])
+        media, _ = mimetypes.guess_type(name)
+        parts.append(pb.Part(url=url, filename=name, media_type=media or ""))
+    return parts
+
+
+def _read_stdin(what: str) -> str:
+    if sys.stdin is None or sys.stdin.closed:
+        raise UsageError(f"{what}: no standard input")
+    return sys.stdin.read()
+
+
+def _whole_request(args: argparse.Namespace) -> pb.SendMessageRequest:
+    """``--request FILE|-``: a ProtoJSON SendMessageRequest, sent as it is."""
+    taken = [
+        flag
+        for flag, given in (
+            ("TEXT", args.text is not None),
+            ("--file", bool(args.file)),
+            ("--data", bool(args.data)),
+            ("--file-url", bool(args.file_url)),
+            ("--metadata", args.metadata is not None),
+            ("--context-id", bool(args.context_id)),
+            ("--task-id", bool(args.task_id)),
+        )
+        if given
+    ]
+    if taken:
+        raise UsageError(f"--request carries the whole message: drop {', '.join(taken)}")
+    try:
+        raw = _read_stdin("--request -") if args.request == "-" else Path(args.request).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --request {args.request}: {exc}") from None
+    try:
+        request = codec.parse(pb.SendMessageRequest, _json_arg(raw, "--request"), path="request")
+    except A2AError as exc:
+        raise UsageError(f"--request: {exc.message}") from None
+    if args.return_immediately:
+        request.configuration.return_immediately = True
+    return request
+
+
+def build_send_request(args: argparse.Namespace) -> pb.SendMessageRequest:
+    """The request ``send`` sends, from its arguments (UsageError when it cannot)."""
+    if args.request is not None:
+        return _whole_request(args)
+    text = args.text or ""
+    if text == "-":
+        text = _read_stdin("TEXT -").rstrip("\n")
+        if not text:
+            raise UsageError("TEXT -: standard input was empty")
     try:
         request = send_request(
-            args.text,
+            text,
             files=args.file or (),
             context_id=args.context_id,
             task_id=args.task_id,
             return_immediately=args.return_immediately,
+            extra_parts=_extra_parts(args),
         )
     except (ValueError, OSError) as exc:  # empty message, unreadable or too large file
         raise UsageError(str(exc)) from None
+    if args.metadata is not None:
+        metadata = _json_arg(args.metadata, "--metadata")
+        if not isinstance(metadata, dict):
+            raise UsageError("--metadata must be a JSON object")
+        request.message.metadata.update(metadata)
+    return request
+
+
+async def _send(call: _Call) -> None:
+    args = call.args
+    request = build_send_request(args)
     async with await call.connect() as agent:
         if args.stream:
             await call.stream(agent.send_streaming_message(request))
             return
+        human = not call.printer.as_json and not request.configuration.return_immediately
+        if human and agent.card.capabilities.streaming:
+            # Followed as a stream, so the task id is known (and said) at once, and
+            # Ctrl-C or --timeout can say how to follow or stop the task; still bounded
+            # by --timeout as a whole, like a blocking send.
+            try:
+                async with asyncio.timeout(args.timeout):
+                    await call.stream(agent.send_streaming_message(request))
+            except TimeoutError:
+                raise Timeout(f"{args.url} did not answer within {args.timeout:g} s") from None
+            return
         reply: pb.SendMessageResponse = await call.waiting(
             agent.send_message(request), "waiting for the agent..."
         )
+    if reply.WhichOneof("payload") == "task":
+        call.track(reply.task.id, reply.task.context_id, reply.task.status.state)
     if call.printer.as_json:
         call.printer.proto(reply)
+        if reply.WhichOneof("payload") == "task":
+            for artifact in reply.task.artifacts:
+                for part in artifact.parts:
+                    call.printer.save(part)
     elif reply.WhichOneof("payload") == "message":
         call.printer.message(reply.message)
     else:
@@ -611,33 +871,102 @@ def _explain(error: A2AError) -> str:
     return f"{spec.reason} ({spec.jsonrpc_code}): {error.message}"
 
 
-async def _run(args: argparse.Namespace, key: str | None, err: TextIO) -> int:
-    redact = Redactor([key])
+async def _run(
+    args: argparse.Namespace, key: str | None, err: TextIO, signing_secret: str | None = None
+) -> int:
+    redact = Redactor([key, signing_secret])
     async with Progress(err, enabled=err.isatty() and not args.json) as progress:
-        call = _Call(args, key, Printer(sys.stdout, progress, as_json=args.json))
+        printer = Printer(
+            sys.stdout,
+            progress,
+            as_json=args.json,
+            err=err,
+            save_dir=getattr(args, "save_dir", None),
+        )
         try:
-            await _HANDLERS[args.verb](call)
+            call = _Call(args, key, printer, signing_secret=signing_secret)
+        except ValueError as exc:  # the URL is not one
+            print(f"a2a-gateway {args.verb}: {redact(str(exc))}", file=err)
+            return EXIT_USAGE
+        if call.target.assumed_http:
+            printer.note(f"a2a-gateway {args.verb}: no scheme given, using {call.target.url}")
+        loop = asyncio.get_running_loop()
+        work = asyncio.ensure_future(_HANDLERS[args.verb](call))
+        interrupted = False
+
+        def on_interrupt() -> None:
+            nonlocal interrupted
+            interrupted = True
+            work.cancel()
+            # A second Ctrl-C is Python's own KeyboardInterrupt again (exit 130 at once).
+            loop.remove_signal_handler(signal.SIGINT)
+
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not interrupted:
+                raise
+            progress.hide()
+            printer.end_line()
+            return await _interrupted(call, redact)
         except A2AError as exc:
             progress.hide()
-            call.printer.end_line()
+            printer.end_line()
             shown = _CONTROL.sub("\ufffd", redact(_explain(exc)))
             print(f"a2a-gateway {args.verb}: {shown}", file=err)
+            if isinstance(exc, Timeout) and call.task_running:
+                print(f"task {call.task_id} may still be running on the agent:", file=err)
+                print("\n".join(call.follow_hints()), file=err)
             return exit_code(exc)
         except UsageError as exc:
             progress.hide()
             print(f"a2a-gateway {args.verb}: {redact(str(exc))}", file=err)
             return EXIT_USAGE
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
     return EXIT_OK
+
+
+async def _interrupted(call: _Call, redact: Redactor) -> int:
+    """Ctrl-C: say how to follow or stop the task, or (``--cancel-on-interrupt``) stop it."""
+    err = call.printer.err
+    verb = call.args.verb
+    if not call.task_id:
+        print(f"a2a-gateway {verb}: interrupted before the agent named the task", file=err)
+        return EXIT_INTERRUPTED
+    if not call.task_running:
+        return EXIT_INTERRUPTED
+    if getattr(call.args, "cancel_on_interrupt", False):
+        print(f"a2a-gateway {verb}: interrupted; canceling task {call.task_id}", file=err)
+        try:
+            async with await call.connect() as agent:
+                task = await agent.cancel_task(pb.CancelTaskRequest(id=call.task_id))
+        except A2AError as exc:
+            shown = _CONTROL.sub("\ufffd", redact(_explain(exc)))
+            print(f"a2a-gateway {verb}: the task could not be canceled: {shown}", file=err)
+            print("\n".join(call.follow_hints()), file=err)
+            return EXIT_INTERRUPTED
+        print(task_summary(task.id, task.status.state, task.context_id), file=err)
+        return EXIT_INTERRUPTED
+    print(
+        f"a2a-gateway {verb}: interrupted; task {call.task_id} goes on running on the agent",
+        file=err,
+    )
+    print("\n".join(call.follow_hints()), file=err)
+    return EXIT_INTERRUPTED
 
 
 def run_verb(args: argparse.Namespace) -> int:
     """Run a client verb parsed by :func:`add_verbs`; returns the exit status."""
     key = args.key or os.environ.get(KEY_ENV) or None
-    if key:
-        register_secret(key)
+    signing_secret = args.signing_secret or os.environ.get(SIGNING_ENV) or None
+    for secret in (key, signing_secret):
+        if secret:
+            register_secret(secret)
     setup_logging("warning")
     try:
-        return asyncio.run(_run(args, key, sys.stderr))
+        return asyncio.run(_run(args, key, sys.stderr, signing_secret))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -656,8 +985,10 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "KEY_ENV",
+    "SIGNING_ENV",
     "VERBS",
     "add_verbs",
+    "build_send_request",
     "exit_code",
     "run_verb",
     "state_name",

@@ -136,8 +136,10 @@ async def test_send_prints_the_answer(url: str, transport: str) -> None:
     run = await cli("send", url, "hello there", "--transport", transport)
     assert run.code == 0, run.stderr
     assert run.stdout.startswith("hello there\ntask ")
-    assert summary(run.stdout).split(": ", 1)[1].startswith("completed (context ")
-    assert run.stderr == ""  # no progress indicator: stderr is not a terminal
+    task_line = summary(run.stdout)
+    assert task_line.split(": ", 1)[1].startswith("completed (context ")
+    # No progress indicator (stderr is not a terminal): only the task id, said at once.
+    assert run.stderr == task_line.split(":", 1)[0] + "\n"
 
 
 async def test_send_message_reply_and_json(url: str) -> None:
@@ -309,6 +311,10 @@ async def test_unreachable_and_timeout_exit_4(url: str) -> None:
     assert "Could not reach" in unreachable.stderr
     assert slow.code == 4
     assert "did not answer within 0.5 s" in slow.stderr
+    # The task goes on: the hints say how to follow it or stop it.
+    task_id = slow.stderr.splitlines()[0].removeprefix("task ")
+    assert f"follow it: a2a-gateway subscribe {url} {task_id}" in slow.stderr
+    assert f"stop it:   a2a-gateway cancel {url} {task_id}" in slow.stderr
 
 
 async def test_not_an_agent_exits_1(url: str) -> None:
