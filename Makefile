@@ -40,7 +40,7 @@ run: dev
 lint: dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	cd gen && ../$(VENV)/bin/mypy --config-file ../pyproject.toml
 
 test: lint peer
 	$(VENV)/bin/pytest -q

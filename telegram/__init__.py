@@ -1,0 +1,19 @@
+"""The Telegram host (``a2a-gateway telegram``): the owner's assistant in a Telegram chat.
+
+Imported as ``a2a_gateway.telegram``; python-telegram-bot owns the top-level
+``telegram`` package.
+"""
+
+from .host import TelegramConfig, TelegramHost
+from .turns import FileOut, OwnerPrompt, OwnerTurns, TextDelta, TurnEnd, TurnEvent
+
+__all__ = [
+    "FileOut",
+    "OwnerPrompt",
+    "OwnerTurns",
+    "TelegramConfig",
+    "TelegramHost",
+    "TextDelta",
+    "TurnEnd",
+    "TurnEvent",
+]

@@ -1,0 +1,403 @@
+"""The Telegram host: each allowed chat is an owner talking to the assistant.
+
+python-telegram-bot's :class:`~telegram.ext.Application` receives updates (long
+polling, or a webhook route on the host's own aiohttp app); :class:`TelegramHost`
+turns each message of an allowed user into a job of that chat's :class:`ChatQueue`,
+runs it as an owner turn (:class:`OwnerTurns`), shows "typing…" while it runs, streams
+the answer into one edited message (:class:`LiveReply`) and sends the files the
+assistant hands over as documents. Follow-ups (results of delegated tasks, notices
+from inbound callers) are queued behind the running turn in the same chat.
+
+Commands: ``/start`` and ``/help`` say what the bot does, ``/stop`` aborts the running
+turn, ``/a2a`` shows the chat's agents, watches and callers (``status.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from aiohttp import web
+
+from a2a_gateway.agent.base import Signal
+from a2a_gateway.server.files import save_to_inbox
+from telegram import Bot, Message, Update
+from telegram.constants import ChatAction
+from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+
+from .access import AllowedUsers
+from .chats import ChatQueue, Job
+from .live_reply import LiveReply
+from .turns import FileOut, OwnerPrompt, OwnerTurns, TextDelta, TurnEnd
+
+log = logging.getLogger("a2a_gateway.telegram")
+
+#: The public Bot API; ``--telegram-base-url`` points elsewhere (self-hosted, tests).
+DEFAULT_BASE_URL = "https://api.telegram.org"
+#: Telegram shows "typing…" for about 5 seconds: renew it a little sooner.
+TYPING_EVERY_S = 4.0
+#: The folder under ``<workspace>/inbox/`` that the owner's documents and photos land in.
+INBOX_FOLDER = "telegram"
+#: Bound on one Bot API call made by the host itself.
+CALL_TIMEOUT_S = 30.0
+#: Longest wait the host accepts from a "retry after" answer before giving up on a write.
+MAX_RETRY_AFTER_S = 30.0
+#: The header python-telegram-bot's webhook (and Telegram) carry the secret token in.
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+HELP_TEXT = (
+    "I am your assistant, running on a2a-gateway. Write to me and I answer; send a "
+    "document or a photo and I can work with it.\n\n"
+    "/stop aborts what I am doing.\n"
+    "/a2a shows the agents I can call, the tasks I am waiting for, and who may call me.\n\n"
+    "To let me call another agent, add it to this chat's workspace: "
+    "a2a-gateway agents add NAME URL --workspace {workspace}\n"
+    "To let another agent call me, give it a key: "
+    "a2a-gateway callers add NAME --workspace {workspace}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramConfig:
+    """What the host needs to run (see ``a2a-gateway telegram --help``)."""
+
+    token: str
+    allowed_users: frozenset[int]
+    workspaces_root: Path
+    base_url: str = DEFAULT_BASE_URL
+    webhook_url: str = ""  # empty: long polling
+    time_zone: str = "UTC"
+    max_file_bytes: int = 10 * 1024 * 1024
+    poll_timeout_s: float = 30.0
+
+
+class TelegramHost:
+    """Start with :meth:`start`, stop with :meth:`stop` (or ``async with``)."""
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        turns: OwnerTurns,
+        *,
+        status: Callable[[int, Path], Awaitable[str]] | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.config = config
+        self._turns = turns
+        self._status = status
+        self._now = now
+        self._allowed = AllowedUsers(config.allowed_users)
+        self._chats: dict[int, ChatQueue] = {}
+        self.webhook_secret = secrets.token_urlsafe(32)
+        base = config.base_url.rstrip("/")
+        builder = (
+            ApplicationBuilder()
+            .token(config.token)
+            .base_url(f"{base}/bot")
+            .base_file_url(f"{base}/file/bot")
+            .connect_timeout(10.0)
+            .read_timeout(config.poll_timeout_s + 10.0)
+            .write_timeout(CALL_TIMEOUT_S)
+            .get_updates_read_timeout(config.poll_timeout_s + 10.0)
+        )
+        if config.webhook_url:
+            builder = builder.updater(None)  # updates come in through webhook_route
+        self.application: Application[Any, Any, Any, Any, Any, Any] = builder.build()
+        self.application.add_handler(TypeHandler(Update, self._on_update))
+
+    @property
+    def bot(self) -> Bot:
+        return cast(Bot, self.application.bot)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the Bot API (getMe), then poll or register the webhook."""
+        await self.application.initialize()
+        await self.application.start()
+        if self.config.webhook_url:
+            await self.bot.set_webhook(
+                self.config.webhook_url,
+                secret_token=self.webhook_secret,
+                allowed_updates=["message"],
+            )
+            mode = "webhook"
+        else:
+            await self.bot.delete_webhook()
+            updater = self.application.updater
+            assert updater is not None
+            await updater.start_polling(
+                timeout=int(self.config.poll_timeout_s), allowed_updates=["message"]
+            )
+            mode = "long polling"
+        log.info(
+            "telegram bot @%s started (%s, %d allowed users)",
+            self.bot.username,
+            mode,
+            len(self.config.allowed_users),
+        )
+
+    async def stop(self) -> None:
+        for chat in list(self._chats.values()):
+            await chat.aclose()
+        self._chats.clear()
+        updater = self.application.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+        if self.application.running:
+            await self.application.stop()
+        await self.application.shutdown()
+
+    async def __aenter__(self) -> TelegramHost:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- the webhook route (mounted on the host's aiohttp app) ------------------------------
+
+    async def webhook_route(self, request: web.Request) -> web.Response:
+        """``POST`` from Telegram: the secret token must match, then the update is
+        queued for the application. A wrong or missing token is 403, nothing read."""
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.webhook_secret.encode()):
+            log.warning("telegram webhook: refused a request with a wrong secret token")
+            raise web.HTTPForbidden()
+        try:
+            data = await request.json()
+            update = Update.de_json(data, self.bot)
+        except (ValueError, TypeError, KeyError):
+            raise web.HTTPBadRequest() from None
+        await self.application.update_queue.put(update)
+        return web.Response()
+
+    # --- what the host is asked to do from outside ------------------------------------------
+
+    def workspace(self, chat_id: int) -> Path:
+        """``<root>/<chatId>``, created on first use."""
+        folder = self.config.workspaces_root / str(chat_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @staticmethod
+    def scope(chat_id: int) -> str:
+        return f"telegram-{chat_id}"
+
+    async def notify_owner(self, chat_id: int, caller: str, text: str) -> None:
+        """An inbound caller's ``notify_owner``: ``<caller>: <text>`` in the chat."""
+        await self._send_text(chat_id, f"{caller}: {text}")
+
+    def follow_up(self, chat_id: int, text: str, *, label: str = "follow-up") -> bool:
+        """Run ``text`` as a turn of the chat's session, behind the running turn, with
+        the chat's local time as a header. False when the chat is not allowed (the
+        caller keeps the text) or its queue is full."""
+        if chat_id not in self.config.allowed_users:
+            return False
+        prompt_text = f"{self._time_header(chat_id)}\n{text}"
+        return self._queue(chat_id).put(
+            Job(lambda: self._run_turn(chat_id, prompt_text, (), follow_up=True), label)
+        )
+
+    async def wait_idle(self, chat_id: int) -> None:
+        """Wait until the chat has no queued or running job (tests)."""
+        chat = self._chats.get(chat_id)
+        if chat is not None:
+            await chat.join()
+
+    # --- updates ------------------------------------------------------------------------------
+
+    async def _on_update(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not isinstance(update, Update):
+            return
+        message = update.message
+        if message is None:
+            return
+        user = message.from_user
+        chat_id = message.chat_id
+        # Only private chats with an allowed user: in a group anyone could speak.
+        if message.chat.type != "private" or not self._allowed.allows(
+            user.id if user is not None else None
+        ):
+            return
+        text = message.text or message.caption or ""
+        command = text.split(maxsplit=1)[0].split("@", 1)[0] if text.startswith("/") else ""
+        if command in ("/start", "/help"):
+            await self._send_text(chat_id, HELP_TEXT.format(workspace=self.workspace(chat_id)))
+        elif command == "/stop":
+            chat = self._chats.get(chat_id)
+            stopped = chat is not None and chat.stop_current()
+            await self._send_text(chat_id, "Stopped." if stopped else "Nothing is running.")
+        elif command == "/a2a":
+            report = (
+                await self._status(chat_id, self.workspace(chat_id))
+                if self._status is not None
+                else "A2A is not set up on this bot."
+            )
+            await self._send_text(chat_id, report)
+        else:
+            self._queue(chat_id).put(Job(lambda: self._owner_message(message), "message"))
+
+    def _queue(self, chat_id: int) -> ChatQueue:
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            chat = self._chats[chat_id] = ChatQueue(chat_id)
+        return chat
+
+    async def _owner_message(self, message: Message) -> None:
+        chat_id = message.chat_id
+        try:
+            files = await self._receive_files(message)
+        except _FileProblem as problem:
+            await self._send_text(chat_id, str(problem))
+            return
+        text = message.text or message.caption or ""
+        await self._run_turn(chat_id, text, files, follow_up=False)
+
+    async def _receive_files(self, message: Message) -> tuple[Path, ...]:
+        """Save a document or the largest photo size to ``inbox/telegram/``."""
+        if message.document is not None:
+            file_id = message.document.file_id
+            size = message.document.file_size
+            name = message.document.file_name or "document"
+        elif message.photo:
+            photo = message.photo[-1]  # the largest size comes last
+            file_id, size, name = photo.file_id, photo.file_size, f"photo-{message.message_id}.jpg"
+        else:
+            return ()
+        limit = self.config.max_file_bytes
+        if size is not None and size > limit:
+            raise _FileProblem(f"That file is larger than {limit} bytes; I did not save it.")
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                telegram_file = await self.bot.get_file(file_id)
+                data = bytes(await telegram_file.download_as_bytearray())
+        except (TelegramError, TimeoutError) as exc:
+            log.warning(
+                "chat %s: could not download a file: %s", message.chat_id, type(exc).__name__
+            )
+            raise _FileProblem("I could not download that file from Telegram.") from None
+        if len(data) > limit:
+            raise _FileProblem(f"That file is larger than {limit} bytes; I did not save it.")
+        workspace = self.workspace(message.chat_id)
+        saved = await asyncio.to_thread(save_to_inbox, workspace, INBOX_FOLDER, name, data)
+        log.info("chat %s: saved %s (%d bytes)", message.chat_id, saved.relative, saved.size)
+        return (saved.path,)
+
+    # --- one turn -----------------------------------------------------------------------------
+
+    async def _run_turn(
+        self, chat_id: int, text: str, files: tuple[Path, ...], *, follow_up: bool
+    ) -> None:
+        prompt = OwnerPrompt(
+            chat_id=chat_id,
+            workspace=self.workspace(chat_id),
+            scope=self.scope(chat_id),
+            text=text,
+            files=files,
+            follow_up=follow_up,
+        )
+        reply = LiveReply(_ChatSink(self, chat_id))
+        cancelled = Signal()
+        typing = asyncio.create_task(self._keep_typing(chat_id))
+        try:
+            async for event in self._turns.run(prompt, cancelled):
+                if isinstance(event, TextDelta):
+                    await reply.add(event.text)
+                elif isinstance(event, FileOut):
+                    await reply.finish()  # text so far goes before the file
+                    await self._send_file(chat_id, event)
+                elif isinstance(event, TurnEnd):
+                    await reply.finish(event.text)
+        except asyncio.CancelledError:
+            cancelled.set()
+            await reply.close()
+            raise
+        finally:
+            typing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await typing
+
+    async def _keep_typing(self, chat_id: int) -> None:
+        while True:
+            with contextlib.suppress(TelegramError, TimeoutError):
+                async with asyncio.timeout(CALL_TIMEOUT_S):
+                    await self.bot.send_chat_action(chat_id, ChatAction.TYPING)
+            await asyncio.sleep(TYPING_EVERY_S)
+
+    def _time_header(self, chat_id: int) -> str:
+        zone_name = self.config.time_zone
+        try:
+            zone = ZoneInfo(zone_name)
+        except (ZoneInfoNotFoundError, ValueError):
+            zone, zone_name = ZoneInfo("UTC"), "UTC"
+        local = self._now().astimezone(zone)
+        return f"[Follow-up, local time {local:%Y-%m-%d %H:%M} ({zone_name})]"
+
+    # --- writing to the chat --------------------------------------------------------------------
+
+    async def _send_text(self, chat_id: int, text: str) -> None:
+        sink = _ChatSink(self, chat_id)
+        reply = LiveReply(sink)
+        await reply.finish(text)
+
+    async def _send_file(self, chat_id: int, file: FileOut) -> None:
+        try:
+            data = await asyncio.to_thread(file.path.read_bytes)
+        except OSError as exc:
+            await self._send_text(chat_id, f"I could not read {file.filename}: {exc.strerror}")
+            return
+        await _call(lambda: self.bot.send_document(chat_id, document=data, filename=file.filename))
+
+
+class _FileProblem(Exception):
+    """A file the owner sent was not saved; the text tells the owner why."""
+
+
+class _ChatSink:
+    """LiveReply's writes as Bot API calls, each bounded; an edit to the same text and
+    other refused edits are not errors."""
+
+    def __init__(self, host: TelegramHost, chat_id: int) -> None:
+        self._bot = host.bot
+        self._chat_id = chat_id
+
+    async def send(self, text: str) -> int:
+        message = await _call(lambda: self._bot.send_message(self._chat_id, text))
+        return message.message_id if isinstance(message, Message) else 0
+
+    async def edit(self, message_id: int, text: str) -> None:
+        try:
+            await _call(
+                lambda: self._bot.edit_message_text(
+                    text, chat_id=self._chat_id, message_id=message_id
+                )
+            )
+        except BadRequest as exc:
+            if "not modified" not in str(exc).lower():
+                log.warning("chat %s: an edit was refused: %s", self._chat_id, exc)
+
+
+async def _call(make_call: Callable[[], Awaitable[Any]]) -> Any:
+    """One Bot API call, bounded; a "retry after" answer is waited out once."""
+    for attempt in range(2):
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                return await make_call()
+        except RetryAfter as exc:
+            wait = exc.retry_after
+            seconds = wait.total_seconds() if hasattr(wait, "total_seconds") else float(wait)
+            if attempt or seconds > MAX_RETRY_AFTER_S:
+                raise
+            await asyncio.sleep(seconds)
+    return None
