@@ -5,15 +5,5 @@ Imported as ``a2a_gateway.telegram``; python-telegram-bot owns the top-level
 """
 
 from .host import TelegramConfig, TelegramHost
-from .turns import FileOut, OwnerPrompt, OwnerTurns, TextDelta, TurnEnd, TurnEvent
 
-__all__ = [
-    "FileOut",
-    "OwnerPrompt",
-    "OwnerTurns",
-    "TelegramConfig",
-    "TelegramHost",
-    "TextDelta",
-    "TurnEnd",
-    "TurnEvent",
-]
+__all__ = ["TelegramConfig", "TelegramHost"]

@@ -3,7 +3,8 @@
 python-telegram-bot's :class:`~telegram.ext.Application` receives updates (long
 polling, or a webhook route on the host's own aiohttp app); :class:`TelegramHost`
 turns each message of an allowed user into a job of that chat's :class:`ChatQueue`,
-runs it as an owner turn (:class:`OwnerTurns`), shows "typing…" while it runs, streams
+runs it as a turn of the chat's session on the assistant runtime
+(:class:`~a2a_gateway.agent.runtime.Runtime`, scope ``telegram-<chatId>``), shows "typing…" while it runs, streams
 the answer into one edited message (:class:`LiveReply`) and sends the files the
 assistant hands over as documents. Follow-ups (results of delegated tasks, notices
 from inbound callers) are queued behind the running turn in the same chat.
@@ -29,6 +30,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from aiohttp import web
 
 from a2a_gateway.agent.base import Signal
+from a2a_gateway.agent.runtime import Asked, FileReady, Finished, Runtime, TextDelta, TurnFailed
+from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.server.files import save_to_inbox
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction
@@ -38,7 +41,6 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHand
 from .access import AllowedUsers
 from .chats import ChatQueue, Job
 from .live_reply import LiveReply
-from .turns import FileOut, OwnerPrompt, OwnerTurns, TextDelta, TurnEnd
 
 log = logging.getLogger("a2a_gateway.telegram")
 
@@ -87,13 +89,15 @@ class TelegramHost:
     def __init__(
         self,
         config: TelegramConfig,
-        turns: OwnerTurns,
+        runtime: Runtime,
         *,
+        tools_for: Callable[[int, Path], ToolRegistry] | None = None,
         status: Callable[[int, Path], Awaitable[str]] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.config = config
-        self._turns = turns
+        self._runtime = runtime
+        self._tools_for = tools_for
         self._status = status
         self._now = now
         self._allowed = AllowedUsers(config.allowed_users)
@@ -149,7 +153,7 @@ class TelegramHost:
 
     async def stop(self) -> None:
         for chat in list(self._chats.values()):
-            await chat.aclose()
+            await chat.aclose()  # running turns end here; the runtime is the caller's
         self._chats.clear()
         updater = self.application.updater
         if updater is not None and updater.running:
@@ -299,26 +303,34 @@ class TelegramHost:
     async def _run_turn(
         self, chat_id: int, text: str, files: tuple[Path, ...], *, follow_up: bool
     ) -> None:
-        prompt = OwnerPrompt(
-            chat_id=chat_id,
-            workspace=self.workspace(chat_id),
-            scope=self.scope(chat_id),
-            text=text,
-            files=files,
-            follow_up=follow_up,
-        )
+        workspace = self.workspace(chat_id).resolve()
+        tools = self._tools_for(chat_id, workspace) if self._tools_for is not None else None
         reply = LiveReply(_ChatSink(self, chat_id))
         cancelled = Signal()
         typing = asyncio.create_task(self._keep_typing(chat_id))
+        turn = self._runtime.run_turn(
+            self.scope(chat_id),
+            workspace,
+            text,
+            files=files,
+            tools=tools,
+            cancelled=cancelled,
+        )
         try:
-            async for event in self._turns.run(prompt, cancelled):
-                if isinstance(event, TextDelta):
-                    await reply.add(event.text)
-                elif isinstance(event, FileOut):
-                    await reply.finish()  # text so far goes before the file
-                    await self._send_file(chat_id, event)
-                elif isinstance(event, TurnEnd):
-                    await reply.finish(event.text)
+            async with contextlib.aclosing(turn) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        await reply.add(event.text)
+                    elif isinstance(event, FileReady):
+                        await reply.finish()  # the text so far goes before the file
+                        await self._send_file(chat_id, event)
+                    elif isinstance(event, Finished):
+                        await reply.finish(event.text)
+                    elif isinstance(event, Asked):  # owner sessions get no request_input
+                        await reply.finish(event.question)
+                    elif isinstance(event, TurnFailed):
+                        await reply.finish()
+                        await self._send_text(chat_id, f"Sorry, that did not work: {event.text}")
         except asyncio.CancelledError:
             cancelled.set()
             await reply.close()

@@ -46,8 +46,11 @@ class Echo:
 async def test_owner_gets_answer_stranger_gets_nothing(bot_api: FakeBotApi, tmp_path: Path) -> None:
     turns = Echo()
     config = TelegramConfig(
-        token=BOT_TOKEN, allowed_users=frozenset({OWNER}), workspaces_root=tmp_path,
-        base_url=bot_api.base_url, poll_timeout_s=1,
+        token=BOT_TOKEN,
+        allowed_users=frozenset({OWNER}),
+        workspaces_root=tmp_path,
+        base_url=bot_api.base_url,
+        poll_timeout_s=1,
     )
     async with TelegramHost(config, turns):
         await bot_api.push_text(999, "hello from a stranger")
