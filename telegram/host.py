@@ -3,9 +3,8 @@
 python-telegram-bot's :class:`~telegram.ext.Application` receives updates (long
 polling, or a webhook route on the host's own aiohttp app); :class:`TelegramHost`
 turns each message of an allowed user into a job of that chat's :class:`ChatQueue`,
-runs it as a turn of the chat's session on the assistant runtime
-(:class:`~a2a_gateway.agent.runtime.Runtime`, scope ``telegram-<chatId>``), shows "typing…" while it runs, streams
-the answer into one edited message (:class:`LiveReply`) and sends the files the
+runs it as a turn of the chat's session on the assistant runtime (scope
+``telegram-<chatId>``), shows "typing…" while it runs, streams the answer into one edited message (:class:`LiveReply`) and sends the files the
 assistant hands over as documents. Follow-ups (results of delegated tasks, notices
 from inbound callers) are queued behind the running turn in the same chat.
 
@@ -20,7 +19,7 @@ import contextlib
 import hmac
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from aiohttp import web
 
 from a2a_gateway.agent.base import Signal
-from a2a_gateway.agent.runtime import Asked, FileReady, Finished, Runtime, TextDelta, TurnFailed
+from a2a_gateway.agent.runtime import (
+    Asked,
+    FileReady,
+    Finished,
+    Runtime,
+    TextDelta,
+    TurnEvent,
+    TurnFailed,
+)
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.server.files import save_to_inbox
 from telegram import Bot, Message, Update
@@ -103,6 +110,7 @@ class TelegramHost:
         self._allowed = AllowedUsers(config.allowed_users)
         self._chats: dict[int, ChatQueue] = {}
         self.webhook_secret = secrets.token_urlsafe(32)
+        _quiet_token_loggers()  # before the Bot exists: it logs its URLs when built
         base = config.base_url.rstrip("/")
         builder = (
             ApplicationBuilder()
@@ -308,13 +316,16 @@ class TelegramHost:
         reply = LiveReply(_ChatSink(self, chat_id))
         cancelled = Signal()
         typing = asyncio.create_task(self._keep_typing(chat_id))
-        turn = self._runtime.run_turn(
-            self.scope(chat_id),
-            workspace,
-            text,
-            files=files,
-            tools=tools,
-            cancelled=cancelled,
+        turn = cast(
+            AsyncGenerator[TurnEvent, None],
+            self._runtime.run_turn(
+                self.scope(chat_id),
+                workspace,
+                text,
+                files=files,
+                tools=tools,
+                cancelled=cancelled,
+            ),
         )
         try:
             async with contextlib.aclosing(turn) as events:
@@ -363,13 +374,20 @@ class TelegramHost:
         reply = LiveReply(sink)
         await reply.finish(text)
 
-    async def _send_file(self, chat_id: int, file: FileOut) -> None:
-        try:
-            data = await asyncio.to_thread(file.path.read_bytes)
-        except OSError as exc:
-            await self._send_text(chat_id, f"I could not read {file.filename}: {exc.strerror}")
-            return
-        await _call(lambda: self.bot.send_document(chat_id, document=data, filename=file.filename))
+    async def _send_file(self, chat_id: int, file: FileReady) -> None:
+        await _call(
+            lambda: self.bot.send_document(chat_id, document=file.data, filename=file.filename)
+        )
+
+
+def _quiet_token_loggers() -> None:
+    """The bot token is part of every Bot API URL: python-telegram-bot's DEBUG lines
+    and httpx's INFO request lines print those URLs. Keep both above those levels, so
+    the token never reaches a log whatever level the host logs at."""
+    for name, level in (("telegram", logging.INFO), ("httpx", logging.WARNING)):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < level:
+            logger.setLevel(level)
 
 
 class _FileProblem(Exception):

@@ -38,6 +38,7 @@ class FakeBotApi:
         self.calls: list[Call] = []
         self.files: dict[str, bytes] = {}  # file_id -> bytes (served by getFile + download)
         self.webhook: dict[str, Any] | None = None
+        self.polls = 0  # getUpdates calls (not kept in ``calls``: there are many)
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(100)
@@ -162,7 +163,9 @@ class FakeBotApi:
                 status=404,
             )
         result = await handler(call)
-        if method != "getUpdates":
+        if method == "getUpdates":
+            self.polls += 1
+        else:
             async with self._changed:
                 self.calls.append(call)
                 self._changed.notify_all()
