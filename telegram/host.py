@@ -4,8 +4,9 @@ python-telegram-bot's :class:`~telegram.ext.Application` receives updates (long
 polling, or a webhook route on the host's own aiohttp app); :class:`TelegramHost`
 turns each message of an allowed user into a job of that chat's :class:`ChatQueue`,
 runs it as a turn of the chat's session on the assistant runtime (scope
-``telegram-<chatId>``), shows "typing…" while it runs, streams the answer into one edited message (:class:`LiveReply`) and sends the files the
-assistant hands over as documents. Follow-ups (results of delegated tasks, notices
+``telegram-<chatId>``), shows "typing…" while it runs, streams the answer into one
+edited message (:class:`LiveReply`) and sends the files the assistant hands over as
+documents. Follow-ups (results of delegated tasks, notices
 from inbound callers) are queued behind the running turn in the same chat.
 
 Commands: ``/start`` and ``/help`` say what the bot does, ``/stop`` aborts the running
