@@ -20,7 +20,7 @@ import contextlib
 import hmac
 import logging
 import secrets
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +36,6 @@ from a2a_gateway.agent.runtime import (
     Finished,
     Runtime,
     TextDelta,
-    TurnEvent,
     TurnFailed,
 )
 from a2a_gateway.agent.tools import ToolRegistry
@@ -317,16 +316,8 @@ class TelegramHost:
         reply = LiveReply(_ChatSink(self, chat_id))
         cancelled = Signal()
         typing = asyncio.create_task(self._keep_typing(chat_id))
-        turn = cast(
-            AsyncGenerator[TurnEvent, None],
-            self._runtime.run_turn(
-                self.scope(chat_id),
-                workspace,
-                text,
-                files=files,
-                tools=tools,
-                cancelled=cancelled,
-            ),
+        turn = self._runtime.run_turn(
+            self.scope(chat_id), workspace, text, files=files, tools=tools, cancelled=cancelled
         )
         try:
             async with contextlib.aclosing(turn) as events:
