@@ -39,7 +39,8 @@ from a2a_gateway.agent.runtime import (
     TurnFailed,
 )
 from a2a_gateway.agent.tools import ToolRegistry
-from a2a_gateway.server.files import save_to_inbox
+from a2a_gateway.server.files import INBOX_FOLDER as INBOX
+from a2a_gateway.server.files import sanitize_filename, save_new_file
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
@@ -55,8 +56,8 @@ log = logging.getLogger("a2a_gateway.telegram")
 DEFAULT_BASE_URL = "https://api.telegram.org"
 #: Telegram shows "typing…" for about 5 seconds: renew it a little sooner.
 TYPING_EVERY_S = 4.0
-#: The folder under ``<workspace>/inbox/`` that the owner's documents and photos land in.
-INBOX_FOLDER = "telegram"
+#: Where the owner's documents and photos land, under the workspace.
+INBOX_FOLDERS = (INBOX, "telegram")
 #: Bound on one Bot API call made by the host itself.
 CALL_TIMEOUT_S = 30.0
 #: Longest wait the host accepts from a "retry after" answer before giving up on a write.
@@ -302,9 +303,11 @@ class TelegramHost:
         if len(data) > limit:
             raise _FileProblem(f"That file is larger than {limit} bytes; I did not save it.")
         workspace = self.workspace(message.chat_id)
-        saved = await asyncio.to_thread(save_to_inbox, workspace, INBOX_FOLDER, name, data)
-        log.info("chat %s: saved %s (%d bytes)", message.chat_id, saved.relative, saved.size)
-        return (saved.path,)
+        path, relative = await asyncio.to_thread(
+            save_new_file, workspace, INBOX_FOLDERS, sanitize_filename(name), data
+        )
+        log.info("chat %s: saved %s (%d bytes)", message.chat_id, relative, len(data))
+        return (path,)
 
     # --- one turn -----------------------------------------------------------------------------
 
