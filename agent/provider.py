@@ -15,11 +15,10 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 from yarl import URL
 
 from .base import redact
@@ -129,15 +128,19 @@ class ChatProvider:
         """Ask the model; yield text deltas as they come, then the :class:`Reply`."""
         config = self.config
         try:
+            # The conversation is plain JSON already: sent as ``extra_body`` it skips
+            # the client's per-field transform of typed params (most of its CPU per
+            # request, growing with the transcript). The body on the wire is the same.
+            body: dict[str, Any] = {"messages": list(messages)}
+            if tools:
+                body["tools"] = list(tools)
             stream = await self._client.chat.completions.create(
                 model=config.model,
-                messages=cast("list[ChatCompletionMessageParam]", list(messages)),
+                messages=[],
                 stream=True,
-                tools=cast("list[ChatCompletionToolUnionParam]", list(tools))
-                if tools
-                else openai.omit,
                 max_tokens=config.max_tokens if config.max_tokens > 0 else openai.omit,
                 temperature=config.temperature if config.temperature is not None else openai.omit,
+                extra_body=body,
             )
         except (openai.APIError, httpx2.HTTPError, ValueError) as exc:
             raise self._translate(exc) from None

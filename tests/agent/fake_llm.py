@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,17 @@ class Stall:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Reply = Say | Calls | Status | Garbage | Stall
+@dataclass(frozen=True)
+class Ticks:
+    """``count`` chunks, each written on its own ``interval`` seconds after the last,
+    whose text is the ``time.monotonic_ns()`` of its writing and a space (the
+    benchmark measures how long a token takes to reach the caller)."""
+
+    count: int
+    interval: float = 0.0
+
+
+Reply = Say | Calls | Status | Garbage | Stall | Ticks
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -92,12 +103,12 @@ class FakeLLM:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    async def start(self) -> str:
+    async def start(self, port: int = 0) -> str:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self.base_url
@@ -141,6 +152,17 @@ class FakeLLM:
             except ConnectionError:
                 pass
             reply.closed.set()
+            return response
+        if isinstance(reply, Ticks):
+            with contextlib.suppress(ConnectionError):
+                for index in range(reply.count):
+                    await asyncio.sleep(reply.interval)
+                    delta = {"content": f"{time.monotonic_ns()} "}
+                    if index == 0:
+                        delta["role"] = "assistant"
+                    await response.write(_chunk(delta))
+                await response.write(_chunk({}, "stop") + b"data: [DONE]\n\n")
+                await response.write_eof()
             return response
         out = bytearray()
         if isinstance(reply, Say):
