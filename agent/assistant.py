@@ -81,12 +81,9 @@ class AssistantAgent(Agent):
         for tool in extra_tools:
             tools.add(tool)
         self.tools = tools
+        # One shared session per caller cannot take concurrent streamed turns.
+        self.streaming = self.config.session_mode != "shared"
         self._resolved: dict[str, Path] = {}
-
-    @property
-    def streams(self) -> bool:
-        """Whether streaming sends are served (not to a shared session)."""
-        return self.config.session_mode != "shared"
 
     def scope(self, turn: Turn) -> str:
         prefix = self.config.scope_prefix

@@ -247,7 +247,14 @@ class AgentError(Exception):
 
 
 class Agent(abc.ABC):
-    """What answers turns. One instance serves every task, concurrently."""
+    """What answers turns. One instance serves every task, concurrently.
+
+    ``streaming`` False (an agent whose turns cannot be streamed, such as the assistant
+    with one shared session per caller) makes every streaming send UnsupportedOperation
+    and the card say ``streaming: false``.
+    """
+
+    streaming: bool = True
 
     async def reply(self, turn: Turn) -> pb.Message | None:
         """Answer a new message with a plain Message (no task), or ``None`` (default)

@@ -175,6 +175,7 @@ class Gateway:
         if self.proxy is None:
             agent = build_agent(settings, self.config.workspaces)
             self.runtime = getattr(agent, "runtime", None)
+            self.cards.streaming = agent.streaming
             self.engine = TaskEngine(
                 agent,
                 build_store(settings, self.config),

@@ -108,6 +108,7 @@ class CardProvider:
     def __init__(self, config: ServerConfig, *, push_notifications: bool = False) -> None:
         self.config = config
         self.push_notifications = push_notifications
+        self.streaming = True  # False for an agent that cannot stream (Agent.streaming)
         self._encodings: collections.OrderedDict[bytes, tuple[bytes, str]] = (
             collections.OrderedDict()
         )
@@ -199,7 +200,7 @@ class CardProvider:
             supported_interfaces=self.interfaces(base_url or self.base_url()),
             version=settings.version,
             capabilities=pb.AgentCapabilities(
-                streaming=True,
+                streaming=self.streaming,
                 push_notifications=self.push_notifications,
                 extended_agent_card=True,
             ),

@@ -29,7 +29,7 @@ from ..task_store import TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records
 from .rules import apply_status, archive_status_message, check_message, new_turn
-from .state import CONTEXT_BUSY, ContextKey, EngineState, Run, invalid, not_found
+from .state import CONTEXT_BUSY, NO_STREAMING, ContextKey, EngineState, Run, invalid, not_found
 from .turns import Runner
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,8 @@ class Intake:
     async def _send_stream(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        if not self._state.agent.streaming:
+            raise UnsupportedOperationError(NO_STREAMING)
         history_length = self._send_history_length(request)
         subscriber = Subscriber(until_interrupted=True)
         got = await self._accept(request, context, subscriber)

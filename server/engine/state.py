@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from a2a_gateway.agent.base import Agent, Signal, Turn
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -23,6 +24,7 @@ from ..push import PushDispatcher
 from ..task_store import TaskRecord, TaskStore
 
 CONTEXT_BUSY = "context busy, retry when the current task ends"
+NO_STREAMING = "this agent does not stream: use SendMessage"
 UNEXPECTED = "The run failed unexpectedly."
 SERVER_RESTARTED = "server restarted"
 SHUTDOWN = "The server shut down during the run."
@@ -58,6 +60,7 @@ class Run:
         "response_index",
         "settled",
         "slot",
+        "status_data",
         "stopping",
         "turn",
     )
@@ -76,6 +79,7 @@ class Run:
         self.dirty = False
         self.response_index = -1  # index of the response artifact, once this run wrote it
         self.file_notes: tuple[str, ...] = ()  # outgoing files skipped, for the final status
+        self.status_data: Mapping[str, Any] | None = None  # InputRequired.schema, if any
 
 
 class KeyedLocks:

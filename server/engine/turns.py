@@ -159,6 +159,8 @@ class Runner:
             elif isinstance(output, File):
                 await self._file(run, output)
             else:
+                if isinstance(output, InputRequired) and output.schema is not None:
+                    run.status_data = output.schema
                 return _ending(output)
             hub = self._state.hubs.get(task.id)
             if hub is not None and hub.pressure:
@@ -295,6 +297,9 @@ class Runner:
         run.finished = True
         task = run.record.task
         message = agent_message(text, context_id=task.context_id, task_id=task.id) if text else None
+        if message is not None and state == pb.TASK_STATE_INPUT_REQUIRED and run.status_data:
+            # The JSON Schema of the expected answer rides along as a data part.
+            message.parts.add().data.struct_value.update({"schema": run.status_data})
         apply_status(task, state, message)
         try:
             await self._records.persist(run)  # on disk before anyone can see the final state

@@ -22,7 +22,7 @@ from a2a_gateway.settings import resolve
 from ..agent.fake_llm import Calls, FakeLLM, Say, Stall, Status, tool_results, user_texts
 from ..agent.llm_support import API_KEY
 from ..conftest import use_secret
-from .conftest import BINDINGS, KEY_ALICE, Driver
+from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
 from .test_scenarios import artifact_text, send
 
 COMPLETED = "TASK_STATE_COMPLETED"
@@ -125,6 +125,7 @@ async def test_request_input_then_the_answer_continues_the_turn(
     assert status["state"] == "TASK_STATE_INPUT_REQUIRED"
     parts = status["message"]["parts"]
     assert parts[0]["text"] == "Which day?"
+    assert parts[1]["data"] == {"schema": schema}
     answer = send("Monday", message={"taskId": task["id"], "contextId": task["contextId"]})
     done = (await driver.call("SendMessage", answer))["task"]
     assert done["status"]["state"] == COMPLETED
@@ -228,11 +229,16 @@ async def test_message_template_and_per_task_sessions(tmp_path: Path, llm: FakeL
     assert text.endswith(f"Task {second['id']} in {first['contextId']}: two")
 
 
-async def test_shared_session_is_one_per_caller(tmp_path: Path, llm: FakeLLM) -> None:
+async def test_shared_session_refuses_streaming(tmp_path: Path, llm: FakeLLM) -> None:
     gateway = await start_gateway(tmp_path / "ws", llm, session_mode="shared")
     try:
         async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel("x") as channel:
             driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", channel)
+            with pytest.raises(WireError) as caught:
+                await driver.stream("SendStreamingMessage", send("hi"))
+            assert caught.value.reason == "UNSUPPORTED_OPERATION"
+            card = await driver.http.get(driver.base + "/.well-known/agent-card.json")
+            assert (await card.json())["capabilities"]["streaming"] is False
             llm.script(Say("one"), Say("two"))
             await driver.call("SendMessage", send("in context A"))
             await driver.call("SendMessage", send("in context B"))
