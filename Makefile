@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PEER_VENV := .venv-peer
 PEER_PY := $(PEER_VENV)/bin/python
+PEER03_VENV := .venv-peer03
+PEER03_PY := $(PEER03_VENV)/bin/python
 WORKSPACE ?= workspace
 HOST ?= 127.0.0.1
 PORT ?= 8080
@@ -31,7 +33,14 @@ $(PEER_VENV)/.deps: requirements/peer.txt
 	$(PEER_PY) -m pip install -q --disable-pip-version-check -r requirements/peer.txt
 	touch $@
 
-peer: $(PEER_VENV)/.deps
+# The newest a2a-sdk 0.3.x release, as deployed 0.3 agents and clients run it: its own
+# venv too (tests/interop/peers/sdk03_*.py run in it).
+$(PEER03_VENV)/.deps: requirements/peer03.txt
+	test -x $(PEER03_PY) || $(PYTHON) -m venv $(PEER03_VENV)
+	$(PEER03_PY) -m pip install -q --disable-pip-version-check -r requirements/peer03.txt
+	touch $@
+
+peer: $(PEER_VENV)/.deps $(PEER03_VENV)/.deps
 
 run: dev
 	$(PY) -P -m a2a_gateway serve --faux --workspace $(WORKSPACE) --allow-anonymous \
@@ -49,4 +58,4 @@ gen: $(VENV)/.deps
 	$(VENV)/bin/buf generate
 
 clean:
-	rm -rf $(VENV) $(PEER_VENV) build *.egg-info
+	rm -rf $(VENV) $(PEER_VENV) $(PEER03_VENV) build *.egg-info

@@ -33,6 +33,7 @@ from . import http_calls
 from .cards import parse_card
 from .errors import build, explain_auth
 from .grpc_transport import GrpcTransport
+from .subscribe03 import stream_03
 from .transport import CallOptions, M
 
 #: Our error classes by name; the SDK's 0.3 names are ours, plus its older card name.
@@ -165,11 +166,18 @@ class Grpc03Transport(GrpcTransport):
         except A2AError as exc:
             raise self._invalid(exc) from None
 
-    async def stream(
+    def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """The 0.3 stream; SubscribeToTask opened and closed as 1.0 requires
+        (:mod:`.subscribe03`)."""
+        return stream_03(self, rpc, request, options, self._stream03)
+
+    async def _stream03(
         self, rpc: str, request: message.Message, options: CallOptions
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         wire, wire_request = legacy_grpc_request(rpc, request)
-        async for event in super().stream(wire, wire_request, options):
+        async for event in GrpcTransport.stream(self, wire, wire_request, options):
             yield event
 
 

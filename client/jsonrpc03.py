@@ -27,6 +27,7 @@ from . import http_calls
 from .cards import parse_card
 from .credentials import Credentials
 from .errors import from_jsonrpc_error, from_rest_error
+from .subscribe03 import stream_03
 from .transport import JSONRPC, CallOptions, M
 
 #: The 0.3 name of the extensions header (1.0: ``A2A-Extensions``).
@@ -108,7 +109,14 @@ class JsonRpc03Transport(http_calls.HttpTransport):
             raise TypeError(f"{rpc} returns {type(parsed).__name__}, not {response_type.__name__}")
         return parsed
 
-    async def stream(
+    def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """The 0.3 stream; SubscribeToTask opened and closed as 1.0 requires
+        (:mod:`.subscribe03`)."""
+        return stream_03(self, rpc, request, options, self._stream03)
+
+    async def _stream03(
         self, rpc: str, request: message.Message, options: CallOptions
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         call = compat03.legacy_call(rpc)

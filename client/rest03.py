@@ -19,13 +19,34 @@ from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol import codec, compat03
-from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 
 from . import http_calls
 from .cards import parse_card
-from .errors import from_jsonrpc_error, from_rest_error
+from .errors import build, from_jsonrpc_error, from_rest_error
 from .jsonrpc03 import legacy_headers
+from .subscribe03 import stream_03
 from .transport import HTTP_JSON, CallOptions, M
+
+#: The a2a-sdk 0.3 releases' REST error statuses whose class is not the generic one for
+#: the status (``a2a/utils/error_handlers.py``): an unknown route is FastAPI's
+#: ``{"detail": …}``, so a ``{"message": …}`` 404 is the task (or push config) missing.
+_SDK03_STATUS: dict[int, type[A2AError]] = {
+    404: TaskNotFoundError,
+    409: TaskNotCancelableError,
+    422: InvalidParamsError,
+    415: ContentTypeNotSupportedError,
+    501: UnsupportedOperationError,
+    502: InvalidAgentResponseError,
+}
 
 
 def _is_error_body(value: Any) -> bool:
@@ -68,13 +89,16 @@ class Rest03Transport(http_calls.HttpTransport):
     _refused = http_calls.HttpTransport._not_a_stream
 
     def _error(self, status: int, body: bytes) -> A2AError:
-        """A 1.0-style ``{"error": Status}`` body (the SDK's), or a 0.3 JSON-RPC-style
-        ``{code, message, data}`` one (ours, and older servers)."""
+        """A 1.0-style ``{"error": Status}`` body (the 1.x SDK's), a 0.3 JSON-RPC-style
+        ``{code, message, data}`` one (ours, and older servers), or the a2a-sdk 0.3
+        releases' bare ``{"message": …}``, whose class only its status tells."""
         value: Any = None
         with contextlib.suppress(orjson.JSONDecodeError):
             value = orjson.loads(body) if body else None
         if isinstance(value, dict) and "error" not in value and isinstance(value.get("code"), int):
             error = from_jsonrpc_error(compat03.error_in(value), self.redact, http_status=status)
+        elif isinstance(value, dict) and set(value) == {"message"} and status in _SDK03_STATUS:
+            error = build(_SDK03_STATUS[status], str(value["message"]), self.redact)
         else:
             error = from_rest_error(status, body, self.redact)
         return self._explained(error)
@@ -104,7 +128,14 @@ class Rest03Transport(http_calls.HttpTransport):
             raise TypeError(f"{rpc} returns {type(parsed).__name__}, not {response_type.__name__}")
         return parsed
 
-    async def stream(
+    def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """The 0.3 stream; SubscribeToTask opened and closed as 1.0 requires
+        (:mod:`.subscribe03`)."""
+        return stream_03(self, rpc, request, options, self._stream03)
+
+    async def _stream03(
         self, rpc: str, request: message.Message, options: CallOptions
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         compat03.legacy_call(rpc)

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from .interop.conftest import Sdk03Agent, sdk03_agent_running
+
 #: Secrets shorter than this are not scanned for (they would match ordinary words).
 MIN_SECRET_CHARS = 8
 #: Keys used by tests that may never be written to a callers.json or agents.json.
@@ -187,3 +189,11 @@ def no_secrets_in_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Log
             f"{len(leaks)} secret(s) used by the tests appeared in logs:\n" + "\n".join(leaks[:20]),
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session")
+def sdk03_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sdk03Agent]:
+    """The a2a-sdk 0.3.x release's echo agent (``tests/interop/peers/sdk03_server.py``),
+    started once for the whole run: client, CLI, proxy and interop tests share it."""
+    with sdk03_agent_running(tmp_path_factory.mktemp("sdk03-agent")) as agent:
+        yield agent

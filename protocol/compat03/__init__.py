@@ -8,7 +8,10 @@ Ground truth is the official SDK's ``a2a/compat/v0_3/conversions.py`` (digest §
 
 Decisions where 0.3 and 1.0 do not line up:
 
-- ``configuration.blocking`` absent means blocking; ``returnImmediately = !blocking``.
+- ``configuration.blocking`` absent means blocking on JSON-RPC (0.3 JSON-RPC clients
+  expect it); on HTTP+JSON and gRPC it is a proto3 bool, so absent (with or without a
+  ``configuration``) is non-blocking; ``returnImmediately = !blocking``. Our client
+  always sends it.
 - ``historyLength: 0`` meant "unlimited" in 0.3 and is left unset, as the SDK does.
 - A non-object ``Part.data`` travels as ``{"value": X}`` with
   ``metadata.data_part_compat = true`` (both ways).
@@ -17,8 +20,9 @@ Decisions where 0.3 and 1.0 do not line up:
   ``pushNotificationConfigId`` means that config: 0.3 servers (the SDK's store too)
   defaulted the config id to the task id.
 - 1.0-only errors (-32008, -32009) become -32603, as the SDK's 0.3 adapter does.
-- ``status-update`` carries ``final: true`` only in a terminal state (the SDK's rule;
-  input-required is not final).
+- ``status-update`` carries ``final: true`` in every terminal or interrupted state
+  (input-required, auth-required): a 0.3 stream ends there, and 0.3 clients stop at the
+  first final event.
 
 Bad 0.3 input raises :class:`InvalidParamsError` naming the field by its 0.3 path.
 

@@ -30,11 +30,13 @@ from .tables import JSON
 
 def send_params(request: pb.SendMessageRequest) -> JSON:
     """``message/send`` / ``message/stream`` params (MessageSendParams) for a 1.0 request:
-    ``blocking = !returnImmediately`` (always sent, as the SDK does)."""
+    ``blocking = !returnImmediately``, always sent, a configuration or not: on 0.3
+    HTTP+JSON and gRPC ``blocking`` is a proto3 bool, so a 0.3 agent reads its absence as
+    non-blocking and would answer a 1.0 (blocking by default) send at once."""
     params: JSON = {"message": message_out(codec.to_dict(request.message))}
+    config = request.configuration
+    out: JSON = {"blocking": not config.return_immediately}
     if request.HasField("configuration"):
-        config = request.configuration
-        out: JSON = {"blocking": not config.return_immediately}
         if config.accepted_output_modes:
             out["acceptedOutputModes"] = list(config.accepted_output_modes)
         if config.HasField("history_length"):
@@ -42,7 +44,7 @@ def send_params(request: pb.SendMessageRequest) -> JSON:
         if config.HasField("task_push_notification_config"):
             push = push_config_out(codec.to_dict(config.task_push_notification_config))
             out["pushNotificationConfig"] = push["pushNotificationConfig"]
-        params["configuration"] = out
+    params["configuration"] = out
     if request.HasField("metadata"):
         params["metadata"] = codec.to_dict(request)["metadata"]
     return params

@@ -13,7 +13,7 @@ from typing import Any
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .. import codec
-from .tables import _ROLE_OUT, _STATE_OUT, _TERMINAL_OUT, DATA_PART_COMPAT, JSON
+from .tables import _FINAL_OUT, _ROLE_OUT, _STATE_OUT, DATA_PART_COMPAT, JSON
 
 
 def _copy(source: Mapping[str, Any], target: JSON, *names: str) -> None:
@@ -97,7 +97,7 @@ def status_update_out(event: Mapping[str, Any]) -> JSON:
         "taskId": event.get("taskId", ""),
         "contextId": event.get("contextId", ""),
         "status": status,
-        "final": status["state"] in _TERMINAL_OUT,
+        "final": status["state"] in _FINAL_OUT,
     }
     _copy(event, out, "metadata")
     return out

@@ -136,8 +136,8 @@ def _rest_push_in(config: Any) -> Any:
 def rest_send_params(body: Any) -> Any:
     """A 0.3 REST ``SendMessageRequest`` body as ``message/send`` params.
 
-    ``blocking`` is a plain proto3 bool there: a ``configuration`` without it is
-    non-blocking, as in the SDK's 0.3 REST handler; no ``configuration`` blocks.
+    ``blocking`` is a plain proto3 bool there (0.3 REST and gRPC): absent is false, with
+    or without a ``configuration``, as the SDK's 0.3 REST and gRPC handlers read it.
     """
     if not isinstance(body, Mapping):
         return body
@@ -160,6 +160,8 @@ def rest_send_params(body: Any) -> Any:
         out["configuration"] = rpc_config
     elif config is not None:
         out["configuration"] = config
+    else:
+        out["configuration"] = {"blocking": False}
     if _get(body, "metadata") is not None:
         out["metadata"] = _get(body, "metadata")
     return out
@@ -168,14 +170,23 @@ def rest_send_params(body: Any) -> Any:
 def rest_set_push_params(task_id: str, body: Any) -> Any:
     """A 0.3 REST ``CreateTaskPushNotificationConfigRequest`` body as
     ``tasks/pushNotificationConfig/set`` params; the task comes from the path and the
-    config id from the config, else ``configId``, else the task id."""
+    config id from the config, else ``configId``, else the task id.
+
+    The JS SDK's 0.3 REST client sends the bare ``TaskPushNotificationConfig`` instead
+    (``{"name": "tasks/T/pushNotificationConfigs/C", "pushNotificationConfig": …}``): its
+    config is read the same way, the id, when the config has none, from the name."""
     if not isinstance(body, Mapping):
         return body
     config = _get(body, "config")
+    if config is None and _get(body, "pushNotificationConfig") is not None:
+        config = body  # the JS client's bare TaskPushNotificationConfig
     inner = _get(config, "pushNotificationConfig") if isinstance(config, Mapping) else None
     push = _rest_push_in(inner) if inner is not None else None
     if isinstance(push, dict) and not push.get("id"):
         config_id = _get(body, "configId")
+        name = _get(config, "name") if isinstance(config, Mapping) else None
+        if not config_id and isinstance(name, str) and "/pushNotificationConfigs/" in name:
+            config_id = name.rsplit("/pushNotificationConfigs/", 1)[1]
         if isinstance(config_id, str) and config_id:
             push["id"] = config_id
     return {"taskId": task_id, "pushNotificationConfig": push}

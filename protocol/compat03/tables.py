@@ -36,3 +36,6 @@ TASK_STATES: tuple[tuple[str, pb.TaskState.ValueType], ...] = (
 #: 1.0 ProtoJSON state name -> 0.3 state.
 _STATE_OUT = {pb.TaskState.Name(value): name for name, value in TASK_STATES}
 _TERMINAL_OUT = frozenset({"completed", "failed", "canceled", "rejected"})
+#: Where a 0.3 stream ends, so its status update says ``final: true``: terminal and
+#: interrupted states (a 0.3 client stops reading at the first final event).
+_FINAL_OUT = _TERMINAL_OUT | {"input-required", "auth-required"}

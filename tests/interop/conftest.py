@@ -44,6 +44,10 @@ PEERS = Path(__file__).resolve().parent / "peers"
 PEER_PYTHON = ROOT / ".venv-peer" / "bin" / "python"
 SDK_CLIENT = PEERS / "sdk_client.py"
 SDK_SERVER = PEERS / "sdk_server.py"
+#: The newest a2a-sdk 0.3.x release (``requirements/peer03.txt``): 0.3 as deployed.
+PEER03_PYTHON = ROOT / ".venv-peer03" / "bin" / "python"
+SDK03_SERVER = PEERS / "sdk03_server.py"
+SDK03_CLIENT = PEERS / "sdk03_client.py"
 HOST = "127.0.0.1"
 CARD_PATH = "/.well-known/agent-card.json"
 TRANSPORTS = ("jsonrpc", "rest", "grpc")
@@ -115,6 +119,11 @@ def sdk_server_command(
 def require_peer_venv() -> None:
     if not PEER_PYTHON.exists():
         pytest.skip(f"the official a2a-sdk venv is missing ({PEER_PYTHON}): run `make peer`")
+
+
+def require_peer03_venv() -> None:
+    if not PEER03_PYTHON.exists():
+        pytest.skip(f"the a2a-sdk 0.3 venv is missing ({PEER03_PYTHON}): run `make peer`")
 
 
 def free_ports(count: int) -> list[int]:
@@ -643,3 +652,37 @@ def sdk_client(
         yield client
     finally:
         client.close()
+
+
+# --- the a2a-sdk 0.3.x release as an agent ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sdk03Agent:
+    """A running ``peers/sdk03_server.py``: the 0.3 SDK's echo agent on JSON-RPC,
+    HTTP+JSON and gRPC (``a2a.v1.A2AService``), push on, no key."""
+
+    base_url: str
+    card_url: str
+    grpc_port: int
+
+
+@contextlib.contextmanager
+def sdk03_agent_running(log_dir: Path, preferred: str = "jsonrpc") -> Iterator[Sdk03Agent]:
+    """Start ``peers/sdk03_server.py`` for the ``with`` body (``preferred``: the binding its
+    card names in ``url``/``preferredTransport``)."""
+    require_peer03_venv()
+    port, grpc_port = free_ports(2)
+    base_url = f"http://{HOST}:{port}"
+    command = [str(PEER03_PYTHON), str(SDK03_SERVER), "--host", HOST, "--port", str(port)]
+    command += ["--grpc-port", str(grpc_port), "--preferred", preferred, "--push"]
+    server = ServerProcess(
+        f"sdk03-agent-{preferred}",
+        command,
+        log_dir,
+        base_url + CARD_PATH,
+        grpc_port=grpc_port,
+        strict_shutdown=False,
+    )
+    with server.running():
+        yield Sdk03Agent(base_url, base_url + CARD_PATH, grpc_port)

@@ -144,15 +144,16 @@ def _status(state: int) -> pb.StreamResponse:
     ("state", "final"),
     [
         (pb.TASK_STATE_WORKING, False),
-        (pb.TASK_STATE_INPUT_REQUIRED, False),
-        (pb.TASK_STATE_AUTH_REQUIRED, False),
+        (pb.TASK_STATE_SUBMITTED, False),
+        (pb.TASK_STATE_INPUT_REQUIRED, True),
+        (pb.TASK_STATE_AUTH_REQUIRED, True),
         (pb.TASK_STATE_COMPLETED, True),
         (pb.TASK_STATE_FAILED, True),
         (pb.TASK_STATE_CANCELED, True),
         (pb.TASK_STATE_REJECTED, True),
     ],
 )
-def test_status_update_final_only_when_terminal(state: int, final: bool) -> None:
+def test_status_update_final_when_terminal_or_interrupted(state: int, final: bool) -> None:
     event = compat03.stream_event(_status(state))
     assert event["kind"] == "status-update"
     assert (event["taskId"], event["contextId"], event["final"]) == ("t", "c", final)
@@ -605,11 +606,14 @@ def test_send_request_round_trips_through_0_3_params() -> None:
     assert back == request
 
 
-def test_send_request_without_configuration_blocks() -> None:
+def test_send_request_without_configuration_says_blocking() -> None:
+    """0.3 REST and gRPC agents read an absent ``blocking`` as false: always sent."""
     request = pb.SendMessageRequest(message=_rich_message())
     params = compat03.send_params(request)
-    assert "configuration" not in params
-    assert compat03.send_message_request(params) == request
+    assert params["configuration"] == {"blocking": True}
+    parsed = compat03.send_message_request(params)
+    assert parsed.message == request.message
+    assert not parsed.configuration.return_immediately
 
 
 @pytest.mark.parametrize(
@@ -867,6 +871,7 @@ def test_rest_calls_round_trip_through_the_0_3_rest_routes(rpc: str, request_mes
         expected.configuration.task_push_notification_config.ClearField("task_id")
     if rpc == "SendStreamingMessage":
         expected.message.ClearField("reference_task_ids")
+        expected.configuration.SetInParent()  # ``blocking: true`` is always sent
     assert parsed == expected
 
 

@@ -284,7 +284,7 @@ async def test_send_message_translates_parts_config_and_result(anon: Served) -> 
     assert response.task.artifacts[0].parts[0].text == "ping"
 
 
-async def test_an_empty_configuration_is_non_blocking_and_none_is_blocking(anon: Served) -> None:
+async def test_no_configuration_or_an_empty_one_is_non_blocking(anon: Served) -> None:
     # The 0.3 proto's blocking is a plain bool, read as the SDK's 0.3 gRPC server does.
     async with asyncio.timeout(BOUND):
         await anon.stub.SendMessage(
@@ -294,7 +294,7 @@ async def test_an_empty_configuration_is_non_blocking_and_none_is_blocking(anon:
     first, second = anon.service.requests
     assert isinstance(first, pb.SendMessageRequest) and isinstance(second, pb.SendMessageRequest)
     assert first.configuration.return_immediately is True
-    assert not second.configuration.return_immediately
+    assert second.configuration.return_immediately is True
 
 
 async def test_stream_events_are_0_3_stream_responses(anon: Served) -> None:

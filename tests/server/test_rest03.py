@@ -64,7 +64,8 @@ async def test_send_returns_a_0_3_task(http: Http) -> None:
     }
     name, request, context = http.service.last
     assert name == "send_message" and context.version == "0.3"
-    assert not request.configuration.return_immediately  # no configuration: blocking
+    # blocking is a proto3 bool on 0.3 REST: no configuration at all is non-blocking too
+    assert request.configuration.return_immediately
 
 
 async def test_blocking_is_a_proto3_bool_in_a_configuration(http: Http) -> None:
@@ -146,6 +147,28 @@ async def test_push_config_crud(http: Http) -> None:
     assert (status, deleted) == (200, {})
     status, gone, _ = await call(http, "GET", "/tasks/t-1/pushNotificationConfigs/cfg")
     assert status == 404 and gone["type"] == "TaskNotFoundError" and gone["code"] == -32001
+
+
+async def test_the_js_sdk_push_config_body_is_accepted(http: Http) -> None:
+    """@a2a-js/sdk 0.3's REST client POSTs the bare TaskPushNotificationConfig (ts-proto
+    JSON: default values left out), not the SDK's CreateTaskPushNotificationConfigRequest."""
+    js_bodies = [
+        {
+            "name": "tasks/t-1/pushNotificationConfigs/js-1",
+            "pushNotificationConfig": {"id": "js-1", "url": "https://hook.example/js"},
+        },
+        {  # no id in the config: the name's last segment is the id
+            "name": "tasks/t-1/pushNotificationConfigs/js-2",
+            "pushNotificationConfig": {"url": "https://hook.example/js", "token": "tok-js"},
+        },
+    ]
+    for config_id, body in zip(("js-1", "js-2"), js_bodies, strict=True):
+        status, created, _ = await call(http, "POST", "/tasks/t-1/pushNotificationConfigs", body)
+        assert status == 200, created
+        assert created["name"] == f"tasks/t-1/pushNotificationConfigs/{config_id}"
+        assert created["pushNotificationConfig"]["id"] == config_id
+    stored = last_request(http)
+    assert (stored.task_id, stored.id, stored.token) == ("t-1", "js-2", "tok-js")
 
 
 async def test_extended_card_is_a_0_3_card(http: Http) -> None:
