@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.hops import stamp_hops
 
 #: Largest file attached by :func:`file_part` (bytes); A2A peers commonly cap at 10 MB.
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -91,8 +92,11 @@ def send_request(
     return_immediately: bool = False,
     history_length: int | None = None,
     extra_parts: Sequence[pb.Part] = (),
+    hops: int | None = None,
 ) -> pb.SendMessageRequest:
-    """The SendMessageRequest for ``a2a-gateway send`` (also used for ``--stream``)."""
+    """The SendMessageRequest for ``a2a-gateway send`` (also used for ``--stream``).
+    ``hops`` (an agent calling onwards sends its inbound count + 1) is written under
+    every hop key."""
     message = user_message(
         text, files=files, context_id=context_id, task_id=task_id, extra_parts=extra_parts
     )
@@ -101,6 +105,8 @@ def send_request(
         request.configuration.return_immediately = True
     if history_length is not None:
         request.configuration.history_length = history_length
+    if hops is not None:
+        stamp_hops(request, hops)
     return request
 
 

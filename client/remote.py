@@ -18,6 +18,7 @@ from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.compat03 import LEGACY_VERSION
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.hops import has_hops, read_hops, stamp_hops
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -131,6 +132,9 @@ class RemoteService(A2AService, AsyncCloseable):
         # Digest §9: the chosen interface's tenant goes on every request (none: omitted).
         # Every request type has a tenant field; the type here is the generic Message.
         setattr(prepared, "tenant", self.interface.tenant)  # noqa: B010
+        if isinstance(prepared, pb.SendMessageRequest) and has_hops(prepared):
+            # A hop count set under either key goes out under both (protocol/hops.py).
+            stamp_hops(prepared, read_hops(prepared))
         return prepared
 
     async def _unary(

@@ -27,9 +27,10 @@ What the proxy decides itself (nothing else is changed on the way):
   or any task after a restart, belongs to whoever the upstream answers it to first. A
   task id known nowhere (created upstream by someone else, or before the records
   existed) is claimed by the first of our callers the upstream answers it to.
-- ``a2a-gateway.hops`` in the SendMessage metadata is incremented, and a message that
-  has already passed more than ``max_hops`` gateways is refused: two proxies pointing at
-  each other fail fast instead of looping.
+- The hop count (``a2a-gateway.hops`` or ``volcanic.hops``, protocol/hops.py) is
+  incremented and written under both keys, and a message that has already passed more
+  than ``max_hops`` gateways is refused: two proxies pointing at each other fail fast
+  instead of looping, and so does a loop through a peer that speaks only the other key.
 - Our card shows the upstream's name, description, version, skills, modes and
   capabilities with OUR interfaces and security schemes (:class:`ProxyCardProvider`).
   The upstream's card is read when the gateway starts, or on the first call that reaches
@@ -59,7 +60,7 @@ from a2a_gateway.protocol.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from a2a_gateway.protocol.hops import HOPS_KEY, read_hops
+from a2a_gateway.protocol.hops import read_hops, stamp_hops
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
@@ -266,7 +267,7 @@ class UpstreamProxy(A2AService):
             )
         forwarded = pb.SendMessageRequest()
         forwarded.CopyFrom(request)
-        forwarded.metadata.fields[HOPS_KEY].number_value = hops
+        stamp_hops(forwarded, hops)
         return forwarded
 
     # --- the service ----------------------------------------------------------------------

@@ -23,9 +23,10 @@ Decisions (digest §6 and §15 leave them open):
   new task (streams replay nothing, and load generators such as the bench reuse
   messageIds across runs). The index is in memory, bounded (``dedupe_entries``), and
   does not survive a restart.
-- Hop guard: ``a2a-gateway.hops`` from the request metadata, else the message metadata,
-  else 0 (a non-negative integer, else InvalidParams); above ``max_hops`` the task is
-  created and failed at once.
+- Hop guard: ``a2a-gateway.hops`` and ``volcanic.hops``, each from the request metadata,
+  else the message metadata, the larger winning, else 0 (a non-negative integer, else
+  InvalidParams; see protocol/hops.py); above ``max_hops`` the task is created and
+  failed at once.
 - Each run replaces the ``response`` artifact (same artifactId, ``append=false`` on the
   run's first chunk), so GetTask shows the latest answer.
 - Runs belong to the engine, not to the request: a client that disconnects from a

@@ -19,7 +19,7 @@ from a2a_gateway.protocol.errors import (
     UnavailableError,
     UnsupportedOperationError,
 )
-from a2a_gateway.protocol.hops import HOPS_KEY, read_hops
+from a2a_gateway.protocol.hops import read_hops
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
@@ -278,7 +278,7 @@ class Intake:
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
 
     def _hop_message(self, task: pb.Task, hops: int) -> pb.Message:
-        text = f"Hop limit exceeded: {HOPS_KEY} is {hops}, the limit is {self._state.max_hops}."
+        text = f"Hop limit exceeded: the hop count is {hops}, the limit is {self._state.max_hops}."
         return agent_message(text, context_id=task.context_id, task_id=task.id)
 
     @staticmethod

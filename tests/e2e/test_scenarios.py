@@ -196,8 +196,23 @@ async def test_retried_message_id_returns_the_same_task(driver: Driver) -> None:
     assert first["id"] == second["id"]
 
 
-async def test_hop_guard_fails_the_task(driver: Driver) -> None:
-    task = (await driver.call("SendMessage", send("x", metadata={"a2a-gateway.hops": 4})))["task"]
+@pytest.mark.parametrize(
+    ("metadata", "message_metadata"),
+    [
+        ({"a2a-gateway.hops": 4}, None),
+        ({"volcanic.hops": 4}, None),
+        (None, {"volcanic.hops": 4}),
+        ({"a2a-gateway.hops": 0, "volcanic.hops": 4}, None),
+        ({"volcanic.hops": 1}, {"a2a-gateway.hops": 4}),
+    ],
+)
+async def test_hop_guard_fails_the_task(
+    driver: Driver, metadata: dict[str, Any] | None, message_metadata: dict[str, Any] | None
+) -> None:
+    request = send("x", metadata=metadata) if metadata else send("x")
+    if message_metadata:
+        request["message"]["metadata"] = message_metadata
+    task = (await driver.call("SendMessage", request))["task"]
     assert task["status"]["state"] == "TASK_STATE_FAILED"
 
 

@@ -381,6 +381,17 @@ async def test_a_retried_message_id_returns_the_existing_task(engine: TaskEngine
         (None, {"a2a-gateway.hops": 4}, "FAILED"),
         ({"a2a-gateway.hops": 0}, {"a2a-gateway.hops": 9}, "COMPLETED"),  # request wins
         ({"a2a-gateway.hops": "5"}, None, "FAILED"),
+        # the seed's key counts the same, and the larger count of the two keys wins
+        ({"volcanic.hops": 3}, None, "COMPLETED"),
+        ({"volcanic.hops": 4}, None, "FAILED"),
+        (None, {"volcanic.hops": 4}, "FAILED"),
+        ({"volcanic.hops": "7"}, None, "FAILED"),
+        ({"volcanic.hops": 0}, {"volcanic.hops": 9}, "COMPLETED"),  # request wins per key
+        ({"a2a-gateway.hops": 1, "volcanic.hops": 4}, None, "FAILED"),
+        ({"a2a-gateway.hops": 4, "volcanic.hops": 1}, None, "FAILED"),
+        ({"a2a-gateway.hops": 1}, {"volcanic.hops": 4}, "FAILED"),
+        (None, {"a2a-gateway.hops": 4, "volcanic.hops": 0}, "FAILED"),
+        ({"a2a-gateway.hops": 2, "volcanic.hops": 3}, None, "COMPLETED"),
     ],
 )
 async def test_hop_guard(
@@ -398,10 +409,13 @@ async def test_hop_guard(
         assert state_name(stored) == "FAILED"
 
 
+@pytest.mark.parametrize("key", ["a2a-gateway.hops", "volcanic.hops"])
 @pytest.mark.parametrize("value", [-1, 1.5, "many", True])
-async def test_bad_hop_values_are_invalid_params(engine: TaskEngine, value: object) -> None:
-    with pytest.raises(errors.InvalidParamsError, match=r"a2a-gateway\.hops"):
-        await send(engine, "hi", metadata={"a2a-gateway.hops": value})
+async def test_bad_hop_values_are_invalid_params(
+    engine: TaskEngine, key: str, value: object
+) -> None:
+    with pytest.raises(errors.InvalidParamsError, match=f"metadata.{key}"):
+        await send(engine, "hi", metadata={key: value})
 
 
 async def test_max_hops_is_configurable(new_engine: Callable[..., TaskEngine]) -> None:
