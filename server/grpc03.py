@@ -13,11 +13,12 @@ messages translated:
   0.3 message. The agent card keeps 1.0's security shapes, which are the 0.3 proto's.
 
 Version rule as on the other 0.3 bindings (the same function,
-:func:`.compat03.negotiate_legacy_version`): no ``a2a-version`` or a 0.3 one (the SDK's
-0.3 client sends ``0.3``); anything else is VersionNotSupported. Errors leave as the
-one table's gRPC status with the message ``"<ErrorClass>: <message>"``, which the
-SDK's 0.3 gRPC client reads back into its error class, plus the ``google.rpc.Status``
-trailer (same message) as on 1.0.
+:func:`a2a_gateway.protocol.versioning.negotiate_legacy_version`): no ``a2a-version`` or
+a 0.3 one (the SDK's 0.3 client sends ``0.3``); anything else is VersionNotSupported,
+answered exactly as the 1.0 service answers it. Other errors leave as the one table's
+gRPC status with the message ``"<ErrorClass>: <message>"``, which the SDK's 0.3 gRPC
+client reads back into its error class, plus the ``google.rpc.Status`` trailer (same
+message) as on 1.0.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf import json_format, message, message_factory
 
-from a2a_gateway.protocol import codec, compat03
+from a2a_gateway.protocol import codec, compat03, versioning
 from a2a_gateway.protocol.errors import (
     A2AError,
     FieldViolation,
@@ -197,7 +198,7 @@ class LegacyRpcAdapter(RpcAdapter):
         )
 
     def negotiate(self, value: str | None) -> str:
-        return compat03.negotiate_legacy_version(value, self._operation)
+        return versioning.negotiate_legacy_version(value, self._operation)
 
     def incoming(self, request: message.Message) -> message.Message:
         return super().incoming(self._rpc.method.parse(self._rpc.params(request)))
@@ -214,6 +215,8 @@ class LegacyRpcAdapter(RpcAdapter):
         return json_format.ParseDict(shape, self._wire_response())
 
     async def abort(self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> NoReturn:
+        if isinstance(error, versioning.VersionRefused):
+            await super().abort(context, error)  # the 1.0 vocabulary: 0.3 has none for it
         text = legacy_status_message(error)
         status = status_proto(error)
         status.message = text  # grpc-status-details-bin must agree with the status

@@ -15,11 +15,13 @@ service descriptor. Decisions:
 
 A2A 0.3 methods (``message/send``, ``tasks/get``, ...; digest §13, §14) call the SAME
 service operations through :mod:`a2a_gateway.protocol.compat03`. Their name is looked up
-only after the 1.0 lookup misses, so the 1.0 path pays nothing for them. Version rule:
-a 0.3 method accepts no ``A2A-Version`` or ``0.3``/``0.3.x``; a 1.0 method keeps the
-1.0 rule (a 0.3 header is VersionNotSupported, reported with ``"id": null`` as every
-version error found before the body). A 0.3 method's errors use the 0.3 codes
-(1.0-only codes become -32603, as the SDK does) and free-form ``data``.
+only after the 1.0 lookup misses, so the 1.0 path pays nothing for them. Version rule
+(:mod:`a2a_gateway.protocol.versioning`, via :mod:`.http_version`): a 0.3 method
+accepts no ``A2A-Version`` or ``0.3``/``0.3.x``; a 1.0 method keeps the 1.0 rule (a 0.3
+header is VersionNotSupported, reported with ``"id": null`` as every version error
+found before the body). The rule's refusal is -32009 with its ErrorInfo on 0.3 methods
+too (0.3 has no code for it). A 0.3 method's other errors use the 0.3 codes (1.0-only codes
+become -32603, as the SDK does) and free-form ``data``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from .http_context import (
     serve_stream,
     unexpected,
 )
+from .http_version import check_version, set_aside_legacy_version
 
 JSONRPC_VERSION = "2.0"
 
@@ -134,44 +137,6 @@ def _envelope(body: Any) -> _Envelope:
     if params is not None and not isinstance(params, dict):
         raise InvalidRequestError('"params" must be a JSON object')
     return _Envelope(rpc, params, legacy)
-
-
-def set_aside_legacy_version(request: web.Request) -> tuple[web.Request, str | None]:
-    """A 0.3 ``A2A-Version`` value set aside: call_context would refuse it before the
-    method is known. Returns the request without it (a clone) and the value, or the
-    request itself and None (any other value stays for call_context to judge). The
-    value is read where call_context reads it: the header, else the query."""
-    name = versioning.VERSION_HEADER
-    value = request.headers.get(name)
-    if value is None or not value.strip():
-        if not request.query_string:  # no header, no query: nothing to set aside
-            return request, None
-        value = request.query.get(name) or request.query.get(name.lower())
-        if value is None or not compat03.is_legacy_version(value):
-            return request, None
-        return request.clone(
-            rel_url=request.rel_url.without_query_params(name, name.lower())
-        ), value
-    if not compat03.is_legacy_version(value):
-        return request, None
-    headers = request.headers.copy()
-    del headers[name]
-    return request.clone(headers=headers), value
-
-
-def check_version(request: web.Request, legacy: str | None, set_aside: str | None) -> None:
-    """The version rule once the operation is known (digest §13). A 1.0 operation
-    (``legacy`` None) never takes a 0.3 value (``set_aside``); the 0.3 operation named
-    ``legacy`` takes none, or a 0.3 value only."""
-    if legacy is None:
-        if set_aside is not None:
-            versioning.negotiate_version(set_aside)  # raises VersionNotSupported
-        return
-    if set_aside is not None:
-        return
-    name = versioning.VERSION_HEADER
-    given = request.headers.get(name) or request.query.get(name) or request.query.get(name.lower())
-    compat03.negotiate_legacy_version(given, legacy)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -275,7 +240,11 @@ def legacy_error_payload(request_id: RequestId, error: A2AError) -> dict[str, An
 
 
 def legacy_error_response(request_id: RequestId, error: A2AError) -> web.Response:
-    """A 0.3 method's error: 0.3 codes, same HTTP status rule as 1.0."""
+    """A 0.3 method's error: 0.3 codes, same HTTP status rule as 1.0. The version rule's
+    refusal is answered in the 1.0 vocabulary (-32009 with ErrorInfo): 0.3 has no code
+    for it."""
+    if isinstance(error, versioning.VersionRefused):
+        return error_response(request_id, error)
     status = error.spec.http_status if isinstance(error, _TRANSPORT_ERRORS) else 200
     return json_response(
         legacy_error_payload(request_id, error), status=status, headers=error_headers(error)

@@ -20,8 +20,9 @@ A2A 0.3 (digest §13, §14): its paths carry a ``/v1`` prefix below the REST mou
 named ``v1`` loses exactly those paths (``/v1/tasks`` is still its ListTasks). They
 call the same service operations through :mod:`a2a_gateway.protocol.compat03`; bodies
 are 0.3 ProtoJSON, errors are ``{type, code, message, data}`` (the SDK's 0.3 REST
-client reads ``type``). Version rule as on JSON-RPC: a 0.3 path takes no
-``A2A-Version`` or 0.3; a 1.0 path never 0.3.
+client reads ``type``). Version rule as on JSON-RPC (:mod:`.http_version`): a 0.3 path
+takes no ``A2A-Version`` or 0.3; a 1.0 path never 0.3; a version error is the 1.0
+``google.rpc.Status`` (reason ``VERSION_NOT_SUPPORTED``) on 0.3 paths too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import orjson
 from aiohttp import hdrs, web
 from google.protobuf import json_format, message
 
-from a2a_gateway.protocol import codec, compat03, routes, sse
+from a2a_gateway.protocol import codec, compat03, routes, sse, versioning
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -57,7 +58,7 @@ from .http_context import (
     serve_stream,
     unexpected,
 )
-from .jsonrpc import check_version, set_aside_legacy_version
+from .http_version import check_version, set_aside_legacy_version
 
 CONTENT_TYPE = A2A_JSON_CONTENT_TYPE
 
@@ -190,6 +191,10 @@ def result_response(result: message.Message, context: CallContext) -> web.Respon
 
 
 def legacy_error_response(error: A2AError) -> web.Response:
+    """A 0.3 path's error in the 0.3 REST shape; the version rule's refusal in the 1.0
+    shape (``google.rpc.Status``, reason ``VERSION_NOT_SUPPORTED``): 0.3 has none."""
+    if isinstance(error, versioning.VersionRefused):
+        return error_response(error)
     return json_response(
         compat03.rest_error_body(error),
         status=error.spec.http_status,

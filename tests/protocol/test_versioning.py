@@ -28,8 +28,8 @@ def test_supported_versions(value: str) -> None:
 def test_unsupported_versions(value: str) -> None:
     with pytest.raises(VersionNotSupportedError) as caught:
         versioning.negotiate_version(value)
-    assert caught.value.metadata["supportedVersions"] == "1.0"
-    assert "1.0" in caught.value.message
+    assert caught.value.metadata["supportedVersions"] == "1.0, 0.3"  # every version served
+    assert "(served: 1.0, 0.3)" in caught.value.message
 
 
 def test_long_version_values_are_truncated_in_the_message() -> None:

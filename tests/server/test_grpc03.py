@@ -492,14 +492,15 @@ async def test_a_1_0_version_on_the_0_3_service_is_refused(anon: Served) -> None
     )
     failure = await _failure(call)
     assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
-    # the one 0.3 version rule of every binding (jsonrpc.negotiate_legacy_version)
+    # the one version rule of every binding (versioning.negotiate_legacy_version),
+    # answered as the 1.0 service answers it (0.3 has nothing for it)
     assert failure.details() == (
-        "VersionNotSupportedError: A2A-Version '1.0' does not match the 0.3 operation "
-        "'a2a.v1.A2AService/GetTask' (send no A2A-Version, or 0.3)"
+        "A2A-Version '1.0' does not match the 0.3 operation "
+        "'a2a.v1.A2AService/GetTask': send no A2A-Version, or 0.3 (served: 1.0, 0.3)"
     )
     info = error_info(rich_status(failure))
     assert info.reason == "VERSION_NOT_SUPPORTED"
-    assert info.metadata["supportedVersions"] == "0.3"
+    assert info.metadata["supportedVersions"] == "1.0, 0.3"
     assert anon.service.contexts == []
     async with asyncio.timeout(BOUND):  # none, and 0.3.x, are 0.3
         await anon.stub.GetTask(pb03.GetTaskRequest(name="tasks/t-1"))

@@ -186,12 +186,13 @@ async def test_0_3_method_accepts_no_header_or_0_3(http: Http) -> None:
 async def test_0_3_method_refuses_a_1_0_header(http: Http) -> None:
     headers = {"A2A-Version": "1.0"}
     _, body = await http.rpc("message/send", message03("x"), request_id=4, headers=headers)
-    error = assert_error03(body, -32603, 4)  # -32009 is unknown to 0.3 (as the SDK does)
-    assert error["data"]["reason"] == "VERSION_NOT_SUPPORTED"
-    # the same rule and words as the 0.3 gRPC service (jsonrpc.negotiate_legacy_version)
-    assert error["message"] == (
-        "A2A-Version '1.0' does not match the 0.3 operation 'message/send' "
-        "(send no A2A-Version, or 0.3)"
+    # The version rule's refusal in the 1.0 vocabulary (0.3 has no code for it).
+    assert body["id"] == 4 and body["error"]["code"] == -32009
+    assert body["error"]["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    # the same rule and words as the 0.3 gRPC service (versioning.negotiate_legacy_version)
+    assert body["error"]["message"] == (
+        "A2A-Version '1.0' does not match the 0.3 operation 'message/send': "
+        "send no A2A-Version, or 0.3 (served: 1.0, 0.3)"
     )
     assert http.service.calls == []
 
@@ -216,7 +217,7 @@ async def test_0_3_version_in_the_query_is_the_header_s_rule(http: Http) -> None
     _, body = await http.rpc(
         "message/send", message03("x"), request_id=5, path="/a2a?A2A-Version=1.0"
     )
-    assert_error03(body, -32603, 5)
+    assert body["id"] == 5 and body["error"]["code"] == -32009  # the 1.0 vocabulary
 
 
 async def test_legacy_extensions_header_is_read(http: Http) -> None:
