@@ -16,7 +16,7 @@ from ..errors import (
     FieldViolation,
     InvalidParamsError,
 )
-from .tables import _ROLE_IN, DATA_PART_COMPAT
+from .tables import _ROLE_IN, DATA_PART_COMPAT, TASK_STATES
 
 
 def _invalid(path: str, problem: str) -> InvalidParamsError:
@@ -326,3 +326,56 @@ def extended_card_request(value: Any) -> pb.GetExtendedAgentCardRequest:
     """``agent/getAuthenticatedExtendedCard`` (no params)."""
     _params(value)
     return pb.GetExtendedAgentCardRequest()
+
+
+#: ``tasks/list`` ``status``: a 0.3 state name, or (leniently) the 1.0 enum name.
+_LIST_STATUS_IN: dict[str, pb.TaskState.ValueType] = {
+    **{name: value for name, value in TASK_STATES},
+    **{pb.TaskState.Name(value): value for _, value in TASK_STATES},
+}
+
+
+def _int32(obj: Mapping[str, Any], name: str, path: str) -> int | None:
+    value = _get(obj, name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+        raise _invalid(f"{path}.{name}", "must be a non-negative integer")
+    return value
+
+
+def list_tasks_request(value: Any) -> pb.ListTasksRequest:
+    """``tasks/list`` params. Not in the 0.3 spec: deployed 0.3 peers call it with the
+    1.0 ListTasks fields under their camelCase names, ``{contextId?, status?,
+    pageSize?, pageToken?, historyLength?, statusTimestampAfter?, includeArtifacts?}``;
+    ``status`` is a 0.3 state name (``working``; the 1.0 enum name is accepted too)."""
+    params = _params(value)
+    request = pb.ListTasksRequest(
+        context_id=_string(params, "contextId", "params"),
+        page_token=_string(params, "pageToken", "params"),
+    )
+    status = _get(params, "status")
+    if status is not None:
+        if not isinstance(status, str) or status not in _LIST_STATUS_IN:
+            raise _invalid("params.status", 'must be a 0.3 task state such as "working"')
+        request.status = _LIST_STATUS_IN[status]
+    page_size = _int32(params, "pageSize", "params")
+    if page_size is not None:
+        request.page_size = page_size
+    history = _history_length(params, "params")
+    if history is not None:
+        request.history_length = history
+    after = _get(params, "statusTimestampAfter")
+    if after is not None:
+        if not isinstance(after, str):
+            raise _invalid("params.statusTimestampAfter", "must be an RFC 3339 timestamp")
+        try:
+            request.status_timestamp_after.FromJsonString(after)
+        except ValueError:
+            raise _invalid("params.statusTimestampAfter", "must be an RFC 3339 timestamp") from None
+    include = _bool(params, "includeArtifacts", "params")
+    if include is not None:
+        request.include_artifacts = include
+    return request

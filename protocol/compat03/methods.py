@@ -19,6 +19,7 @@ from .inbound import (
     get_push_config_request,
     get_task_request,
     list_push_configs_request,
+    list_tasks_request,
     send_message_request,
     set_push_config_request,
     subscribe_request,
@@ -35,6 +36,17 @@ def _send_result(result: message.Message) -> Any:
 
 def _task_result(result: message.Message) -> Any:
     return task_out(codec.to_dict(result))
+
+
+def _list_result(result: message.Message) -> Any:
+    """ListTasksResponse with 0.3 tasks (``kind: "task"``, lower-case states)."""
+    data = codec.to_dict(result)
+    return {
+        "tasks": [task_out(t) for t in data.get("tasks", ())],
+        "nextPageToken": data.get("nextPageToken", ""),
+        "pageSize": data.get("pageSize", 0),
+        "totalSize": data.get("totalSize", 0),
+    }
 
 
 def _push_config_result(result: message.Message) -> Any:
@@ -70,13 +82,15 @@ class Method:
     result: Callable[[message.Message], Any] | None
 
 
-#: Every 0.3 JSON-RPC method (digest §14.1) by name. ListTasks has no 0.3 method.
+#: Every 0.3 JSON-RPC method (digest §14.1) by name, and ``tasks/list``: not in the 0.3
+#: spec, but deployed 0.3 peers call it (ListTasks with 0.3 tasks out).
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         Method("message/send", "SendMessage", send_message_request, _send_result),
         Method("message/stream", "SendStreamingMessage", send_message_request, None),
         Method("tasks/get", "GetTask", get_task_request, _task_result),
+        Method("tasks/list", "ListTasks", list_tasks_request, _list_result),
         Method("tasks/cancel", "CancelTask", cancel_task_request, _task_result),
         Method("tasks/resubscribe", "SubscribeToTask", subscribe_request, None),
         Method(

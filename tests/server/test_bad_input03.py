@@ -63,6 +63,15 @@ VALID: dict[str, dict[str, Any]] = {
     "tasks/pushNotificationConfig/get": {"id": "t-1", "pushNotificationConfigId": "p-1"},
     "tasks/pushNotificationConfig/list": {"id": "t-1"},
     "tasks/pushNotificationConfig/delete": {"id": "t-1", "pushNotificationConfigId": "p-1"},
+    "tasks/list": {
+        "contextId": "c-1",
+        "status": "working",
+        "pageSize": 5,
+        "pageToken": "",
+        "historyLength": 1,
+        "statusTimestampAfter": "2026-01-01T00:00:00Z",
+        "includeArtifacts": True,
+    },
 }
 
 #: (method, field path, bad value, field the error must name): one per kind of mistake.
@@ -168,6 +177,14 @@ TABLE: list[tuple[str, tuple[Any, ...], Any, str]] = [
     ),
     ("tasks/pushNotificationConfig/list", ("id",), 1, "params.id"),
     ("tasks/pushNotificationConfig/delete", ("id",), None, "params.id"),
+    ("tasks/list", ("contextId",), 1, "params.contextId"),
+    ("tasks/list", ("status",), "TASK_STATE_DONE", "params.status"),
+    ("tasks/list", ("pageSize",), 1.5, "params.pageSize"),
+    ("tasks/list", ("pageSize",), True, "params.pageSize"),
+    ("tasks/list", ("pageToken",), [], "params.pageToken"),
+    ("tasks/list", ("historyLength",), "1", "params.historyLength"),
+    ("tasks/list", ("statusTimestampAfter",), "2026-13-01", "params.statusTimestampAfter"),
+    ("tasks/list", ("includeArtifacts",), 1, "params.includeArtifacts"),
 ]
 
 

@@ -161,9 +161,27 @@ async def test_a_0_3_error_keeps_its_code(http: Http) -> None:
     assert_error03(body, -32002, 1)
 
 
-async def test_list_tasks_has_no_0_3_method(http: Http) -> None:
-    _, body = await http.rpc("tasks/list", {})
-    assert body["error"]["code"] == -32601
+async def test_tasks_list_calls_list_tasks(http: Http) -> None:
+    """Not in the 0.3 spec, but deployed 0.3 peers call it (issue 10 item 12)."""
+    http.service.tasks["t-9"] = pb.Task(
+        id="t-9", context_id="c-9", status=pb.TaskStatus(state=pb.TASK_STATE_WORKING)
+    )
+    params = {"contextId": "c-9", "status": "working", "pageSize": 3, "pageToken": "p"}
+    _, body = await http.rpc("tasks/list", params, request_id=8)
+    assert body["id"] == 8
+    assert body["result"] == {
+        "tasks": [
+            {"kind": "task", "id": "t-9", "contextId": "c-9", "status": {"state": "working"}}
+        ],
+        "nextPageToken": "",
+        "pageSize": 3,
+        "totalSize": 1,
+    }
+    name, request, context = http.service.last
+    assert name == "list_tasks" and context.version == "0.3"
+    assert request == pb.ListTasksRequest(
+        context_id="c-9", status=pb.TASK_STATE_WORKING, page_size=3, page_token="p"
+    )
 
 
 async def test_service_crash_is_a_plain_internal_error(http: Http) -> None:
