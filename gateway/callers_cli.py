@@ -1,15 +1,22 @@
 """``a2a-gateway callers``: manage who may call a workspace's agent.
 
-- ``callers add NAME --workspace DIR [--hashed] [--signing] [--note TEXT]`` generates a
-  strong key, prints it once on stdout (and, with ``--signing``, a signing secret on a
-  second line), and appends the entry to ``<DIR>/.a2a/callers.json``. With
-  ``--hashed`` only ``sha256:<hex>`` of the key is stored. The file is rewritten
-  atomically (temp file, fsync, rename) under a lock, keeping every existing entry as
-  it was; a malformed file is left alone and the command fails.
+- ``callers add NAME --workspace DIR [--plaintext] [--signing] [--note TEXT]`` generates
+  a strong key, prints it once on stdout (and, with ``--signing``, a signing secret on a
+  second line), and appends the entry to ``<DIR>/.a2a/callers.json``. Only
+  ``sha256:<hex>`` of the key is stored, with its first 8 characters as ``key_prefix``
+  so people can tell keys apart; ``--plaintext`` stores the key itself instead.
+- ``callers rotate NAME --workspace DIR [--plaintext] [--signing]`` gives the caller a
+  new key (printed once; the old one stops working at once) and, with ``--signing``, a
+  new signing secret; every other field is kept.
+- ``callers remove NAME --workspace DIR`` deletes the caller.
 - ``callers list --workspace DIR`` shows each valid caller's name, mode and note, and of
-  its key only the last 4 characters, for plaintext keys of 12 characters or more
-  (nothing of shorter keys or of hashes). Skipped entries are reported on stderr with
+  its key only the stored prefix of a hashed key, or the last 4 characters of a
+  plaintext key of 12 characters or more. Skipped entries are reported on stderr with
   the reason, never the key.
+
+Every change rewrites the file atomically (temp file, fsync, rename) under a lock,
+keeping every other entry as it was; a malformed file is left alone and the command
+fails.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from a2a_gateway.server.auth import (
 )
 
 KEY_PREFIX = "a2a_"
+#: How much of a new key a hashed entry keeps as ``key_prefix`` ("a2a_" + 4 characters).
+DISPLAY_PREFIX_CHARS = 8
 #: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
 HINT_CHARS = 4
 HINT_MIN = 12
@@ -64,7 +73,7 @@ def hashed(key: str) -> str:
 def key_hint(entry: CallerEntry) -> str:
     """What ``list`` shows of a key: never more than its last 4 characters."""
     if entry.hashed:
-        return "(sha256 hash)"
+        return f"{entry.key_prefix}... (sha256)" if entry.key_prefix else "(sha256 hash)"
     if len(entry.key) < HINT_MIN:
         return "(hidden: shorter than 12)"
     return "..." + entry.key[-HINT_CHARS:]
@@ -125,17 +134,38 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.close(folder)
 
 
-def add_caller(
-    workspace: Path, name: str, *, hash_key: bool = False, signing: bool = False, note: str = ""
-) -> tuple[str, str | None]:
-    """Append a new caller; returns (key, signing secret or None)."""
+def _key_fields(key: str, *, hash_key: bool) -> dict[str, str]:
+    if not hash_key:
+        return {"key": key}
+    return {"key": hashed(key), "key_prefix": key[:DISPLAY_PREFIX_CHARS]}
+
+
+def _write(path: Path, data: list[Any]) -> None:
+    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+
+
+def _check_name(name: str) -> None:
     if not NAME_PATTERN.match(name):
         raise CallersError(f"name must match [a-z0-9-]{{1,40}}: {name[:60]!r}")
+
+
+def _index(data: list[Any], name: str, path: Path) -> int:
+    for index, item in enumerate(data):
+        if isinstance(item, dict) and item.get("name") == name:
+            return index
+    raise CallersError(f"no caller named {name!r} in {path}")
+
+
+def add_caller(
+    workspace: Path, name: str, *, hash_key: bool = True, signing: bool = False, note: str = ""
+) -> tuple[str, str | None]:
+    """Append a new caller; returns (key, signing secret or None)."""
+    _check_name(name)
     path = callers_path(workspace)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = generate_key()
     secret = generate_signing_secret() if signing else None
-    entry: dict[str, Any] = {"name": name, "key": hashed(key) if hash_key else key}
+    entry: dict[str, Any] = {"name": name, **_key_fields(key, hash_key=hash_key)}
     entry["mode"] = MODE_ISOLATED
     if note:
         entry["note"] = note
@@ -146,24 +176,66 @@ def add_caller(
         if any(isinstance(item, dict) and item.get("name") == name for item in data):
             raise CallersError(f"a caller named {name!r} already exists in {path}")
         data.append(entry)
-        write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+        _write(path, data)
     return key, secret
+
+
+def rotate_caller(
+    workspace: Path, name: str, *, hash_key: bool = True, signing: bool = False
+) -> tuple[str, str | None]:
+    """Give ``name`` a new key (and signing secret); returns (key, secret or None)."""
+    _check_name(name)
+    path = callers_path(workspace)
+    key = generate_key()
+    secret = generate_signing_secret() if signing else None
+    with _locked(path):
+        data = _read_raw(path)
+        entry = dict(data[_index(data, name, path)])
+        entry.pop("key_prefix", None)
+        entry.update(_key_fields(key, hash_key=hash_key))
+        if secret is not None:
+            entry["signing_secret"] = secret
+        data[_index(data, name, path)] = entry
+        _write(path, data)
+    return key, secret
+
+
+def remove_caller(workspace: Path, name: str) -> None:
+    """Delete the caller ``name`` (CallersError when there is none)."""
+    _check_name(name)
+    path = callers_path(workspace)
+    with _locked(path):
+        data = _read_raw(path)
+        del data[_index(data, name, path)]
+        _write(path, data)
 
 
 # --- the verbs ------------------------------------------------------------------------
 
 
 def add_parser(sub: Any) -> None:
-    """Register ``callers add`` and ``callers list`` on the top-level subparsers."""
+    """Register ``callers add|rotate|remove|list`` on the top-level subparsers."""
     callers = sub.add_parser("callers", help="manage the callers of a workspace (API keys)")
     verbs = callers.add_subparsers(dest="callers_verb", required=True)
     add = verbs.add_parser("add", help="add a caller with a new key (printed once)")
-    add.add_argument("name", help="caller name, [a-z0-9-]{1,40}")
-    add.add_argument("--workspace", type=Path, required=True, help="workspace folder")
-    add.add_argument("--hashed", action="store_true", help="store only the key's SHA-256")
+    rotate = verbs.add_parser("rotate", help="give a caller a new key (printed once)")
+    remove = verbs.add_parser("remove", help="delete a caller")
+    for parser in (add, rotate, remove):
+        parser.add_argument("name", help="caller name, [a-z0-9-]{1,40}")
+        parser.add_argument("--workspace", type=Path, required=True, help="workspace folder")
+    for parser in (add, rotate):
+        parser.add_argument(
+            "--plaintext",
+            action="store_true",
+            help="store the key itself (default: only its SHA-256 and first 8 characters)",
+        )
+        parser.add_argument(
+            "--hashed", action="store_true", help="store only the key's SHA-256 (the default)"
+        )
     add.add_argument("--signing", action="store_true", help="also require signed requests")
+    rotate.add_argument("--signing", action="store_true", help="also issue a new signing secret")
     add.add_argument("--note", default="", help="a note for the owner")
-    show = verbs.add_parser("list", help="list callers (no keys: at most their last 4 chars)")
+    show = verbs.add_parser("list", help="list callers (no keys: at most a short part)")
     show.add_argument("--workspace", type=Path, required=True, help="workspace folder")
 
 
@@ -171,27 +243,55 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.callers_verb == "add":
             return _add(args)
+        if args.callers_verb == "rotate":
+            return _rotate(args)
+        if args.callers_verb == "remove":
+            remove_caller(args.workspace, args.name)
+            print(f"removed caller {args.name!r} from {callers_path(args.workspace)}")
+            return 0
         return _list(args)
     except CallersError as exc:
         print(f"a2a-gateway callers: {exc}", file=sys.stderr)
         return 1
 
 
-def _add(args: argparse.Namespace) -> int:
-    key, secret = add_caller(
-        args.workspace, args.name, hash_key=args.hashed, signing=args.signing, note=args.note
-    )
-    path = callers_path(args.workspace)
+def _hash_key(args: argparse.Namespace) -> bool:
+    if args.plaintext and args.hashed:
+        raise CallersError("--plaintext and --hashed contradict each other")
+    return not args.plaintext
+
+
+def _shown_once(args: argparse.Namespace, done: str, key: str, secret: str | None) -> int:
     print(key)
     if secret is not None:
         print(secret)
-    stored = "only its SHA-256 hash is stored" if args.hashed else "it is stored in the file"
+    stored = "it is stored in the file" if args.plaintext else "only its SHA-256 hash is stored"
     print(
-        f"added caller {args.name!r} to {path}; the key above is shown only once "
-        f"({stored})" + ("; the second line is its signing secret" if secret else ""),
+        f"{done}; the key above is shown only once ({stored})"
+        + ("; the second line is its signing secret" if secret else ""),
         file=sys.stderr,
     )
     return 0
+
+
+def _add(args: argparse.Namespace) -> int:
+    key, secret = add_caller(
+        args.workspace,
+        args.name,
+        hash_key=_hash_key(args),
+        signing=args.signing,
+        note=args.note,
+    )
+    done = f"added caller {args.name!r} to {callers_path(args.workspace)}"
+    return _shown_once(args, done, key, secret)
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    key, secret = rotate_caller(
+        args.workspace, args.name, hash_key=_hash_key(args), signing=args.signing
+    )
+    done = f"caller {args.name!r} has a new key (the old one no longer works)"
+    return _shown_once(args, done, key, secret)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -226,6 +326,8 @@ __all__ = [
     "add_parser",
     "generate_key",
     "key_hint",
+    "remove_caller",
+    "rotate_caller",
     "run",
     "write_atomically",
 ]

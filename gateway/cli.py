@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, grpc_env  # noqa: F401 (grpc_env: before anything imports grpc)
 from .agents_cli import add_parser as _add_agents
 from .agents_cli import run as _agents
 from .callers_cli import add_parser as _add_callers

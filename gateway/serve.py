@@ -37,6 +37,7 @@ from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
+from .access_log import AccessLogged
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
 from .startup import StartupError
@@ -192,6 +193,8 @@ class Gateway:
                 max_file_bytes=settings["max_file_bytes"],
             )
             self.service = self.engine
+        if settings["access_log"]:
+            self.service = AccessLogged(self.service)
         self._runner: web.AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
         self.http_port: int | None = None

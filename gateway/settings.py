@@ -156,6 +156,12 @@ SETTINGS: tuple[Setting, ...] = (
         "contexts with unfinished tasks per caller (0: unlimited)",
         0,
     ),
+    Setting(
+        "access_log",
+        bool,
+        False,
+        "log one line per call: binding, method, caller, status, duration (never keys or bodies)",
+    ),
     Setting("log_format", str, "plain", "plain or json", choices=("plain", "json")),
     Setting(
         "log_level",

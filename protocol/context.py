@@ -35,6 +35,8 @@ class CallContext:
     extensions: frozenset[str] = frozenset()
     deadline: float | None = None
     activated_extensions: set[str] = field(default_factory=set)
+    #: ``JSONRPC``, ``HTTP+JSON`` or ``GRPC``: the binding the call came in on (logs).
+    binding: str = ""
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), or ``None``."""

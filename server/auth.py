@@ -69,7 +69,11 @@ NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 _HASHED = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
 _LIMIT_FIELDS = ("rate_limit_per_minute", "max_running_tasks", "max_open_contexts")
-KNOWN_FIELDS = frozenset({"name", "key", "mode", "note", "signing_secret", *_LIMIT_FIELDS})
+KNOWN_FIELDS = frozenset(
+    {"name", "key", "key_prefix", "mode", "note", "signing_secret", *_LIMIT_FIELDS}
+)
+#: ``key_prefix``: the first characters of a hashed key, shown by ``callers list``.
+MAX_KEY_PREFIX_CHARS = 12
 
 
 # --- presented credentials ---------------------------------------------------------------
@@ -188,6 +192,7 @@ class CallerEntry:
     note: str = ""
     policy: CallerPolicy = DEFAULT_POLICY
     digest: bytes = field(default=b"", repr=False, compare=False)
+    key_prefix: str = ""
 
     @property
     def hashed(self) -> bool:
@@ -256,8 +261,18 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
     if key.startswith(HASH_PREFIX):
         key = key.lower()
     policy = CallerPolicy(CallerLimits(**limits), secret) if limits or secret else DEFAULT_POLICY
+    prefix = item.get("key_prefix", "")
+    if not isinstance(prefix, str) or len(prefix) > MAX_KEY_PREFIX_CHARS or _has_space(prefix):
+        return f"key_prefix must be a string of at most {MAX_KEY_PREFIX_CHARS} characters"
     return CallerEntry(
-        name, workspace, key, MODE_ISOLATED, note or "", policy, digest=_entry_digest(key)
+        name,
+        workspace,
+        key,
+        MODE_ISOLATED,
+        note or "",
+        policy,
+        digest=_entry_digest(key),
+        key_prefix=prefix,
     )
 
 

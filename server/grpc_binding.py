@@ -311,6 +311,7 @@ class RpcAdapter:
             version=version,
             extensions=extensions,
             deadline=_deadline(context),
+            binding="GRPC",
         )
         return request, call_context
 

@@ -98,7 +98,7 @@ WWW_AUTHENTICATE = 'Bearer realm="a2a"'
 BODY_READ_TIMEOUT_S = 30.0
 
 
-def call_context(request: web.Request) -> CallContext:
+def call_context(request: web.Request, *, binding: str = "") -> CallContext:
     """Authenticate, negotiate ``A2A-Version`` and collect extensions; reads no body.
 
     The version comes from the header, else the ``A2A-Version`` query parameter
@@ -121,7 +121,10 @@ def call_context(request: web.Request) -> CallContext:
     ]
     card.bind_request(request)
     return CallContext(
-        caller=caller, version=version, extensions=versioning.parse_extensions(values)
+        caller=caller,
+        version=version,
+        extensions=versioning.parse_extensions(values),
+        binding=binding,
     )
 
 

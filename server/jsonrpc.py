@@ -145,7 +145,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     legacy: compat03.Method | None = None
     try:
         request, legacy_header = set_aside_legacy_version(request)
-        context = call_context(request)
+        context = call_context(request, binding="JSONRPC")
         require_json(request)
         raw = await read_body(request, request.app[CONFIG].max_body_bytes)
         try:

@@ -1,5 +1,5 @@
-"""``a2a-gateway callers add`` / ``callers list``: keys printed once, atomic writes, and
-listings that never show more than the last 4 characters of a key."""
+"""``a2a-gateway callers add|rotate|remove|list``: keys printed once and stored hashed by
+default, atomic writes, and listings that never show more than a short part of a key."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_add_prints_a_strong_key_once_and_stores_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "callers", "add", "travel-bot", "--workspace", str(tmp_path))
+    argv = ["callers", "add", "travel-bot", "--workspace", str(tmp_path), "--plaintext"]
+    code, out, err = run(capsys, *argv)
     assert code == 0
     (key,) = out.splitlines()
     assert key.startswith("a2a_") and len(key) >= 40
@@ -46,7 +47,7 @@ def test_add_prints_a_strong_key_once_and_stores_it(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")]
     # A second caller is appended; the first is kept as it was.
-    code, out, _ = run(capsys, "callers", "add", "second", "--workspace", str(tmp_path))
+    code, out, _ = run(capsys, *argv[:2], "second", *argv[3:])
     assert code == 0 and out.strip() != key
     assert [e["name"] for e in json.loads(path.read_text())] == ["travel-bot", "second"]
 
@@ -148,7 +149,7 @@ def added_by_the_command(tmp_path: Path) -> tuple[Path, str, str]:
             timeout=30,
             check=True,
         ).stdout.strip()
-        for name, extra in (("plain", []), ("hashed", ["--hashed"]))
+        for name, extra in (("plain", ["--plaintext"]), ("hashed", []))
     ]
     return workspace, keys[0], keys[1]
 
@@ -173,3 +174,58 @@ async def test_added_keys_work_against_a_running_gateway(
     finally:
         await gateway.stop()
     assert statuses == [200, 200, 401]
+
+
+def _command(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "a2a_gateway", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+async def test_hashed_by_default_rotate_and_remove_through_the_command(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    where = ["--workspace", str(workspace)]
+    added = _command("callers", "add", "rover", *where)
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip()
+    (entry,) = json.loads(callers_file(workspace).read_text())
+    assert entry["key"] == "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+    assert entry["key_prefix"] == key[:8]
+    assert key not in callers_file(workspace).read_text()
+    listed = _command("callers", "list", *where)
+    assert f"{key[:8]}... (sha256)" in listed.stdout
+    assert key[8:12] not in listed.stdout
+
+    settings = resolve(
+        {"workspace": [str(workspace)], "port": 0, "grpc_port": -1, "faux": True}, environ={}
+    )
+    gateway = Gateway(settings)
+    await gateway.start()
+    url = f"http://127.0.0.1:{gateway.http_port}/a2a/v1/tasks"
+
+    async def status(http: aiohttp.ClientSession, presented: str) -> int:
+        async with asyncio.timeout(10), http.get(url, headers={"X-API-Key": presented}) as reply:
+            return reply.status
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            assert await status(http, key) == 200
+            rotated = await asyncio.to_thread(_command, "callers", "rotate", "rover", *where)
+            assert rotated.returncode == 0, rotated.stderr
+            new_key = rotated.stdout.strip()
+            assert new_key != key and "shown only once" in rotated.stderr
+            (entry,) = json.loads(callers_file(workspace).read_text())
+            assert entry["key_prefix"] == new_key[:8]
+            assert (await status(http, key), await status(http, new_key)) == (401, 200)
+            removed = await asyncio.to_thread(_command, "callers", "remove", "rover", *where)
+            assert removed.returncode == 0, removed.stderr
+            assert await status(http, new_key) == 401
+    finally:
+        await gateway.stop()
+    assert json.loads(callers_file(workspace).read_text()) == []
+    missing = _command("callers", "remove", "rover", *where)
+    assert missing.returncode == 1 and "no caller named 'rover'" in missing.stderr
+    assert _command("callers", "rotate", "ghost", *where).returncode == 1
