@@ -16,8 +16,11 @@ Decisions (digest §6 and §15 leave them open):
   continues it (a different contextId is InvalidParams); in any other state it is
   UnsupportedOperation. One run per (caller, context) at a time; a second message gets
   UnsupportedOperation "context busy, retry when the current task ends".
-- A retried messageId (same caller) returns the existing task instead of running twice:
-  SendMessage answers with it (a blocking call waits for it as usual). A
+- A retried message returns the existing task instead of running twice. A retry is the
+  same message, not only the same id (:mod:`.retries`): the same caller, messageId,
+  taskId, contextId and parts; any other message under a reused messageId is a new
+  message (its taskId, contextId and inline push config honoured). SendMessage answers
+  a retry with the existing task (a blocking call waits for it as usual). A
   SendStreamingMessage retry joins the task while its run is live (snapshot, then live
   events); once that run has ended there is nothing to stream and the message starts a
   new task (streams replay nothing, and load generators such as the bench reuse

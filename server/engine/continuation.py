@@ -28,8 +28,9 @@ from ..lifecycle import INTERRUPTED, TERMINAL, agent_message, new_id, set_now, t
 from ..task_store import TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records
+from .retries import RetryKey, retry_key
 from .rules import apply_status, archive_status_message, check_message, new_turn
-from .state import CONTEXT_BUSY, NO_STREAMING, ContextKey, EngineState, Run, invalid, not_found
+from .state import CONTEXT_BUSY, NO_STREAMING, EngineState, Run, invalid, not_found
 from .turns import Runner
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class Intake:
         if context_id and not valid_id(context_id):
             raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
         hops = read_hops(request)
-        seen_key = (caller.workspace, caller.name, message.message_id)
+        seen_key = retry_key(caller, message)  # a retry is the same message (retries.py)
         if seen_key in self._state.seen:
             existing = await self._existing(seen_key, caller, subscriber)
             if existing is not None:
@@ -196,10 +197,10 @@ class Intake:
         return answer
 
     async def _existing(
-        self, seen_key: ContextKey, caller: Caller, subscriber: Subscriber | None
+        self, seen_key: RetryKey, caller: Caller, subscriber: Subscriber | None
     ) -> pb.Task | Run | None:
-        """The task a retried messageId already created, if we remember one (for a
-        stream, i.e. with a ``subscriber``, only while its run is live)."""
+        """The task a retry of this message already created, if we remember one (for
+        a stream, i.e. with a ``subscriber``, only while its run is live)."""
         task_id = self._state.seen.get(seen_key)
         if task_id is None:
             return None
@@ -222,7 +223,7 @@ class Intake:
         caller: Caller,
         subscriber: Subscriber | None,
         hops: int,
-        seen_key: ContextKey,
+        seen_key: RetryKey,
         inline_push: pb.TaskPushNotificationConfig | None,
     ) -> pb.Task | Run:
         message = request.message

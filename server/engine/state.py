@@ -22,6 +22,7 @@ from ..outbound import OutboundClient
 from ..paging import PageTokens
 from ..push import PushDispatcher
 from ..task_store import TaskRecord, TaskStore
+from .retries import RetryKey
 
 CONTEXT_BUSY = "context busy, retry when the current task ends"
 NO_STREAMING = "this agent does not stream: use SendMessage"
@@ -140,7 +141,7 @@ class EngineState:
         self.max_file_bytes = max_file_bytes
         self.runs: dict[str, Run] = {}
         self.busy: dict[ContextKey, str] = {}
-        self.seen: dict[ContextKey, str] = {}  # (ws, caller, messageId) -> task id
+        self.seen: dict[RetryKey, str] = {}  # retries.retry_key -> task id
         self.hubs: dict[str, Hub] = {}
         self.locks = KeyedLocks()
         self.tokens = PageTokens()
@@ -167,7 +168,7 @@ class EngineState:
         if not hub.subscribers and task_id not in self.runs:
             del self.hubs[task_id]
 
-    def remember_message(self, seen_key: ContextKey, task_id: str) -> None:
+    def remember_message(self, seen_key: RetryKey, task_id: str) -> None:
         seen = self.seen
         seen[seen_key] = task_id
         if len(seen) > self.dedupe_entries:

@@ -53,6 +53,7 @@ from ..lifecycle import INTERRUPTED, agent_message, new_id, task_view, valid_id
 from ..limits import RunSlot
 from ..task_store import TaskRecord
 from .records import Records
+from .retries import RetryKey
 from .rules import apply_status, check_cancelable, new_turn
 from .state import SAVED_AS_KEY, SHUTDOWN, UNEXPECTED, ContextKey, EngineState, Run, not_found
 
@@ -76,7 +77,7 @@ class Runner:
         self,
         record: TaskRecord,
         busy_key: ContextKey,
-        seen_key: ContextKey,
+        seen_key: RetryKey,
         hops: int,
         request: pb.SendMessageRequest,
         subscriber: Subscriber | None,

@@ -197,6 +197,44 @@ async def test_retried_message_id_returns_the_same_task(driver: Driver) -> None:
 
 
 @pytest.mark.parametrize(
+    ("changes", "retry"),
+    [
+        ({}, True),
+        ({"metadata": {"note": "second try"}}, True),
+        ({"message": {"parts": [{"text": "something else"}]}}, False),
+        ({"message": {"contextId": "another-context"}}, False),
+    ],
+)
+async def test_a_reused_message_id_is_a_retry_only_for_the_same_message(
+    driver: Driver, changes: dict[str, Any], retry: bool
+) -> None:
+    message_id = str(uuid.uuid4())
+    first = await driver.call("SendMessage", send("once", message={"messageId": message_id}))
+    again = send("once", message={"messageId": message_id, **changes.get("message", {})})
+    if "metadata" in changes:
+        again["metadata"] = changes["metadata"]
+    second = (await driver.call("SendMessage", again))["task"]
+    assert (second["id"] == first["task"]["id"]) is retry
+    if not retry:
+        assert second["status"]["state"] == COMPLETED
+        context = changes["message"].get("contextId")
+        if context:
+            assert second["contextId"] == context
+
+
+async def test_a_reused_message_id_with_a_task_id_continues_that_task(driver: Driver) -> None:
+    message_id = str(uuid.uuid4())
+    asked = await driver.call(
+        "SendMessage", send("ask:Which city?", message={"messageId": message_id})
+    )
+    task = asked["task"]
+    answer = send("Lisbon", message={"messageId": message_id, "taskId": task["id"]})
+    answered = (await driver.call("SendMessage", answer))["task"]
+    assert answered["id"] == task["id"]
+    assert answered["status"]["state"] == COMPLETED
+
+
+@pytest.mark.parametrize(
     ("metadata", "message_metadata"),
     [
         ({"a2a-gateway.hops": 4}, None),

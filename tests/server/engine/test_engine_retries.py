@@ -1,0 +1,149 @@
+"""A retry is the same message, not the same id (server/engine/retries.py): a messageId
+seen before is answered with the existing task only when the caller, taskId, contextId
+and parts are the same too; any other message under a reused id is a new message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from a2a_gateway.protocol.context import Caller
+from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.engine.retries import message_fingerprint, retry_key
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import ALICE, BOB, collect, ctx, request, send, state_name
+
+FIRST: dict[str, Any] = {"text": "hi", "message_id": "dup", "context_id": "ctx-1"}
+
+
+def _message(**changes: Any) -> pb.Message:
+    fields = {**FIRST, **changes}
+    return request(fields.pop("text"), **fields).message
+
+
+# (what the second message changes, whether it is a retry)
+SAME_MESSAGE: list[tuple[dict[str, Any], bool]] = [
+    ({}, True),
+    ({"message_metadata": {"note": "retried"}}, True),  # metadata is not the message
+    ({"metadata": {"a2a-gateway.hops": 1}}, True),  # nor the request's (a proxy adds it)
+    ({"return_immediately": True}, True),  # nor the configuration
+    ({"text": "hi!"}, False),
+    ({"text": "HI"}, False),
+    ({"context_id": "ctx-2"}, False),
+    ({"context_id": ""}, False),
+    ({"task_id": "t-1"}, False),
+]
+
+
+@pytest.mark.parametrize(("changes", "retry"), SAME_MESSAGE)
+def test_the_key_is_the_caller_the_id_and_the_message(changes: dict[str, Any], retry: bool) -> None:
+    first = retry_key(ALICE, _message())
+    assert (retry_key(ALICE, _message(**changes)) == first) is retry
+    assert retry_key(BOB, _message(**changes)) != first  # another caller: never a retry
+
+
+def test_every_part_field_counts() -> None:
+    base = pb.Message(message_id="m", parts=[pb.Part(text="a"), pb.Part(raw=b"\x00")])
+    variants: list[Callable[[pb.Message], Any]] = [
+        lambda m: m.parts[1].__setattr__("raw", b"\x01"),
+        lambda m: m.parts[1].__setattr__("filename", "f"),
+        lambda m: m.parts[1].__setattr__("media_type", "a/b"),
+        lambda m: m.parts[0].metadata.update({"k": 1}),
+        lambda m: m.parts.add(text=""),
+        lambda m: m.parts.pop(),
+        lambda m: m.parts[0].__setattr__("url", "https://x.example/a"),
+    ]
+    seen = {message_fingerprint(base)}
+    for change in variants:
+        variant = pb.Message()
+        variant.CopyFrom(base)
+        change(variant)
+        fingerprint = message_fingerprint(variant)
+        assert fingerprint not in seen
+        seen.add(fingerprint)
+    # taskId and contextId cannot be confused with each other or with a part
+    assert message_fingerprint(pb.Message(task_id="a")) != message_fingerprint(
+        pb.Message(context_id="a")
+    )
+
+
+def _send_kwargs(changes: dict[str, Any]) -> dict[str, Any]:
+    fields = {**FIRST, **changes}
+    return {"text": fields.pop("text"), **fields}
+
+
+@pytest.mark.parametrize(("changes", "retry"), [c for c in SAME_MESSAGE if "task_id" not in c[0]])
+async def test_only_a_true_retry_gets_the_existing_task(
+    engine: TaskEngine, changes: dict[str, Any], retry: bool
+) -> None:
+    first = await send(engine, **_send_kwargs({}))
+    second = await send(engine, **_send_kwargs(changes))
+    tasks = (await engine.list_tasks(pb.ListTasksRequest(), ctx())).tasks
+    if retry:
+        assert second.id == first.id
+        assert len(tasks) == 1
+    else:
+        assert second.id != first.id
+        assert len(tasks) == 2
+        assert state_name(second) == "COMPLETED"
+        assert second.history[0].parts[0].text == _send_kwargs(changes)["text"]
+        expected_context = _send_kwargs(changes)["context_id"]
+        if expected_context:
+            assert second.context_id == expected_context
+        else:
+            assert second.context_id not in ("", first.context_id)
+
+
+async def test_another_callers_reused_id_is_its_own_task(engine: TaskEngine) -> None:
+    alices = await send(engine, "hi", ALICE, message_id="dup")
+    bobs = await send(engine, "hi", BOB, message_id="dup")
+    assert bobs.id != alices.id
+    again = await send(engine, "hi", Caller(name="bob"), message_id="dup")  # no workspace
+    assert again.id not in (alices.id, bobs.id)
+
+
+async def test_a_reused_id_with_a_task_id_continues_that_task(engine: TaskEngine) -> None:
+    asked = await send(engine, "ask:Which city?", message_id="dup")
+    assert state_name(asked) == "INPUT_REQUIRED"
+    answered = await send(engine, "Lisbon", message_id="dup", task_id=asked.id)
+    assert answered.id == asked.id
+    assert state_name(answered) == "COMPLETED"
+    assert [m.parts[0].text for m in answered.history if m.role == pb.ROLE_USER] == [
+        "ask:Which city?",
+        "Lisbon",
+    ]
+    # ... and that answer, sent again, is a retry: no second turn.
+    again = await send(engine, "Lisbon", message_id="dup", task_id=asked.id)
+    assert again.id == asked.id
+    assert len(again.history) == len(answered.history)
+
+
+async def test_a_reused_id_with_an_inline_push_config_keeps_its_config(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    engine = new_engine(push_enabled=True)
+    first = await send(engine, "hi", message_id="dup")
+    req = request("hi again", message_id="dup")
+    req.configuration.task_push_notification_config.url = "https://hooks.example/a2a"
+    req.configuration.task_push_notification_config.id = "hook"
+    second = (await engine.send_message(req, ctx())).task
+    assert second.id != first.id
+    listed = await engine.list_task_push_notification_configs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=second.id), ctx()
+    )
+    assert [c.id for c in listed.configs] == ["hook"]
+    none = await engine.list_task_push_notification_configs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=first.id), ctx()
+    )
+    assert list(none.configs) == []
+
+
+async def test_a_streamed_different_message_under_a_live_id_is_new(engine: TaskEngine) -> None:
+    held = await send(engine, "hold:30", message_id="dup", return_immediately=True)
+    events = await collect(engine.send_streaming_message(request("hi", message_id="dup"), ctx()))
+    assert events[0].task.id != held.id
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+    await engine.cancel_task(pb.CancelTaskRequest(id=held.id), ctx())
