@@ -87,6 +87,9 @@ class AssistantAgent(Agent):
 
     def scope(self, turn: Turn) -> str:
         prefix = self.config.scope_prefix
+        if "{workspace}" in prefix:
+            # One prefix per workspace: the Telegram host's telegram-<chatId>.
+            prefix = prefix.replace("{workspace}", Path(turn.caller.workspace or "").name)
         mode = self.config.session_mode
         if mode == "shared":
             return f"{prefix}-a2a-{turn.caller.name}"

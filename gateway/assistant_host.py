@@ -15,7 +15,7 @@ from pathlib import Path
 from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
-from a2a_gateway.agent.tools.interaction import InboxNotifier
+from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
 
 from .settings import Settings
 from .startup import StartupError
@@ -33,23 +33,11 @@ def llm_api_key(environ: Mapping[str, str] | None = None) -> str:
     return ""
 
 
-def build_assistant(settings: Settings, workspaces: list[Path]) -> AssistantAgent:
-    """The assistant for ``serve --llm`` (StartupError for a setting that cannot work)."""
-    for other in ("agent", "exec", "upstream"):
-        if settings[other]:
-            raise StartupError(f"--llm and --{other} cannot be used together")
+def build_runtime(settings: Settings) -> Runtime:
+    """The provider and the turn runtime from the ``--llm-*`` and ``--session-*``
+    settings (StartupError when no model is named)."""
     if not settings["llm_model"]:
         raise StartupError("--llm needs --llm-model (the model name the provider knows)")
-    if not workspaces:
-        raise StartupError("--llm needs a --workspace (sessions and files live there)")
-    try:
-        config = AssistantConfig(
-            session_mode=settings["session_mode"],
-            message_template=settings["message_template"],
-            max_file_bytes=settings["max_file_bytes"],
-        )
-    except ValueError as exc:
-        raise StartupError(f"--message-template: {exc}") from None
     provider = ChatProvider(
         ProviderConfig(
             model=settings["llm_model"],
@@ -61,7 +49,8 @@ def build_assistant(settings: Settings, workspaces: list[Path]) -> AssistantAgen
             max_retries=settings["llm_max_retries"],
         )
     )
-    runtime = Runtime(
+    log.info("assistant: model %s at %s", settings["llm_model"], provider.config.public_url())
+    return Runtime(
         provider,
         RuntimeConfig(
             max_tool_rounds=settings["llm_max_tool_rounds"],
@@ -70,12 +59,42 @@ def build_assistant(settings: Settings, workspaces: list[Path]) -> AssistantAgen
             sweep_interval_s=min(60.0, settings["session_idle_timeout"] / 2),
         ),
     )
-    log.info(
-        "assistant: model %s at %s, sessions %s",
-        settings["llm_model"],
-        provider.config.public_url(),
-        settings["session_mode"],
-    )
+
+
+def build_assistant(
+    settings: Settings,
+    workspaces: list[Path],
+    *,
+    runtime: Runtime | None = None,
+    notifier: OwnerNotifier | None = None,
+    scope_prefix: str = "serve",
+) -> AssistantAgent:
+    """The assistant for inbound A2A callers (StartupError for a setting that cannot
+    work). ``serve --llm`` builds its own runtime and notifies through the workspace's
+    owner inbox; the Telegram host passes its runtime, its chat notifier and the
+    ``telegram-{workspace}`` scope prefix."""
+    for other in ("agent", "exec", "upstream"):
+        if settings.values.get(other):
+            raise StartupError(f"--llm and --{other} cannot be used together")
+    if runtime is None and not settings["llm_model"]:
+        raise StartupError("--llm needs --llm-model (the model name the provider knows)")
+    if not workspaces:
+        raise StartupError("--llm needs a --workspace (sessions and files live there)")
+    try:
+        config = AssistantConfig(
+            session_mode=settings["session_mode"],
+            message_template=settings["message_template"],
+            max_file_bytes=settings["max_file_bytes"],
+            scope_prefix=scope_prefix,
+        )
+    except ValueError as exc:
+        raise StartupError(f"--message-template: {exc}") from None
+    if runtime is None:
+        runtime = build_runtime(settings)
+    log.info("assistant sessions: %s", settings["session_mode"])
     return AssistantAgent(
-        runtime, config, default_workspace=workspaces[0], notifier=InboxNotifier()
+        runtime,
+        config,
+        default_workspace=workspaces[0],
+        notifier=notifier if notifier is not None else InboxNotifier(),
     )

@@ -22,6 +22,7 @@ from .callers_cli import run as _callers
 from .logs import setup_logging
 from .settings import SETTINGS, Setting, Settings, SettingsError, resolve
 from .startup import StartupError, report
+from .telegram_settings import TELEGRAM_SETTINGS
 from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
 
 log = logging.getLogger("a2a_gateway")
@@ -57,15 +58,9 @@ def _help_with_default(setting: Setting) -> str:
     return f"{text} (default: {setting.default})"
 
 
-def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser(
-        "serve",
-        help="host an agent over JSON-RPC, HTTP+JSON and gRPC",
-        description="Host an agent over JSON-RPC, HTTP+JSON and gRPC. Every setting can"
-        " also be given as A2A_GATEWAY_<NAME> in the environment or in the --config file.",
-    )
-    serve.add_argument("--config", type=Path, help="TOML file ([serve] table)")
-    for setting in SETTINGS:
+def _add_settings(parser: argparse.ArgumentParser, table: tuple[Setting, ...]) -> None:
+    """One flag per setting of ``table`` (bools as ``--x/--no-x``, lists repeatable)."""
+    for setting in table:
         kwargs: dict[str, Any] = {
             "dest": setting.name,
             "default": None,
@@ -78,7 +73,31 @@ def _add_serve(sub: Any) -> None:
             kwargs["metavar"] = setting.name.upper()
         else:
             kwargs["type"] = setting.kind
-        serve.add_argument(setting.flag, **kwargs)
+        parser.add_argument(setting.flag, **kwargs)
+
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="host an agent over JSON-RPC, HTTP+JSON and gRPC",
+        description="Host an agent over JSON-RPC, HTTP+JSON and gRPC. Every setting can"
+        " also be given as A2A_GATEWAY_<NAME> in the environment or in the --config file.",
+    )
+    serve.add_argument("--config", type=Path, help="TOML file ([serve] table)")
+    _add_settings(serve, SETTINGS)
+
+
+def _add_telegram(sub: Any) -> None:
+    telegram = sub.add_parser(
+        "telegram",
+        help="run the assistant as a Telegram bot (A2A on the side with --a2a)",
+        description="Run the owner's assistant as a Telegram bot: each allowed user's chat"
+        " is an owner with a workspace under --workspaces-root. The token comes from"
+        " TELEGRAM_BOT_TOKEN only. Every setting can also be given as A2A_GATEWAY_<NAME>"
+        " in the environment or in the --config file ([telegram] table).",
+    )
+    telegram.add_argument("--config", type=Path, help="TOML file ([telegram] table)")
+    _add_settings(telegram, TELEGRAM_SETTINGS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"a2a-gateway {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
     _add_serve(sub)
+    _add_telegram(sub)
     _add_callers(sub)
     _add_agents(sub)
     # The verbs that call agents: card, send, get, list, cancel, subscribe (verbs.py).
@@ -132,6 +152,26 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(run_server(settings))
+    except StartupError as exc:
+        return report(exc)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _telegram(args: argparse.Namespace) -> int:
+    flags = {s.name: getattr(args, s.name) for s in TELEGRAM_SETTINGS}
+    try:
+        settings = resolve(
+            flags, config_file=args.config, table=TELEGRAM_SETTINGS, section="telegram"
+        )
+    except SettingsError as exc:
+        return report(exc)
+    setup_logging(settings["log_level"], settings["log_format"])
+    from .telegram_cmd import run_telegram  # imports python-telegram-bot: only when used
+
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(run_telegram(settings))
     except StartupError as exc:
         return report(exc)
     except KeyboardInterrupt:
@@ -213,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.verb == "serve":
         return _serve(args)
+    if args.verb == "telegram":
+        return _telegram(args)
     if args.verb == "callers":
         return _callers(args)
     if args.verb == "agents":

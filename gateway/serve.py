@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,8 +148,18 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
 class Gateway:
     """The whole server in one process: start, then stop (idempotent)."""
 
-    def __init__(self, settings: Settings, *, push_waker: PushWaker | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        push_waker: PushWaker | None = None,
+        agent: Agent | None = None,
+        routes: Callable[[web.Application], None] | None = None,
+    ) -> None:
+        """``agent`` replaces the one the settings name (a host that built its own);
+        ``routes`` adds a host's routes to the HTTP app (the Telegram webhook)."""
         self.config = server_config(settings)
+        self._routes = routes
         check_workspaces(self.config.workspaces)
         # Wakes our own client's watches on pushes (POST /a2a/push/{watchId}).
         self.push_waker = push_waker
@@ -174,7 +185,8 @@ class Gateway:
             self.cards = CardProvider(self.config, push_notifications=True)
         self.authenticator = build_authenticator(self.config)
         if self.proxy is None:
-            agent = build_agent(settings, self.config.workspaces)
+            if agent is None:
+                agent = build_agent(settings, self.config.workspaces)
             self.runtime = getattr(agent, "runtime", None)
             self.cards.streaming = agent.streaming
             self.engine = TaskEngine(
@@ -215,6 +227,8 @@ class Gateway:
         app = build_http_app(
             self.service, config, self.authenticator, self.cards, push_waker=self.push_waker
         )
+        if self._routes is not None:
+            self._routes(app)
         # No access log: a line per request costs throughput and the bindings log
         # what matters (errors, refused callers) themselves.
         self._runner = web.AppRunner(

@@ -236,8 +236,14 @@ def resolve(
     flags: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
     config_file: Path | None = None,
+    *,
+    table: tuple[Setting, ...] = SETTINGS,
+    section: str = "serve",
 ) -> Settings:
-    """Merge the three sources; ``flags`` holds only the flags actually given."""
+    """Merge the three sources; ``flags`` holds only the flags actually given.
+    ``table`` is the command's settings and ``section`` its TOML table (``serve``,
+    ``telegram``)."""
+    by_name = BY_NAME if table is SETTINGS else {s.name: s for s in table}
     environ = os.environ if environ is None else environ
     from_file: dict[str, Any] = {}
     if config_file is not None:
@@ -247,15 +253,15 @@ def resolve(
             raise SettingsError(f"cannot read {config_file}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise SettingsError(f"{config_file} is not valid TOML: {exc}") from None
-        section = data.get("serve", data)
-        if not isinstance(section, dict):
-            raise SettingsError(f"{config_file}: [serve] must be a table")
-        for key, value in section.items():
-            if key not in BY_NAME:
+        values_in_file = data.get(section, data)
+        if not isinstance(values_in_file, dict):
+            raise SettingsError(f"{config_file}: [{section}] must be a table")
+        for key, value in values_in_file.items():
+            if key not in by_name:
                 raise SettingsError(f"{config_file}: unknown setting {key!r}")
-            from_file[key] = _convert(BY_NAME[key], value, str(config_file))
+            from_file[key] = _convert(by_name[key], value, str(config_file))
     values: dict[str, Any] = {}
-    for setting in SETTINGS:
+    for setting in table:
         if setting.name in flags and flags[setting.name] is not None:
             values[setting.name] = _convert(setting, flags[setting.name], setting.flag)
         elif setting.env in environ:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,8 @@ INBOX_FOLDERS = (INBOX, "telegram")
 CALL_TIMEOUT_S = 30.0
 #: Longest wait the host accepts from a "retry after" answer before giving up on a write.
 MAX_RETRY_AFTER_S = 30.0
+#: A chat's own settings (its time zone), in its workspace.
+CHAT_SETTINGS_FILE = Path(".a2a") / "telegram.json"
 #: The header python-telegram-bot's webhook (and Telegram) carry the secret token in.
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
@@ -69,6 +72,7 @@ HELP_TEXT = (
     "I am your assistant, running on a2a-gateway. Write to me and I answer; send a "
     "document or a photo and I can work with it.\n\n"
     "/stop aborts what I am doing.\n"
+    "/tz Area/City sets the time zone of the follow-ups I get.\n"
     "/a2a shows the agents I can call, the tasks I am waiting for, and who may call me.\n\n"
     "To let me call another agent, add it to this chat's workspace: "
     "a2a-gateway agents add NAME URL --workspace {workspace}\n"
@@ -251,6 +255,8 @@ class TelegramHost:
             chat = self._chats.get(chat_id)
             stopped = chat is not None and chat.stop_current()
             await self._send_text(chat_id, "Stopped." if stopped else "Nothing is running.")
+        elif command == "/tz":
+            await self._set_time_zone(chat_id, text)
         elif command == "/a2a":
             report = (
                 await self._status(chat_id, self.workspace(chat_id))
@@ -354,13 +360,33 @@ class TelegramHost:
             await asyncio.sleep(TYPING_EVERY_S)
 
     def _time_header(self, chat_id: int) -> str:
-        zone_name = self.config.time_zone
-        try:
-            zone = ZoneInfo(zone_name)
-        except (ZoneInfoNotFoundError, ValueError):
-            zone, zone_name = ZoneInfo("UTC"), "UTC"
-        local = self._now().astimezone(zone)
+        zone_name = self.chat_time_zone(chat_id)
+        local = self._now().astimezone(ZoneInfo(zone_name))
         return f"[Follow-up, local time {local:%Y-%m-%d %H:%M} ({zone_name})]"
+
+    def chat_time_zone(self, chat_id: int) -> str:
+        """The chat's own zone (``/tz``, kept in ``.a2a/telegram.json``), else the
+        host's ``--time-zone``, else UTC."""
+        path = self.workspace(chat_id) / CHAT_SETTINGS_FILE
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            chosen = json.loads(path.read_text(encoding="utf-8")).get("time_zone")
+            if isinstance(chosen, str) and _valid_zone(chosen):
+                return chosen
+        return self.config.time_zone if _valid_zone(self.config.time_zone) else "UTC"
+
+    async def _set_time_zone(self, chat_id: int, text: str) -> None:
+        parts = text.split(maxsplit=1)
+        if len(parts) == 1:
+            zone = self.chat_time_zone(chat_id)
+            await self._send_text(chat_id, f"Time zone: {zone}. Change it with /tz Area/City.")
+            return
+        zone = parts[1].strip()
+        if not _valid_zone(zone):
+            await self._send_text(chat_id, f"Unknown time zone {zone!r}: try e.g. Europe/Lisbon.")
+            return
+        path = self.workspace(chat_id) / CHAT_SETTINGS_FILE
+        await asyncio.to_thread(_write_json, path, {"time_zone": zone})
+        await self._send_text(chat_id, f"Time zone set to {zone}.")
 
     # --- writing to the chat --------------------------------------------------------------------
 
@@ -383,6 +409,21 @@ def _quiet_token_loggers() -> None:
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() < level:
             logger.setLevel(level)
+
+
+def _valid_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _write_json(path: Path, value: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    temporary.write_text(json.dumps(value), encoding="utf-8")
+    temporary.replace(path)
 
 
 class _FileProblem(Exception):

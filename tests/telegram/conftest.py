@@ -4,18 +4,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.conftest import use_secret
-from tests.telegram.fake_bot_api import FakeBotApi
+from tests.telegram.fake_bot_api import FakeBotApi, fake_bot_api
 
 BOT_TOKEN = "4242:test-bot-token-0123456789abcdef"
 
 
 @pytest.fixture
 async def bot_api() -> AsyncIterator[FakeBotApi]:
-    use_secret(BOT_TOKEN)  # the suite's log scan fails if the token is ever logged
-    api = FakeBotApi(BOT_TOKEN)
-    await api.start()
-    try:
+    async with fake_bot_api(BOT_TOKEN) as api:
         yield api
-    finally:
-        await api.stop()

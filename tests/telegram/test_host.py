@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -236,3 +237,23 @@ async def test_webhook_mode_checks_the_secret_token(
         finally:
             await runner.cleanup()
     assert bot_api.polls == 0  # no polling in webhook mode
+
+
+async def test_tz_sets_the_chats_own_time_zone_for_follow_ups(
+    bot_api: FakeBotApi, llm: FakeLLM, runtime: Runtime, tmp_path: Path
+) -> None:
+    llm.script(Say("ok"))
+    when = datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
+    cfg = config(bot_api, tmp_path, time_zone="UTC")
+    async with TelegramHost(cfg, runtime, tools_for=tools, now=lambda: when) as running:
+        for command in ("/tz Mars/Olympus", "/tz Asia/Tokyo", "/tz"):
+            await bot_api.push_text(OWNER, command)
+        await bot_api.wait_for(lambda api: len(api.chat_text(OWNER)) == 3)
+        assert running.follow_up(OWNER, "result")
+        await bot_api.wait_for(lambda api: "ok" in api.chat_text(OWNER))
+    unknown, chosen, shown = bot_api.chat_text(OWNER)[:3]
+    assert "Unknown time zone 'Mars/Olympus'" in unknown
+    assert chosen == "Time zone set to Asia/Tokyo." and shown.startswith("Time zone: Asia/Tokyo.")
+    assert "local time 2026-12-01 21:30 (Asia/Tokyo)" in user_texts(llm.requests[0])[-1]
+    saved = json.loads((tmp_path / str(OWNER) / ".a2a" / "telegram.json").read_text())
+    assert saved == {"time_zone": "Asia/Tokyo"}

@@ -1,0 +1,196 @@
+"""``a2a-gateway telegram``: the owner's assistant as a Telegram bot, A2A on the side.
+
+Each allowed user's private chat is an owner with a workspace, ``<root>/<chatId>/``.
+The bot token comes from ``TELEGRAM_BOT_TOKEN`` only (never a flag, never logged).
+With ``--a2a`` the same process serves A2A over ``--workspaces-root``: callers listed in
+a chat's ``.a2a/callers.json`` reach that chat's workspace in isolated sessions (scope
+prefix ``telegram-<chatId>``), on the same model, and their ``notify_owner`` lands in
+the chat. Without ``--a2a`` no HTTP listener is opened, unless updates come by webhook
+(``--telegram-webhook-url``), which is then served on ``--host``/``--port`` (with the
+A2A routes when ``--a2a`` is on: one process, one port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from a2a_gateway.agent.assistant import AssistantAgent
+from a2a_gateway.agent.runtime import Runtime
+from a2a_gateway.agent.tools import ToolRegistry
+from a2a_gateway.agent.tools.files import workspace_tools
+from a2a_gateway.telegram import TelegramConfig, TelegramHost
+from a2a_gateway.telegram.access import parse_user_ids
+from a2a_gateway.telegram.status import status_report
+
+from .assistant_host import build_assistant, build_runtime
+from .logs import register_secret
+from .serve import Gateway
+from .settings import SETTINGS, Settings
+from .startup import StartupError
+from .telegram_settings import ALLOWED_VARIABLE, TOKEN_VARIABLE
+
+log = logging.getLogger("a2a_gateway.telegram")
+
+
+def check(settings: Settings, environ: Mapping[str, str] | None = None) -> TelegramConfig:
+    """The host's configuration, or a :class:`StartupError` saying what is missing."""
+    environ = os.environ if environ is None else environ
+    token = environ.get(TOKEN_VARIABLE, "").strip()
+    if not token:
+        raise StartupError(
+            f"set {TOKEN_VARIABLE} to the bot's token (from BotFather); it is never a flag"
+        )
+    register_secret(token)
+    allowed_text = settings["allowed_users"] or environ.get(ALLOWED_VARIABLE, "")
+    try:
+        allowed = parse_user_ids(allowed_text)
+    except ValueError as exc:
+        raise StartupError(f"--allowed-users: {exc}") from None
+    if not allowed:
+        raise StartupError(
+            f"--allowed-users (or {ALLOWED_VARIABLE}) must list at least one Telegram user id"
+        )
+    if not settings["workspaces_root"]:
+        raise StartupError("--workspaces-root is required (one folder per chat is made there)")
+    if not settings["llm_model"]:
+        raise StartupError("--llm-model is required (the model name the provider knows)")
+    webhook = settings["telegram_webhook_url"]
+    if webhook and urlsplit(webhook).scheme != "https":
+        raise StartupError("--telegram-webhook-url must be an https URL (Telegram requires it)")
+    root = Path(settings["workspaces_root"]).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create --workspaces-root {root}: {exc.strerror}") from None
+    return TelegramConfig(
+        token=token,
+        allowed_users=frozenset(allowed),
+        workspaces_root=root.resolve(),
+        base_url=settings["telegram_base_url"],
+        webhook_url=webhook,
+        time_zone=settings["time_zone"],
+        max_file_bytes=settings["max_file_bytes"],
+    )
+
+
+class TelegramNotifier:
+    """``notify_owner`` from an inbound caller: ``<caller>: <text>`` in the owner's chat
+    (the chat id is the workspace folder's name)."""
+
+    def __init__(self) -> None:
+        self.host: TelegramHost | None = None
+
+    async def notify(self, workspace: Path, caller: str | None, text: str) -> None:
+        if self.host is None or not workspace.name.lstrip("-").isdigit():
+            log.warning("notify_owner: no chat for workspace %s", workspace.name)
+            return
+        await self.host.notify_owner(int(workspace.name), caller or "assistant", text)
+
+
+class TelegramApp:
+    """The bot, its runtime and (with ``--a2a`` or a webhook) the HTTP side."""
+
+    def __init__(self, settings: Settings, config: TelegramConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.runtime: Runtime = build_runtime(settings)
+        self.host = TelegramHost(
+            config, self.runtime, tools_for=self.owner_tools, status=self.status
+        )
+        self.gateway: Gateway | None = None
+        self._runner: web.AppRunner | None = None
+        self.http_port: int | None = None
+
+    def owner_tools(self, chat_id: int, workspace: Path) -> ToolRegistry:
+        """The tools of an owner chat: the workspace's files and send_file."""
+        return ToolRegistry(workspace_tools(send_cap=self.config.max_file_bytes))
+
+    async def status(self, chat_id: int, workspace: Path) -> str:
+        """``/a2a``: the chat's agents, watches and callers (keys never in full)."""
+        return await asyncio.to_thread(status_report, workspace, client_on=False)
+
+    def _webhook_path(self) -> str:
+        return urlsplit(self.config.webhook_url).path or "/"
+
+    def _add_routes(self, app: web.Application) -> None:
+        if self.config.webhook_url:
+            app.router.add_post(self._webhook_path(), self.host.webhook_route)
+
+    async def start(self) -> None:
+        await self.runtime.start()
+        if self.settings["a2a"]:
+            notifier = TelegramNotifier()
+            notifier.host = self.host
+            agent: AssistantAgent = build_assistant(
+                self.settings,
+                [self.config.workspaces_root],
+                runtime=self.runtime,
+                notifier=notifier,
+                scope_prefix="telegram-{workspace}",
+            )
+            self.gateway = Gateway(
+                _serve_settings(self.settings, self.config), agent=agent, routes=self._add_routes
+            )
+            await self.gateway.start()
+            self.http_port = self.gateway.http_port
+        elif self.config.webhook_url:
+            app = web.Application()
+            self._add_routes(app)
+            self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self.settings["host"], self.settings["port"])
+            await site.start()
+            self.http_port = int(self._runner.addresses[0][1])
+        await self.host.start()
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.host.stop()
+        if self.gateway is not None:
+            await self.gateway.stop()  # also closes the shared runtime
+            self.gateway = None
+        else:
+            await self.runtime.aclose()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def _serve_settings(settings: Settings, config: TelegramConfig) -> Settings:
+    """The ``serve`` settings of the A2A side: the chats' folders as workspaces."""
+    values = {s.name: s.default for s in SETTINGS}
+    values.update({k: v for k, v in settings.values.items() if k in values})
+    values.update(
+        llm=True, workspaces_root=str(config.workspaces_root), workspace=[], allow_anonymous=False
+    )
+    return Settings(values)
+
+
+async def run_telegram(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+    config = check(settings)
+    app = TelegramApp(settings, config)
+    try:
+        await app.start()
+    except OSError as exc:
+        await app.stop()
+        raise StartupError(f"cannot start: {exc.strerror or exc}") from None
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await app.stop()
+    return 0

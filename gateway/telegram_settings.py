@@ -1,0 +1,55 @@
+"""The settings of ``a2a-gateway telegram`` (kept apart from the host, so building the
+command line never imports python-telegram-bot)."""
+
+from __future__ import annotations
+
+from .settings import SETTINGS, Setting
+
+#: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
+DEFAULT_BASE_URL = "https://api.telegram.org"
+
+TOKEN_VARIABLE = "TELEGRAM_BOT_TOKEN"
+ALLOWED_VARIABLE = "TELEGRAM_ALLOWED_USER_IDS"
+
+#: ``serve`` settings that make no sense for the bot (it always hosts the assistant
+#: over its chats' folders; ``upstream*``, proxy mode, is left out too).
+_SERVE_ONLY = frozenset(
+    {
+        "workspace",
+        "agent",
+        "exec",
+        "faux",
+        "llm",
+        "allow_anonymous",
+    }
+)
+
+TELEGRAM_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "allowed_users",
+        str,
+        "",
+        f"comma-separated Telegram user ids that may talk to the bot (or {ALLOWED_VARIABLE})",
+    ),
+    Setting(
+        "telegram_base_url",
+        str,
+        DEFAULT_BASE_URL,
+        "Bot API base URL (a self-hosted Bot API server)",
+    ),
+    Setting(
+        "telegram_webhook_url",
+        str,
+        "",
+        "receive updates by webhook at this public URL (served on --host/--port)"
+        " instead of long polling",
+    ),
+    Setting("a2a", bool, False, "also serve A2A over the chats' workspaces"),
+    Setting(
+        "time_zone",
+        str,
+        "UTC",
+        "IANA time zone of follow-up headers (a chat may set its own with /tz)",
+    ),
+    *(s for s in SETTINGS if s.name not in _SERVE_ONLY and not s.name.startswith("upstream")),
+)

@@ -1,0 +1,220 @@
+"""``a2a-gateway telegram`` as a real process: python-telegram-bot against the fake Bot
+API, the assistant against the scripted model, and (``--a2a``) an inbound A2A caller
+whose ``notify_owner`` lands in the owner's chat."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.agent.fake_llm import Calls, FakeLLM, Say, tool_results, user_texts
+from tests.interop.conftest import free_ports
+from tests.telegram.conftest import BOT_TOKEN
+from tests.telegram.fake_bot_api import FakeBotApi, fake_bot_api
+
+OWNER = 111
+CALLER_KEY = "k-travel-bot-8d1f6a2c4e"
+HASHED_CALLER = "sha256:" + "ab" * 32
+
+
+def telegram_command(root: Path, api: FakeBotApi, llm: FakeLLM, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        "a2a_gateway",
+        "telegram",
+        "--workspaces-root",
+        str(root),
+        "--allowed-users",
+        str(OWNER),
+        "--telegram-base-url",
+        api.base_url,
+        "--llm-model",
+        "fake-model",
+        "--llm-base-url",
+        llm.base_url,
+        *extra,
+    ]
+
+
+@pytest.fixture
+async def bot_api() -> AsyncIterator[FakeBotApi]:
+    async with fake_bot_api(BOT_TOKEN) as api:
+        yield api
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    fake = FakeLLM()
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.aclose()
+
+
+@contextlib.asynccontextmanager
+async def running(command: list[str], log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    env = {**os.environ, "TELEGRAM_BOT_TOKEN": BOT_TOKEN}
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            *command, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    async with asyncio.timeout(20):
+                        await process.wait()
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+
+
+async def a2a_send(port: int, text: str) -> dict[str, Any]:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {"role": "ROLE_USER", "messageId": f"m-{text}", "parts": [{"text": text}]}
+        },
+    }
+    headers = {"X-API-Key": CALLER_KEY, "A2A-Version": "1.0"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"http://127.0.0.1:{port}/a2a", json=body, headers=headers) as response,
+    ):
+        result: dict[str, Any] = (await response.json())["result"]
+        return result
+
+
+async def wait_http(port: int) -> None:
+    url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
+    async with asyncio.timeout(30), aiohttp.ClientSession() as session:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+
+
+async def test_the_bot_answers_its_owner_and_relays_an_inbound_callers_notice(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    root = tmp_path / "chats"
+    a2a_folder = root / str(OWNER) / ".a2a"
+    a2a_folder.mkdir(parents=True)
+    callers = [
+        {"name": "travel-bot", "key": CALLER_KEY, "note": "Alice's trip planner"},
+        {"name": "hashed-bot", "key": HASHED_CALLER},
+    ]
+    (a2a_folder / "callers.json").write_text(json.dumps(callers))
+    (a2a_folder / "agents.json").write_text(
+        json.dumps(
+            [{"name": "helper", "url": "https://helper.example/", "key": "k-helper-3c9e7b1a"}]
+        )
+    )
+    port, _ = free_ports(2)
+    command = telegram_command(
+        root, bot_api, llm, "--a2a", "--port", str(port), "--grpc-port", "-1"
+    )
+    llm.script(
+        Say(chunks=["Hello", " owner"]),
+        Calls([("notify_owner", {"text": "your trip to Lisbon is booked"})]),
+        Say("I told the owner."),
+    )
+    async with running(command, tmp_path / "telegram.log") as process:
+        await wait_http(port)
+        await bot_api.push_text(OWNER, "hi")
+        await bot_api.wait_for(lambda api: api.chat_text(OWNER) == ["Hello owner"], limit_s=30)
+        result = await a2a_send(port, "book Lisbon and tell the owner")
+        assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        await bot_api.wait_for(
+            lambda api: "travel-bot: your trip to Lisbon is booked" in api.chat_text(OWNER)
+        )
+        await bot_api.push_text(OWNER, "/a2a")
+        await bot_api.wait_for(lambda api: "Callers" in api.chat_text(OWNER)[-1])
+        assert process.returncode is None
+    assert process.returncode == 0  # SIGTERM is a clean stop
+    report = bot_api.chat_text(OWNER)[-1]
+    assert "travel-bot (key ...6a2c4e" not in report  # never more than 4 characters
+    assert "travel-bot (key ...2c4e, Alice's trip planner)" in report
+    assert "hashed-bot (key sha256 hash)" in report
+    assert "helper: https://helper.example/ (key ...7b1a)" in report
+    assert "TASK_STATE" not in report and ": completed" in report
+    for secret in (CALLER_KEY, "k-helper-3c9e7b1a", BOT_TOKEN):
+        assert all(secret not in text for text in bot_api.chat_text(OWNER))
+    # The owner's turn and the caller's ran in different sessions of the chat's folder:
+    # the caller's under the telegram-<chatId> prefix, framed as an external agent.
+    owner_turn, inbound_turn = llm.requests[0], llm.requests[1]
+    assert user_texts(owner_turn)[-1].endswith("hi")
+    assert "travel-bot" in user_texts(inbound_turn)[-1]
+    assert "notify_owner" in {t["function"]["name"] for t in inbound_turn["tools"]}
+    assert "notify_owner" not in {t["function"]["name"] for t in owner_turn["tools"]}
+    assert tool_results(llm.requests[2])
+    sessions = sorted(p.name for p in (a2a_folder / "sessions").iterdir())
+    assert sessions[0].startswith(f"telegram-{OWNER}-a2a-travel-bot_")
+    assert sessions[1] == f"telegram-{OWNER}.jsonl"
+    log = (tmp_path / "telegram.log").read_text()
+    assert BOT_TOKEN not in log and CALLER_KEY not in log
+    assert "Traceback" not in log
+
+
+async def test_without_a2a_no_port_is_opened(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    port, _ = free_ports(2)
+    llm.script(Say("only chat"))
+    command = telegram_command(tmp_path / "chats", bot_api, llm, "--port", str(port))
+    async with running(command, tmp_path / "telegram.log"):
+        await bot_api.push_text(OWNER, "hi")
+        await bot_api.wait_for(lambda api: api.chat_text(OWNER) == ["only chat"], limit_s=30)
+        with pytest.raises(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "needle"),
+    [
+        ({}, ("--allowed-users", "1"), "TELEGRAM_BOT_TOKEN"),
+        ({"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, (), "--allowed-users"),
+        ({"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, ("--allowed-users", "1,x2"), "not a Telegram user id"),
+        (
+            {"TELEGRAM_BOT_TOKEN": BOT_TOKEN},
+            ("--allowed-users", "1", "--telegram-webhook-url", "http://bot.example/hook"),
+            "https",
+        ),
+    ],
+)
+def test_start_up_mistakes_are_one_line(
+    tmp_path: Path, env: dict[str, str], args: tuple[str, ...], needle: str
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}
+    command = [
+        sys.executable, "-P", "-m", "a2a_gateway", "telegram",
+        "--workspaces-root", str(tmp_path), "--llm-model", "m", *args,
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, env={**clean, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert BOT_TOKEN not in result.stderr
