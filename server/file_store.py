@@ -5,7 +5,11 @@ File format (ProtoJSON for the protocol objects; edit it by hand if you like)::
     {"version": 1,
      "owner": {"name": "travel-bot", "workspace": "/srv/ws"},
      "task": {...Task...},
-     "pushConfigs": [{...TaskPushNotificationConfig...}]}
+     "pushConfigs": [{...TaskPushNotificationConfig...}],
+     "pushConfigVersions": {"<config id>": "0.3"}}
+
+``pushConfigVersions`` (only when there are any) names the configs registered over an
+A2A version other than 1.0: their deliveries take that version's shape.
 
 Push-config secrets (``token``, ``authentication.credentials``) are sealed with the
 workspace's :class:`~.secret_box.SecretBox` on every write (``"enc:v1:..."``) and opened
@@ -93,15 +97,21 @@ def _root_fd() -> int:
 class _Loaded:
     """A parsed task file: its owner, summary and serialized protobufs."""
 
-    __slots__ = ("owner", "push", "summary", "task_bytes")
+    __slots__ = ("owner", "push", "push_versions", "summary", "task_bytes")
 
     def __init__(
-        self, owner: Caller, summary: TaskSummary, task_bytes: bytes, push: tuple[bytes, ...]
+        self,
+        owner: Caller,
+        summary: TaskSummary,
+        task_bytes: bytes,
+        push: tuple[bytes, ...],
+        push_versions: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.owner = owner
         self.summary = summary
         self.task_bytes = task_bytes
         self.push = push
+        self.push_versions = push_versions
 
 
 _MALFORMED = object()  # cache value for a file that failed to parse (logged once)
@@ -136,6 +146,8 @@ def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
         "task": proto_dict.to_dict(record.task),
         "pushConfigs": [proto_dict.to_dict(c) for c in configs],
     }
+    if record.push_versions:
+        document["pushConfigVersions"] = dict(record.push_versions)
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
@@ -153,7 +165,7 @@ def owner_from_document(document: dict[str, Any]) -> Caller:
 
 def decode_record(
     data: bytes, task_id: str
-) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig]]:
+) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig], dict[str, str]]:
     """Parse a task file; raise ValueError (with a reason, never file content) if bad."""
     try:
         document = orjson.loads(data)
@@ -179,7 +191,12 @@ def decode_record(
         raise ValueError("task id does not match the file name")
     if not task.HasField("status") or task.status.state == pb.TASK_STATE_UNSPECIFIED:
         raise ValueError("task has no status")
-    return task, owner, configs
+    raw_versions = document.get("pushConfigVersions", {})
+    if not isinstance(raw_versions, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw_versions.items()
+    ):
+        raise ValueError("pushConfigVersions must map config ids to version strings")
+    return task, owner, configs, raw_versions
 
 
 class WorkspaceTaskStore(TaskStore):
@@ -213,7 +230,8 @@ class WorkspaceTaskStore(TaskStore):
         if loaded is None or loaded.owner != owner:
             return None
         configs = [pb.TaskPushNotificationConfig.FromString(data) for data in loaded.push]
-        return TaskRecord(pb.Task.FromString(loaded.task_bytes), owner, configs)
+        versions = dict(loaded.push_versions)
+        return TaskRecord(pb.Task.FromString(loaded.task_bytes), owner, configs, versions)
 
     def _read(self, task_id: str) -> _Loaded | None:
         if not valid_id(task_id):
@@ -259,7 +277,7 @@ class WorkspaceTaskStore(TaskStore):
         try:
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError("not a regular file")
-            task, owner, configs = decode_record(data, task_id)
+            task, owner, configs, versions = decode_record(data, task_id)
         except ValueError as exc:
             return stamp, str(exc)
         return stamp, _Loaded(
@@ -267,6 +285,7 @@ class WorkspaceTaskStore(TaskStore):
             TaskSummary.of(task),
             task.SerializeToString(),
             tuple(c.SerializeToString() for c in self._open_configs(configs, path)),
+            tuple(versions.items()),
         )
 
     def _keep(

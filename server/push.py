@@ -3,7 +3,9 @@
 The engine calls :meth:`PushDispatcher.notify` on every status change of a task (not
 per text chunk) with the task and its push configs (secrets opened). Each call
 snapshots the task as ``{"task": <ProtoJSON>}`` at once, so later changes to the live
-task do not leak into an earlier notification.
+task do not leak into an earlier notification. A config registered over A2A 0.3 gets
+what 0.3 receivers expect instead: the bare 0.3 Task JSON (``kind: "task"``, lower-case
+states), ``Content-Type: application/json``, as 0.3 agents sent it.
 
 Delivery (digest §11, seed "Push"):
 
@@ -34,13 +36,14 @@ import asyncio
 import collections
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import orjson
 
-from a2a_gateway.protocol import proto_dict
+from a2a_gateway.protocol import compat03, proto_dict
+from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -55,6 +58,8 @@ from .outbound import (
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/a2a+json"
+#: What a webhook registered over A2A 0.3 is sent (0.3 agents posted plain JSON).
+LEGACY_CONTENT_TYPE = "application/json"
 TOKEN_HEADER = "X-A2A-Notification-Token"
 MAX_SECRET_CHARS = 4096
 _RESPONSE_BYTES = 4096  # the receiver's answer is not used: read a little, then stop
@@ -161,9 +166,12 @@ async def check_push_destination(
         ) from None
 
 
-def notification_headers(config: pb.TaskPushNotificationConfig) -> dict[str, str]:
-    """The headers of a delivery to ``config``'s webhook."""
-    headers = {"Content-Type": CONTENT_TYPE}
+def notification_headers(
+    config: pb.TaskPushNotificationConfig, version: str = PROTOCOL_VERSION
+) -> dict[str, str]:
+    """The headers of a delivery to ``config``'s webhook (registered over ``version``)."""
+    legacy = compat03.is_legacy_version(version)
+    headers = {"Content-Type": LEGACY_CONTENT_TYPE if legacy else CONTENT_TYPE}
     if config.token:
         headers[TOKEN_HEADER] = config.token
     if config.HasField("authentication") and config.authentication.scheme:
@@ -173,8 +181,11 @@ def notification_headers(config: pb.TaskPushNotificationConfig) -> dict[str, str
     return headers
 
 
-def notification_body(task: pb.Task) -> bytes:
-    """``{"task": <ProtoJSON Task>}``: the StreamResponse a webhook receives."""
+def notification_body(task: pb.Task, version: str = PROTOCOL_VERSION) -> bytes:
+    """``{"task": <ProtoJSON Task>}``: the StreamResponse a webhook receives; for a
+    config registered over A2A 0.3, the bare 0.3 Task."""
+    if compat03.is_legacy_version(version):
+        return orjson.dumps(compat03.task_out(proto_dict.to_dict(task)))
     return orjson.dumps({"task": proto_dict.to_dict(task)})
 
 
@@ -200,15 +211,26 @@ class PushDispatcher:
 
     # --- the engine's side ------------------------------------------------------------
 
-    def notify(self, task: pb.Task, configs: Sequence[pb.TaskPushNotificationConfig]) -> None:
+    def notify(
+        self,
+        task: pb.Task,
+        configs: Sequence[pb.TaskPushNotificationConfig],
+        versions: Mapping[str, str] | None = None,
+    ) -> None:
         """Queue one notification of ``task`` as it is now for each of ``configs``
-        (their secrets in plaintext). Returns at once; never raises for a bad config
-        (it is logged and skipped). Must be called from the event loop."""
+        (their secrets in plaintext); ``versions`` names, by config id, the A2A version
+        a config was registered with when it is not 1.0 (its body and headers follow
+        it). Returns at once; never raises for a bad config (it is logged and skipped).
+        Must be called from the event loop."""
         if self._closed or not configs:
             return
-        body = notification_body(task)
+        bodies: dict[str, bytes] = {}
         state = task.status.state
         for config in configs:
+            version = (versions or {}).get(config.id, PROTOCOL_VERSION)
+            body = bodies.get(version)
+            if body is None:
+                body = bodies[version] = notification_body(task, version)
             try:
                 validate_push_config(config, allow_private_urls=self.client.allow_private_urls)
             except InvalidParamsError as exc:
@@ -219,7 +241,7 @@ class PushDispatcher:
                     DeliveryResult(task.id, config.id, state, "failed", 0, None, exc.message)
                 )
                 continue
-            headers = tuple(notification_headers(config).items())
+            headers = tuple(notification_headers(config, version).items())
             self._enqueue(_Notification(task.id, config.id, state, config.url, headers, body))
 
     def forget(self, task_id: str, config_id: str) -> None:

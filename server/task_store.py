@@ -33,11 +33,14 @@ from .lifecycle import timestamp_ns, valid_id
 
 @dataclass(slots=True)
 class TaskRecord:
-    """One stored task: the Task, its owner and its push configs."""
+    """One stored task: the Task, its owner and its push configs; ``push_versions`` names,
+    by config id, the A2A version a config was registered with when it is not 1.0
+    (``"0.3"``): its deliveries take that version's shape."""
 
     task: pb.Task
     owner: Caller
     push_configs: list[pb.TaskPushNotificationConfig] = field(default_factory=list)
+    push_versions: dict[str, str] = field(default_factory=dict)
 
 
 class TaskSummary:
@@ -86,14 +89,17 @@ class TaskStore(abc.ABC):
 
 
 class _Entry(TaskSummary):
-    __slots__ = ("data", "push")
+    __slots__ = ("data", "push", "versions")
 
-    def __init__(self, task: pb.Task, data: bytes, push: tuple[bytes, ...]) -> None:
+    def __init__(
+        self, task: pb.Task, data: bytes, push: tuple[bytes, ...], versions: dict[str, str]
+    ) -> None:
         super().__init__(
             task.id, task.context_id, task.status.state, timestamp_ns(task.status.timestamp)
         )
         self.data = data
         self.push = push
+        self.versions = versions
 
 
 class MemoryTaskStore(TaskStore):
@@ -109,7 +115,7 @@ class MemoryTaskStore(TaskStore):
         if entry is None:
             return None
         configs = [pb.TaskPushNotificationConfig.FromString(data) for data in entry.push]
-        return TaskRecord(pb.Task.FromString(entry.data), owner, configs)
+        return TaskRecord(pb.Task.FromString(entry.data), owner, configs, dict(entry.versions))
 
     async def save(self, record: TaskRecord) -> None:
         task = record.task
@@ -117,7 +123,8 @@ class MemoryTaskStore(TaskStore):
             raise ValueError(f"invalid task id {task.id!r}")
         push = tuple(config.SerializeToString() for config in record.push_configs)
         entries = self._by_owner.setdefault(record.owner, {})
-        entries[task.id] = _Entry(task, task.SerializeToString(), push)
+        versions = dict(record.push_versions)
+        entries[task.id] = _Entry(task, task.SerializeToString(), push, versions)
 
     async def summaries(self, owner: Caller) -> list[TaskSummary]:
         return list(self._by_owner.get(owner, {}).values())

@@ -138,7 +138,9 @@ class Intake:
             if existing is not None:
                 return existing
         if message.task_id:
-            return await self._continue(request, caller, subscriber, hops, seen_key, inline_push)
+            return await self._continue(
+                request, caller, subscriber, hops, seen_key, inline_push, context.version
+            )
         if not context_id:
             context_id = new_id()
         busy_key = (caller.workspace, caller.name, context_id)
@@ -166,7 +168,7 @@ class Intake:
         record = TaskRecord(task, caller)
         if inline_push is not None:
             inline_push.task_id = task.id
-            record.push_configs.append(inline_push)
+            upsert_push(record, inline_push, context.version)
         if hops > self._state.max_hops:
             self._state.remember_message(seen_key, task.id)
             apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
@@ -225,6 +227,7 @@ class Intake:
         hops: int,
         seen_key: RetryKey,
         inline_push: pb.TaskPushNotificationConfig | None,
+        push_version: str,
     ) -> pb.Task | Run:
         message = request.message
         task_id = message.task_id
@@ -265,7 +268,7 @@ class Intake:
             stored_message.context_id = task.context_id
             if inline_push is not None:
                 inline_push.task_id = task_id
-                upsert_push(record.push_configs, inline_push)
+                upsert_push(record, inline_push, push_version)
             if hops > self._state.max_hops:
                 self._state.remember_message(seen_key, task_id)
                 apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))

@@ -11,19 +11,22 @@ the engine). Configs are validated like the guard will judge them
 resolved at registration by the client that will deliver (``check_push_destination``:
 any forbidden answer is InvalidParams naming the ``url``; a name that does not resolve
 now is accepted); delivery checks every connection again. A task holds at most
-``MAX_PUSH_CONFIGS``, and their token and credentials are never returned.
+``MAX_PUSH_CONFIGS``, and their token and credentials are never returned. A config
+remembers the A2A version it was registered with (``TaskRecord.push_versions``, stored
+with the task): one registered over 0.3 gets 0.3-shaped deliveries.
 """
 
 from __future__ import annotations
 
 from google.protobuf import empty_pb2
 
-from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import PushNotificationNotSupportedError, TaskNotFoundError
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import new_id, valid_id
 from ..push import check_push_destination, validate_push_config
+from ..task_store import TaskRecord
 from .records import Records
 from .state import MAX_PAGE_SIZE, MAX_PUSH_CONFIGS, EngineState, invalid
 
@@ -81,7 +84,7 @@ class PushConfigs:
         if not config.id:
             config.id = new_id()
         async with self._records.mutable_record(context.caller, request.task_id) as record:
-            upsert_push(record.push_configs, config)
+            upsert_push(record, config, context.version)
         return public_push(config)
 
     async def get_task_push_notification_config(
@@ -125,6 +128,7 @@ class PushConfigs:
         async with self._records.mutable_record(context.caller, request.task_id) as record:
             kept = [c for c in record.push_configs if c.id != request.id]
             record.push_configs[:] = kept
+            record.push_versions.pop(request.id, None)
         if self._state.push is not None:
             self._state.push.forget(request.task_id, request.id)  # stops what is still queued
         return empty_pb2.Empty()
@@ -139,14 +143,22 @@ def check_push_room(
 
 
 def upsert_push(
-    configs: list[pb.TaskPushNotificationConfig], config: pb.TaskPushNotificationConfig
+    record: TaskRecord, config: pb.TaskPushNotificationConfig, version: str = PROTOCOL_VERSION
 ) -> None:
+    """Add or replace ``config``, registered over A2A ``version`` (which its deliveries
+    follow); InvalidParams when a new one exceeds the cap."""
+    configs = record.push_configs
     for index, existing in enumerate(configs):
         if existing.id == config.id:
             configs[index] = config
-            return
-    check_push_room(configs, config)
-    configs.append(config)
+            break
+    else:
+        check_push_room(configs, config)
+        configs.append(config)
+    if version == PROTOCOL_VERSION:
+        record.push_versions.pop(config.id, None)
+    else:
+        record.push_versions[config.id] = version
 
 
 def public_push(config: pb.TaskPushNotificationConfig) -> pb.TaskPushNotificationConfig:

@@ -209,4 +209,4 @@ class EngineState:
     def notify(self, record: TaskRecord) -> None:
         """Queue the task as it is now for each of its webhooks."""
         if self.push is not None and record.push_configs:
-            self.push.notify(record.task, record.push_configs)
+            self.push.notify(record.task, record.push_configs, record.push_versions)

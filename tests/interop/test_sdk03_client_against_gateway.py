@@ -184,6 +184,20 @@ def test_push_config_crud(results: Results, binding: str) -> None:
     assert gone["code"] == {"jsonrpc": -32001, "rest": 404, "grpc": "NOT_FOUND"}[binding]
 
 
+def test_a_config_set_over_0_3_gets_0_3_deliveries(results: Results) -> None:
+    """Each webhook body is a bare 0.3 Task the SDK's own model accepts (not 1.0's
+    ``{"task": …}``), with the config's token."""
+    delivery = result(results, "push-delivery")
+    assert delivery["answered"]["status"]["state"] == "completed"
+    deliveries = delivery["deliveries"]
+    assert deliveries, "nothing was delivered"
+    for item in deliveries:
+        assert item["sdk_task_error"] is None, item
+        assert item["body"]["kind"] == "task" and item["token"] == HOOK_TOKEN
+    assert deliveries[-1]["body"]["status"]["state"] == "completed"
+    assert texts(deliveries[-1]["body"]["artifacts"][-1]) == ["Lisbon"]
+
+
 def test_extended_card(results: Results) -> None:
     card = result(results, "extended-card")
     assert card["name"] == EXTENDED_CARD_JSON["name"]

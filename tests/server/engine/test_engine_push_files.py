@@ -230,6 +230,73 @@ async def test_restart_recovery_notifies_the_webhooks(tmp_path: Path) -> None:
     assert body["task"]["status"]["state"] == "TASK_STATE_FAILED"  # type: ignore[index]
 
 
+async def test_a_config_registered_over_0_3_gets_0_3_deliveries_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The version a config was made with is stored with it; a 0.3 one gets the bare 0.3
+    Task as plain JSON, a 1.0 one ``{"task": …}`` as ``application/a2a+json``."""
+    hits: dict[str, list[tuple[str, dict[str, object]]]] = {"legacy": [], "current": []}
+    completed = asyncio.Event()
+
+    async def hook(http_request: web.Request) -> web.Response:
+        body = orjson.loads(await http_request.read())
+        hits[http_request.match_info["name"]].append((http_request.content_type, body))
+        if all(any("completed" in str(b).lower() for _, b in got) for got in hits.values()):
+            completed.set()
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/{name}", hook)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server(access_log=None)
+    outbound = OutboundClient(allow_private_urls=True)
+    push = PushDispatcher(outbound)
+    first = TaskEngine(
+        FauxAgent(), WorkspaceTaskStore(tmp_path), push_enabled=True, push=push, outbound=outbound
+    )
+    try:
+        asked = (await first.send_message(request("ask:Which city?"), ctx(ANONYMOUS))).task
+        base = f"http://127.0.0.1:{server.port}"
+        for name, version in (("legacy", "0.3"), ("current", "1.0")):
+            config = pb.TaskPushNotificationConfig(task_id=asked.id, id=name, url=f"{base}/{name}")
+            await first.create_task_push_notification_config(
+                config, ctx(ANONYMOUS, version=version)
+            )
+        await first.aclose()
+        path = tmp_path / ".a2a" / "tasks" / f"{asked.id}.json"
+        assert json.loads(path.read_text())["pushConfigVersions"] == {"legacy": "0.3"}
+
+        second = TaskEngine(  # a restart: the versions come from the file
+            FauxAgent(),
+            WorkspaceTaskStore(tmp_path),
+            push_enabled=True,
+            push=push,
+            outbound=outbound,
+        )
+        try:
+            assert state_name(await send(second, "Lisbon", ANONYMOUS, task_id=asked.id)) == (
+                "COMPLETED"
+            )
+            async with asyncio.timeout(WAIT_S):
+                await completed.wait()
+            delete = pb.DeleteTaskPushNotificationConfigRequest(task_id=asked.id, id="legacy")
+            await second.delete_task_push_notification_config(delete, ctx(ANONYMOUS))
+        finally:
+            await second.aclose()
+        assert "pushConfigVersions" not in json.loads(path.read_text())
+    finally:
+        await push.aclose()
+        await outbound.aclose()
+        await server.close()
+    for content_type, body in hits["legacy"]:
+        assert content_type == "application/json"
+        assert body["kind"] == "task" and body["id"] == asked.id
+    assert hits["legacy"][-1][1]["status"]["state"] == "completed"  # type: ignore[index]
+    for content_type, body in hits["current"]:
+        assert content_type == "application/a2a+json" and set(body) == {"task"}
+    assert hits["current"][-1][1]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # type: ignore[index]
+
+
 class FullDiskStore(WorkspaceTaskStore):
     """The real workspace store on a disk that fills up when ``full`` is set."""
 
