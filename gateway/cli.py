@@ -6,13 +6,14 @@ import argparse
 import asyncio
 import difflib
 import gc
-import ipaddress
 import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from a2a_gateway.server.config import is_loopback  # no grpc import (grpc_env below)
 
 from . import __version__, grpc_env  # noqa: F401 (grpc_env: before anything imports grpc)
 from .agents_cli import add_parser as _add_agents
@@ -118,15 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _serve(args: argparse.Namespace) -> int:
     flags = {s.name: getattr(args, s.name) for s in SETTINGS}
     try:
@@ -134,16 +126,16 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return report(exc)
     setup_logging(settings["log_level"], settings["log_format"])
-    if settings["allow_anonymous"] and not _is_loopback(settings["host"]):
+    if settings["allow_anonymous"] and not is_loopback(settings["host"]):
         print(
             "a2a-gateway: --allow-anonymous is only allowed on a loopback address",
             file=sys.stderr,
         )
         return 2
     from .proxy import settings_problem
-    from .serve import run_server
+    from .serve import keyless_problem, run_server, server_config
 
-    problem = settings_problem(settings)
+    problem = settings_problem(settings) or keyless_problem(server_config(settings))
     if problem:
         print(f"a2a-gateway: {problem}", file=sys.stderr)
         return 2

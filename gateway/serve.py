@@ -25,13 +25,19 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
 from a2a_gateway.protocol.service import A2AService
-from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
+from a2a_gateway.server.auth import (
+    CALLERS_FILE,
+    AllowAnonymous,
+    Authenticator,
+    WorkspaceCallers,
+    read_callers,
+)
 from a2a_gateway.server.card import CardProvider
-from a2a_gateway.server.config import CardConfig, Mounts, ServerConfig
+from a2a_gateway.server.config import CardConfig, Mounts, ServerConfig, is_loopback
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
-from a2a_gateway.server.http_app import build_http_app
+from a2a_gateway.server.http_app import AppRunner, build_http_app
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
@@ -136,13 +142,52 @@ def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
 
 
 def build_authenticator(config: ServerConfig) -> Authenticator:
-    if not config.workspaces:
-        # No workspace, so no callers.json can exist: the zero-configuration default
-        # serves anonymous callers, and the CLI only allows that on loopback.
+    """Who may call. The anonymous caller exists only on a loopback address: without a
+    workspace there (the zero-configuration default) everyone is anonymous; elsewhere
+    only keys listed in a workspace's callers.json are accepted (the command line
+    refuses to start a non-loopback server that has none, see :func:`keyless_problem`)."""
+    loopback = is_loopback(config.host)
+    if not config.workspaces and loopback:
         return AllowAnonymous(limits=config.rate_limits)
     return WorkspaceCallers(
-        config.workspaces, allow_anonymous=config.allow_anonymous, limits=config.rate_limits
+        config.workspaces,
+        allow_anonymous=config.allow_anonymous and loopback,
+        limits=config.rate_limits,
     )
+
+
+def keyless_problem(config: ServerConfig) -> str | None:
+    """Why a server on ``config.host`` must not start, or None.
+
+    Off loopback a key is always required, so a server whose workspaces list no caller
+    at all (or that has no workspace) would refuse every call, or, before this rule,
+    answer everyone: it is refused before any port is bound.
+    """
+    if is_loopback(config.host):
+        return None
+    for workspace in config.workspaces:
+        entries, _ = read_callers(workspace / CALLERS_FILE, str(workspace))
+        if entries:
+            return None
+    where = "no --workspace is given" if not config.workspaces else "no workspace has a caller"
+    return (
+        f"refusing to serve on {config.host or 'every address'} without keys: {where};"
+        " add a caller with `a2a-gateway callers add NAME --workspace DIR`"
+        " and serve with --workspace DIR (or bind to 127.0.0.1)"
+    )
+
+
+def warn_missing_callers(config: ServerConfig) -> None:
+    """One warning per workspace without a callers.json (often a typo in the path)."""
+    anonymous = config.allow_anonymous and is_loopback(config.host)
+    consequence = (
+        "every call with a key will be refused" if anonymous else "every call will be refused"
+    )
+    for workspace in config.workspaces:
+        if not (workspace / CALLERS_FILE).exists():
+            log.warning(
+                "workspace %s has no %s: no callers: %s", workspace, CALLERS_FILE, consequence
+            )
 
 
 class Gateway:
@@ -183,6 +228,7 @@ class Gateway:
             self.outbound = OutboundClient(allow_private_urls=self.config.allow_private_urls)
             self.push = PushDispatcher(self.outbound)
             self.cards = CardProvider(self.config, push_notifications=True)
+        warn_missing_callers(self.config)
         self.authenticator = build_authenticator(self.config)
         if self.proxy is None:
             if agent is None:
@@ -231,7 +277,7 @@ class Gateway:
             self._routes(app)
         # No access log: a line per request costs throughput and the bindings log
         # what matters (errors, refused callers) themselves.
-        self._runner = web.AppRunner(
+        self._runner = AppRunner(
             app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s, access_log=None
         )
         await self._runner.setup()

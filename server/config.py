@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .limits import RateLimits, TaskCaps
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a listen address) is reachable from this machine only.
+
+    ``localhost`` and loopback literals are; everything else (``0.0.0.0``, ``::``,
+    ``""``, any other name or address) counts as reachable from outside.
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(slots=True)
@@ -42,6 +57,7 @@ class ServerConfig:
     rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
     task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
     max_body_bytes: int = 24 * 1024 * 1024
+    body_read_timeout_s: float = 30.0  # a body not fully arrived by then is refused
     keepalive_interval_s: float = 15.0  # SSE comment cadence on idle streams
     card_max_age_s: int = 300  # Cache-Control max-age of the public card
     max_hops: int = 3

@@ -9,9 +9,13 @@ path excepted). A middleware turns anything that escapes a handler, and aiohttp'
 from __future__ import annotations
 
 import logging
+from collections.abc import MutableMapping
+from typing import Any
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestPayloadError
 
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -37,6 +41,84 @@ from .http_context import (
 
 log = logging.getLogger(__name__)
 
+#: The longest request line or header line accepted (aiohttp's default is 8190 bytes):
+#: a long tenant or a 1,000-URI ``A2A-Extensions`` header fits; a longer one is a 400
+#: that echoes nothing of the request (see :class:`MalformedHttpLog`).
+MAX_LINE_BYTES = 16 * 1024
+
+
+class MalformedHttpLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's connection-level logger, so that malformed HTTP is one WARNING line.
+
+    aiohttp logs a request it cannot parse (a broken request line, header or chunked
+    body, a line over :data:`MAX_LINE_BYTES`) with ``logger.exception``: an ERROR and a
+    traceback for what is the client's mistake. Here such an exception becomes one
+    line naming its kind, never the request's bytes (they may hold a key): a WARNING
+    (DEBUG where aiohttp chose DEBUG: a first line that is not HTTP at all, such as TLS
+    on the plain port, is internet noise). Any other exception keeps its traceback.
+    """
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, (HttpProcessingError, RequestPayloadError, ConnectionError)):
+            self.logger.log(min(level, logging.WARNING), "malformed HTTP request: %s", _kind(exc))
+            return
+        self.logger.log(level, msg, *args, **kwargs)
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        return msg, kwargs
+
+
+def _kind(exc: BaseException) -> str:
+    """What went wrong, without the request's bytes: the class and, for a line over the
+    limit, the limit."""
+    name = type(exc).__name__
+    if isinstance(exc, HttpProcessingError) and exc.code:
+        return f"{name} ({exc.code})"
+    return name
+
+
+class _RequestHandler(web.RequestHandler):
+    """aiohttp's connection handler, answering malformed HTTP with a fixed text: its
+    own answer quotes up to 100 bytes of the offending line (which may be a header
+    carrying a key)."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if isinstance(exc, HttpProcessingError):
+            message = f"malformed HTTP request ({type(exc).__name__})"
+        return super().handle_error(request, status, exc, message)
+
+
+class _Server(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        return _RequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class AppRunner(web.AppRunner):
+    """``web.AppRunner`` whose connections use :class:`_RequestHandler`."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # aiohttp builds the Server itself and has no hook for the handler class.
+        server.__class__ = _Server
+        return server
+
+
+#: Keyword arguments of aiohttp's connection handler for every app built here.
+HANDLER_ARGS: dict[str, Any] = {
+    "logger": MalformedHttpLog(logging.getLogger("aiohttp.server")),
+    # Content-Encoding is decoded by read_body (content_coding.py), strictly.
+    "auto_decompress": False,
+    "max_line_size": MAX_LINE_BYTES,
+    "max_field_size": MAX_LINE_BYTES,
+}
+
 
 def build_http_app(
     service: A2AService,
@@ -45,7 +127,9 @@ def build_http_app(
     cards: CardProvider,
     push_waker: push_receiver.PushWaker | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[_errors], client_max_size=config.max_body_bytes)
+    app = web.Application(
+        middlewares=[_errors], client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS
+    )
     app[SERVICE] = service
     app[CONFIG] = config
     app[AUTHENTICATOR] = authenticator

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import descriptor, message, message_factory
 
 from a2a_gateway.protocol import sse, versioning
@@ -26,6 +27,7 @@ from a2a_gateway.protocol.errors import (
     A2AError,
     InternalError,
     InvalidRequestError,
+    JSONParseError,
     MethodNotAllowedError,
     RateLimitedError,
     UnauthenticatedError,
@@ -33,7 +35,7 @@ from a2a_gateway.protocol.errors import (
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from . import card, signing
+from . import card, content_coding, signing
 from .auth import Authenticator, Identity, single_values
 from .config import ServerConfig
 
@@ -93,9 +95,6 @@ ACCEPTED_CONTENT_TYPES = frozenset({JSON_CONTENT_TYPE, A2A_JSON_CONTENT_TYPE})
 #: Challenge sent with every 401. Keys travel as ``X-API-Key`` or ``Authorization:
 #: Bearer``; only Bearer is a registered HTTP scheme, so it is the one we name.
 WWW_AUTHENTICATE = 'Bearer realm="a2a"'
-
-#: A body that has not fully arrived after this long is refused (slow-loris guard).
-BODY_READ_TIMEOUT_S = 30.0
 
 
 def call_context(request: web.Request, *, binding: str = "") -> CallContext:
@@ -187,7 +186,11 @@ def require_json(request: web.Request) -> None:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refused (without reading the rest) once it exceeds ``limit``."""
+    """The request body, decoded (``Content-Encoding``) and refused (without reading
+    the rest) once it exceeds ``limit``. A body that cannot be read or decoded (cut
+    short, a broken chunked encoding, a coding we do not know or data that is not in it)
+    is the caller's mistake: :class:`JSONParseError`."""
+    applied = content_coding.codings(request.headers.get(hdrs.CONTENT_ENCODING))
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(limit)
@@ -197,16 +200,27 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         # its headers): take it without a timer or a wait.
         try:
             body = content.read_nowait()
-        except (ConnectionError, HttpProcessingError):
-            raise InvalidRequestError("request body could not be read") from None
+        except _UNREADABLE:
+            raise _unreadable() from None
         if len(body) > limit:
             raise _too_large(limit)
     else:
         body = await _read_streamed_body(request, limit)
+    if applied:
+        body = await content_coding.decode(body, applied, limit, lambda: _too_large(limit))
     pending = request.get(PENDING_SIGNATURE)
     if pending is not None:
         pending.verify(body)
     return body
+
+
+#: What reading a request body raises when the client's bytes are at fault: it left
+#: (or half-closed) before the end, or its chunked framing is broken.
+_UNREADABLE = (ConnectionError, HttpProcessingError, RequestPayloadError)
+
+
+def _unreadable() -> JSONParseError:
+    return JSONParseError("the request body could not be read: it ended before its length")
 
 
 def _too_large(limit: int) -> InvalidRequestError:
@@ -216,10 +230,11 @@ def _too_large(limit: int) -> InvalidRequestError:
 async def _read_streamed_body(request: web.Request, limit: int) -> bytes:
     """The body as it arrives, bounded in size and in time."""
     too_large = _too_large(limit)
+    timeout_s = request.app[CONFIG].body_read_timeout_s
     chunks: list[bytes] = []
     size = 0
     try:
-        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+        async with asyncio.timeout(timeout_s):
             while True:
                 chunk = await request.content.readany()
                 if not chunk:
@@ -229,12 +244,11 @@ async def _read_streamed_body(request: web.Request, limit: int) -> bytes:
                     raise too_large
                 chunks.append(chunk)
     except TimeoutError:
-        raise InvalidRequestError(
-            f"request body did not arrive within {BODY_READ_TIMEOUT_S:g} s"
+        raise JSONParseError(
+            f"the request body did not arrive within {timeout_s:g} s (shorter than its length?)"
         ) from None
-    except (ConnectionError, HttpProcessingError):
-        # The client went away or sent a broken chunked body: not a server fault.
-        raise InvalidRequestError("request body could not be read") from None
+    except _UNREADABLE:
+        raise _unreadable() from None
     return b"".join(chunks)
 
 

@@ -15,6 +15,13 @@ The secrets are:
 
 Tests that log a secret on purpose (to test redaction) must use a logger with
 ``propagate = False``.
+
+A second, per-test check (:func:`no_traceback_in_logs`): a test whose logs hold a
+traceback fails, unless it is marked ``server_fault`` (it makes our own code fail on
+purpose: a crashing agent or service, a store that cannot write). Bad input of any kind
+(malformed HTTP, undecodable bodies, raw HTTP/2 frames, wrong fields) is the caller's
+mistake and must be logged, if at all, without one. Subprocess servers are checked by
+their fixture (``tests/interop/conftest.py``, ``ServerProcess.stop``).
 """
 
 from __future__ import annotations
@@ -197,3 +204,41 @@ def sdk03_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sdk03Agent
     started once for the whole run: client, CLI, proxy and interop tests share it."""
     with sdk03_agent_running(tmp_path_factory.mktemp("sdk03-agent")) as agent:
         yield agent
+
+
+class TracebackWatch(logging.Handler):
+    """Notes every record that carries a traceback (or stack), in one line each."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not (record.exc_info or record.exc_text or record.stack_info):
+            return
+        kind = ""
+        if record.exc_info and record.exc_info[0] is not None:
+            kind = f" ({record.exc_info[0].__name__})"
+        self.found.append(f"{record.name} {record.levelname}: {record.msg!s:.120}{kind}")
+
+
+@pytest.fixture(autouse=True)
+def no_traceback_in_logs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test whose logs (set-up and teardown included) hold a traceback, unless it
+    is marked ``server_fault``."""
+    if request.node.get_closest_marker("server_fault") is not None:
+        yield
+        return
+    watch = TracebackWatch()
+    root = logging.getLogger()
+    root.addHandler(watch)
+    try:
+        yield
+    finally:
+        root.removeHandler(watch)
+    if watch.found:
+        pytest.fail(
+            "a traceback was logged (mark the test server_fault if our own code fails on"
+            " purpose; bad input must never log one):\n" + "\n".join(watch.found[:10]),
+            pytrace=False,
+        )

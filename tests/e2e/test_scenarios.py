@@ -254,6 +254,7 @@ async def test_hop_guard_fails_the_task(
     assert task["status"]["state"] == "TASK_STATE_FAILED"
 
 
+@pytest.mark.server_fault
 async def test_failures_and_rejections(driver: Driver) -> None:
     failed = (await driver.call("SendMessage", send("fail:nope")))["task"]
     assert failed["status"]["state"] == "TASK_STATE_FAILED"

@@ -26,7 +26,7 @@ from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.http_app import build_http_app
+from a2a_gateway.server.http_app import AppRunner, build_http_app
 from lf.a2a.v1 import a2a_pb2 as pb
 
 KEY = "k-test-6b1f0c9d2e"
@@ -270,6 +270,14 @@ class Http:
 Starter = Callable[..., Awaitable[Http]]
 
 
+class GatewayTestServer(TestServer):
+    """aiohttp's test server with the runner ``serve`` uses (its connection handler
+    answers malformed HTTP without quoting it)."""
+
+    async def _make_runner(self, **kwargs: Any) -> AppRunner:
+        return AppRunner(self.app, **kwargs)
+
+
 @pytest.fixture
 async def start_http() -> AsyncIterator[Starter]:
     """Start HTTP apps on 127.0.0.1 (free port); all are closed after the test."""
@@ -287,7 +295,7 @@ async def start_http() -> AsyncIterator[Starter]:
         if service.cards is None:
             service.cards = cards
         app = build_http_app(service, config, authenticator or AllowAnonymous(), cards)
-        client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+        client = TestClient(GatewayTestServer(app, host="127.0.0.1", port=0))
         await client.start_server()
         clients.append(client)
         return Http(client, service, config, cards)

@@ -249,6 +249,7 @@ async def test_each_error_class_maps_to_its_status_and_reason(
     }
 
 
+@pytest.mark.server_fault
 async def test_unexpected_exception_is_internal_without_details(anon: Served) -> None:
     failure = await _failure(anon.stub.GetTask(pb.GetTaskRequest(id="crash"), metadata=V1))
     assert failure.code() == grpc.StatusCode.INTERNAL
@@ -258,6 +259,7 @@ async def test_unexpected_exception_is_internal_without_details(anon: Served) ->
     assert SECRET_DETAIL not in str(status)
 
 
+@pytest.mark.server_fault
 async def test_a_response_of_the_wrong_type_is_internal(anon: Served) -> None:
     failure = await _failure(anon.stub.GetTask(pb.GetTaskRequest(id="wrong-type"), metadata=V1))
     assert failure.code() == grpc.StatusCode.INTERNAL

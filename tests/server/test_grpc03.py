@@ -435,6 +435,7 @@ async def test_errors_before_and_during_a_stream(anon: Served) -> None:
     assert (caught.value.details() or "").startswith("UnsupportedOperationError: ")
 
 
+@pytest.mark.server_fault
 async def test_an_unexpected_failure_is_internal_without_details(anon: Served) -> None:
     failure = await _failure(anon.stub.GetTask(pb03.GetTaskRequest(name="tasks/crash")))
     assert failure.code() == grpc.StatusCode.INTERNAL

@@ -311,6 +311,7 @@ async def test_rate_limit_sets_retry_after(http: Http) -> None:
     assert body["error"]["code"] == errors.RateLimitedError.spec.jsonrpc_code
 
 
+@pytest.mark.server_fault
 async def test_unexpected_exception_is_a_generic_internal_error(http: Http) -> None:
     http.service.failures["t-boom"] = Boom("secret internal detail")
     async with asyncio.timeout(TIMEOUT_S):

@@ -7,6 +7,8 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from a2a_gateway.client import cards as client_cards
 from a2a_gateway.protocol import errors
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -184,6 +186,7 @@ async def test_tasks_list_calls_list_tasks(http: Http) -> None:
     )
 
 
+@pytest.mark.server_fault
 async def test_service_crash_is_a_plain_internal_error(http: Http) -> None:
     http.service.failures["m-c"] = RuntimeError("secret internal detail")
     _, body = await http.rpc("message/send", message03("x", "m-c"))

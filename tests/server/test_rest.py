@@ -370,6 +370,7 @@ async def test_retry_after_headers(http: Http) -> None:
     assert (status, headers["Retry-After"]) == (503, "30")
 
 
+@pytest.mark.server_fault
 async def test_unexpected_exception_is_500_without_details(http: Http) -> None:
     http.service.failures["t-boom"] = Boom("secret internal detail")
     async with asyncio.timeout(TIMEOUT_S):

@@ -157,6 +157,7 @@ async def test_mid_stream_error_is_an_error_event_then_close(http: Http, binding
     assert http.service.stream_closed.is_set()
 
 
+@pytest.mark.server_fault
 @pytest.mark.parametrize("binding", BINDINGS)
 async def test_mid_stream_crash_is_a_generic_internal_error(http: Http, binding: str) -> None:
     streamed = await stream(http, binding, text_message("x", crash=True))

@@ -100,7 +100,7 @@ async def test_every_status_has_a_millisecond_timestamp(engine: TaskEngine) -> N
         ("reject:not my job", "REJECTED", "not my job"),
         ("auth:log in at example.com", "AUTH_REQUIRED", "log in at example.com"),
         ("ask:Which city?", "INPUT_REQUIRED", "Which city?"),
-        ("crash", "FAILED", UNEXPECTED),
+        pytest.param("crash", "FAILED", UNEXPECTED, marks=pytest.mark.server_fault),
     ],
 )
 async def test_faux_outcomes(engine: TaskEngine, text: str, state: str, message: str) -> None:
@@ -136,6 +136,7 @@ async def test_agent_error_fails_with_a_redacted_message(
     assert "provider said" in text
 
 
+@pytest.mark.server_fault
 async def test_unexpected_exception_keeps_details_out_of_the_task(
     new_engine: Callable[..., TaskEngine], caplog: pytest.LogCaptureFixture
 ) -> None:

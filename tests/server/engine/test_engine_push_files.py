@@ -308,6 +308,7 @@ class FullDiskStore(WorkspaceTaskStore):
         await super().save(record)
 
 
+@pytest.mark.server_fault
 async def test_a_push_config_change_that_cannot_be_stored_is_an_error(
     tmp_path: Path,
 ) -> None:
@@ -341,6 +342,7 @@ async def _change_push_configs_on_a_full_disk(engine: TaskEngine, store: FullDis
     assert [c.id for c in listed.configs] == ["kept"]
 
 
+@pytest.mark.server_fault
 async def test_a_cancel_that_cannot_be_stored_is_an_error(tmp_path: Path) -> None:
     store = FullDiskStore(tmp_path)
     engine = TaskEngine(FauxAgent(), store)
