@@ -133,9 +133,9 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 2
     from .proxy import settings_problem
-    from .serve import keyless_problem, run_server, server_config
+    from .serve import run_server
 
-    problem = settings_problem(settings) or keyless_problem(server_config(settings))
+    problem = settings_problem(settings)
     if problem:
         print(f"a2a-gateway: {problem}", file=sys.stderr)
         return 2

@@ -206,6 +206,9 @@ class Gateway:
         self.config = server_config(settings)
         self._routes = routes
         check_workspaces(self.config.workspaces)
+        problem = keyless_problem(self.config)
+        if problem:  # before anything is bound or started
+            raise StartupError(problem)
         # Wakes our own client's watches on pushes (POST /a2a/push/{watchId}).
         self.push_waker = push_waker
         self.engine: TaskEngine | None = None
