@@ -167,9 +167,11 @@ class Session:
             if "role" in record:
                 self.messages.append(dict(record))
                 self._sizes.append(_size(record))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as file:  # small append: page cache, not slow
-            file.write(lines)
+        try:
+            _append(self.path, lines)  # small append: page cache, not slow
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _append(self.path, lines)
         self._needs_newline = False
 
     def ask(self, question: Question) -> None:
@@ -193,6 +195,11 @@ class Session:
             total += cost
             first = start
         return self.messages[first:]
+
+
+def _append(path: Path, data: bytes | bytearray) -> None:
+    with open(path, "ab") as file:
+        file.write(data)
 
 
 class SessionStore:

@@ -97,3 +97,6 @@ def setup_logging(level: str = "info", fmt: str = "plain") -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+    # The model provider's client (serve --llm): one line per request otherwise.
+    for name in ("httpx2", "httpcore2", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)

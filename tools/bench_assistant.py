@@ -256,6 +256,46 @@ async def memory_per_session(
     return per_idle, per_evicted
 
 
+async def memory_in_process(count: int, workspace: Path) -> tuple[float, float]:
+    """Python heap per idle session and per evicted session (tracemalloc), runtime only,
+    against an in-process scripted provider and an injected clock."""
+    import tracemalloc
+
+    sys.path.insert(0, str(ROOT))
+    from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
+    from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
+    from tests.agent.fake_llm import FakeLLM, Say
+
+    fake = FakeLLM(lambda body: Say(chunks=["Hello", " there", "!"]))
+    fake.record = False
+    await fake.start()
+    now = [0.0]
+    provider = ChatProvider(ProviderConfig(model="fake", base_url=fake.base_url, max_retries=0))
+    runtime = Runtime(provider, RuntimeConfig(idle_timeout_s=60), clock=lambda: now[0])
+
+    async def turn(scope: str) -> None:
+        async for _ in runtime.run_turn(scope, workspace, "hi"):
+            pass
+
+    for index in range(20):
+        await turn(f"warm-{index}")
+    now[0] += 120
+    runtime.sessions.sweep()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for index in range(count):
+        await turn(f"mem-{index}")
+    idle = tracemalloc.get_traced_memory()[0]
+    now[0] += 120
+    evicted_count = runtime.sessions.sweep()
+    evicted = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    await runtime.aclose()
+    await fake.aclose()
+    assert evicted_count == count, evicted_count
+    return (idle - before) / count / 1024, (evicted - before) / count / 1024
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -320,6 +360,11 @@ async def bench(args: argparse.Namespace) -> None:
             f"memory ({args.sessions} sessions): llm {idle:.1f} KiB per idle session,"
             f" {evicted:.1f} KiB per session after eviction; faux {faux_idle:.1f} KiB per task"
         )
+        heap_idle, heap_evicted = await memory_in_process(args.sessions, workdir / "heap")
+        print(
+            f"python heap (runtime only, {args.sessions} sessions): {heap_idle:.2f} KiB per"
+            f" idle session, {heap_evicted:.2f} KiB per evicted session"
+        )
     finally:
         for proc in procs:
             proc.stop()
@@ -340,7 +385,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     args = parser.parse_args()
     args.workdir = Path(args.workdir).resolve()
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    (args.workdir / "heap").mkdir(parents=True, exist_ok=True)
     if args.command == "fake":
         run_fake(args.port)
     else:

@@ -24,6 +24,7 @@ from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.agent.tools.interaction import RequestInput
 
+from ..conftest import use_secret
 from .fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from .llm_support import API_KEY, FakeClock, llm, make_runtime, run
 
@@ -251,10 +252,18 @@ async def test_tool_loop_is_bounded(llm: FakeLLM, tmp_path: Path) -> None:
 
 async def test_provider_failures_are_short_and_redacted(llm: FakeLLM, tmp_path: Path) -> None:
     leaky = {"error": {"message": f"Incorrect API key provided: {API_KEY}"}}
-    llm.script(Status(500), Status(401, leaky), Garbage(), Stall())
+    llm.script(
+        Status(500),
+        Status(401, leaky),
+        Garbage(),
+        Stall(),
+        Garbage(b"data: {not json\n\n"),
+        Garbage(b'data: {"error": {"message": "overloaded"}}\n\n'),
+        Garbage(b'data: {"choices": [{"delta": {"content": 7}}]}\n\n'),
+    )
     runtime = make_runtime(llm.base_url, timeout_s=0.5)
     try:
-        texts = [(await run(runtime, tmp_path, f"try {i}"))[-1] for i in range(4)]
+        texts = [(await run(runtime, tmp_path, f"try {i}"))[-1] for i in range(7)]
     finally:
         await runtime.aclose()
     assert texts[0] == TurnFailed("The model provider answered HTTP 500: boom")
@@ -266,9 +275,12 @@ async def test_provider_failures_are_short_and_redacted(llm: FakeLLM, tmp_path: 
         "The model provider sent a malformed answer (no completion chunks)."
     )
     assert texts[3] == TurnFailed("The model provider did not answer in time (0.5 s).")
+    assert texts[4] == texts[6] == TurnFailed("The model provider sent a malformed answer.")
+    assert texts[5] == TurnFailed("The model provider reported an error: overloaded")
 
 
 async def test_provider_down_names_the_url_without_credentials(tmp_path: Path) -> None:
+    use_secret("hunter2-password", "abc123secret")  # never in any log line either
     runtime = make_runtime("http://user:hunter2-password@127.0.0.1:9/v1?key=abc123secret")
     try:
         events = await run(runtime, tmp_path, "hi")
