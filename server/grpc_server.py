@@ -34,6 +34,10 @@ SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
 HEALTH_SERVICES = ("", SERVICE_NAME, LEGACY_SERVICE_NAME)
 
 
+#: Total request metadata accepted (gRPC's default hard limit is 16 KiB).
+MAX_METADATA_BYTES = 32 * 1024
+
+
 def grpc_address(host: str, port: int) -> str:
     """``host:port`` for grpc, bracketing IPv6 literals."""
     if ":" in host and not host.startswith("["):
@@ -47,6 +51,10 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         ("grpc.max_receive_message_length", config.max_body_bytes),
         # Responses are not capped here (grpc's default), as on the HTTP bindings.
         ("grpc.max_send_message_length", -1),
+        # Metadata as large as the HTTP bindings' header lines allow (16 KiB each, e.g.
+        # a 1,000-URI a2a-extensions value) plus the rest of the request's metadata.
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+        ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
         # Fail loudly when the port is taken instead of sharing it with another process.
         ("grpc.so_reuseport", 0),
     ]

@@ -144,7 +144,11 @@ def build_http_app(
     app.router.add_get(mount_path(config.mounts.card) or "/", cards.handle)
     # Pushes for our own client's watches (404 for all without a waker).
     push_receiver.mount(app, push_waker)
-    app.router.add_post(mount_path(config.mounts.jsonrpc) or "/", jsonrpc.handle)
+    jsonrpc_path = mount_path(config.mounts.jsonrpc) or "/"
+    # Some clients join the interface URL and "/": the mount answers both ways.
+    for path in {jsonrpc_path, jsonrpc_path.rstrip("/") + "/"}:
+        app.router.add_post(path, jsonrpc.handle)
+        app.router.add_route(hdrs.METH_ANY, path, jsonrpc.not_post)
     if rest_prefix:
         app.router.add_route(hdrs.METH_ANY, rest_prefix, rest.handle)
     app.router.add_route(hdrs.METH_ANY, rest_prefix + "/{tail:.*}", rest.handle)

@@ -5,8 +5,13 @@ message, call the service, encode. Methods are the schema's rpc names, found in 
 service descriptor. Decisions:
 
 - Every JSON-RPC error is HTTP 200, except a failed authentication (401 with
-  ``WWW-Authenticate``, checked before the body is read, so ``id`` is null) and rate
-  limiting (429 with ``Retry-After``).
+  ``WWW-Authenticate``) and rate limiting (429 with ``Retry-After``). Both are decided
+  from the headers before the body is read (an unknown caller's body is never read),
+  so their ``id`` is null; every error found once the envelope is read echoes its
+  ``id``, a refused ``A2A-Version`` or Content-Type included (judged from the headers
+  first, answered after the envelope is read).
+- Any other HTTP method on the mount is 405 with ``Allow: POST`` and a JSON-RPC error
+  body (-32600); the mount answers with and without a trailing slash.
 - A missing ``id`` (a JSON-RPC notification) still gets an answer with ``"id": null``:
   every A2A operation has a result, and silence would hide errors.
 - ``"params": null`` counts as absent; any other non-object ``params`` is -32600.
@@ -18,10 +23,10 @@ service operations through :mod:`a2a_gateway.protocol.compat03`. Their name is l
 only after the 1.0 lookup misses, so the 1.0 path pays nothing for them. Version rule
 (:mod:`a2a_gateway.protocol.versioning`, via :mod:`.http_version`): a 0.3 method
 accepts no ``A2A-Version`` or ``0.3``/``0.3.x``; a 1.0 method keeps the 1.0 rule (a 0.3
-header is VersionNotSupported, reported with ``"id": null`` as every version error
-found before the body). The rule's refusal is -32009 with its ErrorInfo on 0.3 methods
-too (0.3 has no code for it). A 0.3 method's other errors use the 0.3 codes (1.0-only codes
-become -32603, as the SDK does) and free-form ``data``.
+header is VersionNotSupported, echoing the request's ``id``). The rule's refusal is
+-32009 with its ErrorInfo on 0.3 methods too (0.3 has no code for it). A 0.3 method's
+other errors use the 0.3 codes (1.0-only codes become -32603, as the SDK does) and
+free-form ``data``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 from google.protobuf import json_format, message
 
 from a2a_gateway.protocol import codec, compat03, sse, versioning
@@ -145,25 +150,29 @@ async def handle(request: web.Request) -> web.StreamResponse:
     legacy: compat03.Method | None = None
     try:
         request, legacy_header = set_aside_legacy_version(request)
-        context = call_context(request, binding="JSONRPC")
-        require_json(request)
+        # Authentication (and rate limits) answer before the body is read, so with
+        # "id": null; a version or Content-Type refusal waits for the envelope, so that
+        # its answer echoes the request's id.
+        deferred: A2AError | None = None
+        try:
+            context = call_context(request, binding="JSONRPC")
+            require_json(request)
+        except (VersionNotSupportedError, InvalidRequestError) as exc:
+            deferred = exc
         raw = await read_body(request, request.app[CONFIG].max_body_bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise JSONParseError(f"Invalid JSON payload: {exc}") from None
+            raise deferred or JSONParseError(f"Invalid JSON payload: {exc}") from None
         if isinstance(body, dict) and _valid_id(body.get("id")):
             request_id = body.get("id")
+        if deferred is not None:
+            raise deferred
         envelope = _envelope(body)
         rpc = envelope.rpc
         legacy = envelope.legacy
         if legacy is not None or legacy_header is not None:
-            try:
-                check_version(request, legacy.name if legacy is not None else None, legacy_header)
-            except VersionNotSupportedError as exc:
-                if legacy is None:  # as if call_context had refused it: before the body
-                    return error_response(None, exc)
-                raise
+            check_version(request, legacy.name if legacy is not None else None, legacy_header)
             if legacy is not None:
                 params = legacy.parse(envelope.params)
                 context.version = compat03.LEGACY_VERSION
@@ -190,6 +199,16 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if legacy is not None:
             return legacy_error_response(request_id, error)
         return error_response(request_id, error)
+
+
+async def not_post(request: web.Request) -> web.StreamResponse:
+    """Any method but POST on the JSON-RPC mount: 405 with ``Allow: POST`` and a
+    JSON-RPC Invalid Request (-32600) body, ``id`` null (no body is read)."""
+    error = InvalidRequestError(
+        f"{request.method[:16]} is not allowed on the JSON-RPC endpoint; use POST",
+        metadata={"allow": hdrs.METH_POST},
+    )
+    return json_response(error_payload(None, error), status=405, headers={hdrs.ALLOW: "POST"})
 
 
 _RESULT_HEAD = b'{"jsonrpc":"2.0","id":'

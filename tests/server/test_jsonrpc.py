@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -377,7 +378,7 @@ async def test_wrong_content_type_is_an_invalid_request(
         headers={"Content-Type": content_type},
     )
     assert status == 200
-    error = assert_error(body, -32600)
+    error = assert_error(body, -32600, 1)  # refused from the headers, answered with the id
     assert needle in error["message"]
     assert http.service.calls == []
 
@@ -421,13 +422,25 @@ async def test_oversize_declared_length_is_answered_without_reading_the_body(
     assert b"-32600" in payload and b"larger than 1024 bytes" in payload
 
 
-async def test_get_on_the_jsonrpc_mount_is_405_json(http: Http) -> None:
+@pytest.mark.parametrize("path", ["/a2a", "/a2a/"])
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+async def test_other_methods_on_the_jsonrpc_mount_are_405_in_jsonrpc(
+    http: Http, method: str, path: str
+) -> None:
     async with asyncio.timeout(TIMEOUT_S):
-        response = await http.client.get("/a2a")
-        body = await response.json(content_type=None)
+        response = await http.client.request(method, path, data=b'{"jsonrpc":"2.0","id":1}')
+        raw = await response.read()
     assert response.status == 405
-    assert "POST" in response.headers["Allow"]
-    assert body["error"]["details"][0]["reason"] == "METHOD_NOT_ALLOWED"
+    assert response.headers["Allow"] == "POST"
+    if method != "HEAD":
+        assert_error(json.loads(raw), -32600)
+    assert http.service.calls == []
+
+
+@pytest.mark.parametrize("path", ["/a2a", "/a2a/", "/a2a?x=1", "/a2a/?x=1"])
+async def test_the_mount_answers_with_and_without_a_trailing_slash(http: Http, path: str) -> None:
+    status, body = await http.rpc("ListTasks", {}, request_id="s", path=path)
+    assert status == 200 and body["id"] == "s" and "result" in body, body
 
 
 # --- service parameters: auth, version, extensions -----------------------------------
@@ -480,7 +493,7 @@ async def test_valid_key_names_the_caller(keyed: Http, header: str) -> None:
 async def test_unsupported_version_header(http: Http, version: str) -> None:
     status, body = await http.rpc("ListTasks", {}, request_id=3, headers={"A2A-Version": version})
     assert status == 200
-    error = assert_error(body, -32009, None)
+    error = assert_error(body, -32009, 3)
     assert error["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
     assert http.service.calls == []
 

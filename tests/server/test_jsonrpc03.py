@@ -220,7 +220,7 @@ async def test_0_3_method_refuses_a_1_0_header(http: Http) -> None:
 
 async def test_1_0_method_still_refuses_a_0_3_header(http: Http) -> None:
     _, body = await http.rpc("ListTasks", {}, request_id=3, headers={"A2A-Version": "0.3"})
-    assert body["error"]["code"] == -32009 and body["id"] is None
+    assert body["error"]["code"] == -32009 and body["id"] == 3
     assert body["error"]["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
     _, body = await http.rpc("ListTasks", {}, headers={"A2A-Version": "1.0"})
     assert "result" in body
@@ -234,7 +234,7 @@ async def test_0_3_version_in_the_query_is_the_header_s_rule(http: Http) -> None
         _, body = await http.rpc("tasks/pushNotificationConfig/list", {"id": "t"}, path=path)
         assert body.get("result") == [], body
     _, body = await http.rpc("ListTasks", {}, path="/a2a?A2A-Version=0.3")
-    assert body["error"]["code"] == -32009 and body["id"] is None
+    assert body["error"]["code"] == -32009 and body["id"] == 1
     _, body = await http.rpc(
         "message/send", message03("x"), request_id=5, path="/a2a?A2A-Version=1.0"
     )

@@ -445,7 +445,10 @@ async def test_rest_at_root_and_jsonrpc_at_slash_together(start_http: Starter) -
         response = await http.client.get("/.well-known/agent-card.json")
         card = await response.json()
     assert response.status == 200 and card["name"]
+    # GET on the JSON-RPC mount is JSON-RPC's 405, even where HTTP+JSON is at the root.
     status, body, _ = await call(http, "GET", "/", prefix="")
+    assert status == 405 and body["error"]["code"] == -32600
+    status, body, _ = await call(http, "GET", "/nothing-here", prefix="")
     assert_rest_error(status, body, errors.MethodNotFoundError)
 
 
