@@ -26,6 +26,9 @@ file the engine refuses (too large, not downloadable) fails the task before the 
 runs. In the task's stored history the ``raw`` bytes of such parts are emptied once
 saved (``metadata["a2a-gateway.savedAs"]`` names the file in the workspace).
 
+The public agent card can carry the agent's own name, description and skills:
+override :meth:`Agent.profile` (settings given to ``serve`` still win).
+
 Before a *new* task exists, :meth:`Agent.reply` may answer with a plain Message instead
 (the A2A "message reply": no task is created). Continuations never get one.
 
@@ -246,6 +249,17 @@ class AgentError(Exception):
     with ``redact(str(error))`` as its status message."""
 
 
+@dataclass(frozen=True, slots=True)
+class AgentProfile:
+    """How a hosted agent describes itself on the public agent card. Every field is
+    optional (empty: the gateway's default); a ``--card-name``, ``--card-description``
+    or ``--card-skills`` setting wins over it. Public: put nothing private here."""
+
+    name: str = ""
+    description: str = ""
+    skills: tuple[pb.AgentSkill, ...] = ()
+
+
 class Agent(abc.ABC):
     """What answers turns. One instance serves every task, concurrently.
 
@@ -255,6 +269,11 @@ class Agent(abc.ABC):
     """
 
     streaming: bool = True
+
+    def profile(self) -> AgentProfile | None:
+        """The agent's name, description and skills for the public card, read once at
+        start-up (None, the default: the gateway's settings and defaults)."""
+        return None
 
     async def reply(self, turn: Turn) -> pb.Message | None:
         """Answer a new message with a plain Message (no task), or ``None`` (default)
@@ -307,6 +326,7 @@ __all__ = [
     "RESPONSE_ARTIFACT",
     "Agent",
     "AgentError",
+    "AgentProfile",
     "ArtifactChunk",
     "AuthRequired",
     "Completed",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import grpc
 from aiohttp import web
 
-from a2a_gateway.agent.base import Agent
+from a2a_gateway.agent.base import Agent, AgentProfile
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
@@ -32,7 +32,7 @@ from a2a_gateway.server.auth import (
     WorkspaceCallers,
     read_callers,
 )
-from a2a_gateway.server.card import CardProvider
+from a2a_gateway.server.card import CardProvider, parse_extensions, read_skills_file
 from a2a_gateway.server.config import CardConfig, Mounts, ServerConfig, is_loopback
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
@@ -78,7 +78,7 @@ def server_config(settings: Settings) -> ServerConfig:
         grpc_port=None if grpc_port < 0 else grpc_port,
         public_url=settings["public_url"].rstrip("/"),
         mounts=Mounts(jsonrpc=jsonrpc, rest=_mount(settings["rest_path"])),
-        card=CardConfig(name=settings["name"], description=settings["description"]),
+        card=card_config(settings),
         workspaces=workspaces,
         allow_anonymous=settings["allow_anonymous"],
         allow_private_urls=settings["allow_private_urls"],
@@ -94,6 +94,30 @@ def server_config(settings: Settings) -> ServerConfig:
             max_running_tasks=settings["max_running_tasks"],
             max_open_contexts=settings["max_open_contexts"],
         ),
+    )
+
+
+def card_config(settings: Settings) -> CardConfig:
+    """The public card's settings; a skills file or extensions that cannot be read are
+    a :class:`StartupError` naming the setting."""
+    skills = []
+    if settings["card_skills"]:
+        try:
+            skills = read_skills_file(Path(settings["card_skills"]))
+        except ValueError as exc:
+            raise StartupError(f"--card-skills: {exc}") from None
+    extensions = []
+    if settings["card_extensions"].strip():
+        try:
+            extensions = parse_extensions(settings["card_extensions"])
+        except ValueError as exc:
+            raise StartupError(f"--card-extensions {exc}") from None
+    return CardConfig(
+        name=settings["card_name"],
+        description=settings["card_description"],
+        skills=skills,
+        extensions=extensions,
+        format=settings["card_format"],
     )
 
 
@@ -132,6 +156,17 @@ def build_agent(settings: Settings, workspaces: list[Path] | None = None) -> Age
     if settings["exec"]:
         return ProcessAgent(settings["exec"])
     return FauxAgent()
+
+
+def agent_profile(agent: Agent) -> AgentProfile | None:
+    """The hosted agent's own card profile (Agent.profile), checked once at start-up."""
+    try:
+        profile = agent.profile()
+    except Exception as exc:
+        raise StartupError(f"the agent's profile() failed: {type(exc).__name__}") from None
+    if profile is not None and not isinstance(profile, AgentProfile):
+        raise StartupError("the agent's profile() must return an AgentProfile or None")
+    return profile
 
 
 def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
@@ -238,6 +273,7 @@ class Gateway:
                 agent = build_agent(settings, self.config.workspaces)
             self.runtime = getattr(agent, "runtime", None)
             self.cards.streaming = agent.streaming
+            self.cards.profile = agent_profile(agent)
             self.engine = TaskEngine(
                 agent,
                 build_store(settings, self.config),

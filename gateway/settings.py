@@ -127,8 +127,41 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
     Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),
     Setting("rest_path", str, "/a2a/v1", "HTTP+JSON mount point ('' or '/' = root)"),
-    Setting("name", str, "a2a-gateway agent", "agent name on the card"),
-    Setting("description", str, "", "agent description (default: first line of PERSONA.md)"),
+    Setting(
+        "card_name",
+        str,
+        "",
+        "agent name on the public card (default: the agent's own, else 'a2a-gateway agent')",
+    ),
+    Setting(
+        "card_description",
+        str,
+        "",
+        "description on the public card, and on extended cards of workspaces without a"
+        " PERSONA.md (default: the agent's own, else a generic sentence)",
+    ),
+    Setting(
+        "card_skills",
+        str,
+        "",
+        "JSON file with the public card's skills, an array of AgentSkill (default: the"
+        " agent's own, else one chat skill)",
+    ),
+    Setting(
+        "card_extensions",
+        str,
+        "",
+        'extensions the card declares, a JSON array such as [{"uri": "https://...",'
+        ' "description": "...", "required": false}]',
+    ),
+    Setting(
+        "card_format",
+        str,
+        "auto",
+        "public card shape: auto (pure 1.0 for a request with A2A-Version 1.x, else the"
+        " hybrid with the 0.3 keys), 1.0, or hybrid",
+        choices=("auto", "1.0", "hybrid"),
+    ),
     Setting("max_hops", int, 3, "refuse tasks whose a2a-gateway.hops exceeds this"),
     Setting("max_file_bytes", int, 10 * 1024 * 1024, "cap per file part, in and out", minimum=1),
     Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),

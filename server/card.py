@@ -1,9 +1,15 @@
 """Agent cards: the public card (served with ETag and Cache-Control) and the per-caller
 extended card.
 
-Both are built fresh on every call from :class:`ServerConfig` and the workspace files
-(``PERSONA.md``, ``.a2a/card.json``), so edits apply at once. Nothing here depends on
-the task engine: it receives :meth:`CardProvider.extended_card` as a plain function.
+The public card shows nothing private: its name, description and skills come from the
+settings (``--card-name``, ``--card-description``, ``--card-skills``), else from the
+hosted agent's :meth:`~a2a_gateway.agent.base.Agent.profile`, else defaults; its
+extensions from ``--card-extensions``. The workspace files (``PERSONA.md``,
+``.a2a/card.json``) feed only the caller's extended card, built fresh on every call so
+edits apply at once: its description is the first non-empty line of the caller's
+``PERSONA.md``, else the public one; card.json's name, description and skills override.
+Nothing here depends on the task engine: it receives :meth:`CardProvider.extended_card`
+as a plain function.
 
 Base URL of the interfaces: ``config.public_url`` when set, else the request's own
 scheme and ``Host``. ``X-Forwarded-Proto``/``X-Forwarded-Host`` are deliberately NOT
@@ -13,26 +19,34 @@ Behind a reverse proxy, set ``public_url``.
 
 A2A 0.3 peers (digest §13, §14.3): the card lists 0.3 JSON-RPC, HTTP+JSON and gRPC
 interfaces last (same URLs as the 1.0 ones; clients take the first compatible entry, so
-1.0 clients keep 1.0), and the public card is served as the SDK's hybrid: 1.0 ProtoJSON
-plus the 0.3 keys (``url``, ``preferredTransport``, ``protocolVersion``, flat security
-schemes, ...), which 1.0 clients ignore. The extended card (a 1.0 operation) stays plain 1.0.
+1.0 clients keep 1.0). A card for each reader: a request for the public card declaring
+``A2A-Version: 1.x`` (header or query) gets the pure 1.0 card; one without (0.3 clients
+send none) gets the SDK's hybrid: 1.0 ProtoJSON plus the 0.3 keys (``url``,
+``preferredTransport``, ``protocolVersion``, flat security schemes, ...), which 1.0
+clients ignore. ``--card-format 1.0|hybrid`` forces either. The response carries
+``ETag``, ``Last-Modified`` (when this process first served that card body) and
+``Vary: A2A-Version``. The extended card (a 1.0 operation) stays plain 1.0.
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
+import email.utils
 import hashlib
 import logging
 import re
+import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
 
-from a2a_gateway.protocol import codec, compat03
+from a2a_gateway.agent.base import AgentProfile
+from a2a_gateway.protocol import codec, compat03, versioning
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -44,6 +58,7 @@ log = logging.getLogger(__name__)
 
 CARD_FILE = Path(".a2a") / "card.json"
 PERSONA_FILE = "PERSONA.md"
+DEFAULT_NAME = "a2a-gateway agent"
 DEFAULT_DESCRIPTION = "A conversational agent reachable over the A2A protocol."
 DEFAULT_INPUT_MODES = ("text/plain", "application/json", "application/octet-stream")
 DEFAULT_OUTPUT_MODES = ("text/plain", "application/json", "application/octet-stream")
@@ -105,11 +120,19 @@ class _MalformedCard(Exception):
 class CardProvider:
     """Builds agent cards from the configuration; see the module docstring."""
 
-    def __init__(self, config: ServerConfig, *, push_notifications: bool = False) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        push_notifications: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self.push_notifications = push_notifications
         self.streaming = True  # False for an agent that cannot stream (Agent.streaming)
-        self._encodings: collections.OrderedDict[bytes, tuple[bytes, str]] = (
+        self.profile: AgentProfile | None = None  # the hosted agent's own (Agent.profile)
+        self.clock = clock  # for Last-Modified (tests inject one)
+        self._encodings: collections.OrderedDict[bytes, tuple[bytes, str, float]] = (
             collections.OrderedDict()
         )
 
@@ -191,12 +214,10 @@ class CardProvider:
     def public_card(self, base_url: str | None = None) -> pb.AgentCard:
         """The public card; ``base_url`` defaults to :meth:`base_url` (see module doc)."""
         settings = self.config.card
-        description = settings.description
-        if not description and self.config.workspaces:
-            description = first_line(self.config.workspaces[0] / PERSONA_FILE) or ""
+        profile = self.profile or AgentProfile()
         card = pb.AgentCard(
-            name=settings.name,
-            description=description or DEFAULT_DESCRIPTION,
+            name=settings.name or profile.name or DEFAULT_NAME,
+            description=settings.description or profile.description or DEFAULT_DESCRIPTION,
             supported_interfaces=self.interfaces(base_url or self.base_url()),
             version=settings.version,
             capabilities=pb.AgentCapabilities(
@@ -206,8 +227,9 @@ class CardProvider:
             ),
             default_input_modes=DEFAULT_INPUT_MODES,
             default_output_modes=DEFAULT_OUTPUT_MODES,
-            skills=[_chat_skill()],
+            skills=settings.skills or profile.skills or [_chat_skill()],
         )
+        card.capabilities.extensions.extend(settings.extensions)
         if settings.provider_organization and settings.provider_url:
             card.provider.organization = settings.provider_organization
             card.provider.url = settings.provider_url
@@ -232,18 +254,18 @@ class CardProvider:
         return card
 
     def extended_card(self, context: CallContext) -> pb.AgentCard:
-        """The caller's extended card: its workspace's ``.a2a/card.json`` (name,
-        description, skills) over the public card.
+        """The caller's extended card: the public card, with the first non-empty line
+        of the caller's ``PERSONA.md`` as its description (else the configured one),
+        then the workspace's ``.a2a/card.json`` (name, description, skills) over it.
 
-        Without a card.json the description comes from the caller's ``PERSONA.md``
-        when there is one. A malformed card.json is treated like a missing one, with a
-        warning naming the file (never its content).
+        A malformed card.json is treated like a missing one, with a warning naming the
+        file (never its content).
         """
         card = self.public_card()
         if not context.caller.workspace:
             return card
         workspace = Path(context.caller.workspace)
-        persona = None if self.config.card.description else first_line(workspace / PERSONA_FILE)
+        persona = first_line(workspace / PERSONA_FILE)
         if persona:
             card.description = persona
         path = workspace / CARD_FILE
@@ -266,32 +288,56 @@ class CardProvider:
 
     # --- serving --------------------------------------------------------------------
 
-    def _encoded(self, card: pb.AgentCard) -> tuple[bytes, str]:
-        """The hybrid card's JSON and ETag. The card is built fresh for every request;
-        its encoding (ProtoJSON, the 0.3 keys, the hash: ~45 us, most of a card request)
-        is reused while the card is byte for byte the same. A few entries: one per
-        Host the card is asked under, bounded because Host is the client's choice."""
-        key = card.SerializeToString(deterministic=True)
+    def _encoded(self, card: pb.AgentCard, hybrid: bool) -> tuple[bytes, str, float]:
+        """The card's JSON (pure 1.0, or the hybrid), its ETag and when this process
+        first served that body. The card is built fresh for every request; its encoding
+        (ProtoJSON, the 0.3 keys, the hash: ~45 us, most of a card request) is reused
+        while the card is byte for byte the same. A few entries: one per Host and
+        format the card is asked under, bounded because Host is the client's choice."""
+        key = (b"h" if hybrid else b"p") + card.SerializeToString(deterministic=True)
         found = self._encodings.get(key)
         if found is not None:
             self._encodings.move_to_end(key)
             return found
-        body = orjson.dumps(compat03.hybrid_card(codec.to_dict(card)))
-        found = body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        data = codec.to_dict(card)
+        body = orjson.dumps(compat03.hybrid_card(data) if hybrid else data)
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        found = body, etag, float(int(self.clock()))  # HTTP dates have whole seconds
         self._encodings[key] = found
         if len(self._encodings) > ENCODED_CARDS:
             self._encodings.popitem(last=False)
         return found
 
+    def serves_hybrid(self, request: web.Request) -> bool:
+        """Whether ``request`` gets the hybrid card: ``--card-format``, else whether it
+        declares no 1.x ``A2A-Version`` (header, else query)."""
+        chosen = self.config.card.format
+        if chosen != "auto":
+            return chosen == "hybrid"
+        name = versioning.VERSION_HEADER
+        value = request.headers.get(name)
+        if value is None and request.query_string:
+            value = request.query.get(name) or request.query.get(name.lower())
+        return not declares_1x(value)
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """``GET`` the public (hybrid) card, with a content-hash ETag and 304
-        revalidation."""
-        body, etag = self._encoded(self.public_card(self.base_url(request)))
+        """``GET`` the public card for its reader, with a content-hash ETag,
+        Last-Modified, and 304 revalidation."""
+        card = self.public_card(self.base_url(request))
+        body, etag, modified = self._encoded(card, self.serves_hybrid(request))
         headers = {
             hdrs.ETAG: etag,
+            hdrs.LAST_MODIFIED: email.utils.formatdate(modified, usegmt=True),
             hdrs.CACHE_CONTROL: f"public, max-age={self.config.card_max_age_s}",
         }
-        if etag_matches(request.headers.get(hdrs.IF_NONE_MATCH), etag):
+        if self.config.card.format == "auto":
+            headers[hdrs.VARY] = versioning.VERSION_HEADER
+        if_none_match = request.headers.get(hdrs.IF_NONE_MATCH)
+        if if_none_match is not None:
+            fresh = etag_matches(if_none_match, etag)
+        else:  # RFC 9110 13.1.3: If-Modified-Since only without If-None-Match
+            fresh = not_modified_since(request.headers.get(hdrs.IF_MODIFIED_SINCE), modified)
+        if fresh:
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, content_type=CARD_CONTENT_TYPE, headers=headers)
 
@@ -309,6 +355,30 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
         if tag == "*" or tag.removeprefix("W/") == bare:
             return True
     return False
+
+
+def declares_1x(value: str | None) -> bool:
+    """Whether an ``A2A-Version`` value names a 1.x version (``1``, ``1.0``, ``1.1.2``)."""
+    if not value:
+        return False
+    parts = value.strip().split(".")
+    return (
+        len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts) and int(parts[0]) == 1
+    )
+
+
+def not_modified_since(header: str | None, modified: float) -> bool:
+    """Whether an ``If-Modified-Since`` date is at or after ``modified`` (an unreadable
+    date is ignored, as RFC 9110 asks)."""
+    if not header:
+        return False
+    try:
+        since = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError, IndexError):
+        return False
+    if since.tzinfo is None:
+        return False
+    return since.timestamp() >= modified
 
 
 def mount_path(mount: str) -> str:
@@ -352,18 +422,67 @@ def _read_card_file(path: Path) -> tuple[str | None, str | None, list[pb.AgentSk
     description = _text(data, "description")
     skills: list[pb.AgentSkill] | None = None
     if "skills" in data:
-        raw = data["skills"]
-        if not isinstance(raw, list) or not raw:
-            raise _MalformedCard("skills must be a non-empty array")
-        skills = []
-        for index, item in enumerate(raw):
-            try:
-                skills.append(
-                    codec.parse(pb.AgentSkill, item, path=f"skills[{index}]", unknown="refuse")
-                )
-            except A2AError as exc:
-                raise _MalformedCard(f"skills[{index}]: {exc.message}") from None
+        try:
+            skills = parse_skills(data["skills"], "skills")
+        except ValueError as exc:
+            raise _MalformedCard(str(exc)) from None
     return name, description, skills
+
+
+def parse_skills(raw: Any, where: str) -> list[pb.AgentSkill]:
+    """A non-empty JSON array of AgentSkill (ProtoJSON, unknown keys refused);
+    ValueError naming the first bad entry."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where} must be a non-empty array")
+    skills = []
+    for index, item in enumerate(raw):
+        try:
+            skill = codec.parse(pb.AgentSkill, item, path=f"{where}[{index}]", unknown="refuse")
+        except A2AError as exc:
+            raise ValueError(f"{where}[{index}]: {exc.message}") from None
+        skills.append(skill)
+    return skills
+
+
+def read_skills_file(path: Path) -> list[pb.AgentSkill]:
+    """The public card's skills from a JSON file (``--card-skills``): an array of
+    AgentSkill, or an object with a ``skills`` array. ValueError saying why not."""
+    try:
+        if path.stat().st_size > _MAX_FILE_BYTES:
+            raise ValueError(f"{path} is larger than {_MAX_FILE_BYTES} bytes")
+        data: Any = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}") from None
+    except orjson.JSONDecodeError:
+        raise ValueError(f"{path} is not valid JSON") from None
+    if isinstance(data, dict) and set(data) == {"skills"}:
+        data = data["skills"]
+    try:
+        return parse_skills(data, "skills")
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def parse_extensions(text: str) -> list[pb.AgentExtension]:
+    """The card's extensions from ``--card-extensions``: a JSON array of ``{uri,
+    description?, required?, params?}`` objects. ValueError naming the first bad one."""
+    try:
+        data: Any = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ValueError("must be a JSON array of {uri, description?, required?}") from None
+    if not isinstance(data, list):
+        raise ValueError("must be a JSON array of {uri, description?, required?}")
+    extensions = []
+    for index, item in enumerate(data):
+        where = f"[{index}]"
+        try:
+            extension = codec.parse(pb.AgentExtension, item, path=where, unknown="refuse")
+        except A2AError as exc:
+            raise ValueError(f"{where}: {exc.message}") from None
+        if not extension.uri:
+            raise ValueError(f"{where}.uri is required")
+        extensions.append(extension)
+    return extensions
 
 
 def _text(data: dict[str, Any], key: str) -> str | None:

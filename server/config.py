@@ -6,6 +6,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lf.a2a.v1 import a2a_pb2 as pb
+
 from .limits import RateLimits, TaskCaps
 
 
@@ -32,10 +34,22 @@ class Mounts:
     card: str = "/.well-known/agent-card.json"
 
 
+#: How the public card is served: ``auto`` (pure 1.0 to a request declaring A2A-Version
+#: 1.x, else the hybrid with the 0.3 keys), or always ``1.0`` or ``hybrid``.
+CARD_FORMATS = ("auto", "1.0", "hybrid")
+
+
 @dataclass(slots=True)
 class CardConfig:
-    name: str = "a2a-gateway agent"
-    description: str = ""  # empty: first non-empty line of <workspace>/PERSONA.md, else a default
+    """What the public card says (each empty value: the hosted agent's own profile,
+    else a default). Nothing here comes from a workspace: PERSONA.md and card.json feed
+    only the extended card."""
+
+    name: str = ""
+    description: str = ""
+    skills: list[pb.AgentSkill] = field(default_factory=list)
+    extensions: list[pb.AgentExtension] = field(default_factory=list)
+    format: str = "auto"  # one of CARD_FORMATS
     version: str = "1.0.0"
     provider_organization: str = ""
     provider_url: str = ""

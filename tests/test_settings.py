@@ -14,11 +14,11 @@ from a2a_gateway.settings import SettingsError, resolve
 
 def test_precedence_flag_then_environment_then_file(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
-    config.write_text('[serve]\nport = 9001\nname = "from file"\nlog_level = "debug"\n')
-    environ = {"A2A_GATEWAY_PORT": "9002", "A2A_GATEWAY_NAME": "from env"}
+    config.write_text('[serve]\nport = 9001\ncard_name = "from file"\nlog_level = "debug"\n')
+    environ = {"A2A_GATEWAY_PORT": "9002", "A2A_GATEWAY_CARD_NAME": "from env"}
     settings = resolve({"port": 9003}, environ=environ, config_file=config)
     assert settings["port"] == 9003
-    assert settings["name"] == "from env"
+    assert settings["card_name"] == "from env"
     assert settings["log_level"] == "debug"
     assert resolve({}, environ={})["port"] == 8080
 

@@ -289,7 +289,7 @@ async def test_malformed_card_json_falls_back_with_a_warning(
     path.write_text('{"name": 5}')
     with caplog.at_level(logging.WARNING, logger="a2a_gateway.server.card"):
         card = await driver.call("GetExtendedAgentCard", {})
-    assert card["name"] == site.gateway.config.card.name
+    assert card["name"] == "a2a-gateway agent"  # the public card's (no --card-name here)
     assert any(str(path) in r.getMessage() for r in caplog.records)
 
 

@@ -104,23 +104,30 @@ def test_provider_needs_both_fields() -> None:
     assert not card.HasField("provider")
 
 
-async def test_description_from_persona_then_default(start_http: Starter, tmp_path: Path) -> None:
+async def test_public_description_never_reads_persona(start_http: Starter, tmp_path: Path) -> None:
+    """PERSONA.md feeds only the extended card (issue 10 item 11)."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     http = await start_http(config=ServerConfig(workspaces=[workspace]))
-    _, card, _ = await get_card(http)
-    assert card["description"] == "A conversational agent reachable over the A2A protocol."
     (workspace / "PERSONA.md").write_text("\n\n   \n# Helps Eugene plan his week.\nMore text.\n")
     _, card, _ = await get_card(http)
-    assert card["description"] == "Helps Eugene plan his week."
+    assert card["description"] == "A conversational agent reachable over the A2A protocol."
+    extended = http.cards.extended_card(caller_in(workspace))
+    assert extended.description == "Helps Eugene plan his week."
 
 
-async def test_configured_description_beats_persona(start_http: Starter, tmp_path: Path) -> None:
+async def test_persona_beats_the_configured_description_on_the_extended_card(
+    start_http: Starter, tmp_path: Path
+) -> None:
     (tmp_path / "PERSONA.md").write_text("From persona\n")
     config = ServerConfig(workspaces=[tmp_path], card=CardConfig(description="From config"))
     http = await start_http(config=config)
     _, card, _ = await get_card(http)
     assert card["description"] == "From config"
+    assert http.cards.extended_card(caller_in(tmp_path)).description == "From persona"
+    other = tmp_path / "other"  # a workspace without a PERSONA.md: the configured one
+    other.mkdir()
+    assert http.cards.extended_card(caller_in(other)).description == "From config"
 
 
 # --- interface URLs --------------------------------------------------------------------------
@@ -244,10 +251,10 @@ async def test_etag_and_cache_control(start_http: Starter) -> None:
 async def test_etag_changes_when_the_card_does(start_http: Starter, tmp_path: Path) -> None:
     http = await start_http(config=ServerConfig(workspaces=[tmp_path]))
     _, _, first = await get_card(http)
-    (tmp_path / "PERSONA.md").write_text("A new persona\n")
+    http.config.card.description = "A new description"
     status, card, second = await get_card(http, headers={"If-None-Match": first["ETag"]})
     assert status == 200
-    assert card["description"] == "A new persona"
+    assert card["description"] == "A new description"
     assert second["ETag"] != first["ETag"]
 
 
