@@ -111,6 +111,8 @@ def first_line(path: Path) -> str | None:
 
 #: Encodings of the public card kept (see CardProvider._encoded).
 ENCODED_CARDS = 16
+#: (body, ETag, first served at, the same as an HTTP date)
+_Encoded = tuple[bytes, str, float, str]
 
 
 class _MalformedCard(Exception):
@@ -132,9 +134,7 @@ class CardProvider:
         self.streaming = True  # False for an agent that cannot stream (Agent.streaming)
         self.profile: AgentProfile | None = None  # the hosted agent's own (Agent.profile)
         self.clock = clock  # for Last-Modified (tests inject one)
-        self._encodings: collections.OrderedDict[bytes, tuple[bytes, str, float]] = (
-            collections.OrderedDict()
-        )
+        self._encodings: collections.OrderedDict[bytes, _Encoded] = collections.OrderedDict()
 
     # --- URLs ---------------------------------------------------------------------
 
@@ -288,12 +288,13 @@ class CardProvider:
 
     # --- serving --------------------------------------------------------------------
 
-    def _encoded(self, card: pb.AgentCard, hybrid: bool) -> tuple[bytes, str, float]:
+    def _encoded(self, card: pb.AgentCard, hybrid: bool) -> _Encoded:
         """The card's JSON (pure 1.0, or the hybrid), its ETag and when this process
-        first served that body. The card is built fresh for every request; its encoding
-        (ProtoJSON, the 0.3 keys, the hash: ~45 us, most of a card request) is reused
-        while the card is byte for byte the same. A few entries: one per Host and
-        format the card is asked under, bounded because Host is the client's choice."""
+        first served that body (seconds, and as an HTTP date). The card is built fresh
+        for every request; its encoding (ProtoJSON, the 0.3 keys, the hash: ~45 us, most
+        of a card request) is reused while the card is byte for byte the same. A few
+        entries: one per Host and format the card is asked under, bounded because Host
+        is the client's choice."""
         key = (b"h" if hybrid else b"p") + card.SerializeToString(deterministic=True)
         found = self._encodings.get(key)
         if found is not None:
@@ -302,7 +303,8 @@ class CardProvider:
         data = codec.to_dict(card)
         body = orjson.dumps(compat03.hybrid_card(data) if hybrid else data)
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        found = body, etag, float(int(self.clock()))  # HTTP dates have whole seconds
+        modified = float(int(self.clock()))  # HTTP dates have whole seconds
+        found = body, etag, modified, email.utils.formatdate(modified, usegmt=True)
         self._encodings[key] = found
         if len(self._encodings) > ENCODED_CARDS:
             self._encodings.popitem(last=False)
@@ -324,10 +326,10 @@ class CardProvider:
         """``GET`` the public card for its reader, with a content-hash ETag,
         Last-Modified, and 304 revalidation."""
         card = self.public_card(self.base_url(request))
-        body, etag, modified = self._encoded(card, self.serves_hybrid(request))
+        body, etag, modified, http_date = self._encoded(card, self.serves_hybrid(request))
         headers = {
             hdrs.ETAG: etag,
-            hdrs.LAST_MODIFIED: email.utils.formatdate(modified, usegmt=True),
+            hdrs.LAST_MODIFIED: http_date,
             hdrs.CACHE_CONTROL: f"public, max-age={self.config.card_max_age_s}",
         }
         if self.config.card.format == "auto":
