@@ -151,8 +151,9 @@ def parse_agents(data: Any, path: Path) -> AgentsFile:
     return AgentsFile(path, agents, tuple(skipped))
 
 
-def read_raw(path: Path) -> bytes | None:
-    """The bytes of a regular file, None when it does not exist; OSError otherwise.
+def read_raw(path: Path, *, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """The bytes of a regular file of at most ``limit`` bytes, None when it does not
+    exist; OSError otherwise (not a regular file, larger than ``limit``, unreadable).
 
     Opened non-blocking, so a FIFO in its place cannot hang the reader."""
     try:
@@ -163,12 +164,15 @@ def read_raw(path: Path) -> bytes | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(0, "not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise OSError(0, f"larger than {MAX_FILE_BYTES} bytes")
+        if info.st_size > limit:
+            raise OSError(0, f"larger than {limit} bytes")
         with open(fd, "rb", closefd=False) as file:
-            return file.read(MAX_FILE_BYTES + 1)
+            data = file.read(limit + 1)
     finally:
         os.close(fd)
+    if len(data) > limit:  # it grew while we read it
+        raise OSError(0, f"larger than {limit} bytes")
+    return data
 
 
 def read_agents(workspace: Path) -> AgentsFile:

@@ -1,0 +1,388 @@
+"""The ``a2a`` tool: the owner's assistant calls the agents of agents.json.
+
+One tool with an ``action``:
+
+- ``agents`` lists every agent with its card (10 s each, concurrently): description, card
+  name, streaming/push, skills with up to three examples, or ``unreachable (<reason>)``;
+- ``send`` sends ``message`` and/or ``files`` to ``agent`` (``contextId`` continues a
+  conversation, ``taskId`` answers its question) with returnImmediately and the hop count
+  + 1, never streamed, then waits up to ``wait_s`` (60 s; 0 hands over at once) for the task
+  to settle: it subscribes when the card streams (polling when the stream fails or ends
+  early), else polls GetTask every second. A task still running then is handed to a watch
+  (also when the turn is aborted or the agent stops answering once the task exists);
+- ``status`` reads a task (the same result shape as ``send``);
+- ``cancel`` stops this conversation's watch of the task, then cancels it; when the agent
+  cannot be reached the watch is re-armed.
+
+Only owner sessions get this tool (a host never adds it to an inbound caller's session,
+and a call with a caller in its context is refused). Every remote call is bounded by
+60 s. Keys never appear in results or errors: every text from the agent's side passes the
+entry's redactor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.agent.tools.base import Tool, ToolContext, ToolError, ToolResult
+from a2a_gateway.agent.tools.files import confine
+from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.hops import HOPS_KEY
+from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
+
+from .agents_file import AgentEntry, read_agents, read_raw
+from .directory import describe, fetch_agent_cards
+from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
+from .guarded_http import open_agent
+from .remote import RemoteService
+from .results import (
+    SETTLED,
+    STILL_WATCHED,
+    is_settled,
+    message_result,
+    save_task_files,
+    task_result,
+)
+from .watches import CALL_TIMEOUT_S, WatchRegistry
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+#: How long send waits for a result before a watch takes over.
+DEFAULT_WAIT_S = 60.0
+#: Poll interval while send waits on an agent that does not stream.
+SEND_POLL_S = 1.0
+ACTIONS = ("agents", "send", "status", "cancel")
+
+DESCRIPTION = (
+    "Call other A2A agents listed in the workspace's .a2a/agents.json. action=agents lists"
+    " them with their skills; action=send sends `message` and/or workspace `files` to"
+    " `agent` (pass `contextId` to continue a conversation with it, `taskId` to answer its"
+    " question); action=status reads task `taskId`; action=cancel cancels it. A task that"
+    " takes long is watched and its result is delivered to this conversation later."
+)
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": list(ACTIONS)},
+        "agent": {"type": "string", "description": "the agent's name in agents.json"},
+        "message": {"type": "string", "description": "text to send"},
+        "files": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "workspace paths of files to attach",
+        },
+        "contextId": {"type": "string"},
+        "taskId": {"type": "string"},
+    },
+    "required": ["action"],
+}
+
+
+class A2ATool(Tool):
+    name = "a2a"
+    description = DESCRIPTION
+    parameters = PARAMETERS
+
+    def __init__(
+        self,
+        watches: WatchRegistry,
+        *,
+        wait_s: float = DEFAULT_WAIT_S,
+        allow_private_urls: bool = False,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+    ) -> None:
+        self.watches = watches
+        self.wait_s = wait_s
+        self.allow_private_urls = allow_private_urls
+        self.max_file_bytes = max_file_bytes
+        self.call_timeout_s = call_timeout_s
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        if context.caller is not None:
+            raise ToolError("the a2a tool is only available in the owner's own conversations")
+        action = arguments.get("action")
+        if action == "agents":
+            return ToolResult(await self._agents(context.workspace))
+        if action not in ACTIONS:
+            raise ToolError(f"action must be one of: {', '.join(ACTIONS)}")
+        entry = self._entry(context.workspace, arguments.get("agent"))
+        redact = Redactor([entry.key])
+        try:
+            if action == "send":
+                return ToolResult(await self._send(entry, arguments, context))
+            task_id = _text(arguments, "taskId", required=True)
+            if action == "status":
+                return ToolResult(await self._status(entry, task_id, context))
+            return ToolResult(await self._cancel(entry, task_id, context))
+        except ToolError as exc:
+            raise ToolError(redact(str(exc))) from None
+        except A2AError as exc:
+            raise ToolError(redact(_explain(entry.name, exc))) from None
+
+    # --- actions ------------------------------------------------------------------------
+
+    async def _agents(self, workspace: Path) -> str:
+        agents = read_agents(workspace)
+        lines: list[str] = []
+        if agents.error:
+            lines.append(agents.error)
+        elif not agents.agents:
+            lines.append("No agents are configured (.a2a/agents.json lists none).")
+        results = await fetch_agent_cards(
+            list(agents.agents.values()), allow_private_urls=self.allow_private_urls
+        )
+        lines += [describe(result) for result in results]
+        lines += [f"skipped: {reason}" for reason in agents.skipped]
+        return "\n".join(lines)
+
+    async def _send(
+        self, entry: AgentEntry, arguments: Mapping[str, Any], context: ToolContext
+    ) -> str:
+        text = _text(arguments, "message")
+        parts: list[pb.Part] = [pb.Part(text=text)] if text else []
+        parts += await self._file_parts(context.workspace, arguments.get("files"))
+        if not parts:
+            raise ToolError("send needs a message or files")
+        message = pb.Message(
+            role=pb.ROLE_USER,
+            message_id=uuid.uuid4().hex,
+            parts=parts,
+            context_id=_text(arguments, "contextId"),
+            task_id=_text(arguments, "taskId"),
+        )
+        message.metadata.update({HOPS_KEY: context.hops + 1})
+        request = pb.SendMessageRequest(message=message)
+        request.configuration.return_immediately = True
+        request.metadata.update({HOPS_KEY: context.hops + 1})
+        async with await self._open(entry) as service:
+            reply = await self._bounded(service.send_message(request))
+            if reply.WhichOneof("payload") == "message":
+                return message_result(entry.name, reply.message)
+            task = reply.task
+            try:
+                task = await self._wait(service, task)
+            except (A2AError, TimeoutError) as exc:
+                # The task exists: it is never left unwatched.
+                log.info("a2a send: waiting on task %s failed: %s", task.id, _reason(exc))
+            except asyncio.CancelledError:
+                await asyncio.shield(self._hand_over(entry, task, service.card, context))
+                raise
+            return await self._outcome(entry, task, service.card, context)
+
+    async def _status(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
+        async with await self._open(entry) as service:
+            task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
+            if not is_settled(task):
+                return task_result(entry.name, task).split("\n", 1)[0]
+            return await self._outcome(entry, task, service.card, context)
+
+    async def _cancel(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
+        # The watch stops first, so a canceled outcome is not delivered again later.
+        record = await self.watches.stop(context.workspace, context.scope, task_id)
+        try:
+            async with await self._open(entry) as service:
+                try:
+                    task = await self._bounded(
+                        service.cancel_task(pb.CancelTaskRequest(id=task_id))
+                    )
+                except (Unreachable, Timeout):
+                    raise
+                except A2AError as refused:
+                    task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
+                    if record is not None and not is_settled(task):
+                        await self.watches.rearm(context.workspace, record)
+                    outcome = await self._outcome(entry, task, service.card, context)
+                    why = _explain_short(refused)
+                    return f'Agent "{entry.name}" refused to cancel: {why}\n{outcome}'
+                return await self._outcome(entry, task, service.card, context)
+        except (Unreachable, Timeout) as exc:
+            if record is None:
+                raise
+            await self.watches.rearm(context.workspace, record)
+            raise ToolError(f"{_explain(entry.name, exc)} {STILL_WATCHED}") from None
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _entry(self, workspace: Path, agent: Any) -> AgentEntry:
+        agents = read_agents(workspace)
+        if agents.error:
+            raise ToolError(agents.error)
+        if not isinstance(agent, str) or not agent:
+            raise ToolError("agent: give the agent's name (action=agents lists them)")
+        entry = agents.agents.get(agent)
+        if entry is None:
+            names = ", ".join(agents.names) or "none"
+            raise ToolError(f'Unknown agent "{agent[:60]}". Configured agents: {names}.')
+        return entry
+
+    async def _open(self, entry: AgentEntry) -> RemoteService:
+        opening = open_agent(
+            entry, allow_private_urls=self.allow_private_urls, timeout=self.call_timeout_s
+        )
+        return await self._bounded(opening)
+
+    async def _bounded(self, call: Awaitable[R]) -> R:
+        try:
+            async with asyncio.timeout(self.call_timeout_s):
+                return await call
+        except TimeoutError:
+            raise Timeout("no answer in time") from None
+
+    async def _wait(self, service: RemoteService, task: pb.Task) -> pb.Task:
+        """The task once settled, or as it is when ``wait_s`` has passed."""
+        if is_settled(task) or self.wait_s <= 0:
+            return task
+        clock = self.watches.clock
+        deadline = clock.now().timestamp() + self.wait_s
+        if service.card.capabilities.streaming:
+            with contextlib.suppress(A2AError, TimeoutError):
+                settled = await self._stream_until(service, task, deadline)
+                if settled is not None:
+                    return settled
+            # The stream failed or ended early (a task that settled before it opened
+            # cannot be subscribed to): read it now, then poll.
+            task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task.id)))
+            if is_settled(task):
+                return task
+        while True:
+            remaining = deadline - clock.now().timestamp()
+            if remaining <= 0:
+                return task
+            await clock.sleep(min(SEND_POLL_S, remaining))
+            task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task.id)))
+            if is_settled(task):
+                return task
+
+    async def _stream_until(
+        self, service: RemoteService, task: pb.Task, deadline: float
+    ) -> pb.Task | None:
+        """Follow the task's stream until it settles (then read it whole), the stream
+        ends (None: poll instead), or ``deadline``."""
+        clock = self.watches.clock
+        done = asyncio.Event()
+        result: list[pb.Task | None] = [None]
+
+        async def consume() -> None:
+            try:
+                events = service.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id))
+                async with contextlib.aclosing(events) as stream:
+                    async for event in stream:
+                        kind = event.WhichOneof("payload")
+                        state = (
+                            event.task.status.state
+                            if kind == "task"
+                            else event.status_update.status.state
+                            if kind == "status_update"
+                            else None
+                        )
+                        if state is not None and state in SETTLED:
+                            result[0] = await self._bounded(
+                                service.get_task(pb.GetTaskRequest(id=task.id))
+                            )
+                            return
+            except (A2AError, TimeoutError) as exc:
+                log.info("a2a send: stream of task %s ended: %s", task.id, _reason(exc))
+            finally:
+                done.set()
+
+        consumer = asyncio.get_running_loop().create_task(consume())
+        try:
+            remaining = deadline - clock.now().timestamp()
+            await clock.sleep(max(0.0, remaining), done)
+            return result[0]
+        finally:
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+
+    async def _outcome(
+        self, entry: AgentEntry, task: pb.Task, card: pb.AgentCard, context: ToolContext
+    ) -> str:
+        if not is_settled(task):
+            await self._hand_over(entry, task, card, context)
+            return task_result(entry.name, task)
+        files = await asyncio.to_thread(
+            save_task_files,
+            task,
+            context.workspace,
+            entry.name,
+            max_file_bytes=self.max_file_bytes,
+        )
+        return task_result(entry.name, task, files)
+
+    async def _hand_over(
+        self, entry: AgentEntry, task: pb.Task, card: pb.AgentCard, context: ToolContext
+    ) -> None:
+        await self.watches.watch(
+            context.workspace, context.scope, entry.name, task.id, task.context_id, card=card
+        )
+
+    async def _file_parts(self, workspace: Path, files: Any) -> list[pb.Part]:
+        if files is None or files == []:
+            return []
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise ToolError("files: give a list of workspace paths")
+        parts: list[pb.Part] = []
+        total = 0
+        for name in files:
+            try:
+                path = confine(workspace, name)
+                data = await asyncio.to_thread(_read_file, path, self.max_file_bytes)
+            except ToolError as exc:
+                raise ToolError(f"files: {name[:200]}: {str(exc).removeprefix('path: ')}") from None
+            total += len(data)
+            if total > self.max_file_bytes:  # one file alone over the cap is refused above
+                raise ToolError(f"files: together they are over {self.max_file_bytes} bytes")
+            parts.append(
+                pb.Part(raw=data, filename=path.name, media_type=guess_media_type(path.name))
+            )
+        return parts
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    try:
+        data = read_raw(path, limit=limit)
+    except OSError as exc:
+        raise ToolError(exc.strerror or "unreadable") from None
+    if data is None:
+        raise ToolError("no such file")
+    return data
+
+
+def _text(arguments: Mapping[str, Any], name: str, *, required: bool = False) -> str:
+    value = arguments.get(name)
+    if value is None or value == "":
+        if required:
+            raise ToolError(f"{name}: required for this action")
+        return ""
+    if not isinstance(value, str):
+        raise ToolError(f"{name}: must be a string")
+    return value
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "message", None) or str(exc) or type(exc).__name__
+
+
+def _explain_short(exc: A2AError) -> str:
+    return f"{exc.message} ({exc.spec.jsonrpc_code})"
+
+
+def _explain(agent: str, exc: A2AError) -> str:
+    """The tool's error text for a failed remote call."""
+    if isinstance(exc, AuthRejected):
+        return f'Agent "{agent}" rejected the key (401).'
+    if isinstance(exc, Timeout):
+        return f'Agent "{agent}" did not answer in time.'
+    if isinstance(exc, (Unreachable, CardError)):
+        return f'Could not reach agent "{agent}": {exc.message}'
+    return f'Agent "{agent}" refused: {_explain_short(exc)}'

@@ -1,0 +1,367 @@
+"""The a2a tool against a real faux gateway, on the injected clock: every action, the
+exact result texts, files out and in, errors, hops, and the hand-over to a watch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from a2a_gateway.agent.base import Signal
+from a2a_gateway.agent.tools.base import ToolContext, ToolError
+from a2a_gateway.client.a2a_tool import A2ATool
+from a2a_gateway.client.pending import read_pending
+from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.serve import Gateway
+
+from .client_support import closed_port, silent_server
+from .delegation_support import (
+    REMOTE_KEY,
+    Inbox,
+    ManualClock,
+    base_url,
+    eventually,
+    faux_gateway,
+    write_agents,
+)
+
+SCOPE = "local-owner"
+
+
+@pytest.fixture
+async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with faux_gateway(tmp_path / "a", max_hops=2) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, remote: Gateway) -> Path:
+    ws = (tmp_path / "b").resolve()
+    write_agents(
+        ws,
+        [
+            {
+                "name": "assistant-a",
+                "url": base_url(remote),
+                "key": REMOTE_KEY,
+                "allow_private": True,
+                "description": "The other assistant",
+            }
+        ],
+    )
+    return ws
+
+
+@pytest.fixture
+async def tool() -> AsyncIterator[A2ATool]:
+    registry = WatchRegistry(clock=ManualClock())
+    try:
+        yield A2ATool(registry)
+    finally:
+        await registry.aclose()
+
+
+def ctx(workspace: Path, *, hops: int = 0, caller: str | None = None) -> ToolContext:
+    return ToolContext(workspace, SCOPE, caller, hops, Signal())
+
+
+async def call(tool: A2ATool, workspace: Path, **arguments: Any) -> str:
+    result = await tool.call(arguments, ctx(workspace))
+    assert not result.is_error
+    return result.text
+
+
+def ids(text: str) -> tuple[str, str]:
+    """The task and context ids of a result's first line."""
+    words = text.split("\n", 1)[0].split()
+    return words[3], words[5].rstrip(")")
+
+
+async def test_agents_lists_cards_and_problems(tool: A2ATool, workspace: Path) -> None:
+    path = workspace / ".a2a" / "agents.json"
+    entries = json.loads(path.read_text())
+    gone = f"http://127.0.0.1:{closed_port()}"
+    entries += [{"name": "gone", "url": gone, "allow_private": True}, {"name": "BAD"}]
+    path.write_text(json.dumps(entries))
+    text = await call(tool, workspace, action="agents")
+    lines = text.splitlines()
+    assert lines[0] == "- assistant-a: The other assistant"
+    assert lines[1] == "  card name: a2a-gateway agent; streaming: yes; push: yes"
+    assert any(line.startswith("  skill ") for line in lines)
+    assert any(line.startswith("- gone: unreachable (Could not reach ") for line in lines)
+    assert lines[-1].startswith("skipped: entry 3")
+    assert REMOTE_KEY not in text
+    path.write_text("{oops")
+    text = await call(tool, workspace, action="agents")
+    assert text == ".a2a/agents.json could not be read: not valid JSON"
+
+
+async def test_blocking_send_hi(tool: A2ATool, workspace: Path) -> None:
+    text = await call(tool, workspace, action="send", agent="assistant-a", message="hi")
+    task_id, context_id = ids(text)
+    assert text == f'Agent "assistant-a": task {task_id} (context {context_id}) is completed.\nhi'
+    # The same conversation continues with contextId.
+    again = await call(
+        tool, workspace, action="send", agent="assistant-a", message="more", contextId=context_id
+    )
+    assert ids(again)[1] == context_id
+    status = await call(tool, workspace, action="status", agent="assistant-a", taskId=task_id)
+    assert status == text
+
+
+async def test_plain_message_reply(tool: A2ATool, workspace: Path) -> None:
+    text = await call(tool, workspace, action="send", agent="assistant-a", message="message:hello")
+    assert text.startswith('Agent "assistant-a" replied (context ')
+    assert text.endswith("):\nhello")
+
+
+async def test_question_then_answer_with_task_id(tool: A2ATool, workspace: Path) -> None:
+    text = await call(
+        tool, workspace, action="send", agent="assistant-a", message="ask:Which city?"
+    )
+    task_id, context_id = ids(text)
+    assert text.splitlines() == [
+        f'Agent "assistant-a": task {task_id} (context {context_id}) is input-required.',
+        "Which city?",
+        f'To answer, call a2a with action=send, agent="assistant-a", taskId={task_id} and the'
+        " answer as the message (ask the user first if you do not know it).",
+    ]
+    answer = await call(
+        tool, workspace, action="send", agent="assistant-a", message="Lisbon", taskId=task_id
+    )
+    assert answer.splitlines()[0].endswith("is completed.") and ids(answer)[0] == task_id
+    assert "Lisbon" in answer
+
+
+async def test_files_out_and_back(tool: A2ATool, workspace: Path, remote: Gateway) -> None:
+    (workspace / "notes.txt").write_text("some notes")
+    text = await call(
+        tool,
+        workspace,
+        action="send",
+        agent="assistant-a",
+        message="file:report.txt",
+        files=["notes.txt"],
+    )
+    assert text.splitlines()[-1] == "Files: inbox/a2a/assistant-a/report.txt"
+    saved = workspace / "inbox" / "a2a" / "assistant-a" / "report.txt"
+    assert b"Name: report.txt" in saved.read_bytes()
+    # The file went out: it is in A's inbox, under the caller's name.
+    a_inbox = Path(remote.config.workspaces[0]) / "inbox" / "assistant-b" / "notes.txt"
+    assert a_inbox.read_text() == "some notes"
+    # A clash gets -2.
+    again = await call(
+        tool, workspace, action="send", agent="assistant-a", message="file:report.txt"
+    )
+    assert again.splitlines()[-1] == "Files: inbox/a2a/assistant-a/report-2.txt"
+
+
+async def test_files_over_the_cap_are_skipped(workspace: Path) -> None:
+    registry = WatchRegistry(clock=ManualClock())
+    small = A2ATool(registry, max_file_bytes=20)
+    try:
+        text = await call(
+            small, workspace, action="send", agent="assistant-a", message="file:big.bin:100"
+        )
+        assert "Files skipped (over 20 bytes): big.bin" in text
+        assert not (workspace / "inbox" / "a2a" / "assistant-a" / "big.bin").exists()
+        (workspace / "a.txt").write_bytes(b"x" * 15)
+        (workspace / "b.txt").write_bytes(b"y" * 15)
+        with pytest.raises(ToolError, match="together they are over 20 bytes"):
+            await small.call(
+                {"action": "send", "agent": "assistant-a", "files": ["a.txt", "b.txt"]},
+                ctx(workspace),
+            )
+    finally:
+        await registry.aclose()
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("../outside.txt", "'..' is refused"),
+        ("/etc/passwd", "absolute paths are refused"),
+        ("missing.txt", "no such file"),
+        ("folder", "not a regular file"),
+        ("link.txt", "outside the workspace"),
+    ],
+)
+async def test_files_out_are_confined(
+    tool: A2ATool, workspace: Path, tmp_path: Path, path: str, error: str
+) -> None:
+    (workspace / "folder").mkdir()
+    (tmp_path / "secret.txt").write_text("no")
+    (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(ToolError, match=error):
+        await tool.call(
+            {"action": "send", "agent": "assistant-a", "message": "hi", "files": [path]},
+            ctx(workspace),
+        )
+
+
+async def test_long_send_is_handed_to_a_watch(workspace: Path, remote: Gateway) -> None:
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    tool = A2ATool(registry)
+    try:
+        pending = asyncio.ensure_future(
+            call(tool, workspace, action="send", agent="assistant-a", message="hold:100")
+        )
+        await eventually(lambda: 60.0 in clock.slept)  # waiting on the stream
+        clock.advance(60)
+        text = await pending
+        task_id, context_id = ids(text)
+        assert text == (
+            f'Agent "assistant-a": task {task_id} (context {context_id}) is working.\n'
+            "It is still running: the result will be delivered to this conversation when it"
+            " is ready."
+        )
+        (record,) = read_pending(workspace)
+        assert (record.taskId, record.target, record.source) == (task_id, SCOPE, "subscribe")
+        # cancel stops the watch first, then cancels the task.
+        text = await call(tool, workspace, action="cancel", agent="assistant-a", taskId=task_id)
+        assert text == f'Agent "assistant-a": task {task_id} (context {context_id}) is canceled.'
+        assert read_pending(workspace) == [] and registry.watches() == []
+        # Canceling again is refused by the agent: said so, with the task's outcome.
+        text = await call(tool, workspace, action="cancel", agent="assistant-a", taskId=task_id)
+        first, rest = text.split("\n", 1)
+        assert first.startswith('Agent "assistant-a" refused to cancel: ')
+        assert first.endswith("(-32002)")
+        assert rest == f'Agent "assistant-a": task {task_id} (context {context_id}) is canceled.'
+    finally:
+        await registry.aclose()
+
+
+async def test_wait_zero_hands_over_at_once_and_the_watch_delivers(
+    workspace: Path, remote: Gateway
+) -> None:
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock)
+    registry.register_target(workspace, SCOPE, inbox)
+    tool = A2ATool(registry, wait_s=0)
+    try:
+        text = await call(tool, workspace, action="send", agent="assistant-a", message="hold:1")
+        assert text.endswith("when it is ready.")
+        await eventually(lambda: bool(inbox.texts))  # the watch's stream saw it complete
+        task_id, context_id = ids(text)
+        assert inbox.texts[0][1] == (
+            f'[A2A result from "assistant-a", task {task_id} (completed)]\n'
+            f"Context: {context_id}"  # hold: completes without an answer text
+        )
+        text = await call(tool, workspace, action="send", agent="assistant-a", message="ask:Why?")
+        task_id, context_id = ids(text)
+        await eventually(lambda: len(inbox.texts) == 2)
+        assert inbox.texts[1][1].splitlines()[:3] == [
+            f'[A2A question from "assistant-a", task {task_id} (input-required)]',
+            f"Context: {context_id}",
+            "Why?",
+        ]
+        await eventually(lambda: read_pending(workspace) == [])
+    finally:
+        await registry.aclose()
+
+
+async def test_aborted_send_still_watches_the_task(workspace: Path, remote: Gateway) -> None:
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    tool = A2ATool(registry)
+    try:
+        pending = asyncio.ensure_future(
+            call(tool, workspace, action="send", agent="assistant-a", message="hold:100")
+        )
+        await eventually(lambda: 60.0 in clock.slept)
+        pending.cancel()  # the owner stopped the turn
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        (watch,) = registry.watches()
+        assert watch.record.agent == "assistant-a"
+        await eventually(lambda: len(read_pending(workspace)) == 1)
+        await call(
+            tool, workspace, action="cancel", agent="assistant-a", taskId=watch.record.taskId
+        )
+    finally:
+        await registry.aclose()
+
+
+async def test_cancel_when_unreachable_rearms_the_watch(workspace: Path, tmp_path: Path) -> None:
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    tool = A2ATool(registry, wait_s=0)
+    async with faux_gateway(tmp_path / "c") as other:
+        write_agents(
+            workspace,
+            [{"name": "c", "url": base_url(other), "key": REMOTE_KEY, "allow_private": True}],
+        )
+        text = await call(tool, workspace, action="send", agent="c", message="hold:100")
+        task_id, _ = ids(text)
+        watch_id = registry.watches()[0].record.watchId
+    try:
+        with pytest.raises(ToolError) as failed:
+            await tool.call({"action": "cancel", "agent": "c", "taskId": task_id}, ctx(workspace))
+        message = str(failed.value)
+        assert message.startswith('Could not reach agent "c": ')
+        assert message.endswith("The task is still watched.")
+        assert [w.record.watchId for w in registry.watches()] == [watch_id]
+        assert [r.watchId for r in read_pending(workspace)] == [watch_id]
+    finally:
+        await registry.aclose()
+
+
+async def test_errors(tool: A2ATool, workspace: Path, remote: Gateway) -> None:
+    async def error(**arguments: Any) -> str:
+        with pytest.raises(ToolError) as failed:
+            await tool.call(arguments, ctx(workspace))
+        return str(failed.value)
+
+    assert (
+        await error(action="send", agent="nobody", message="hi")
+        == 'Unknown agent "nobody". Configured agents: assistant-a.'
+    )
+    refused = await error(action="send", agent="assistant-a", message="x", taskId="no-such-task")
+    assert refused.startswith('Agent "assistant-a" refused: ') and refused.endswith("(-32001)")
+    assert "action must be one of" in await error(action="fly", agent="assistant-a")
+    assert "taskId: required" in await error(action="status", agent="assistant-a")
+    assert "needs a message or files" in await error(action="send", agent="assistant-a")
+    wrong = "wrong-key-5f3a2b1c9d0e"
+    async with silent_server() as silent_port:
+        write_agents(
+            workspace,
+            [
+                {"name": "wrong", "url": base_url(remote), "key": wrong, "allow_private": True},
+                {"name": "down", "url": f"http://127.0.0.1:{closed_port()}", "allow_private": True},
+                {"name": "guarded", "url": base_url(remote), "key": REMOTE_KEY},
+                {"name": "silent", "url": f"http://127.0.0.1:{silent_port}", "allow_private": True},
+            ],
+        )
+        assert (
+            await error(action="send", agent="wrong", message="hi")
+            == 'Agent "wrong" rejected the key (401).'
+        )
+        assert (await error(action="send", agent="down", message="hi")).startswith(
+            'Could not reach agent "down": '
+        )
+        guarded = await error(action="send", agent="guarded", message="hi")
+        assert guarded.startswith('Could not reach agent "guarded": ') and "loopback" in guarded
+        tool.call_timeout_s = 0.3
+        assert (
+            await error(action="send", agent="silent", message="hi")
+            == 'Agent "silent" did not answer in time.'
+        )
+    with pytest.raises(ToolError, match="only available in the owner's own"):
+        await tool.call({"action": "agents"}, ctx(workspace, caller="someone"))
+
+
+async def test_hops_plus_one(tool: A2ATool, workspace: Path) -> None:
+    # The remote allows 2 hops: an owner session (0) sends 1, an inbound one at 2 sends 3.
+    ok = await tool.call(
+        {"action": "send", "agent": "assistant-a", "message": "hi"}, ctx(workspace, hops=1)
+    )
+    assert ok.text.split("\n", 1)[0].endswith("is completed.")
+    over = await tool.call(
+        {"action": "send", "agent": "assistant-a", "message": "hi"}, ctx(workspace, hops=2)
+    )
+    assert over.text.split("\n", 1)[0].endswith("is failed.")
