@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,13 +33,13 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import confine
 from a2a_gateway.protocol.errors import A2AError
-from a2a_gateway.protocol.hops import HOPS_KEY
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 
 from .agents_file import AgentEntry, read_agents, read_raw
 from .directory import describe, fetch_agent_cards
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .guarded_http import open_agent
+from .messages import send_request
 from .remote import RemoteService
 from .results import (
     SETTLED,
@@ -152,17 +151,13 @@ class A2ATool(Tool):
         parts += await self._file_parts(context.workspace, arguments.get("files"))
         if not parts:
             raise ToolError("send needs a message or files")
-        message = pb.Message(
-            role=pb.ROLE_USER,
-            message_id=uuid.uuid4().hex,
-            parts=parts,
+        request = send_request(
             context_id=_text(arguments, "contextId"),
             task_id=_text(arguments, "taskId"),
+            return_immediately=True,
+            extra_parts=parts,
+            hops=context.hops + 1,
         )
-        message.metadata.update({HOPS_KEY: context.hops + 1})
-        request = pb.SendMessageRequest(message=message)
-        request.configuration.return_immediately = True
-        request.metadata.update({HOPS_KEY: context.hops + 1})
         async with await self._open(entry) as service:
             reply = await self._bounded(service.send_message(request))
             if reply.WhichOneof("payload") == "message":
