@@ -26,6 +26,7 @@ their fixture (``tests/interop/conftest.py``, ``ServerProcess.stop``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -216,6 +217,8 @@ class TracebackWatch(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if not (record.exc_info or record.exc_text or record.stack_info):
             return
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            return  # a task cancelled while a test tears its servers down: no fault
         kind = ""
         if record.exc_info and record.exc_info[0] is not None:
             kind = f" ({record.exc_info[0].__name__})"
