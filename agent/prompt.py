@@ -55,9 +55,41 @@ def _build(workspace: Path, cap: int) -> str:
     return "\n\n".join(sections)
 
 
+_PROMPT_FILES = ("AGENTS.md", "CLAUDE.md", "PERSONA.md", "MEMORY.md")
+_Signature = tuple[tuple[int, int, int, int] | None, ...]
+_cache: dict[tuple[str, int], tuple[_Signature, str]] = {}
+_CACHE_ENTRIES = 256
+
+
+def _signature(workspace: Path) -> _Signature:
+    """What identifies the prompt files' contents: (inode, size, mtime, ctime) each."""
+    found: list[tuple[int, int, int, int] | None] = []
+    for name in _PROMPT_FILES:
+        try:
+            info = os.stat(workspace / name)
+        except OSError:
+            found.append(None)
+            continue
+        found.append((info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return tuple(found)
+
+
 async def system_prompt(workspace: Path, cap: int = PROMPT_FILE_CAP) -> str:
-    """The system prompt for a turn in ``workspace`` (files read off the loop)."""
-    return await asyncio.to_thread(_build, workspace, cap)
+    """The system prompt for a turn in ``workspace``, as the files are now.
+
+    The files are checked every turn (four ``stat`` calls, no thread hop); they are
+    read again, off the event loop, only when one changed, appeared or went away.
+    """
+    key = (str(workspace), cap)
+    signature = _signature(workspace)
+    cached = _cache.get(key)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    prompt = await asyncio.to_thread(_build, workspace, cap)
+    if len(_cache) >= _CACHE_ENTRIES:
+        del _cache[next(iter(_cache))]
+    _cache[key] = (signature, prompt)
+    return prompt
 
 
 def framing_header(caller: str, *, can_notify_owner: bool) -> str:

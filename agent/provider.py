@@ -145,12 +145,17 @@ class ChatProvider:
                 temperature=config.temperature if config.temperature is not None else openai.omit,
                 extra_body=body,
             ) as response:
+                done = False
+                # Read to the end even after [DONE]: an HTTP/1.1 connection goes back
+                # to the pool only when its body was read whole (else a new connection,
+                # and its address lookup in a worker thread, for every request).
                 async for line in response.iter_lines():
-                    if not line.startswith("data:"):
+                    if done or not line.startswith("data:"):
                         continue  # blank lines, comments, event names
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        break
+                        done = True
+                        continue
                     text = parts.add(orjson.loads(data))
                     if text:
                         yield Delta(text)

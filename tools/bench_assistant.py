@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import shutil
 import signal
 import socket
@@ -89,6 +90,11 @@ class Proc:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise RuntimeError("no VmRSS")
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the process has used."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -342,9 +348,21 @@ async def bench(args: argparse.Namespace) -> None:
             f"  p99 {pct(via, 0.99) - pct(direct_all, 0.99):.3f} ms"
         )
 
-        for name, url in (("llm", llm_url), ("faux", faux_url)):
-            rates = [await turns_per_second(url, 32, args.duration) for _ in range(args.repeats)]
-            print(f"turns/s, 32 sessions, {name}: median {statistics.median(rates):.0f} {rates}")
+        for name, url, proc in (("llm", llm_url, llm), ("faux", faux_url, faux)):
+            rates, cpu, fake_cpu = [], [], []
+            for _ in range(args.repeats):
+                start_cpu, start_fake = proc.cpu_s(), fake.cpu_s()
+                rate = await turns_per_second(url, 32, args.duration)
+                rates.append(round(rate, 1))
+                # CPU per turn (the warm-up second's turns counted as at the same rate).
+                turns = rate * (args.duration + 1)
+                cpu.append((proc.cpu_s() - start_cpu) * 1000 / turns)
+                fake_cpu.append((fake.cpu_s() - start_fake) * 1000 / turns)
+            print(
+                f"turns/s, 32 sessions, {name}: median {statistics.median(rates):.0f} {rates};"
+                f" CPU per turn: gateway ~{statistics.median(cpu):.2f} ms,"
+                f" provider ~{statistics.median(fake_cpu):.2f} ms"
+            )
         for proc in (llm, faux):
             proc.stop()
 
