@@ -86,6 +86,8 @@ def server_config(settings: Settings) -> ServerConfig:
         # A request must fit one file part in base64 (4/3 of its size) plus the envelope.
         max_body_bytes=max(24 * 1024 * 1024, settings["max_file_bytes"] * 4 // 3 + 1024 * 1024),
         max_hops=settings["max_hops"],
+        grpc_default_deadline_s=settings["grpc_default_deadline"],
+        grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
         rate_limits=RateLimits(
             per_caller_per_minute=settings["rate_limit_per_minute"],
             per_ip_per_minute=settings["ip_rate_limit_per_minute"],

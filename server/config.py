@@ -71,7 +71,9 @@ class ServerConfig:
     rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
     task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
     max_body_bytes: int = 24 * 1024 * 1024
-    body_read_timeout_s: float = 30.0  # a body not fully arrived by then is refused
+    body_read_timeout_s: float = 30.0  # a body (gRPC: request message) not arrived by then
+    grpc_default_deadline_s: float = 300.0  # a unary gRPC call whose client set no deadline
+    grpc_stream_idle_s: float = 300.0  # a gRPC stream with no event for this long ends
     keepalive_interval_s: float = 15.0  # SSE comment cadence on idle streams
     card_max_age_s: int = 300  # Cache-Control max-age of the public card
     max_hops: int = 3

@@ -44,7 +44,7 @@ from lf.a2a.v0_3 import a2a_pb2 as pb03
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import Authenticator
-from .grpc_binding import STATUS_DETAILS_KEY, WRITE_TIMEOUT_S, RpcAdapter
+from .grpc_binding import STATUS_DETAILS_KEY, GrpcBounds, RpcAdapter
 
 LEGACY_SERVICE_DESCRIPTOR = pb03.DESCRIPTOR.services_by_name["A2AService"]
 #: The 0.3 wire name: the 0.3 schema's package is ``a2a.v1``.
@@ -181,13 +181,15 @@ class LegacyRpcAdapter(RpcAdapter):
         service: A2AService,
         authenticator: Authenticator,
         *,
-        write_timeout_s: float = WRITE_TIMEOUT_S,
+        bounds: GrpcBounds | None = None,
+        write_timeout_s: float | None = None,
     ) -> None:
         wire = LEGACY_SERVICE_DESCRIPTOR.methods_by_name[rpc.wire]
         super().__init__(
             SERVICE_DESCRIPTOR.methods_by_name[rpc.method.rpc],
             service,
             authenticator,
+            bounds=bounds,
             write_timeout_s=write_timeout_s,
             wire=wire,
         )
@@ -229,13 +231,14 @@ def legacy_rpc_handler(
     service: A2AService,
     authenticator: Authenticator,
     *,
-    write_timeout_s: float = WRITE_TIMEOUT_S,
+    bounds: GrpcBounds | None = None,
+    write_timeout_s: float | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``a2a.v1.A2AService`` (0.3) from
-    ``service``. ``write_timeout_s`` bounds each stream write (tests shorten it)."""
+    ``service``, within ``bounds`` (``write_timeout_s``: as for 1.0)."""
     handlers = {
         rpc.wire: LegacyRpcAdapter(
-            rpc, service, authenticator, write_timeout_s=write_timeout_s
+            rpc, service, authenticator, bounds=bounds, write_timeout_s=write_timeout_s
         ).method_handler()
         for rpc in LEGACY_RPCS
     }

@@ -5,12 +5,23 @@ Thin by design: admit from metadata (rate limits, authentication, a signing call
 service, write the response(s), map errors. The rpc list comes from the schema's
 service descriptor; nothing here names the 11 operations.
 
-The request deserializer passes the raw message bytes through, in a :class:`RawRequest`
-holder: they are decoded only after the caller is admitted (as on HTTP, where the key is
-checked before the body is parsed), and a signing caller's signature covers exactly
-those bytes. grpc keeps its argument for the whole call, so the holder is emptied once
-the bytes are decoded, and a stream handler drops the decoded request once the service
-has it: a request carrying large inline files is not held for a stream's life.
+Every rpc is registered with grpc as taking a request *stream* (unary rpcs as
+stream-unary, streaming ones as stream-stream: the wire is the same), so that the
+binding reads the one request message itself, within a bound (:class:`GrpcBounds`):
+grpc's own unary path waits for the message forever, so a client that sends a length
+prefix larger than its data, a DATA frame shorter than the 5-byte prefix, or no message
+at all, and sets no deadline, would hold a handler for good. The message is taken as
+raw bytes and decoded only after the caller is admitted (as on HTTP, where the key is
+checked before the body is parsed); a signing caller's signature covers exactly those
+bytes. A stream handler drops the decoded request once the service has it: a request
+carrying large inline files is not held for a stream's life.
+
+Bounds (:class:`GrpcBounds`, from ``serve`` settings): the request message must arrive
+within ``request_s``; a unary call whose client set no deadline gets ``unary_s`` as
+its deadline (the service sees it in :class:`CallContext`; a blocking SendMessage
+answers with the task as it is then), and is ended with DEADLINE_EXCEEDED shortly after
+it if the service ignores it; a stream that sends no event for ``stream_idle_s`` is
+ended with DEADLINE_EXCEEDED (subscribe again to go on).
 
 A stream write waits for the client (HTTP/2 flow control); one that stays stuck for
 :data:`WRITE_TIMEOUT_S` (a client that stopped reading) ends the handler: the service's
@@ -28,9 +39,11 @@ what ``grpcio-status``'s ``rpc_status.to_status`` reads on the client side.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -40,6 +53,7 @@ from a2a_gateway.protocol import codec, versioning
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
+    DeadlineExceededError,
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
@@ -73,22 +87,23 @@ Unary = Callable[[Any, CallContext], Awaitable[message.Message]]
 Streaming = Callable[[Any, CallContext], AsyncIterator[message.Message]]
 
 
-class RawRequest:
-    """The request bytes as grpc hands them over; :meth:`take` empties the holder
-    (grpc holds it for the whole call, the bytes are needed only until decoded)."""
+@dataclass(frozen=True, slots=True)
+class GrpcBounds:
+    """How long a gRPC call may take where the client does not say (see the module doc)."""
 
-    __slots__ = ("_data",)
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def take(self) -> bytes:
-        data, self._data = self._data, b""
-        return data
+    request_s: float = 30.0  # the request message must have arrived by then
+    unary_s: float = 300.0  # the deadline of a unary call whose client set none
+    stream_idle_s: float = 300.0  # a stream silent for this long is ended
+    write_s: float = WRITE_TIMEOUT_S  # one stream write may wait this long for the client
+    grace_s: float = 1.0  # a unary call outliving its deadline by this much is ended
 
 
 class StreamStalled(Exception):
     """A stream write did not complete in time: the client stopped reading."""
+
+
+class StreamIdle(Exception):
+    """A stream sent no event for its idle bound."""
 
 
 class MetadataView:
@@ -155,38 +170,63 @@ def peer_address(peer: str | None) -> str | None:
 
 
 class WriteWatch:
-    """Bounds the sends of one stream with one timer, not one per write (a timer per
-    write costs a tenth of a stream's throughput).
+    """Bounds the sends of one stream, and its silences, with one timer, not one per
+    write (a timer per write costs a tenth of a stream's throughput).
 
     The stream sets ``since`` (loop time) before each send and clears it after; the
-    timer wakes every ``timeout_s`` and, when a send has been pending that long, marks
-    the stream ``stalled`` and cancels its task: :meth:`send` turns that cancellation
-    into :class:`StreamStalled`.
+    timer wakes when a bound may be due and, when a send has been pending for
+    ``timeout_s``, marks the stream ``stalled`` and cancels its task: :meth:`send` turns
+    that cancellation into :class:`StreamStalled`. When no send has started for
+    ``idle_s`` (the service had nothing to say), it marks the stream ``idle`` and cancels
+    its task: :meth:`idle_error` tells the stream handler so.
     """
 
-    __slots__ = ("_handle", "_loop", "_task", "since", "stalled", "timeout_s")
+    __slots__ = (
+        "_handle",
+        "_loop",
+        "_task",
+        "idle",
+        "idle_s",
+        "last",
+        "since",
+        "stalled",
+        "timeout_s",
+    )
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, idle_s: float = math.inf) -> None:
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         self.timeout_s = timeout_s
+        self.idle_s = idle_s
         self.since: float | None = None
+        self.last = self._loop.time()
         self.stalled = False
+        self.idle = False
         self._handle: asyncio.TimerHandle | None = self._loop.call_at(
-            self._loop.time() + timeout_s, self._check
+            self.last + min(timeout_s, idle_s), self._check
         )
 
     def _check(self) -> None:
         now = self._loop.time()
         since = self.since
-        if since is not None and now - since >= self.timeout_s:
-            self._handle = None
-            self.stalled = True
-            if self._task is not None:
-                self._task.cancel()
-            return
-        start = now if since is None else since
-        self._handle = self._loop.call_at(start + self.timeout_s, self._check)
+        if since is not None:
+            if now - since >= self.timeout_s:
+                self.stalled = True
+                self._stop()
+                return
+            due = since + self.timeout_s
+        else:
+            if now - self.last >= self.idle_s:
+                self.idle = True
+                self._stop()
+                return
+            due = min(self.last + self.idle_s, now + self.timeout_s)
+        self._handle = self._loop.call_at(due, self._check)
+
+    def _stop(self) -> None:
+        self._handle = None
+        if self._task is not None:
+            self._task.cancel()
 
     async def send(self, step: Awaitable[None]) -> None:
         """Await a send to the client (``context.write``, initial metadata);
@@ -201,6 +241,14 @@ class WriteWatch:
             raise
         finally:
             self.since = None
+            self.last = self._loop.time()
+
+    def idle_error(self) -> StreamIdle | None:
+        """After a CancelledError: StreamIdle when the watch caused it (uncancelled)."""
+        if self.idle and self._task is not None:
+            self._task.uncancel()
+            return StreamIdle()
+        return None
 
     def close(self) -> None:
         handle, self._handle = self._handle, None
@@ -208,12 +256,14 @@ class WriteWatch:
             handle.cancel()
 
 
-def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+def _deadline(context: grpc.aio.ServicerContext[Any, Any], default_s: float | None) -> float | None:
+    """The call's deadline as loop time: the client's, else ``default_s`` from now."""
     # Stubs say float; with no deadline grpc returns None or a huge value.
     remaining: float | None = context.time_remaining()
+    now = asyncio.get_running_loop().time()
     if remaining is None or not math.isfinite(remaining) or remaining > 10 * 365 * 86400:
-        return None
-    return asyncio.get_running_loop().time() + max(0.0, remaining)
+        return None if default_s is None else now + default_s
+    return now + max(0.0, remaining)
 
 
 async def _close(events: AsyncIterator[message.Message], rpc: str) -> None:
@@ -245,12 +295,17 @@ class RpcAdapter:
         service: A2AService,
         authenticator: Authenticator,
         *,
-        write_timeout_s: float = WRITE_TIMEOUT_S,
+        bounds: GrpcBounds | None = None,
+        write_timeout_s: float | None = None,
         wire: descriptor.MethodDescriptor | None = None,
     ) -> None:
         wire = wire or method
         self.name = wire.name
-        self.write_timeout_s = write_timeout_s
+        bounds = bounds or GrpcBounds()
+        if write_timeout_s is not None:  # tests shorten the write bound alone
+            bounds = dataclasses.replace(bounds, write_s=write_timeout_s)
+        self.bounds = bounds
+        self.write_timeout_s = bounds.write_s
         self.streaming = bool(wire.server_streaming)
         #: What arrives: the wire rpc's request.
         self.request_class: type[message.Message] = message_factory.GetMessageClass(wire.input_type)
@@ -263,10 +318,20 @@ class RpcAdapter:
 
     # -- (de)serialization: must never raise into grpc's machinery ---------------------
 
-    @staticmethod
-    def deserialize(data: bytes) -> RawRequest:
-        """Pass the raw bytes through; :meth:`decode` runs after admission."""
-        return RawRequest(data)
+    async def receive(self, requests: AsyncIterator[bytes]) -> bytes:
+        """The request message's bytes, once they have all arrived (InvalidRequest when
+        they do not within the bound, or when the client ended the call without one)."""
+        bound = self.bounds.request_s
+        try:
+            async with asyncio.timeout(bound):
+                data = await anext(aiter(requests), None)
+        except TimeoutError:
+            raise InvalidRequestError(
+                f"the request message did not arrive within {bound:g} s"
+            ) from None
+        if data is None:
+            raise InvalidRequestError("the call ended without a request message")
+        return data
 
     @staticmethod
     def serialize(response: message.Message) -> bytes:
@@ -289,7 +354,10 @@ class RpcAdapter:
     # -- handlers ---------------------------------------------------------------------
 
     def _prepare(
-        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]
+        self,
+        raw: bytes,
+        context: grpc.aio.ServicerContext[Any, Any],
+        default_deadline_s: float | None = None,
     ) -> tuple[message.Message, CallContext]:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
@@ -310,7 +378,7 @@ class RpcAdapter:
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
             version=version,
             extensions=extensions,
-            deadline=_deadline(context),
+            deadline=_deadline(context, default_deadline_s),
             binding="GRPC",
         )
         return request, call_context
@@ -359,13 +427,28 @@ class RpcAdapter:
         else:
             await context.send_initial_metadata(())
 
-    async def unary(self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-        # Bytes in and out (no deserializer or serializer for grpc to call back): a
-        # unary request lives only as long as the call anyway.
+    async def unary(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bytes:
+        # Bytes in and out (no deserializer or serializer for grpc to call back).
         try:
-            decoded, call_context = self._prepare(request, context)
+            raw = await self.receive(requests)
+            decoded, call_context = self._prepare(raw, context, self.bounds.unary_s)
+            del raw
             call: Unary = self._call
-            response = self.outgoing(await call(decoded, call_context)).SerializeToString()
+            assert call_context.deadline is not None  # the client's, or the default
+            timer = asyncio.timeout_at(call_context.deadline + self.bounds.grace_s)
+            try:
+                async with timer:
+                    result = await call(decoded, call_context)
+            except TimeoutError:
+                if not timer.expired():
+                    raise
+                raise DeadlineExceededError(
+                    "the call did not finish before its deadline"
+                    f" (the server's default is {self.bounds.unary_s:g} s)"
+                ) from None
+            response = self.outgoing(result).SerializeToString()
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             return response
@@ -377,17 +460,19 @@ class RpcAdapter:
         await self.abort(context, error)
 
     async def stream(
-        self, request: RawRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         # A coroutine writing with context.write (not an async generator) so a client
         # cancel lands here, and the finally below closes the service stream at once.
-        timeout_s = self.write_timeout_s
+        bounds = self.bounds
         try:
-            decoded, call_context = self._prepare(request.take(), context)
+            raw = await self.receive(requests)
+            decoded, call_context = self._prepare(raw, context)
+            del raw
             call: Streaming = self._call
             events = call(decoded, call_context)
             del decoded  # the service has it; it may carry large inline file bytes
-            watch = WriteWatch(timeout_s)
+            watch = WriteWatch(bounds.write_s, bounds.stream_idle_s)
             try:
                 first = True
                 async for event in events:
@@ -395,6 +480,11 @@ class RpcAdapter:
                         await watch.send(self._send_stream_headers(context, call_context))
                         first = False
                     await watch.send(context.write(self.outgoing(event)))
+            except asyncio.CancelledError:
+                idle = watch.idle_error()
+                if idle is None:
+                    raise
+                raise idle from None
             finally:
                 watch.close()
                 # Leaves the task's subscribers (the run goes on) before any abort below.
@@ -406,10 +496,18 @@ class RpcAdapter:
             log.warning(
                 "gRPC %s: the client read nothing for %gs; ending the stream",
                 self.name,
-                timeout_s,
+                bounds.write_s,
             )
             error = UnavailableError(
-                f"the stream was ended: the client read nothing for {timeout_s:g} s"
+                f"the stream was ended: the client read nothing for {bounds.write_s:g} s"
+            )
+        except StreamIdle:
+            log.info(
+                "gRPC %s: no event for %gs; ending the stream", self.name, bounds.stream_idle_s
+            )
+            error = DeadlineExceededError(
+                f"the stream was ended: no event for {bounds.stream_idle_s:g} s"
+                " (subscribe again to go on)"
             )
         except Exception:
             if context.cancelled() or context.done():
@@ -432,10 +530,12 @@ class RpcAdapter:
             log.debug("gRPC %s: stream status queued, not yet sent: %r", self.name, exc)
 
     def method_handler(self) -> grpc.RpcMethodHandler[Any, Any]:
+        # Request streams on purpose: the binding reads the message itself, bounded
+        # (the module doc); bytes in, the client's unary or server-streaming call as is.
         if not self.streaming:
-            return grpc.unary_unary_rpc_method_handler(self.unary)  # bytes in, bytes out
-        return grpc.unary_stream_rpc_method_handler(
-            self.stream, request_deserializer=self.deserialize, response_serializer=self.serialize
+            return grpc.stream_unary_rpc_method_handler(self.unary)
+        return grpc.stream_stream_rpc_method_handler(
+            self.stream, response_serializer=self.serialize
         )
 
 
@@ -443,13 +543,14 @@ def a2a_rpc_handler(
     service: A2AService,
     authenticator: Authenticator,
     *,
-    write_timeout_s: float = WRITE_TIMEOUT_S,
+    bounds: GrpcBounds | None = None,
+    write_timeout_s: float | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
-    """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``.
-    ``write_timeout_s`` bounds each stream write (tests shorten it)."""
+    """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``,
+    within ``bounds``; ``write_timeout_s`` overrides their write bound (tests shorten it)."""
     handlers = {
         method.name: RpcAdapter(
-            method, service, authenticator, write_timeout_s=write_timeout_s
+            method, service, authenticator, bounds=bounds, write_timeout_s=write_timeout_s
         ).method_handler()
         for method in SERVICE_DESCRIPTOR.methods
     }
@@ -461,9 +562,10 @@ __all__ = [
     "STATUS_DETAILS_KEY",
     "VERSION_KEY",
     "WRITE_TIMEOUT_S",
+    "GrpcBounds",
     "MetadataView",
-    "RawRequest",
     "RpcAdapter",
+    "StreamIdle",
     "StreamStalled",
     "WriteWatch",
     "a2a_rpc_handler",

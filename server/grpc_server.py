@@ -27,7 +27,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
 from .auth import Authenticator
 from .config import ServerConfig
 from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
-from .grpc_binding import a2a_rpc_handler
+from .grpc_binding import GrpcBounds, a2a_rpc_handler
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
 #: Health entries set to SERVING: the whole server ("") and both A2A services.
@@ -73,10 +73,15 @@ async def build_grpc_server(
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
     server = grpc.aio.server(options=server_options(config))
+    bounds = GrpcBounds(
+        request_s=config.body_read_timeout_s,
+        unary_s=config.grpc_default_deadline_s,
+        stream_idle_s=config.grpc_stream_idle_s,
+    )
     server.add_generic_rpc_handlers(
         (
-            a2a_rpc_handler(service, authenticator),
-            legacy_rpc_handler(service, authenticator),
+            a2a_rpc_handler(service, authenticator, bounds=bounds),
+            legacy_rpc_handler(service, authenticator, bounds=bounds),
         )
     )
     requested = grpc_address(config.host, config.grpc_port)

@@ -17,7 +17,7 @@ import pytest
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server.auth import AllowAnonymous
-from a2a_gateway.server.grpc_binding import RawRequest, RpcAdapter, a2a_rpc_handler
+from a2a_gateway.server.grpc_binding import a2a_rpc_handler
 
 from .grpc_conftest_helpers import EchoService
 
@@ -184,12 +184,3 @@ async def test_a_stream_does_not_keep_its_request() -> None:
                 call.cancel()
     finally:
         await server.stop(None)
-
-
-def test_the_request_bytes_are_released_once_taken() -> None:
-    # grpc holds the deserialized argument for the whole call: the holder must not
-    # keep the bytes (possibly large inline files) after they are decoded.
-    holder = RpcAdapter.deserialize(b"payload")
-    assert isinstance(holder, RawRequest)
-    assert holder.take() == b"payload"
-    assert holder.take() == b""

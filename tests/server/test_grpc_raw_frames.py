@@ -1,0 +1,213 @@
+"""Every gRPC call is bounded by the server (issue 10, item 6).
+
+Raw HTTP/2 frames (``h2``) against the real grpc.aio server, from a client that sets no
+deadline: a length prefix larger than the data, a DATA frame shorter than the 5-byte
+prefix, HEADERS that end the stream with no message, or no DATA at all. Each is answered
+with INVALID_ARGUMENT within the request bound, on unary and streaming rpcs of both
+services (1.0 and 0.3). Then the bounds on calls whose request did arrive: the default
+deadline of a unary call, the idle bound of a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import lf.a2a.v1.a2a_pb2 as pb
+import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.serve import Gateway
+from a2a_gateway.server.auth import AllowAnonymous
+from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.grpc_server import build_grpc_server
+from a2a_gateway.settings import resolve
+
+from .grpc_conftest_helpers import EchoService
+from .h2_raw import RawH2, grpc_frame
+
+REQUEST_S = 0.3  # the request bound these tests configure
+BOUND = 10.0  # an upper bound on anything that could hang, never asserted
+INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+V1 = (("a2a-version", "1.0"),)
+
+GET_10 = pb.GetTaskRequest(id="t-1").SerializeToString()
+#: (path, a valid request message): unary and streaming rpcs of both services.
+RPCS = {
+    "GetTask": ("/lf.a2a.v1.A2AService/GetTask", GET_10, V1),
+    "SubscribeToTask": ("/lf.a2a.v1.A2AService/SubscribeToTask", GET_10, V1),
+    "SendStreamingMessage": (
+        "/lf.a2a.v1.A2AService/SendStreamingMessage",
+        pb.SendMessageRequest(
+            message=pb.Message(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="x")])
+        ).SerializeToString(),
+        V1,
+    ),
+    "0.3 GetTask": ("/a2a.v1.A2AService/GetTask", b"\n\x07tasks/t", ()),
+    "0.3 TaskSubscription": ("/a2a.v1.A2AService/TaskSubscription", b"\n\x07tasks/t", ()),
+}
+
+#: name -> (what is sent after the HEADERS, or None: HEADERS end the stream; the word
+#: the status message must carry)
+FRAMES: dict[str, tuple[Callable[[RawH2, int], None] | None, str]] = {
+    "length prefix larger than the data": (
+        lambda raw, s: raw.send(s, b"\x00\x00\x00\x01\x00" + b"abc"),
+        "did not arrive",
+    ),
+    "length prefix larger than the data, stream ended": (
+        lambda raw, s: raw.send(s, b"\x00\x00\x00\x01\x00" + b"abc", end_stream=True),
+        "without a request",
+    ),
+    "DATA shorter than the prefix": (lambda raw, s: raw.send(s, b"\x00\x00"), "did not arrive"),
+    "DATA shorter than the prefix, stream ended": (
+        lambda raw, s: raw.send(s, b"\x00\x00", end_stream=True),
+        "without a request",
+    ),
+    "HEADERS with END_STREAM, no message": (None, "without a request"),
+    "HEADERS only, stream left open": (lambda raw, s: None, "did not arrive"),
+    "empty DATA, stream left open": (lambda raw, s: raw.send(s, b""), "did not arrive"),
+}
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[EchoService, int]]:
+    service = EchoService()
+    config = ServerConfig(host="127.0.0.1", grpc_port=0, body_read_timeout_s=REQUEST_S)
+    server, port = await build_grpc_server(service, config, AllowAnonymous())
+    await server.start()
+    try:
+        yield service, port
+    finally:
+        await server.stop(None)
+
+
+@pytest.mark.parametrize("rpc", RPCS)
+async def test_malformed_frames_are_answered_within_the_request_bound(
+    served: tuple[EchoService, int], rpc: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    service, port = served
+    path, valid, metadata = RPCS[rpc]
+    raw = await RawH2.connect(port)
+    try:
+        streams = {}
+        for name, (send, _) in FRAMES.items():
+            stream = raw.request(path, metadata=metadata, end_stream=send is None)
+            if send is not None:
+                send(raw, stream)
+            streams[name] = stream
+        control = raw.request(path, metadata=metadata)  # a well-formed call alongside
+        raw.send(control, grpc_frame(valid), end_stream=True)
+        failures = []
+        for name, stream in streams.items():
+            outcome = await raw.finished(stream, BOUND)
+            word = FRAMES[name][1]
+            if outcome.grpc_status != INVALID_ARGUMENT or word not in outcome.grpc_message:
+                failures.append(f"{name}: {outcome}")
+        assert not failures, "\n".join(failures)
+        assert (await raw.finished(control, BOUND)).grpc_status == 0
+    finally:
+        await raw.close()
+    assert len(service.contexts) == 1  # only the control call reached the service
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+class SlowService(EchoService):
+    """GetTask ``hang`` ignores its deadline; every other id records it and answers."""
+
+    async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
+        if request.id == "hang":
+            self._seen(context)
+            await asyncio.Event().wait()
+        return await super().get_task(request, context)
+
+
+async def _serve(service: EchoService, **config: Any) -> tuple[grpc.aio.Server, int]:
+    server, port = await build_grpc_server(
+        service, ServerConfig(host="127.0.0.1", grpc_port=0, **config), AllowAnonymous()
+    )
+    await server.start()
+    return server, port
+
+
+async def test_a_unary_call_without_a_deadline_gets_the_default() -> None:
+    service = SlowService()
+    server, port = await _serve(service, grpc_default_deadline_s=0.2)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            await stub.GetTask(pb.GetTaskRequest(id="t"), metadata=V1)  # no timeout
+            remaining = service.contexts[-1].remaining()
+            assert remaining is not None and remaining <= 0.2
+            await stub.GetTask(pb.GetTaskRequest(id="t"), metadata=V1, timeout=60)
+            remaining = service.contexts[-1].remaining()
+            assert remaining is not None and remaining > 1  # the client's own deadline
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async with asyncio.timeout(BOUND):
+                    await stub.GetTask(pb.GetTaskRequest(id="hang"), metadata=V1)
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "0.2 s" in str(caught.value.details())
+    finally:
+        await server.stop(None)
+
+
+async def test_a_silent_stream_is_ended_after_the_idle_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = EchoService()
+    server, port = await _serve(service, grpc_stream_idle_s=0.2)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            events = []
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async with asyncio.timeout(BOUND):
+                    async for event in stub.SubscribeToTask(
+                        pb.SubscribeToTaskRequest(id="hang"), metadata=V1
+                    ):
+                        events.append(event)
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "no event for 0.2 s" in str(caught.value.details())
+            assert len(events) == 1 and events[0].task.id == "hang"
+            async with asyncio.timeout(BOUND):
+                await service.closed["hang"].wait()  # the service's stream was closed
+            # A stream that keeps talking is not cut off.
+            async with asyncio.timeout(BOUND):
+                done = [e async for e in stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="ok"))]
+            assert done[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await server.stop(None)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_blocking_send_answers_at_the_default_deadline(tmp_path: Path) -> None:
+    """The engine honours the server's default deadline: the task as it is then."""
+    settings = resolve(
+        {
+            "workspace": [str(tmp_path / "ws")],
+            "allow_anonymous": True,
+            "port": 0,
+            "grpc_port": 0,
+            "faux": True,
+            "grpc_default_deadline": 0.3,
+        },
+        environ={},
+    )
+    gateway = Gateway(settings)
+    await gateway.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            message = pb.Message(
+                message_id="m-h", role=pb.ROLE_USER, parts=[pb.Part(text="hold:5")]
+            )
+            async with asyncio.timeout(BOUND):
+                answer = await stub.SendMessage(pb.SendMessageRequest(message=message), metadata=V1)
+            assert answer.task.status.state == pb.TASK_STATE_WORKING
+            await stub.CancelTask(pb.CancelTaskRequest(id=answer.task.id), metadata=V1)
+    finally:
+        await gateway.stop()
