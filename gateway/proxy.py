@@ -18,15 +18,16 @@ What the proxy decides itself (nothing else is changed on the way):
   A stream silent for longer than the idle timeout ends with DeadlineExceeded too. An
   unusable upstream card, a forced binding it does not offer included, is Unavailable;
   the log says what the card offers.
-- Tasks stay scoped to our callers: a task id seen in an answer to one caller is
-  TaskNotFound for every other caller, and ListTasks leaves such tasks out
-  (:class:`~.proxy_owners.TaskOwners`). With a workspace, each owner is a record file,
+- Tasks stay scoped to our callers: a task belongs to the caller whose SendMessage
+  created it through this proxy, and is TaskNotFound for every other caller; a task
+  this proxy never recorded (created upstream by someone else, or through another
+  gateway) is TaskNotFound for everyone (:class:`~.proxy_owners.TaskOwners`). ListTasks
+  lists, counts and pages only the caller's own tasks (:mod:`.proxy_listing`). With a
+  workspace, each owner is a record file,
   ``<first workspace>/.a2a/proxy-tasks/<taskId>.json``, final once written, with a
   bounded memory cache in front: ownership survives restarts. Without a workspace (or
   with ``--store memory``) it is in memory only, bounded: a task dropped from the bound,
-  or any task after a restart, belongs to whoever the upstream answers it to first. A
-  task id known nowhere (created upstream by someone else, or before the records
-  existed) is claimed by the first of our callers the upstream answers it to.
+  or any task after a restart, is nobody's.
 - The hop count (``a2a-gateway.hops`` or ``volcanic.hops``, protocol/hops.py) is
   incremented and written under both keys, and a message that has already passed more
   than ``max_hops`` gateways is refused: two proxies pointing at each other fail fast
@@ -64,10 +65,12 @@ from a2a_gateway.protocol.hops import read_hops, stamp_hops
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.paging import PageTokens
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret
-from .proxy_owners import TaskOwners
+from .proxy_listing import list_own_tasks
+from .proxy_owners import TaskOwners, event_task_id
 from .settings import BY_NAME, Settings
 
 log = logging.getLogger(__name__)
@@ -154,6 +157,7 @@ class UpstreamProxy(A2AService):
         self.stream_idle_timeout = stream_idle_timeout
         self.max_hops = max_hops
         self.owners = owners if owners is not None else TaskOwners()
+        self._tokens = PageTokens()  # our ListTasks page tokens
         self.upstream_card: pb.AgentCard | None = None
         self.upstream_extended_card: pb.AgentCard | None = None
         self.extended_card: Callable[[CallContext], pb.AgentCard] | None = None
@@ -246,13 +250,21 @@ class UpstreamProxy(A2AService):
         self,
         open_stream: Callable[[RemoteService], AsyncGenerator[pb.StreamResponse, None]],
         caller: Caller,
+        *,
+        creates: bool,
     ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """Relay an upstream stream; its task is claimed for ``caller`` when the stream
+        answers their message (``creates``), else it must be theirs already."""
         remote = await self._upstream()
         events = open_stream(remote)
         try:
             async with contextlib.aclosing(events):
                 async for event in events:
-                    self.owners.claim_event(caller, event)
+                    task_id = event_task_id(event)
+                    if creates:
+                        self.owners.claim(caller, task_id)
+                    else:
+                        self.owners.check(caller, task_id)
                     yield event
         except A2AError as exc:
             raise upstream_error(exc) from None
@@ -293,7 +305,9 @@ class UpstreamProxy(A2AService):
         # Checks run on the first __anext__, so bindings answer them as plain errors.
         self.owners.check(context.caller, request.message.task_id)
         forwarded = self._forwarded(request)
-        events = self._relay(lambda r: r.send_streaming_message(forwarded, context), context.caller)
+        events = self._relay(
+            lambda r: r.send_streaming_message(forwarded, context), context.caller, creates=True
+        )
         async with contextlib.aclosing(events):
             async for event in events:
                 yield event
@@ -301,25 +315,21 @@ class UpstreamProxy(A2AService):
     async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
         self.owners.check(context.caller, request.id)
         task = await self._call(lambda r: r.get_task(request, context))
-        self.owners.claim(context.caller, task.id)
+        self.owners.check(context.caller, task.id)  # the upstream answered that task
         return task
 
     async def list_tasks(
         self, request: pb.ListTasksRequest, context: CallContext
     ) -> pb.ListTasksResponse:
-        reply = await self._call(lambda r: r.list_tasks(request, context))
-        mine = [t for t in reply.tasks if self.owners.visible(context.caller, t.id)]
-        hidden = len(reply.tasks) - len(mine)
-        if hidden:
-            del reply.tasks[:]
-            reply.tasks.extend(mine)
-            reply.total_size = max(len(mine), reply.total_size - hidden)
-        return reply
+        async def fetch(page: pb.ListTasksRequest) -> pb.ListTasksResponse:
+            return await self._call(lambda r: r.list_tasks(page, context))
+
+        return await list_own_tasks(request, context.caller, fetch, self.owners, self._tokens)
 
     async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
         self.owners.check(context.caller, request.id)
         task = await self._call(lambda r: r.cancel_task(request, context))
-        self.owners.claim(context.caller, task.id)
+        self.owners.check(context.caller, task.id)
         return task
 
     def subscribe_to_task(
@@ -331,7 +341,9 @@ class UpstreamProxy(A2AService):
         self, request: pb.SubscribeToTaskRequest, context: CallContext
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         self.owners.check(context.caller, request.id)
-        events = self._relay(lambda r: r.subscribe_to_task(request, context), context.caller)
+        events = self._relay(
+            lambda r: r.subscribe_to_task(request, context), context.caller, creates=False
+        )
         async with contextlib.aclosing(events):
             async for event in events:
                 yield event

@@ -9,11 +9,13 @@ has a workspace, in one record file per task that is final once written::
     {"version": 1, "owner": {"name": "alice", "workspace": "/srv/ws"}}
 
 The memory is a cache in front of the files: an id it does not hold is looked up on
-disk, so ownership survives restarts and eviction from the bound. An id known nowhere
-is claimed by the first caller the upstream answers it to (so only ids the upstream
-really has are claimed); once its record exists, no later claim changes it, not even
-one from another gateway process sharing the workspace (records are created with
-``link``, which never replaces a file).
+disk, so ownership survives restarts and eviction from the bound. A task is owned only
+when it was created through this proxy: the caller whose SendMessage the upstream
+answered with it claims it. An id known nowhere (created upstream by someone else, or
+through another gateway) is nobody's: TaskNotFound for every caller, and never listed.
+Once a record exists, no later claim changes it, not even one from another gateway
+process sharing the workspace (records are created with ``link``, which never replaces
+a file).
 
 - Only ids matching ``[A-Za-z0-9_-]{1,100}`` (``lifecycle.valid_id``) ever become a
   path; any other id the upstream uses is owned in memory only, as without a workspace.
@@ -28,8 +30,8 @@ one from another gateway process sharing the workspace (records are created with
   caller gets the answer. A record that cannot be written (disk full, permissions) is
   logged as an error and the claim is kept in memory only.
 - Without a workspace (or with ``--store memory``) there are no files: the memory holds
-  every owner, and an id dropped from the bound, or any id after a restart, belongs to
-  whoever the upstream answers it to first.
+  every owner, and an id dropped from the bound, or any id after a restart, is known
+  nowhere, so nobody's.
 
 File I/O runs inline on the event loop. Measured on this host (ext4 on a virtual disk,
 5,000 ids, 3 rounds): a claim (create, write, link, unlink the temp file) takes 70-140
@@ -146,21 +148,24 @@ class TaskOwners:
             self._remember(task_id, owner)
         return owner
 
-    def visible(self, caller: Caller, task_id: str) -> bool:
-        owner = self.owner(task_id)
-        return owner is None or owner == owner_of(caller)
+    def owns(self, caller: Caller, task_id: str) -> bool:
+        """Whether ``caller`` created ``task_id`` through this proxy (a task known
+        nowhere is nobody's)."""
+        return self.owner(task_id) == owner_of(caller)
 
     def check(self, caller: Caller, task_id: str) -> None:
-        """TaskNotFound for a task of another caller (its existence is not revealed)."""
-        if task_id and not self.visible(caller, task_id):
+        """TaskNotFound unless ``caller`` owns ``task_id`` (whether it exists upstream,
+        or belongs to another caller, is not revealed)."""
+        if task_id and not self.owns(caller, task_id):
             raise _not_found(task_id)
 
     # --- claims ---------------------------------------------------------------------------
 
     def claim(self, caller: Caller, task_id: str) -> None:
-        """Record ``caller`` as the owner of a task id the upstream answered to them,
-        unless it has an owner already; TaskNotFound when that owner is someone else
-        (another caller claimed it while the upstream was answering)."""
+        """Record ``caller`` as the owner of a task id the upstream answered to their
+        message (SendMessage and its stream only: that is how a task is created through
+        the proxy), unless it has an owner already; TaskNotFound when that owner is
+        someone else (the upstream answered another caller's task)."""
         if not task_id:
             return
         mine = owner_of(caller)
@@ -170,17 +175,6 @@ class TaskOwners:
             self._remember(task_id, owner)
         if owner != mine:
             raise _not_found(task_id)
-
-    def claim_event(self, caller: Caller, event: pb.StreamResponse) -> None:
-        kind = event.WhichOneof("payload")
-        if kind == "task":
-            self.claim(caller, event.task.id)
-        elif kind == "status_update":
-            self.claim(caller, event.status_update.task_id)
-        elif kind == "artifact_update":
-            self.claim(caller, event.artifact_update.task_id)
-        elif kind == "message":
-            self.claim(caller, event.message.task_id)
 
     # --- memory ---------------------------------------------------------------------------
 
@@ -269,6 +263,20 @@ class TaskOwners:
             raise
 
 
+def event_task_id(event: pb.StreamResponse) -> str:
+    """The task a stream event is about ("" for a message without one)."""
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        return event.task.id
+    if kind == "status_update":
+        return event.status_update.task_id
+    if kind == "artifact_update":
+        return event.artifact_update.task_id
+    if kind == "message":
+        return event.message.task_id
+    return ""
+
+
 def _not_found(task_id: str) -> TaskNotFoundError:
     return TaskNotFoundError(f"Task {task_id} not found", metadata={"taskId": task_id})
 
@@ -288,5 +296,6 @@ __all__ = [
     "TaskOwners",
     "decode_owner_record",
     "encode_owner_record",
+    "event_task_id",
     "owner_of",
 ]

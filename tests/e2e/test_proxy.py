@@ -390,7 +390,7 @@ async def test_upstream_down_is_unavailable_without_revealing_it(
     ):
         card = await r.json()
     assert card["name"] == "a2a-gateway agent"  # ours, until the upstream is reached
-    status, reply = await _call(gateway, "GetTask", {"id": "t-1"})
+    status, reply = await _call(gateway, "ListTasks", {})  # GetTask: nobody's task
     assert status == 200
     assert reason(reply["error"]) == "UNAVAILABLE"
     assert reply["error"]["message"] == "the upstream agent is unreachable"

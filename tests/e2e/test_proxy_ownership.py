@@ -16,11 +16,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from a2a_gateway import proxy_listing
 from a2a_gateway.protocol.context import Caller
-from a2a_gateway.protocol.errors import TaskNotFoundError
+from a2a_gateway.protocol.errors import TaskNotFoundError, UnavailableError
 from a2a_gateway.proxy_owners import RECORDS_FOLDER, TaskOwners
 from a2a_gateway.serve import Gateway
+from a2a_gateway.server.paging import PageTokens
 from a2a_gateway.settings import resolve
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from .conftest import KEY_ALICE, KEY_BOB
 
@@ -133,6 +136,19 @@ async def listed(gateway: Gateway, key: str) -> set[str]:
     return {t["id"] for t in reply["result"]["tasks"]}
 
 
+async def assert_hidden(gateway: Gateway, task_id: str, key: str) -> None:
+    """Every operation on ``task_id`` is TaskNotFound for ``key``'s caller; not listed."""
+    assert await get_task(gateway, task_id, key) == NOT_FOUND
+    for method, params in (
+        ("CancelTask", {"id": task_id}),
+        ("SendMessage", message("mine now", taskId=task_id)),
+        ("ListTaskPushNotificationConfigs", {"taskId": task_id}),
+    ):
+        reply = await rpc(gateway, method, params, key)
+        assert reply["error"]["code"] == NOT_FOUND, (method, reply)
+    assert task_id not in await listed(gateway, key)
+
+
 def record_path(workspace: Path, task_id: str) -> Path:
     return workspace / RECORDS_FOLDER / f"{task_id}.json"
 
@@ -163,15 +179,7 @@ async def test_alices_task_stays_hers_after_a_restart(
     proxy = await restart(proxy, start_proxy)
     assert proxy.proxy is not None and proxy.proxy.owners.in_memory() == 0  # a fresh memory
 
-    assert await get_task(proxy, task_id, KEY_BOB) == NOT_FOUND
-    for method, params in (
-        ("CancelTask", {"id": task_id}),
-        ("SendMessage", message("mine now", taskId=task_id)),
-        ("ListTaskPushNotificationConfigs", {"taskId": task_id}),
-    ):
-        reply = await rpc(proxy, method, params, KEY_BOB)
-        assert reply["error"]["code"] == NOT_FOUND, (method, reply)
-    assert task_id not in await listed(proxy, KEY_BOB)
+    await assert_hidden(proxy, task_id, KEY_BOB)
 
     assert await get_task(proxy, task_id, KEY_ALICE) is None
     assert task_id in await listed(proxy, KEY_ALICE)
@@ -182,13 +190,14 @@ async def test_alices_task_stays_hers_after_a_restart(
 async def test_without_records_a_restart_forgets_the_owner(
     start_proxy: StartProxy, workspace: Path
 ) -> None:
-    """--store memory: today's memory-only behaviour, no files."""
+    """--store memory: owners in memory only, no files; after a restart nobody's."""
     proxy = await start_proxy(store="memory")
     task_id = await create_task(proxy, KEY_ALICE)
     assert await get_task(proxy, task_id, KEY_BOB) == NOT_FOUND
     proxy = await restart(proxy, start_proxy, store="memory")
-    assert await get_task(proxy, task_id, KEY_BOB) is None  # first use after the restart
+    assert await get_task(proxy, task_id, KEY_BOB) == NOT_FOUND  # no first-come owner
     assert await get_task(proxy, task_id, KEY_ALICE) == NOT_FOUND
+    assert task_id not in await listed(proxy, KEY_ALICE) | await listed(proxy, KEY_BOB)
     assert not (workspace / RECORDS_FOLDER).exists()
 
 
@@ -211,20 +220,17 @@ async def test_records_survive_eviction_from_the_memory_bound(
     assert owners.in_memory() == 1
 
 
-async def test_a_task_known_nowhere_goes_to_its_first_user_for_good(
+async def test_a_task_this_proxy_never_recorded_is_nobodys(
     upstream: Gateway, start_proxy: StartProxy, workspace: Path
 ) -> None:
     direct = await create_task(upstream, None)  # made upstream, not through the proxy
     proxy = await start_proxy()
-    assert await get_task(proxy, "no-such-task", KEY_BOB) == NOT_FOUND
-    assert not record_path(workspace, "no-such-task").exists()  # the upstream lacks it
-
-    assert await get_task(proxy, direct, KEY_BOB) is None  # first use
-    assert json.loads(record_path(workspace, direct).read_bytes())["owner"]["name"] == "bob"
-    assert await get_task(proxy, direct, KEY_ALICE) == NOT_FOUND
+    for task_id in ("no-such-task", direct):
+        for key in (KEY_BOB, KEY_ALICE, KEY_BOB):  # no first-come ownership
+            await assert_hidden(proxy, task_id, key)
+        assert not record_path(workspace, task_id).exists()
     proxy = await restart(proxy, start_proxy)
-    assert await get_task(proxy, direct, KEY_ALICE) == NOT_FOUND
-    assert await get_task(proxy, direct, KEY_BOB) is None
+    assert await get_task(proxy, direct, KEY_BOB) == NOT_FOUND
 
 
 async def test_an_existing_record_is_final(
@@ -349,7 +355,7 @@ def test_path_like_ids_are_owned_in_memory_and_never_touch_the_file_system(
     ]
     for task_id in ids:
         assert owners.path(task_id) is None
-        assert owners.visible(BOB, task_id)  # the planted records were not read
+        assert owners.owner(task_id) is None  # the planted records were not read
         owners.claim(BOB, task_id)
         owners.check(BOB, task_id)
         with pytest.raises(TaskNotFoundError):
@@ -362,7 +368,7 @@ def test_a_record_is_final_between_two_processes(tmp_path: Path) -> None:
     """Two gateways on one workspace race to claim a task the upstream has."""
     folder = tmp_path / RECORDS_FOLDER
     one, two = TaskOwners(folder=folder), TaskOwners(folder=folder)
-    two.check(BOB, "t-1")  # unknown to both: bob's call goes upstream
+    assert two.owner("t-1") is None  # unknown to both: both sends went upstream
     one.claim(ALICE, "t-1")  # alice's answer comes back first
     with pytest.raises(TaskNotFoundError):
         two.claim(BOB, "t-1")  # bob's answer is withheld
@@ -407,7 +413,135 @@ def test_without_a_folder_nothing_is_written(
     for task_id in ("t-1", "t-2", "t-3"):
         owners.claim(ALICE, task_id)
     assert owners.in_memory() == 2
-    owners.check(BOB, "t-1")  # dropped from the bound: known nowhere
+    for caller in (ALICE, BOB):  # dropped from the bound: known nowhere, nobody's
+        with pytest.raises(TaskNotFoundError):
+            owners.check(caller, "t-1")
+    owners.check(ALICE, "t-3")
     with pytest.raises(TaskNotFoundError):
         owners.check(BOB, "t-3")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- ListTasks through the proxy ------------------------------------------------------------
+
+
+async def rest_list(gateway: Gateway, query: str, key: str) -> Any:
+    headers = {**VERSION, "X-API-Key": key}
+    url = f"http://127.0.0.1:{gateway.http_port}/a2a/v1/tasks?{query}"
+    async with (
+        asyncio.timeout(30),
+        aiohttp.ClientSession(timeout=TIMEOUT) as http,
+        http.get(url, headers=headers) as r,
+    ):
+        return await r.json()
+
+
+async def list_page(gateway: Gateway, binding: str, key: str, **params: Any) -> Any:
+    """ListTasks over ``binding``: the result, or the error object."""
+    if binding == "jsonrpc":
+        reply = await rpc(gateway, "ListTasks", params, key)
+        return reply.get("result", reply.get("error"))
+    query = "&".join(f"{name}={value}" for name, value in params.items())
+    reply = await rest_list(gateway, query, key)
+    return reply.get("error", reply)
+
+
+async def every_page(gateway: Gateway, binding: str, key: str, **params: Any) -> list[Any]:
+    pages = [await list_page(gateway, binding, key, **params)]
+    while pages[-1].get("nextPageToken"):
+        token = pages[-1]["nextPageToken"]
+        pages.append(await list_page(gateway, binding, key, **params, pageToken=token))
+    return pages
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_list_tasks_shows_counts_and_pages_only_the_callers_tasks(
+    upstream: Gateway, start_proxy: StartProxy, binding: str
+) -> None:
+    proxy = await start_proxy()
+    upstream_only = {await create_task(upstream, None) for _ in range(4)}
+    alices = {await create_task(proxy, KEY_ALICE) for _ in range(5)}
+    bobs = {await create_task(proxy, KEY_BOB) for _ in range(2)}
+    upstream_only |= {await create_task(upstream, None) for _ in range(3)}
+    reply = await rpc(proxy, "SendMessage", message("in a context", contextId="trip"), KEY_ALICE)
+    in_context = reply["result"]["task"]["id"]
+    alices.add(in_context)
+
+    for key, own in ((KEY_ALICE, alices), (KEY_BOB, bobs)):
+        for page_size in (1, 2, 4, 50):
+            pages = await every_page(proxy, binding, key, pageSize=page_size)
+            assert {p["totalSize"] for p in pages} == {len(own)}
+            assert all(len(p["tasks"]) == p["pageSize"] <= page_size for p in pages)
+            ids = [t["id"] for p in pages for t in p["tasks"]]
+            assert len(ids) == len(set(ids)) and set(ids) == own, (key, page_size)
+            assert len(pages) == -(-len(own) // page_size)
+    only = await list_page(proxy, binding, KEY_ALICE, contextId="trip")
+    assert only["totalSize"] == 1 and [t["id"] for t in only["tasks"]] == [in_context]
+    assert not upstream_only & (alices | bobs)
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_list_tasks_page_tokens_and_sizes_are_checked(
+    start_proxy: StartProxy, binding: str
+) -> None:
+    proxy = await start_proxy()
+    for _ in range(3):
+        await create_task(proxy, KEY_ALICE)
+    first = await list_page(proxy, binding, KEY_ALICE, pageSize=1)
+    token = first["nextPageToken"]
+    assert token
+    for key, params in (
+        (KEY_BOB, {"pageToken": token}),  # another caller's token
+        (KEY_ALICE, {"pageToken": token, "contextId": "other"}),  # other filters
+        (KEY_ALICE, {"pageToken": "forged"}),
+        (KEY_ALICE, {"pageSize": 0}),
+        (KEY_ALICE, {"pageSize": 101}),
+    ):
+        error = await list_page(proxy, binding, key, **params)
+        assert "tasks" not in error, params
+        if binding == "jsonrpc":
+            assert error["code"] == -32602, error
+        else:
+            assert error["status"] == "INVALID_ARGUMENT", error
+
+
+async def test_a_new_task_does_not_shift_the_next_page(start_proxy: StartProxy) -> None:
+    proxy = await start_proxy()
+    made = [await create_task(proxy, KEY_ALICE) for _ in range(3)]
+    first = (await rpc(proxy, "ListTasks", {"pageSize": 2}, KEY_ALICE))["result"]
+    newer = await create_task(proxy, KEY_ALICE)  # lands at the top of the list
+    params = {"pageSize": 2, "pageToken": first["nextPageToken"]}
+    second = (await rpc(proxy, "ListTasks", params, KEY_ALICE))["result"]
+    shown = [t["id"] for t in first["tasks"]] + [t["id"] for t in second["tasks"]]
+    assert sorted(shown) == sorted(made) and newer not in shown
+    assert second["totalSize"] == 4
+
+
+async def test_the_upstream_walk_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    owners = TaskOwners()
+    owners.claim(ALICE, "t-0")
+    asked: list[tuple[str, int]] = []
+
+    async def endless(request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        asked.append((request.page_token, request.page_size))
+        page = len(asked)
+        tasks = [pb.Task(id=f"t-{page * 10 + i}") for i in range(10)]
+        return pb.ListTasksResponse(tasks=tasks, next_page_token=f"p{page}")
+
+    async def stuck(request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        asked.append((request.page_token, request.page_size))
+        return pb.ListTasksResponse(tasks=[pb.Task(id="t-0")], next_page_token="same")
+
+    monkeypatch.setattr(proxy_listing, "MAX_UPSTREAM_TASKS", 50)
+    with pytest.raises(UnavailableError, match="too many tasks"):
+        await proxy_listing.list_own_tasks(
+            pb.ListTasksRequest(), ALICE, endless, owners, PageTokens()
+        )
+    assert [token for token, _ in asked] == ["", "p1", "p2", "p3", "p4", "p5"]
+    assert {size for _, size in asked} == {proxy_listing.UPSTREAM_PAGE_SIZE}
+    asked.clear()
+    reply = await proxy_listing.list_own_tasks(
+        pb.ListTasksRequest(), ALICE, stuck, owners, PageTokens()
+    )
+    assert [token for token, _ in asked] == ["", "same"]  # a repeated token ends the walk
+    assert [t.id for t in reply.tasks] == ["t-0"] and reply.total_size == 1  # no duplicate
