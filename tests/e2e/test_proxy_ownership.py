@@ -6,6 +6,7 @@ stopped and started again to play a restart. Calls are raw JSON-RPC over HTTP.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
 from a2a_gateway import proxy_listing
@@ -25,7 +27,7 @@ from a2a_gateway.server.paging import PageTokens
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .conftest import KEY_ALICE, KEY_BOB
+from .conftest import BINDINGS, KEY_ALICE, KEY_BOB, Driver, WireError
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 VERSION = {"A2A-Version": "1.0"}
@@ -425,40 +427,30 @@ def test_without_a_folder_nothing_is_written(
 # --- ListTasks through the proxy ------------------------------------------------------------
 
 
-async def rest_list(gateway: Gateway, query: str, key: str) -> Any:
-    headers = {**VERSION, "X-API-Key": key}
-    url = f"http://127.0.0.1:{gateway.http_port}/a2a/v1/tasks?{query}"
+@contextlib.asynccontextmanager
+async def drivers(gateway: Gateway, binding: str) -> AsyncIterator[Callable[[str], Driver]]:
+    """A driver of ``binding`` for a caller's key."""
     async with (
-        asyncio.timeout(30),
         aiohttp.ClientSession(timeout=TIMEOUT) as http,
-        http.get(url, headers=headers) as r,
+        grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel,
     ):
-        return await r.json()
+        base = f"http://127.0.0.1:{gateway.http_port}"
+        yield lambda key: Driver(binding, http, base, channel, key=key)
 
 
-async def list_page(gateway: Gateway, binding: str, key: str, **params: Any) -> Any:
-    """ListTasks over ``binding``: the result, or the error object."""
-    if binding == "jsonrpc":
-        reply = await rpc(gateway, "ListTasks", params, key)
-        return reply.get("result", reply.get("error"))
-    query = "&".join(f"{name}={value}" for name, value in params.items())
-    reply = await rest_list(gateway, query, key)
-    return reply.get("error", reply)
-
-
-async def every_page(gateway: Gateway, binding: str, key: str, **params: Any) -> list[Any]:
-    pages = [await list_page(gateway, binding, key, **params)]
+async def every_page(driver: Driver, **params: Any) -> list[Any]:
+    pages = [await driver.call("ListTasks", params)]
     while pages[-1].get("nextPageToken"):
         token = pages[-1]["nextPageToken"]
-        pages.append(await list_page(gateway, binding, key, **params, pageToken=token))
+        pages.append(await driver.call("ListTasks", {**params, "pageToken": token}))
     return pages
 
 
-@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("binding", BINDINGS)
 async def test_list_tasks_shows_counts_and_pages_only_the_callers_tasks(
     upstream: Gateway, start_proxy: StartProxy, binding: str
 ) -> None:
-    proxy = await start_proxy()
+    proxy = await start_proxy(grpc_port=0)
     upstream_only = {await create_task(upstream, None) for _ in range(4)}
     alices = {await create_task(proxy, KEY_ALICE) for _ in range(5)}
     bobs = {await create_task(proxy, KEY_BOB) for _ in range(2)}
@@ -467,42 +459,41 @@ async def test_list_tasks_shows_counts_and_pages_only_the_callers_tasks(
     in_context = reply["result"]["task"]["id"]
     alices.add(in_context)
 
-    for key, own in ((KEY_ALICE, alices), (KEY_BOB, bobs)):
-        for page_size in (1, 2, 4, 50):
-            pages = await every_page(proxy, binding, key, pageSize=page_size)
-            assert {p["totalSize"] for p in pages} == {len(own)}
-            assert all(len(p["tasks"]) == p["pageSize"] <= page_size for p in pages)
-            ids = [t["id"] for p in pages for t in p["tasks"]]
-            assert len(ids) == len(set(ids)) and set(ids) == own, (key, page_size)
-            assert len(pages) == -(-len(own) // page_size)
-    only = await list_page(proxy, binding, KEY_ALICE, contextId="trip")
+    async with drivers(proxy, binding) as driver_for:
+        for key, own in ((KEY_ALICE, alices), (KEY_BOB, bobs)):
+            for page_size in (1, 2, 4, 50):
+                pages = await every_page(driver_for(key), pageSize=page_size)
+                assert {p["totalSize"] for p in pages} == {len(own)}
+                assert all(len(p["tasks"]) == p["pageSize"] <= page_size for p in pages)
+                ids = [t["id"] for p in pages for t in p["tasks"]]
+                assert len(ids) == len(set(ids)) and set(ids) == own, (key, page_size)
+                assert len(pages) == -(-len(own) // page_size)
+        only = await driver_for(KEY_ALICE).call("ListTasks", {"contextId": "trip"})
     assert only["totalSize"] == 1 and [t["id"] for t in only["tasks"]] == [in_context]
     assert not upstream_only & (alices | bobs)
 
 
-@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("binding", BINDINGS)
 async def test_list_tasks_page_tokens_and_sizes_are_checked(
     start_proxy: StartProxy, binding: str
 ) -> None:
-    proxy = await start_proxy()
+    proxy = await start_proxy(grpc_port=0)
     for _ in range(3):
         await create_task(proxy, KEY_ALICE)
-    first = await list_page(proxy, binding, KEY_ALICE, pageSize=1)
-    token = first["nextPageToken"]
-    assert token
-    for key, params in (
-        (KEY_BOB, {"pageToken": token}),  # another caller's token
-        (KEY_ALICE, {"pageToken": token, "contextId": "other"}),  # other filters
-        (KEY_ALICE, {"pageToken": "forged"}),
-        (KEY_ALICE, {"pageSize": 0}),
-        (KEY_ALICE, {"pageSize": 101}),
-    ):
-        error = await list_page(proxy, binding, key, **params)
-        assert "tasks" not in error, params
-        if binding == "jsonrpc":
-            assert error["code"] == -32602, error
-        else:
-            assert error["status"] == "INVALID_ARGUMENT", error
+    async with drivers(proxy, binding) as driver_for:
+        first = await driver_for(KEY_ALICE).call("ListTasks", {"pageSize": 1})
+        token = first["nextPageToken"]
+        assert token
+        for key, params in (
+            (KEY_BOB, {"pageToken": token}),  # another caller's token
+            (KEY_ALICE, {"pageToken": token, "contextId": "other"}),  # other filters
+            (KEY_ALICE, {"pageToken": "forged"}),
+            (KEY_ALICE, {"pageSize": 0}),
+            (KEY_ALICE, {"pageSize": 101}),
+        ):
+            with pytest.raises(WireError) as refused:
+                await driver_for(key).call("ListTasks", params)
+            assert refused.value.reason == "INVALID_PARAMS", params
 
 
 async def test_a_new_task_does_not_shift_the_next_page(start_proxy: StartProxy) -> None:
