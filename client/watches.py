@@ -363,8 +363,12 @@ class WatchRegistry:
         try:
             try:
                 await deliver(record.target, text)
-            except Exception:
-                log.exception("A2A result for task %s could not be delivered; kept", record.taskId)
+            except Exception as exc:
+                log.warning(
+                    "A2A result for task %s could not be delivered (%s); kept",
+                    record.taskId,
+                    type(exc).__name__,
+                )
                 return
             await self.pending.remove(workspace, record.watchId)
         finally:
@@ -553,11 +557,11 @@ class WatchRegistry:
                             return
                 if not settled.done():
                     settled.set_result(None)
-            except BaseException as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
                 if not settled.done():
                     settled.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
             finally:
                 done.set()
 
@@ -584,6 +588,8 @@ class WatchRegistry:
                 consumer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await consumer
+            if settled.done() and not settled.cancelled():
+                settled.exception()  # retrieved: an unread failure is not logged by asyncio
 
     async def _settled(self, watch: Watch, task: pb.Task, service: RemoteService | None) -> str:
         record = watch.record

@@ -76,7 +76,6 @@ async def test_poll_mode_follows_the_schedule_and_delivers(
 ) -> None:
     clock, inbox = ManualClock(), Inbox()
     registry = WatchRegistry(clock=clock)
-    registry.register_target(workspace, SCOPE, inbox)
     try:
         task = await start_remote_task(base_url(remote), "hold:100")
         watch = await registry.watch(
@@ -89,10 +88,11 @@ async def test_poll_mode_follows_the_schedule_and_delivers(
         (record,) = read_pending(workspace)
         assert record.taskId == task.id and record.undelivered is None and record.target == SCOPE
         for step in range(5):
-            slept = await clock.slept_count(step + 2)  # 1: the target's delayed delivery
+            slept = await clock.slept_count(step + 1)
             clock.advance(slept[-1])
             await eventually(lambda n=step + 1: watch.checks == n)
-        assert [s for s in clock.slept if s != 1.0] == [15, 30, 60, 120, 300, 300]
+        assert await clock.slept_count(6) == [15, 30, 60, 120, 300, 300]
+        registry.register_target(workspace, SCOPE, inbox)
         await cancel_remote_task(base_url(remote), task.id)
         clock.advance(300)
         await eventually(lambda: bool(inbox.texts))
@@ -224,6 +224,7 @@ async def test_timeout_gives_up_with_no_result(workspace: Path, remote: Gateway)
     clock, inbox = ManualClock(), Inbox()
     registry = WatchRegistry(clock=clock, watch_timeout_s=100)
     registry.register_target(workspace, SCOPE, inbox)
+    await clock.slept_count(1)  # its delayed delivery sleeps first: 1 s
     try:
         task = await start_remote_task(base_url(remote), "hold:100")
         await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=POLL_CARD)
@@ -245,6 +246,7 @@ async def test_removed_agent_stops_and_malformed_file_is_a_passing_failure(
     clock, inbox = ManualClock(), Inbox()
     registry = WatchRegistry(clock=clock)
     registry.register_target(workspace, SCOPE, inbox)
+    await clock.slept_count(1)  # its delayed delivery sleeps first: 1 s
     try:
         task = await start_remote_task(base_url(remote), "hold:100")
         watch = await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=POLL_CARD)
