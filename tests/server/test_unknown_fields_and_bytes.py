@@ -265,3 +265,14 @@ async def test_bad_base64_is_invalid_params_on_0_3(http: Http, text: str) -> Non
     error = _error("rest03", status, body)
     assert error["message"].startswith("params.message.parts[0].file.bytes"), body
     assert http.service.calls == []
+
+
+@pytest.mark.parametrize(("method", "headers"), [("SendMessage", V1), ("message/send", {})])
+async def test_unknown_envelope_members_are_ignored(
+    http: Http, method: str, headers: dict[str, str]
+) -> None:
+    params = {"message": MESSAGE} if method == "SendMessage" else {"message": MESSAGE03}
+    body = {"jsonrpc": "2.0", "id": "e", "method": method, "params": params, "trace": {"x": 1}}
+    status, answer = await _post(http, "/a2a", body, headers)
+    assert status == 200 and "result" in answer, answer
+    assert answer["id"] == "e"
