@@ -42,6 +42,7 @@ from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
+from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
 from .access_log import AccessLogged
@@ -172,10 +173,37 @@ def agent_profile(agent: Agent) -> AgentProfile | None:
 
 
 def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
+    mib = 1024 * 1024
     if settings["store"] == "memory" or not config.workspaces:
-        return MemoryTaskStore()
+        return MemoryTaskStore(
+            max_tasks=settings["memory_store_tasks"],
+            max_bytes=settings["memory_store_mib"] * mib,
+            retry_keys=settings["retry_keys"],
+            retry_bytes=settings["retry_keys_mib"] * mib,
+        )
     # Each caller's tasks live in its own workspace; anonymous callers use the first.
-    return WorkspaceTaskStores(config.workspaces[0], fsync=settings["fsync"])
+    return WorkspaceTaskStores(
+        config.workspaces[0],
+        fsync=settings["fsync"],
+        cache_entries=settings["task_cache_entries"],
+        cache_bytes=settings["task_cache_mib"] * mib,
+        reconcile_interval_s=settings["index_reconcile_interval"],
+    )
+
+
+def build_retention(settings: Settings, store: TaskStore) -> Retention | None:
+    """The retention pass of ``--task-retention`` (None when off or without files)."""
+    text = settings["task_retention"].strip()
+    if not text:
+        return None
+    try:
+        max_age_s = parse_duration(text)
+    except ValueError as exc:
+        raise StartupError(f"--task-retention: {exc}") from None
+    if not isinstance(store, WorkspaceTaskStores):
+        log.warning("--task-retention applies to the workspace store only: ignored")
+        return None
+    return Retention(store.stores, max_age_s, files=settings["task_retention_files"])
 
 
 def build_authenticator(config: ServerConfig) -> Authenticator:
@@ -270,15 +298,18 @@ class Gateway:
             self.cards = CardProvider(self.config, push_notifications=True)
         warn_missing_callers(self.config)
         self.authenticator = build_authenticator(self.config)
+        self.retention: Retention | None = None
         if self.proxy is None:
             if agent is None:
                 agent = build_agent(settings, self.config.workspaces)
             self.runtime = getattr(agent, "runtime", None)
             self.cards.streaming = agent.streaming
             self.cards.profile = agent_profile(agent)
+            store = build_store(settings, self.config)
+            self.retention = build_retention(settings, store)
             self.engine = TaskEngine(
                 agent,
-                build_store(settings, self.config),
+                store,
                 max_hops=self.config.max_hops,
                 extended_card=self.cards.extended_card,
                 task_limiter=TaskLimiter(
@@ -327,6 +358,8 @@ class Gateway:
         self.http_port = int(self._runner.addresses[0][1])
         if self._grpc is not None:
             await self._grpc.start()
+        if self.retention is not None:
+            self.retention.start()
         log.info(
             "serving on http://%s:%s (JSON-RPC %s, HTTP+JSON %s)%s",
             config.host,
@@ -339,6 +372,8 @@ class Gateway:
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
         log.info("shutting down")
+        if self.retention is not None:
+            await self.retention.aclose()
         if self.engine is not None:
             await self.engine.aclose()  # runs end: their final states are pushed too
         if self.runtime is not None:

@@ -37,14 +37,24 @@ def fsync_folder(folder: str) -> None:
         os.close(fd)
 
 
+def is_stale_temp(name: str) -> bool:
+    """Whether ``name`` is a temp file left by another (killed) process."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    parts = name[:-4].rsplit(".", 2)
+    return len(parts) != 3 or parts[1] != str(os.getpid())
+
+
 def remove_temp_files(folder: str) -> None:
     """Remove the ``.*.tmp`` files of ``folder`` (a writer killed between writing and
-    publishing leaves one). Call it before this process writes there."""
+    publishing leaves one). Call it before this process writes there. The folder is
+    streamed, never listed whole (a tasks folder may hold millions of files)."""
     try:
-        entries = list(os.scandir(folder))
+        entries = os.scandir(folder)
     except OSError:
         return
-    for entry in entries:
-        if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+    with entries:
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)

@@ -23,15 +23,21 @@ Writes are atomic: the record is written whole to an unnamed file (Linux
 the system cannot do that, to a temp file in the same folder (``.<id>.<pid>.<n>.tmp``)
 renamed over the task file. A reader, or a process killed with SIGKILL at any instant,
 sees the old file or the new one, never a half-written one (an unnamed file of a
-killed process just vanishes). Stale temp files are removed when a store opens the
-folder.
+killed process just vanishes). Stale temp files (another process id in their name)
+are removed by the index's reconcile, which runs at start after an unclean stop.
 
-Reads are fresh: every load ``stat``s the file; a cache of the last 4096 records read,
-as serialized protobuf bytes, is used only while the file's (mtime, size, inode) stamp
-is unchanged, so an edit or removal on disk applies to the next request. ListTasks
-uses a per-task summary index kept the same way (filled by writes and reads). A
-malformed or unreadable file (bad JSON, bad task, id not matching its name) reads as
-"no such task"; it is logged once per version of the file, with its path only.
+Reads are fresh: every load ``stat``s the file; a cache of recently read records, as
+serialized protobuf bytes, bounded by a count and a byte budget (``cache_entries``,
+``cache_bytes``), is used only while the file's (mtime, size, inode) stamp is
+unchanged, so an edit or removal on disk applies to the next request. A malformed or
+unreadable file (bad JSON, bad task, id not matching its name) reads as "no such task";
+it is logged once per version of the file while it is cached, with its path only.
+
+ListTasks and the messageId retry keys use the workspace's index on disk
+(``.a2a/index.sqlite3``, see ``task_index``): every write updates its row in the same
+step, and the index notices files changed behind the server's back (the folder's mtime
+on each ListTasks, a periodic reconcile), and is rebuilt in the background when it is
+missing or unreadable.
 
 Measurements (this host: ext4 on a virtual disk, ~1 KiB records, one writer; the disk
 alternates between slow and fast phases, hence the ranges):
@@ -53,13 +59,11 @@ had not reached the disk may read as malformed, i.e. TaskNotFound, never as a cr
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import contextlib
-import itertools
 import logging
 import os
 import stat
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +74,23 @@ from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .atomic_files import fsync_folder, remove_temp_files, temp_path, write_all
+from .atomic_files import fsync_folder, temp_path, write_all
+from .byte_lru import ByteLRU
+from .files import INBOX_FOLDER
 from .lifecycle import valid_id
 from .secret_box import SecretBox, SecretBoxError
-from .task_store import TaskRecord, TaskStore, TaskSummary
+from .task_index import INDEX_NAME, RECONCILE_WAIT_ROWS, Parsed, TaskIndex
+from .task_store import TaskFilter, TaskRecord, TaskStore, TaskSummary
 
 log = logging.getLogger(__name__)
 
 TASKS_FOLDER = Path(".a2a") / "tasks"
 FORMAT_VERSION = 1
 CACHE_ENTRIES = 4096
+CACHE_BYTES = 64 * 1024 * 1024
+#: Part.metadata key naming where a received file was saved (the engine's SAVED_AS_KEY).
+SAVED_AS_KEY = "a2a-gateway.savedAs"
+_ENTRY_OVERHEAD = 300  # bytes a cached record costs beyond its serialized bytes
 
 _Stamp = tuple[int, int, int]
 _O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
@@ -202,7 +213,15 @@ def decode_record(
 class WorkspaceTaskStore(TaskStore):
     """Tasks as files under ``<workspace>/.a2a/tasks/`` (see the module docstring)."""
 
-    def __init__(self, workspace: Path, *, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        fsync: bool = False,
+        cache_entries: int = CACHE_ENTRIES,
+        cache_bytes: int = CACHE_BYTES,
+        reconcile_interval_s: float = 600.0,
+    ) -> None:
         self.workspace = Path(workspace)
         self.folder = self.workspace / TASKS_FOLDER
         self.fsync = fsync
@@ -210,18 +229,26 @@ class WorkspaceTaskStore(TaskStore):
         self._dir = str(self.folder)
         self._folder_ready = False
         self._unnamed_files = _O_TMPFILE != 0
-        # Recently loaded/saved records, validated by the file's stamp before use.
-        self._cache: collections.OrderedDict[str, tuple[_Stamp, _Loaded | object]] = (
-            collections.OrderedDict()
+        # Recently loaded records, validated by the file's stamp before use.
+        self._cache: ByteLRU[str, tuple[_Stamp, _Loaded | object]] = ByteLRU(
+            cache_entries, cache_bytes
         )
-        # Summaries for ListTasks (small; every task seen), validated the same way.
-        self._index: dict[str, tuple[_Stamp, Caller, TaskSummary]] = {}
-        self._scan: asyncio.Task[None] | None = None  # the ListTasks folder scan running
-        self._saved_during_scan: set[str] | None = None
-        remove_temp_files(self._dir)
+        self.index = TaskIndex.shared(
+            self.workspace / ".a2a" / INDEX_NAME,
+            self.folder,
+            self._parse_summary,
+            reconcile_interval_s=reconcile_interval_s,
+        )
+        self._started = False
 
     def path(self, task_id: str) -> Path:
         return self.folder / f"{task_id}.json"
+
+    def _start(self) -> TaskIndex:
+        if not self._started:
+            self._started = True
+            self.index.start()
+        return self.index
 
     # --- reading ---------------------------------------------------------------------
 
@@ -240,12 +267,11 @@ class WorkspaceTaskStore(TaskStore):
         try:
             st = os.stat(path)
         except OSError:
-            self._cache.pop(task_id, None)
+            self._cache.pop(task_id)
             return None
         stamp = _stamp(st)
         cached = self._cache.get(task_id)
         if cached is not None and cached[0] == stamp:
-            self._cache.move_to_end(task_id)
             value = cached[1]
             return value if isinstance(value, _Loaded) else None
         return self._read_file(task_id, path)
@@ -253,14 +279,14 @@ class WorkspaceTaskStore(TaskStore):
     def _read_file(self, task_id: str, path: str) -> _Loaded | None:
         parsed = self._parse_file(task_id, path)
         if parsed is None:
-            self._cache.pop(task_id, None)
+            self._cache.pop(task_id)
             return None
         return self._keep(task_id, path, *parsed)
 
-    def _parse_file(self, task_id: str, path: str) -> tuple[_Stamp, _Loaded | str] | None:
-        """The file's stamp and its record, or the reason it is malformed; None when it
-        cannot be opened or read. Touches no state of the store (runs in a thread for
-        ListTasks)."""
+    @staticmethod
+    def _read_raw(path: str) -> tuple[_Stamp, bytes | None] | None:
+        """The file's stamp and bytes (None when it is not a regular file); None when
+        it cannot be opened or read."""
         try:
             # O_NONBLOCK: a FIFO planted under a task's name must not hang the server.
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -268,14 +294,23 @@ class WorkspaceTaskStore(TaskStore):
             return None
         try:
             st = os.fstat(fd)
-            stamp = _stamp(st)
-            data = _read_all(fd, st.st_size) if stat.S_ISREG(st.st_mode) else b""
+            if not stat.S_ISREG(st.st_mode):
+                return _stamp(st), None
+            return _stamp(st), _read_all(fd, st.st_size)
         except OSError:
             return None
         finally:
             os.close(fd)
+
+    def _parse_file(self, task_id: str, path: str) -> tuple[_Stamp, _Loaded | str] | None:
+        """The file's stamp and its record, or the reason it is malformed; None when it
+        cannot be opened or read."""
+        raw = self._read_raw(path)
+        if raw is None:
+            return None
+        stamp, data = raw
         try:
-            if not stat.S_ISREG(st.st_mode):
+            if data is None:
                 raise ValueError("not a regular file")
             task, owner, configs, versions = decode_record(data, task_id)
         except ValueError as exc:
@@ -288,20 +323,33 @@ class WorkspaceTaskStore(TaskStore):
             tuple(versions.items()),
         )
 
+    def _parse_summary(self, task_id: str, path: str) -> Parsed:
+        """(on the index's maintenance thread) What the index keeps of one file."""
+        raw = self._read_raw(path)
+        if raw is None:
+            return None
+        stamp, data = raw
+        if data is None:
+            return stamp, None
+        try:
+            task, owner, _, _ = decode_record(data, task_id)
+        except ValueError:
+            return stamp, None
+        return stamp, (owner, TaskSummary.of(task))
+
     def _keep(
         self, task_id: str, path: str, stamp: _Stamp, parsed: _Loaded | str
     ) -> _Loaded | None:
-        """Remember a parsed file in the cache and the index; log a malformed one once
-        per version of the file."""
+        """Remember a parsed file in the cache; log a malformed one once per version
+        of the file (while it is cached)."""
         if isinstance(parsed, str):
-            previous = self._cache.get(task_id)
+            previous = self._cache.peek(task_id)
             if previous is None or previous[0] != stamp:
                 log.warning("task file is malformed (%s), read as no such task: %s", parsed, path)
-            self._remember(task_id, stamp, _MALFORMED)
-            self._index.pop(task_id, None)
+            self._cache.put(task_id, (stamp, _MALFORMED), _ENTRY_OVERHEAD)
             return None
-        self._remember(task_id, stamp, parsed)
-        self._index[task_id] = (stamp, parsed.owner, parsed.summary)
+        size = len(parsed.task_bytes) + sum(len(p) for p in parsed.push) + _ENTRY_OVERHEAD
+        self._cache.put(task_id, (stamp, parsed), size)
         return parsed
 
     def _open_configs(
@@ -321,94 +369,131 @@ class WorkspaceTaskStore(TaskStore):
                 )
         return opened
 
-    def _remember(self, task_id: str, stamp: _Stamp, value: _Loaded | object) -> None:
-        self._cache[task_id] = (stamp, value)
-        self._cache.move_to_end(task_id)
-        while len(self._cache) > CACHE_ENTRIES:
-            self._cache.popitem(last=False)
+    # --- listing and retry keys (the index) ------------------------------------------
 
-    async def summaries(self, owner: Caller) -> list[TaskSummary]:
-        """The owner's tasks, from the index after it is brought up to date with the
-        folder. Listing the folder and parsing new or changed files runs in a worker
-        thread, one scan at a time (concurrent calls share it): measured on 1.4 million
-        task files, a listing takes ~9 s and the first one ~200 s, which must not stall
-        every other request."""
-        scan = self._scan
-        if scan is None:
-            scan = self._scan = asyncio.get_running_loop().create_task(
-                self._refresh_index(), name="a2a-task-index-scan"
-            )
-            scan.add_done_callback(self._scan_done)
-        await asyncio.shield(scan)  # a caller that gives up leaves the scan to others
-        return [entry[2] for entry in self._index.values() if entry[1] == owner]
+    async def before_listing(self, owner: Caller) -> None:
+        """The cheap check: a folder changed behind our back starts a reconcile. While
+        one runs (that, the periodic one, or the one after an unclean stop), a listing
+        over a small folder waits for it; over a large one it answers from what is
+        indexed (see ``task_index``)."""
+        index = self._start()
+        index.check_folder()
+        if index.reconciling and self._folder_is_small():
+            await index.wait_reconciled()
 
-    def _scan_done(self, scan: asyncio.Task[None]) -> None:
-        if self._scan is scan:
-            self._scan = None  # the next ListTasks scans again
-        if not scan.cancelled():
-            scan.exception()  # an error reaches every waiter; none is left unretrieved
-
-    async def _refresh_index(self) -> None:
-        saved: set[str] = set()
-        self._saved_during_scan = saved
+    def _folder_is_small(self) -> bool:
+        """Whether the folder holds at most about ``RECONCILE_WAIT_ROWS`` entries,
+        judged by the folder's own size (ext4: ~4 KiB per ~80 names; never shrinks)."""
         try:
-            unreadable, gone, parsed = await asyncio.to_thread(self._scan_folder)
-        finally:
-            self._saved_during_scan = None
-        # A task written while the thread ran has a newer index entry than the scan's.
-        for task_id, path, stamp, record in parsed:
-            if task_id not in saved:
-                self._keep(task_id, path, stamp, record)
-        for task_id in itertools.chain(gone, unreadable):
-            if task_id not in saved:
-                self._index.pop(task_id, None)
-
-    def _scan_folder(
-        self,
-    ) -> tuple[list[str], set[str], list[tuple[str, str, _Stamp, _Loaded | str]]]:
-        """(in a thread) The folder against the index: ids listed but unreadable, ids
-        indexed but no longer listed, and every new or changed file parsed. Only reads
-        the index (single dict lookups, and one ``list()`` that CPython runs whole under
-        the GIL)."""
-        index = self._index
-        indexed = set(list(index))
-        unreadable: list[str] = []
-        parsed: list[tuple[str, str, _Stamp, _Loaded | str]] = []
-        try:
-            entries = os.scandir(self._dir)
+            return os.stat(self._dir).st_size <= RECONCILE_WAIT_ROWS * 64
         except OSError:
-            return [], indexed, []
-        with entries:
-            for entry in entries:
-                name = entry.name
-                if not name.endswith(".json") or name.startswith("."):
-                    continue
-                task_id = name[:-5]
-                if not valid_id(task_id):
-                    continue
-                indexed.discard(task_id)
-                try:
-                    stamp = _stamp(entry.stat(follow_symlinks=False))
-                except OSError:
-                    unreadable.append(task_id)
-                    continue
-                known = index.get(task_id)
-                if known is not None and known[0] == stamp:
-                    continue
-                result = self._parse_file(task_id, entry.path)
-                if result is None:
-                    unreadable.append(task_id)
-                else:
-                    parsed.append((task_id, entry.path, *result))
-        return unreadable, indexed, parsed
+            return True
+
+    async def listing(
+        self,
+        owner: Caller,
+        flt: TaskFilter,
+        cursor: tuple[int, str] | None,
+        limit: int,
+        task_ids: Sequence[str] = (),
+    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+        return await self._start().listing(owner, flt, cursor, limit, task_ids)
+
+    async def active_ids(self, owner: Caller) -> list[str]:
+        return await self._start().active_ids(owner)
+
+    async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:
+        """Listed tasks that did not load (removed, malformed or handed to another
+        owner by hand): their index rows follow their files now."""
+        index = self._start()
+        for task_id in task_ids:
+            parsed = self._parse_summary(task_id, f"{self._dir}/{task_id}.json")
+            if parsed is None or parsed[1] is None:
+                index.remove(task_id)
+            else:
+                stamp, (file_owner, summary) = parsed[0], parsed[1]
+                index.put(file_owner, summary, stamp)
+
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return self.index.find_message(owner, message_id, fingerprint)
+
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        self.index.remember_message(owner, message_id, fingerprint, task_id)
 
     async def aclose(self) -> None:
-        """Stop a ListTasks scan in progress (its thread ends after the current file)."""
-        scan = self._scan
-        if scan is not None:
-            scan.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scan
+        """Stop the index's background work and close it."""
+        await self.index.aclose()
+
+    # --- retention -------------------------------------------------------------------
+
+    async def expire(self, cutoff_ns: int, limit: int, *, files: bool = False) -> int:
+        """Remove up to ``limit`` settled tasks whose status is older than the cutoff
+        (file, then index row; with ``files`` also their inbox files). File work runs
+        on the index's maintenance thread. How many were removed."""
+        index = self._start()
+        candidates = await index.expired(cutoff_ns, limit)
+        if not candidates:
+            return 0
+        removed = await index.in_worker(lambda: self._remove_files(candidates, files))
+        for task_id, stamp in removed:
+            index.delete_if(task_id, stamp)
+            self._cache.pop(task_id)
+        index.wrote_folder()
+        index.commit()
+        return len(removed)
+
+    def _remove_files(
+        self, candidates: list[tuple[str, _Stamp]], inbox_files: bool
+    ) -> list[tuple[str, _Stamp]]:
+        """(on the maintenance thread) Unlink the task files still as indexed."""
+        removed: list[tuple[str, _Stamp]] = []
+        for task_id, stamp in candidates:
+            path = f"{self._dir}/{task_id}.json"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                removed.append((task_id, stamp))  # gone already: only the row is left
+                continue
+            except OSError:
+                continue
+            if _stamp(st) != stamp:
+                continue  # written since it was indexed: the next pass decides
+            if inbox_files:
+                self._remove_inbox_files(task_id, path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not remove expired task file %s: %s", path, exc)
+                continue
+            removed.append((task_id, stamp))
+        return removed
+
+    def _remove_inbox_files(self, task_id: str, path: str) -> None:
+        raw = self._read_raw(path)
+        if raw is None or raw[1] is None:
+            return
+        try:
+            task, _, _, _ = decode_record(raw[1], task_id)
+        except ValueError:
+            return
+        inbox = os.path.realpath(self.workspace / INBOX_FOLDER)
+        messages = [*task.history, task.status.message]
+        for message in messages:
+            for part in message.parts:
+                saved = part.metadata.fields.get(SAVED_AS_KEY)
+                relative = saved.string_value if saved is not None else ""
+                if not relative.startswith(f"{INBOX_FOLDER}/"):
+                    continue
+                # Only a regular file inside the inbox, reached without symlinks.
+                target = os.path.join(self.workspace, relative)
+                real = os.path.realpath(target)
+                if real.startswith(inbox + os.sep) and not os.path.islink(target):
+                    with contextlib.suppress(OSError):
+                        os.unlink(real)
 
     # --- writing ---------------------------------------------------------------------
 
@@ -419,12 +504,12 @@ class WorkspaceTaskStore(TaskStore):
             raise ValueError(f"invalid task id {task_id!r}")
         data = encode_record(record, self.box)
         stamp = self._write_atomically(task_id, data)
-        # Only the summary is kept: most tasks written are never read back, and the
-        # next read fills the record cache (stat-validated like any other read).
-        self._cache.pop(task_id, None)
-        self._index[task_id] = (stamp, record.owner, TaskSummary.of(task))
-        if self._saved_during_scan is not None:
-            self._saved_during_scan.add(task_id)
+        # Not cached: most tasks written are never read back, and the next read fills
+        # the record cache (stat-validated like any other read).
+        self._cache.pop(task_id)
+        index = self._start() if not self._started else self.index
+        index.put(record.owner, TaskSummary.of(task), stamp)
+        index.wrote_folder()
 
     def _write_atomically(self, task_id: str, data: bytes) -> _Stamp:
         if not self._folder_ready:
@@ -515,12 +600,13 @@ class WorkspaceTaskStores(TaskStore):
 
     Callers authenticated from ``<ws>/.a2a/callers.json`` have ``workspace == str(ws)``;
     their tasks live in ``<ws>/.a2a/tasks``. Callers without a workspace (anonymous)
-    use ``default``.
+    use ``default``. ``options`` go to every :class:`WorkspaceTaskStore`.
     """
 
-    def __init__(self, default: Path, *, fsync: bool = False) -> None:
+    def __init__(self, default: Path, *, fsync: bool = False, **options: Any) -> None:
         self.fsync = fsync
-        self.default = WorkspaceTaskStore(default, fsync=fsync)
+        self.options = options
+        self.default = WorkspaceTaskStore(default, fsync=fsync, **options)
         self._stores: dict[str, WorkspaceTaskStore] = {}
 
     def store_for(self, owner: Caller) -> WorkspaceTaskStore:
@@ -529,9 +615,12 @@ class WorkspaceTaskStores(TaskStore):
         store = self._stores.get(owner.workspace)
         if store is None:
             store = self._stores[owner.workspace] = WorkspaceTaskStore(
-                Path(owner.workspace), fsync=self.fsync
+                Path(owner.workspace), fsync=self.fsync, **self.options
             )
         return store
+
+    def stores(self) -> list[WorkspaceTaskStore]:
+        return [self.default, *self._stores.values()]
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         return await self.store_for(owner).load(owner, task_id)
@@ -539,9 +628,33 @@ class WorkspaceTaskStores(TaskStore):
     async def save(self, record: TaskRecord) -> None:
         await self.store_for(record.owner).save(record)
 
-    async def summaries(self, owner: Caller) -> list[TaskSummary]:
-        return await self.store_for(owner).summaries(owner)
+    async def before_listing(self, owner: Caller) -> None:
+        await self.store_for(owner).before_listing(owner)
+
+    async def listing(
+        self,
+        owner: Caller,
+        flt: TaskFilter,
+        cursor: tuple[int, str] | None,
+        limit: int,
+        task_ids: Sequence[str] = (),
+    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+        return await self.store_for(owner).listing(owner, flt, cursor, limit, task_ids)
+
+    async def active_ids(self, owner: Caller) -> list[str]:
+        return await self.store_for(owner).active_ids(owner)
+
+    async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:
+        await self.store_for(owner).refresh(owner, task_ids)
+
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return self.store_for(owner).find_message(owner, message_id, fingerprint)
+
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        self.store_for(owner).remember_message(owner, message_id, fingerprint, task_id)
 
     async def aclose(self) -> None:
-        for store in [self.default, *self._stores.values()]:
+        for store in self.stores():
             await store.aclose()

@@ -16,19 +16,39 @@ Contract for implementations:
 - Ids reaching a store have passed :func:`~.lifecycle.valid_id`; stores that build paths
   from them check again.
 
-Finished tasks are kept as serialized bytes, never as message objects: a stored task
-costs its encoded size plus a small index entry (the bench holds 20,000 of them).
+Finished tasks are kept as serialized bytes, never as message objects. Every store is
+bounded by the work in flight, not by history: the workspace store keeps what ListTasks
+filters and orders on in an index on disk (``task_index``); the memory store holds at
+most ``max_tasks`` tasks and ``max_bytes`` bytes of them, dropping the least recently
+written first.
+
+ListTasks asks a store for pages (:meth:`TaskStore.page`, :meth:`TaskStore.count`) and
+merges in the tasks whose newest state is still only in the engine's memory
+(:func:`select_page`). The messageId retry keys (:meth:`TaskStore.find_message`) live in
+the store too: on disk for the workspace store (they survive a restart), bounded in
+memory for the memory store.
 """
 
 from __future__ import annotations
 
 import abc
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .lifecycle import timestamp_ns, valid_id
+from .byte_lru import ByteLRU
+from .lifecycle import ACTIVE, timestamp_ns, valid_id
+
+#: messageIds longer than this are InvalidParams (they are keys of the retry index).
+MAX_MESSAGE_ID_CHARS = 256
+DEFAULT_MEMORY_TASKS = 50_000
+DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
+DEFAULT_RETRY_KEYS = 100_000
+DEFAULT_RETRY_BYTES = 32 * 1024 * 1024
+_RETRY_KEY_OVERHEAD = 200  # bytes an entry costs beyond its strings (tuple, dict slot)
 
 
 @dataclass(slots=True)
@@ -61,6 +81,27 @@ class TaskSummary:
     def __repr__(self) -> str:
         return f"TaskSummary({self.task_id!r}, state={self.state}, ts={self.timestamp_ns})"
 
+    @property
+    def position(self) -> tuple[int, str]:
+        """Where it sorts: newest first is descending (timestamp, id)."""
+        return (self.timestamp_ns, self.task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """ListTasks filters: empty context / state 0 / ``after_ns`` None mean "any"."""
+
+    context_id: str = ""
+    state: int = 0
+    after_ns: int | None = None
+
+    def matches(self, summary: TaskSummary) -> bool:
+        return (
+            (not self.context_id or summary.context_id == self.context_id)
+            and (not self.state or summary.state == self.state)
+            and (self.after_ns is None or summary.timestamp_ns >= self.after_ns)
+        )
+
 
 class TaskStore(abc.ABC):
     """Persistent tasks, scoped by owner (see the module docstring for the contract).
@@ -80,39 +121,126 @@ class TaskStore(abc.ABC):
     async def save(self, record: TaskRecord) -> None:
         """Create or replace ``record.task.id``."""
 
+    # --- listing ---------------------------------------------------------------------
+
+    async def before_listing(self, owner: Caller) -> None:  # noqa: B027 - optional hook
+        """Called before each ListTasks: notice changes made behind the store's back."""
+
     @abc.abstractmethod
+    async def listing(
+        self,
+        owner: Caller,
+        flt: TaskFilter,
+        cursor: tuple[int, str] | None,
+        limit: int,
+        task_ids: Sequence[str] = (),
+    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+        """As one consistent reading of the stored tasks of ``owner``: up to ``limit``
+        of those matching ``flt`` that sort after ``cursor`` (a (timestamp, id)
+        position), newest first; how many match in all; and the stored summaries of
+        ``task_ids`` (those that exist)."""
+
+    async def count(self, owner: Caller, flt: TaskFilter) -> int:
+        """How many stored tasks of ``owner`` match ``flt``."""
+        return (await self.listing(owner, flt, None, 0))[1]
+
+    @abc.abstractmethod
+    async def active_ids(self, owner: Caller) -> list[str]:
+        """The owner's stored tasks that are submitted or working (restart recovery)."""
+
+    async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:  # noqa: B027
+        """These listed tasks did not load: bring what listing knows of them up to date
+        (nothing to do for a store whose listing reads the records themselves)."""
+
+    # --- messageId retry keys --------------------------------------------------------
+
+    @abc.abstractmethod
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        """The task a message of ``owner`` created or continued, by its retry key (the
+        messageId and the fingerprint of ``engine.retries``)."""
+
+    @abc.abstractmethod
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        """Record a retry key (replacing one with the same owner, id and fingerprint)."""
+
     async def summaries(self, owner: Caller) -> list[TaskSummary]:
-        """One summary per task of ``owner``, in no particular order."""
+        """Every stored task of ``owner`` (costs the whole history; tests only)."""
+        await self.before_listing(owner)
+        return (await self.listing(owner, TaskFilter(), None, 1 << 62))[0]
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources (nothing by default)."""
 
 
+async def select_page(
+    store: TaskStore,
+    owner: Caller,
+    flt: TaskFilter,
+    cursor: tuple[int, str] | None,
+    limit: int,
+    live: Mapping[str, TaskSummary],
+) -> tuple[list[TaskSummary], int, bool]:
+    """(page, total matching, whether more follow) of the owner's tasks, where ``live``
+    (the owner's live runs, by id) overrides what the store has for those tasks.
+
+    The store is asked for ``limit + 1 + len(live)`` rows after the cursor, so that
+    dropping its rows of live tasks still leaves enough; the cost is the page plus the
+    live runs, never the history."""
+    rows, total, stored_live = await store.listing(
+        owner, flt, cursor, limit + 1 + len(live), list(live)
+    )
+    live_matching = [s for s in live.values() if flt.matches(s)]
+    total += len(live_matching) - sum(1 for s in stored_live if flt.matches(s))
+    merged = [s for s in rows if s.task_id not in live]
+    merged += [s for s in live_matching if cursor is None or s.position < cursor]
+    merged.sort(key=lambda s: s.position, reverse=True)
+    return merged[:limit], total, len(merged) > limit
+
+
 class _Entry(TaskSummary):
-    __slots__ = ("data", "push", "versions")
+    __slots__ = ("data", "owner", "push", "versions")
 
     def __init__(
-        self, task: pb.Task, data: bytes, push: tuple[bytes, ...], versions: dict[str, str]
+        self,
+        task: pb.Task,
+        owner: Caller,
+        data: bytes,
+        push: tuple[bytes, ...],
+        versions: dict[str, str],
     ) -> None:
         super().__init__(
             task.id, task.context_id, task.status.state, timestamp_ns(task.status.timestamp)
         )
+        self.owner = owner
         self.data = data
         self.push = push
         self.versions = versions
 
 
 class MemoryTaskStore(TaskStore):
-    """Tasks in this process only, as serialized bytes (lost on restart)."""
+    """Tasks in this process only, as serialized bytes (lost on restart), at most
+    ``max_tasks`` of them holding at most ``max_bytes``: saving past a bound drops the
+    least recently written tasks (a dropped task is TaskNotFound, like one never
+    stored). Listing walks the held tasks (at most ``max_tasks``)."""
 
     durable = False
 
-    def __init__(self) -> None:
-        self._by_owner: dict[Caller, dict[str, _Entry]] = {}
+    def __init__(
+        self,
+        *,
+        max_tasks: int = DEFAULT_MEMORY_TASKS,
+        max_bytes: int = DEFAULT_MEMORY_BYTES,
+        retry_keys: int = DEFAULT_RETRY_KEYS,
+        retry_bytes: int = DEFAULT_RETRY_BYTES,
+    ) -> None:
+        self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes)
+        self._retry: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
-        entry = self._by_owner.get(owner, {}).get(task_id)
-        if entry is None:
+        entry = self._tasks.peek(task_id)
+        if entry is None or entry.owner != owner:
             return None
         configs = [pb.TaskPushNotificationConfig.FromString(data) for data in entry.push]
         return TaskRecord(pb.Task.FromString(entry.data), owner, configs, dict(entry.versions))
@@ -122,12 +250,40 @@ class MemoryTaskStore(TaskStore):
         if not valid_id(task.id):
             raise ValueError(f"invalid task id {task.id!r}")
         push = tuple(config.SerializeToString() for config in record.push_configs)
-        entries = self._by_owner.setdefault(record.owner, {})
+        data = task.SerializeToString()
         versions = dict(record.push_versions)
-        entries[task.id] = _Entry(task, task.SerializeToString(), push, versions)
+        size = len(data) + sum(len(p) for p in push) + 200  # plus the entry itself
+        self._tasks.put(task.id, _Entry(task, record.owner, data, push, versions), size)
 
-    async def summaries(self, owner: Caller) -> list[TaskSummary]:
-        return list(self._by_owner.get(owner, {}).values())
+    def _of(self, owner: Caller, flt: TaskFilter) -> Iterable[_Entry]:
+        return (e for e in self._tasks.values() if e.owner == owner and flt.matches(e))
+
+    async def listing(
+        self,
+        owner: Caller,
+        flt: TaskFilter,
+        cursor: tuple[int, str] | None,
+        limit: int,
+        task_ids: Sequence[str] = (),
+    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+        matching = [e for e in self._tasks.values() if e.owner == owner and flt.matches(e)]
+        after = matching if cursor is None else [e for e in matching if e.position < cursor]
+        page: list[TaskSummary] = heapq.nlargest(limit, after, key=lambda e: e.position)
+        found = (self._tasks.peek(task_id) for task_id in task_ids)
+        named: list[TaskSummary] = [e for e in found if e is not None and e.owner == owner]
+        return page, len(matching), named
+
+    async def active_ids(self, owner: Caller) -> list[str]:
+        return [e.task_id for e in self._tasks.values() if e.owner == owner and e.state in ACTIVE]
+
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return self._retry.get((owner, message_id, fingerprint))
+
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        size = len(message_id) + len(fingerprint) + len(task_id) + _RETRY_KEY_OVERHEAD
+        self._retry.put((owner, message_id, fingerprint), task_id, size)
 
     def __len__(self) -> int:
-        return sum(len(entries) for entries in self._by_owner.values())
+        return len(self._tasks)

@@ -24,8 +24,13 @@ Decisions (digest §6 and §15 leave them open):
   SendStreamingMessage retry joins the task while its run is live (snapshot, then live
   events); once that run has ended there is nothing to stream and the message starts a
   new task (streams replay nothing, and load generators such as the bench reuse
-  messageIds across runs). The index is in memory, bounded (``dedupe_entries``), and
-  does not survive a restart.
+  messageIds across runs). The retry keys live in the store: the workspace index on
+  disk (they survive a restart; lost only when the index is rebuilt from the files),
+  or, with the memory store, bounded by a count and a byte budget. A messageId longer
+  than ``MAX_MESSAGE_ID_CHARS`` (256) is InvalidParams.
+- ListTasks is a range query over the store's index (the workspace index on disk)
+  merged with the live runs; an answer's tasks stay within ``list_max_bytes`` (8 MiB
+  encoded; fewer tasks and a next page token when a page would exceed it).
 - Hop guard: ``a2a-gateway.hops`` and ``volcanic.hops``, each from the request metadata,
   else the message metadata, the larger winning, else 0 (a non-negative integer, else
   InvalidParams; see protocol/hops.py); above ``max_hops`` the task is created and

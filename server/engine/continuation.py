@@ -133,8 +133,8 @@ class Intake:
             raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
         hops = read_hops(request)
         seen_key = retry_key(caller, message)  # a retry is the same message (retries.py)
-        if seen_key in self._state.seen:
-            existing = await self._existing(seen_key, caller, subscriber)
+        if (retried := self._state.retried(seen_key)) is not None:
+            existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
                 return existing
         if message.task_id:
@@ -153,8 +153,8 @@ class Intake:
             # The agent was consulted (an await): look again before creating the task.
             if busy_key in self._state.busy:
                 raise UnsupportedOperationError(CONTEXT_BUSY)
-            if seen_key in self._state.seen:
-                existing = await self._existing(seen_key, caller, subscriber)
+            if (retried := self._state.retried(seen_key)) is not None:
+                existing = await self._existing(retried, caller, subscriber)
                 if existing is not None:
                     return existing
 
@@ -199,13 +199,10 @@ class Intake:
         return answer
 
     async def _existing(
-        self, seen_key: RetryKey, caller: Caller, subscriber: Subscriber | None
+        self, task_id: str, caller: Caller, subscriber: Subscriber | None
     ) -> pb.Task | Run | None:
-        """The task a retry of this message already created, if we remember one (for
-        a stream, i.e. with a ``subscriber``, only while its run is live)."""
-        task_id = self._state.seen.get(seen_key)
-        if task_id is None:
-            return None
+        """The task a retried messageId already created (for a stream, i.e. with a
+        ``subscriber``, only while its run is live)."""
         run = self._state.live(caller, task_id)
         if run is not None:
             if subscriber is not None:

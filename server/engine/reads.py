@@ -9,8 +9,8 @@ from a2a_gateway.protocol.context import CallContext, Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
-from ..lifecycle import ACTIVE, KNOWN_STATES, task_view, timestamp_ns, valid_id
-from ..task_store import TaskRecord, TaskSummary
+from ..lifecycle import KNOWN_STATES, task_view, timestamp_ns, valid_id
+from ..task_store import TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length
 from .state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, EngineState, invalid, not_found
@@ -31,6 +31,14 @@ class Reads:
     async def list_tasks(
         self, request: pb.ListTasksRequest, context: CallContext
     ) -> pb.ListTasksResponse:
+        """A page of the caller's tasks, newest status first (ties: id, descending).
+
+        The store answers an indexed range query for the page (the workspace index on
+        disk), merged with the live runs whose newest state is only in memory; the cost
+        is the page and the live runs, not the history. The answer ends early when its
+        tasks' encoded size would pass ``list_max_bytes`` (at least one task is
+        answered): fewer tasks and a next page token. A listed task whose file is gone
+        or unreadable is skipped, and its index row refreshed."""
         caller = context.caller
         page_size = DEFAULT_PAGE_SIZE
         if request.HasField("page_size"):
@@ -45,31 +53,30 @@ class Reads:
         if request.HasField("status_timestamp_after"):
             after_ns = timestamp_ns(request.status_timestamp_after)
         include_artifacts = request.include_artifacts
-
-        summaries = await self._summaries(caller)
         context_id = request.context_id
-        matches = [
-            s
-            for s in summaries
-            if (not context_id or s.context_id == context_id)
-            and (not status or s.state == status)
-            and (after_ns is None or s.timestamp_ns >= after_ns)
-        ]
-        matches.sort(key=lambda s: (s.timestamp_ns, s.task_id), reverse=True)
         query = "\x00".join(
             ("tasks", caller.workspace, caller.name, context_id, str(status), str(after_ns))
         )
-        start = 0
+        cursor: tuple[int, str] | None = None
         if request.page_token:
-            cursor = self._state.tokens.read(request.page_token, query)
-            ts_text, _, last_id = cursor.partition(":")
-            position = (int(ts_text), last_id)
-            while start < len(matches) and (
-                (matches[start].timestamp_ns, matches[start].task_id) >= position
-            ):
-                start += 1
-        page = matches[start : start + page_size]
+            ts_text, _, last_id = self._state.tokens.read(request.page_token, query).partition(":")
+            cursor = (int(ts_text), last_id)
+
+        store = self._state.store
+        await store.before_listing(caller)
+        await self._recover(caller)
+        live = {
+            task_id: TaskSummary.of(run.record.task)
+            for task_id, run in self._state.runs.items()
+            if run.record.owner == caller
+        }
+        flt = TaskFilter(context_id, status, after_ns)
+        page, total, more = await select_page(store, caller, flt, cursor, page_size, live)
         tasks: list[pb.Task] = []
+        missing: list[str] = []
+        budget = self._state.list_max_bytes
+        used = 0
+        last: TaskSummary | None = None
         for summary in page:
             run = self._state.live(caller, summary.task_id)
             record: TaskRecord | None
@@ -78,32 +85,34 @@ class Reads:
                 record = run.record
             else:
                 record = await self._records.load(caller, summary.task_id)
-            if record is not None:
-                tasks.append(
-                    task_view(record.task, history_length, include_artifacts=include_artifacts)
-                )
+            if record is None:
+                missing.append(summary.task_id)
+                last = summary
+                continue
+            view = task_view(record.task, history_length, include_artifacts=include_artifacts)
+            size = view.ByteSize()
+            if tasks and used + size > budget:
+                more = True  # over the byte budget: the rest on the next page
+                break
+            used += size
+            tasks.append(view)
+            last = summary
+        if missing:
+            total -= len(missing)
+            await store.refresh(caller, missing)
         next_token = ""
-        if page and start + len(page) < len(matches):
-            last = page[-1]
+        if last is not None and (more or last is not page[-1]):
             next_token = self._state.tokens.issue(f"{last.timestamp_ns}:{last.task_id}", query)
         return pb.ListTasksResponse(
-            tasks=tasks, next_page_token=next_token, page_size=len(tasks), total_size=len(matches)
+            tasks=tasks, next_page_token=next_token, page_size=len(tasks), total_size=total
         )
 
-    async def _summaries(self, caller: Caller) -> list[TaskSummary]:
-        """Every task of ``caller``: stored ones, overlaid by live runs, recovered."""
-        by_id = {s.task_id: s for s in await self._state.store.summaries(caller)}
-        for task_id, run in self._state.runs.items():
-            if run.record.owner == caller:
-                by_id[task_id] = TaskSummary.of(run.record.task)
-        for summary in list(by_id.values()):
-            if summary.state in ACTIVE and summary.task_id not in self._state.runs:
-                record = await self._records.load(caller, summary.task_id)
-                if record is None:
-                    del by_id[summary.task_id]
-                else:
-                    by_id[summary.task_id] = TaskSummary.of(record.task)
-        return list(by_id.values())
+    async def _recover(self, caller: Caller) -> None:
+        """Stored tasks left submitted or working by a run that is gone (a restart)
+        are failed now, before they are listed: loading one recovers it."""
+        for task_id in await self._state.store.active_ids(caller):
+            if task_id not in self._state.runs:
+                await self._records.load(caller, task_id)
 
     def subscribe_to_task(
         self, request: pb.SubscribeToTaskRequest, context: CallContext

@@ -12,6 +12,7 @@ from a2a_gateway.protocol.errors import TaskNotCancelableError, UnsupportedOpera
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import TERMINAL, set_now
+from ..task_store import MAX_MESSAGE_ID_CHARS
 from .state import invalid
 
 
@@ -58,6 +59,8 @@ def check_message(request: pb.SendMessageRequest) -> None:
     message = request.message
     if not message.message_id:
         raise invalid("message.messageId", "is required")
+    if len(message.message_id) > MAX_MESSAGE_ID_CHARS:
+        raise invalid("message.messageId", f"must be at most {MAX_MESSAGE_ID_CHARS} characters")
     if message.role != pb.ROLE_USER:
         raise invalid("message.role", "must be ROLE_USER")
     if not message.parts:

@@ -31,6 +31,7 @@ SERVER_RESTARTED = "server restarted"
 SHUTDOWN = "The server shut down during the run."
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
+DEFAULT_LIST_MAX_BYTES = 8 * 1024 * 1024  # one ListTasks answer's tasks, encoded
 MAX_PUSH_CONFIGS = 10
 FLUSH_DELAY_S = 0.05  # how long a live task's status may stay in memory only
 SAVED_AS_KEY = "a2a-gateway.savedAs"  # Part.metadata: where a received file was saved
@@ -106,7 +107,7 @@ class KeyedLocks:
 
 class EngineState:
     """The engine's settings (see :class:`~.task_engine.TaskEngine`) and its tables:
-    live runs by task id, the busy contexts, the messageIds seen, the hubs of the
+    live runs by task id, the busy contexts, the hubs of the
     task streams, the per-task locks and the page tokens."""
 
     def __init__(
@@ -119,7 +120,7 @@ class EngineState:
         push_enabled: bool,
         run_timeout_s: float,
         cancel_grace_s: float,
-        dedupe_entries: int,
+        list_max_bytes: int,
         task_limiter: TaskLimiter | None,
         push: PushDispatcher | None,
         outbound: OutboundClient | None,
@@ -133,7 +134,7 @@ class EngineState:
         self.push_enabled = push_enabled
         self.run_timeout_s = run_timeout_s
         self.cancel_grace_s = cancel_grace_s
-        self.dedupe_entries = dedupe_entries
+        self.list_max_bytes = list_max_bytes
         self.task_limiter = task_limiter
         self.push = push
         self.outbound = outbound
@@ -141,7 +142,6 @@ class EngineState:
         self.max_file_bytes = max_file_bytes
         self.runs: dict[str, Run] = {}
         self.busy: dict[ContextKey, str] = {}
-        self.seen: dict[RetryKey, str] = {}  # retries.retry_key -> task id
         self.hubs: dict[str, Hub] = {}
         self.locks = KeyedLocks()
         self.tokens = PageTokens()
@@ -169,10 +169,16 @@ class EngineState:
             del self.hubs[task_id]
 
     def remember_message(self, seen_key: RetryKey, task_id: str) -> None:
-        seen = self.seen
-        seen[seen_key] = task_id
-        if len(seen) > self.dedupe_entries:
-            del seen[next(iter(seen))]
+        """Record the retry key of a task (see ``retries``): in the store (the
+        workspace index on disk survives restarts; the memory store's keys are bounded
+        by count and bytes)."""
+        workspace, name, message_id, fingerprint = seen_key
+        self.store.remember_message(Caller(name, workspace), message_id, fingerprint, task_id)
+
+    def retried(self, seen_key: RetryKey) -> str | None:
+        """The task a message with this retry key created or continued, if any."""
+        workspace, name, message_id, fingerprint = seen_key
+        return self.store.find_message(Caller(name, workspace), message_id, fingerprint)
 
     def workspace_of(self, owner: Caller) -> Path | None:
         """Where ``owner``'s files go: its own workspace, else the default one."""

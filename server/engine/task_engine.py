@@ -24,7 +24,7 @@ from .continuation import Intake
 from .push_configs import PushConfigs
 from .reads import Reads
 from .records import Records
-from .state import EngineState
+from .state import DEFAULT_LIST_MAX_BYTES, EngineState
 from .turns import Runner
 
 T = TypeVar("T")
@@ -64,7 +64,9 @@ class TaskEngine(A2AService):
     URL parts are refused) and its ``allow_private_urls`` decides which webhook URLs
     are accepted. ``default_workspace`` receives the files of callers without a
     workspace of their own (anonymous); with neither, file parts are refused.
-    ``max_file_bytes`` caps each file, in and out.
+    ``max_file_bytes`` caps each file, in and out. ``list_max_bytes`` is the byte
+    budget of one ListTasks answer (its tasks' encoded size): a page that would exceed
+    it ends early, with a next page token (one task is always answered).
     """
 
     agent: _Setting[Agent] = _Setting()
@@ -74,7 +76,7 @@ class TaskEngine(A2AService):
     push_enabled: _Setting[bool] = _Setting()
     run_timeout_s: _Setting[float] = _Setting()
     cancel_grace_s: _Setting[float] = _Setting()
-    dedupe_entries: _Setting[int] = _Setting()
+    list_max_bytes: _Setting[int] = _Setting()
     task_limiter: _Setting[TaskLimiter | None] = _Setting()
     push: _Setting[PushDispatcher | None] = _Setting()
     outbound: _Setting[OutboundClient | None] = _Setting()
@@ -91,7 +93,7 @@ class TaskEngine(A2AService):
         push_enabled: bool = False,
         run_timeout_s: float = 3600.0,
         cancel_grace_s: float = 5.0,
-        dedupe_entries: int = 100_000,
+        list_max_bytes: int = DEFAULT_LIST_MAX_BYTES,
         task_limiter: TaskLimiter | None = None,
         push: PushDispatcher | None = None,
         outbound: OutboundClient | None = None,
@@ -106,7 +108,7 @@ class TaskEngine(A2AService):
             push_enabled=push_enabled,
             run_timeout_s=run_timeout_s,
             cancel_grace_s=cancel_grace_s,
-            dedupe_entries=dedupe_entries,
+            list_max_bytes=list_max_bytes,
             task_limiter=task_limiter,
             push=push,
             outbound=outbound,

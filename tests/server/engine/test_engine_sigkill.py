@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -103,6 +104,28 @@ async def test_sigkill_with_runs_in_flight_leaves_every_file_valid(tmp_path: Pat
         states = {state_name(t) for t in listed.tasks}
         assert states <= {"COMPLETED", "CANCELED", "FAILED", "INPUT_REQUIRED"}
         assert not list(folder.glob(".*.tmp"))  # the new store removed leftovers
+        # The index (rows committed up to ~10 ms before the kill, then reconciled at
+        # the start after the unclean stop) matches the files exactly.
+        with sqlite3.connect(workspace / ".a2a" / "index.sqlite3") as db:
+            rows = dict(
+                (r[0], (r[1], r[2], r[3]))
+                for r in db.execute("SELECT task_id, mtime, size, ino FROM tasks")
+            )
+        stamps = {}
+        for path in folder.glob("*.json"):
+            st = path.stat()
+            stamps[path.stem] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        assert rows == stamps
+        # A retried messageId from before the kill is recognised after the restart.
+        retried = await engine.send_message(
+            pb.SendMessageRequest(
+                message=pb.Message(
+                    message_id="m-0", role=pb.ROLE_USER, parts=[pb.Part(text="hold:60")]
+                )
+            ),
+            ctx(),
+        )
+        assert retried.task.id == ids["held"][0]
         answered = await engine.send_message(
             pb.SendMessageRequest(
                 message=pb.Message(

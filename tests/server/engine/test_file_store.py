@@ -25,7 +25,7 @@ from a2a_gateway.server.file_store import (
     decode_record,
     owner_from_document,
 )
-from a2a_gateway.server.task_store import TaskRecord
+from a2a_gateway.server.task_store import TaskFilter, TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .engine_helpers import ALICE, BOB, collect, ctx, request, send, state_name, status_text
@@ -139,12 +139,19 @@ async def test_task_ids_are_validated_before_they_touch_a_path(
             await get(files, task_id)
 
 
-async def test_stale_temp_files_are_removed_when_a_store_opens(tmp_path: Path) -> None:
+async def test_stale_temp_files_are_removed_by_the_first_reconcile(tmp_path: Path) -> None:
     folder = tmp_path / ".a2a" / "tasks"
     folder.mkdir(parents=True)
-    (folder / ".abc.123.4.tmp").write_text("half a record")
-    WorkspaceTaskStore(tmp_path)
-    assert list(folder.iterdir()) == []
+    (folder / ".abc.123.4.tmp").write_text("half a record")  # another (killed) process's
+    ours = folder / f".abc.{os.getpid()}.5.tmp"
+    ours.write_text("a write in flight")
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.summaries(ALICE)  # a new index: the first pass runs at start
+        await store.index.wait_reconciled()
+        assert list(folder.iterdir()) == [ours]
+    finally:
+        await store.aclose()
 
 
 async def test_fsync_store_writes_the_same_files(tmp_path: Path) -> None:
@@ -317,7 +324,7 @@ async def test_a_fifo_task_file_reads_as_not_found_without_hanging(tmp_path: Pat
     assert await store.summaries(ALICE) == []
 
 
-# --- ListTasks scans the folder in a worker thread -------------------------------------
+# --- the index is rebuilt from the files in a worker thread -------------------------------------
 
 
 def _record(task_id: str, state: int) -> TaskRecord:
@@ -328,10 +335,13 @@ def _record(task_id: str, state: int) -> TaskRecord:
 
 
 async def _folder_of(tmp_path: Path, count: int, state: int) -> list[str]:
+    """A folder of task files and no index: the next store rebuilds it from the files."""
     store = WorkspaceTaskStore(tmp_path)
     ids = [f"task-{n:05d}" for n in range(count)]
     for task_id in ids:
         await store.save(_record(task_id, state))
+    await store.aclose()
+    (tmp_path / ".a2a" / "index.sqlite3").unlink()
     return ids
 
 
@@ -356,36 +366,20 @@ async def test_listing_a_large_folder_leaves_the_event_loop_free(tmp_path: Path)
     assert await store.summaries(BOB) == []
 
 
-async def test_tasks_written_during_a_listing_are_listed_as_written(tmp_path: Path) -> None:
-    ids = await _folder_of(tmp_path, 1500, pb.TASK_STATE_WORKING)
-    store = WorkspaceTaskStore(tmp_path)
-    listing = asyncio.create_task(store.summaries(ALICE))
-    await asyncio.sleep(0.005)  # the scan's thread has started reading
-    for task_id in ids:  # some files were read before this write, some after
-        await store.save(_record(task_id, pb.TASK_STATE_COMPLETED))
-    await store.save(_record("task-new", pb.TASK_STATE_COMPLETED))
-    async with asyncio.timeout(30):
-        first = {s.task_id: s.state for s in await listing}
-    # The scan's older reading of a file never replaces what was written meanwhile.
-    assert {first[task_id] for task_id in ids} == {pb.TASK_STATE_COMPLETED}
-    again = {s.task_id: s.state for s in await store.summaries(ALICE)}
-    assert again == {
-        **dict.fromkeys(ids, pb.TASK_STATE_COMPLETED),
-        "task-new": pb.TASK_STATE_COMPLETED,
-    }
-
-
-async def test_closing_the_store_stops_a_listing(tmp_path: Path) -> None:
+async def test_closing_the_store_stops_a_rebuild_and_the_next_store_finishes_it(
+    tmp_path: Path,
+) -> None:
     await _folder_of(tmp_path, 1500, pb.TASK_STATE_COMPLETED)
     store = WorkspaceTaskStore(tmp_path)
-    listing = asyncio.create_task(store.summaries(ALICE))
-    await asyncio.sleep(0)
-    await store.aclose()
-    with pytest.raises(asyncio.CancelledError):
-        async with asyncio.timeout(30):
-            await listing
-    # A store that was closed mid-scan still answers the next listing in full.
-    assert len(await store.summaries(ALICE)) == 1500
+    await store.listing(ALICE, TaskFilter(), None, 1)  # starts the rebuild
+    assert store.index.reconciling
+    await store.aclose()  # stops it (its thread ends after the current batch)
+    again = WorkspaceTaskStore(tmp_path)
+    try:
+        assert again.index.rebuilding  # not complete: rebuilt on
+        assert len(await again.summaries(ALICE)) == 1500  # a small folder: waits for it
+    finally:
+        await again.aclose()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,744 @@
+"""The derived task index of one workspace: ``<workspace>/.a2a/index.sqlite3``.
+
+Task files stay the source of truth; this index is what ListTasks filters and orders on,
+so a page costs an indexed range query, not a pass over every task:
+
+- ``tasks``: one row per readable task file: id, owner, context, state, status
+  timestamp (ns) and the file's (mtime, size, inode) stamp when it was indexed;
+- ``counts``: how many tasks each owner has, in all and per state, kept by triggers,
+  so ``totalSize`` is one lookup; with a context or ``statusTimestampAfter`` filter it
+  is a count over that index range (the tasks of one context);
+- ``retry``: the retry keys (owner, messageId and the message's fingerprint, see
+  ``engine.retries`` -> task id), so a retried message is recognised across restarts.
+
+It is the standard library's SQLite in WAL mode (``synchronous=NORMAL``): a process
+killed with SIGKILL loses no committed transaction. Only the event loop's connection
+writes (no lock waits on the loop); a store's write updates the index in the same step
+as the file (a statement on that connection, which the loop's own lookups see at once)
+and the transaction is committed ``COMMIT_DELAY_S`` later, or before any other
+connection reads, so the writes of a busy moment share one commit (a commit costs
+~250 us here, more than the rest of a blocking send). A process killed within that
+window loses those rows, never a file: an index not closed cleanly is reconciled at
+the next start. Page queries and counts
+run on a reader thread with its own connection; reconciling, rebuilding, checkpoints
+and retention scans run on a maintenance thread, whose changes are applied on the loop
+in small batches with compare-and-set on the file stamp (a newer write always wins).
+
+Keeping it in step with the folder:
+
+- at open, a missing, unreadable or foreign-version index is deleted and rebuilt in the
+  background (the first pass of :meth:`reconcile` over an empty index); requests are
+  served meanwhile from what is indexed so far; an index whose last process did not
+  close it cleanly, or whose folder changed while the server was down, is reconciled;
+- :meth:`check_folder` is the cheap check each ListTasks makes: one ``stat`` of the
+  folder, whose mtime moves when a file is added, removed or renamed in; the store
+  remembers the mtime its own writes left, so a difference means a change behind the
+  server's back, and a reconcile starts;
+- a periodic reconcile (``reconcile_interval_s``) also catches in-place edits.
+
+Memory: nothing here holds an entry per stored task. SQLite's page cache is bounded per
+connection (``CACHE_KIB``); a reconcile streams the folder in batches and keeps the ids
+it has seen in a temporary table on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from a2a_gateway.protocol.context import Caller
+
+from .atomic_files import is_stale_temp
+from .lifecycle import ACTIVE, TERMINAL, valid_id
+from .task_store import TaskFilter, TaskSummary
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+INDEX_NAME = "index.sqlite3"
+CACHE_KIB = 4096  # SQLite page cache per connection
+BATCH = 500  # files per reconcile batch, rows per applied batch
+COMMIT_DELAY_S = 0.01  # how long index writes may wait for their commit
+CHECKPOINT_EVERY = 200  # commits between two WAL checkpoints (on the maintenance thread)
+#: In a folder of up to about this many files, a ListTasks that finds a reconcile
+#: running (started by its own cheap check, the periodic one, or the one after an
+#: unclean stop) waits for it (a few tens of ms); in a larger one, it answers from the
+#: index as it is and the reconcile catches up in the background.
+RECONCILE_WAIT_ROWS = 20_000
+
+Stamp = tuple[int, int, int]  # (mtime_ns, size, inode) of a task file
+#: What a task file holds for the index: its stamp, then (owner, summary), or None
+#: when the file is malformed (it is not listed); None overall when it cannot be read.
+Parsed = tuple[Stamp, tuple[Caller, TaskSummary] | None] | None
+ParseFn = Callable[[str, str], Parsed]
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS owners(
+  id INTEGER PRIMARY KEY, workspace TEXT NOT NULL, name TEXT NOT NULL,
+  UNIQUE(workspace, name));
+CREATE TABLE IF NOT EXISTS tasks(
+  task_id TEXT PRIMARY KEY, owner INTEGER NOT NULL, context_id TEXT NOT NULL,
+  state INTEGER NOT NULL, ts INTEGER NOT NULL,
+  mtime INTEGER NOT NULL, size INTEGER NOT NULL, ino INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_by_owner ON tasks(owner, ts, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(owner, state, ts, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks(owner, context_id, ts, task_id, state);
+-- scope: 0 owner, 1 owner+state (context counts are index range counts)
+CREATE TABLE IF NOT EXISTS counts(
+  owner INTEGER NOT NULL, scope INTEGER NOT NULL, state INTEGER NOT NULL,
+  n INTEGER NOT NULL, PRIMARY KEY(owner, scope, state)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS retry(
+  owner INTEGER NOT NULL, message_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
+  task_id TEXT NOT NULL, PRIMARY KEY(owner, message_id, fingerprint)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS retry_by_task ON retry(task_id);
+CREATE TRIGGER IF NOT EXISTS tasks_insert AFTER INSERT ON tasks BEGIN
+  INSERT INTO counts VALUES (new.owner, 0, 0, 1), (new.owner, 1, new.state, 1)
+  ON CONFLICT DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS tasks_delete AFTER DELETE ON tasks BEGIN
+  UPDATE counts SET n = n - 1
+  WHERE owner = old.owner AND (scope = 0 OR (scope = 1 AND state = old.state));
+  DELETE FROM retry WHERE task_id = old.task_id;
+END;
+CREATE TRIGGER IF NOT EXISTS tasks_update AFTER UPDATE OF owner, state ON tasks
+WHEN old.owner != new.owner OR old.state != new.state
+BEGIN
+  UPDATE counts SET n = n - 1
+  WHERE owner = old.owner AND (scope = 0 OR (scope = 1 AND state = old.state));
+  INSERT INTO counts VALUES (new.owner, 0, 0, 1), (new.owner, 1, new.state, 1)
+  ON CONFLICT DO UPDATE SET n = n + 1;
+END;
+"""
+
+_UPSERT = (
+    "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET"
+    " owner = excluded.owner, context_id = excluded.context_id, state = excluded.state,"
+    " ts = excluded.ts, mtime = excluded.mtime, size = excluded.size, ino = excluded.ino"
+)
+_INSERT_NEW = "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO NOTHING"
+_UPDATE_IF = (
+    "UPDATE tasks SET owner = ?, context_id = ?, state = ?, ts = ?, mtime = ?, size = ?,"
+    " ino = ? WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
+)
+_DELETE_IF = "DELETE FROM tasks WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
+
+
+@dataclass(slots=True)
+class _Change:
+    """One row change found by a reconcile: ``row`` None deletes, ``expect`` None
+    inserts only when no row exists (a newer write wins)."""
+
+    task_id: str
+    expect: Stamp | None
+    row: tuple[Caller, TaskSummary, Stamp] | None
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on the maintenance thread
+    conn.execute("PRAGMA temp_store=FILE")
+    return conn
+
+
+def _remove_index_files(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + suffix)
+
+
+_OPEN: dict[str, TaskIndex] = {}  # one index per database file in a process
+
+
+class TaskIndex:
+    """The index of one tasks folder (see the module docstring).
+
+    ``parse(task_id, path)`` reads one task file for a reconcile (called on the
+    maintenance thread; it must not touch the event loop's state). Open it with
+    :meth:`shared`: stores of one workspace in one process share it (two connections
+    writing one database from one event loop would wait for each other's commits).
+    """
+
+    @classmethod
+    def shared(
+        cls, path: Path, folder: Path, parse: ParseFn, *, reconcile_interval_s: float = 600.0
+    ) -> TaskIndex:
+        index = _OPEN.get(os.path.abspath(path))
+        if index is None or index._closed:
+            index = cls(path, folder, parse, reconcile_interval_s=reconcile_interval_s)
+            _OPEN[index._key] = index
+        index._users += 1
+        return index
+
+    def __init__(
+        self,
+        path: Path,
+        folder: Path,
+        parse: ParseFn,
+        *,
+        reconcile_interval_s: float = 600.0,
+    ) -> None:
+        self.path = str(path)
+        self._key = os.path.abspath(path)
+        self.folder = str(folder)
+        self.reconcile_interval_s = reconcile_interval_s
+        self._parse = parse
+        self._owners: dict[Caller, int] = {}
+        self._in_txn = False
+        self._commits = 0
+        self._local = threading.local()
+        self._reader: ThreadPoolExecutor | None = None
+        self._worker: ThreadPoolExecutor | None = None
+        self._checkpointing = False
+        self._reconcile: asyncio.Task[None] | None = None
+        self._periodic: asyncio.Task[None] | None = None
+        self._reconcile_again = False
+        self._expected_mtime: int | None = None
+        self._closed = False
+        self._users = 0
+        self.rebuilding = False  # True until the first full pass over a new index ends
+        self._wanted_at_start = False
+        self._db = self._open()
+
+    # --- opening ---------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        existed = os.path.exists(self.path)
+        if existed:
+            try:
+                conn = _connect(self.path)
+                meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+                if meta.get("version") != SCHEMA_VERSION:
+                    raise sqlite3.DatabaseError(f"schema version {meta.get('version')!r}")
+                self.rebuilding = meta.get("complete") != 1
+                folder_mtime = self._folder_mtime()
+                self._wanted_at_start = (
+                    self.rebuilding or meta.get("clean") != 1 or meta.get("mtime") != folder_mtime
+                )
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', 0)")
+                return conn
+            except sqlite3.DatabaseError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise  # in use by another process: not damaged, not ours to rebuild
+                log.warning("task index %s is unusable (%s): rebuilding it", self.path, exc)
+                with contextlib.suppress(Exception):
+                    conn.close()
+                _remove_index_files(self.path)
+        conn = _connect(self.path)
+        conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+        conn.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            [("version", SCHEMA_VERSION), ("complete", 0), ("clean", 0)],
+        )
+        self.rebuilding = True
+        self._wanted_at_start = True
+        return conn
+
+    def _folder_mtime(self) -> int | None:
+        try:
+            return os.stat(self.folder).st_mtime_ns
+        except OSError:
+            return None
+
+    def start(self) -> None:
+        """Start the background work (call from the event loop; idempotent): the
+        rebuild or reconcile the index needs at open, then the periodic reconcile."""
+        if self._periodic is not None or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        self._periodic = loop.create_task(self._every_interval(), name="a2a-index-reconcile")
+        if self._wanted_at_start:
+            self.request_reconcile()
+
+    # --- writing (event loop) --------------------------------------------------------
+
+    def _write(self, sql: str, params: Sequence[Any]) -> None:
+        db = self._db
+        if not self._in_txn:
+            db.execute("BEGIN")
+            self._in_txn = True
+            try:
+                asyncio.get_running_loop().call_later(COMMIT_DELAY_S, self.commit)
+            except RuntimeError:  # no loop (a synchronous caller): commit at once
+                db.execute(sql, params)
+                self.commit()
+                return
+        db.execute(sql, params)
+
+    def commit(self) -> None:
+        """Commit what this turn of the loop wrote (scheduled by every first write)."""
+        if not self._in_txn:
+            return
+        self._in_txn = False
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error:
+            log.exception("task index commit failed; reconciling")
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            self.request_reconcile()
+            return
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self._checkpointing or self._closed:
+            return
+        self._checkpointing = True
+        future = self._pool("worker").submit(self._checkpoint_in_thread)
+        future.add_done_callback(lambda _: setattr(self, "_checkpointing", False))
+
+    def _checkpoint_in_thread(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._thread_db().execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def owner_id(self, owner: Caller) -> int:
+        known = self._owners.get(owner)
+        if known is not None:
+            return known
+        row = self._db.execute(
+            "SELECT id FROM owners WHERE workspace = ? AND name = ?", (owner.workspace, owner.name)
+        ).fetchone()
+        if row is None:
+            self._write(
+                "INSERT INTO owners(workspace, name) VALUES (?, ?)", (owner.workspace, owner.name)
+            )
+            row = self._db.execute(
+                "SELECT id FROM owners WHERE workspace = ? AND name = ?",
+                (owner.workspace, owner.name),
+            ).fetchone()
+        self._owners[owner] = int(row[0])
+        return int(row[0])
+
+    def put(self, owner: Caller, summary: TaskSummary, stamp: Stamp) -> None:
+        """The row of a task file this process just wrote (replaces any)."""
+        self._write(
+            _UPSERT,
+            (
+                summary.task_id,
+                self.owner_id(owner),
+                summary.context_id,
+                summary.state,
+                summary.timestamp_ns,
+                *stamp,
+            ),
+        )
+
+    def remove(self, task_id: str) -> None:
+        """Forget a task (its file is gone)."""
+        self._write("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+
+    def wrote_folder(self) -> None:
+        """This process changed the folder (a file created, replaced or removed): the
+        mtime it has now is ours, not a change behind our back."""
+        self._expected_mtime = self._folder_mtime()
+
+    # --- retry keys (event loop; point lookups) --------------------------------------
+
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)",
+            (self.owner_id(owner), message_id, fingerprint, task_id),
+        )
+
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        owner_id = self._owners.get(owner)
+        if owner_id is None:
+            row = self._db.execute(
+                "SELECT id FROM owners WHERE workspace = ? AND name = ?",
+                (owner.workspace, owner.name),
+            ).fetchone()
+            if row is None:
+                return None
+            owner_id = self._owners[owner] = int(row[0])
+        found = self._db.execute(
+            "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
+            (owner_id, message_id, fingerprint),
+        ).fetchone()
+        return None if found is None else str(found[0])
+
+    # --- reading (reader thread) -----------------------------------------------------
+
+    def _pool(self, which: str) -> ThreadPoolExecutor:
+        if which == "reader":
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-read")
+            return self._reader
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-work")
+        return self._worker
+
+    def _thread_db(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = _connect(self.path)
+        return conn
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        self.commit()  # the reader's connection sees only committed rows
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool("reader"), lambda: fn(self._thread_db()))
+
+    async def listing(
+        self,
+        owner: Caller,
+        flt: TaskFilter,
+        cursor: tuple[int, str] | None,
+        limit: int,
+        task_ids: Sequence[str] = (),
+    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+        """In one snapshot: up to ``limit`` of the owner's tasks matching ``flt`` after
+        ``cursor`` (a (timestamp, id) position), newest first (timestamp, then id,
+        descending); how many match in all; and the rows of ``task_ids``."""
+        owner_id = self.owner_id(owner)
+        page_sql = ["SELECT task_id, context_id, state, ts FROM tasks WHERE owner = ?"]
+        page_params: list[Any] = [owner_id]
+        _where(flt, page_sql, page_params)
+        if cursor is not None:
+            page_sql.append("AND (ts, task_id) < (?, ?)")
+            page_params.extend(cursor)
+        page_sql.append("ORDER BY ts DESC, task_id DESC LIMIT ?")
+        page_params.append(limit)
+        if not flt.context_id and flt.after_ns is None:
+            count_sql = ["SELECT n FROM counts WHERE owner = ? AND scope = ? AND state = ?"]
+            count_params: list[Any] = [owner_id, 1 if flt.state else 0, flt.state]
+        else:  # a range of an index: the tasks of one context, or the recent ones
+            count_sql = ["SELECT COUNT(*) FROM tasks WHERE owner = ?"]
+            count_params = [owner_id]
+            _where(flt, count_sql, count_params)
+        ids = list(task_ids)
+
+        def run(db: sqlite3.Connection) -> tuple[list[Any], int, list[Any]]:
+            db.execute("BEGIN")
+            try:
+                rows = db.execute(" ".join(page_sql), page_params).fetchall() if limit else []
+                found = db.execute(" ".join(count_sql), count_params).fetchone()
+                named: list[Any] = []
+                for start in range(0, len(ids), BATCH):
+                    chunk = ids[start : start + BATCH]
+                    marks = ",".join("?" * len(chunk))
+                    named += db.execute(
+                        "SELECT task_id, context_id, state, ts FROM tasks"
+                        f" WHERE owner = ? AND task_id IN ({marks})",
+                        [owner_id, *chunk],
+                    ).fetchall()
+            finally:
+                db.execute("COMMIT")
+            return rows, 0 if found is None else int(found[0]), named
+
+        rows, total, named = await self._read(run)
+        return (
+            [TaskSummary(r[0], r[1], r[2], r[3]) for r in rows],
+            total,
+            [TaskSummary(r[0], r[1], r[2], r[3]) for r in named],
+        )
+
+    async def active_ids(self, owner: Caller) -> list[str]:
+        """The owner's tasks indexed as submitted or working."""
+        owner_id = self.owner_id(owner)
+        states = sorted(ACTIVE)
+        rows = await self._read(
+            lambda db: db.execute(
+                "SELECT task_id FROM tasks WHERE owner = ? AND state IN (?, ?)",
+                (owner_id, *states),
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
+    async def expired(self, cutoff_ns: int, limit: int) -> list[tuple[str, Stamp]]:
+        """Up to ``limit`` settled (terminal) tasks whose status is older than the
+        cutoff, oldest first, with their indexed stamps."""
+
+        def run(db: sqlite3.Connection) -> list[tuple[str, Stamp]]:
+            found: list[tuple[str, Stamp]] = []
+            owners = [r[0] for r in db.execute("SELECT id FROM owners")]
+            for owner_id in owners:
+                for state in sorted(TERMINAL):
+                    rows = db.execute(
+                        "SELECT task_id, mtime, size, ino FROM tasks"
+                        " WHERE owner = ? AND state = ? AND ts < ? ORDER BY ts LIMIT ?",
+                        (owner_id, state, cutoff_ns, limit - len(found)),
+                    ).fetchall()
+                    found += [(r[0], (r[1], r[2], r[3])) for r in rows]
+                    if len(found) >= limit:
+                        return found
+            return found
+
+        self.commit()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool("worker"), lambda: run(self._thread_db()))
+
+    async def in_worker(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the maintenance thread (file work that belongs with the index)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool("worker"), fn)
+
+    def delete_if(self, task_id: str, stamp: Stamp) -> None:
+        """Forget a task unless its file was written since ``stamp`` was indexed."""
+        self._write(_DELETE_IF, (task_id, *stamp))
+
+    # --- keeping up with the folder --------------------------------------------------
+
+    def check_folder(self) -> bool:
+        """The cheap check of every ListTasks: True (and a reconcile started) when the
+        folder's mtime is not the one this process's writes left."""
+        mtime = self._folder_mtime()
+        if self._expected_mtime is None:
+            self._expected_mtime = mtime
+            return False
+        if mtime == self._expected_mtime:
+            return False
+        self._expected_mtime = mtime
+        self.request_reconcile()
+        return True
+
+    def request_reconcile(self) -> asyncio.Task[None] | None:
+        """Start a reconcile (or have the running one run again); the task."""
+        if self._closed:
+            return None
+        running = self._reconcile
+        if running is not None and not running.done():
+            self._reconcile_again = True
+            return running
+        self._reconcile = asyncio.get_running_loop().create_task(
+            self._reconcile_loop(), name="a2a-index-reconcile-pass"
+        )
+        return self._reconcile
+
+    @property
+    def reconciling(self) -> bool:
+        """Whether a reconcile (or rebuild) is running."""
+        return self._reconcile is not None and not self._reconcile.done()
+
+    async def wait_reconciled(self) -> None:
+        """Until no reconcile (or rebuild) is running."""
+        while (running := self._reconcile) is not None and not running.done():
+            await asyncio.shield(running)
+
+    async def _every_interval(self) -> None:
+        while True:
+            await asyncio.sleep(self.reconcile_interval_s)
+            task = self.request_reconcile()
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(task)
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            self._reconcile_again = False
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("task index reconcile failed")
+                return
+            if not self._reconcile_again:
+                return
+
+    async def reconcile(self) -> None:
+        """One pass over the folder: new, changed and malformed files, and rows whose
+        file is gone. Reading runs on the maintenance thread; changes are applied here,
+        one batch per turn of the loop."""
+        loop = asyncio.get_running_loop()
+        pool = self._pool("worker")
+        mtime_before = self._folder_mtime()
+        self.commit()
+        scan = _Scan(self.path, self.folder, self._parse)
+        try:
+            for step in (scan.next_batch, scan.gone):
+                while (changes := await loop.run_in_executor(pool, step)) is not None:
+                    self._apply(changes)
+        finally:
+            pool.submit(scan.close)  # after its current step, on its thread
+        if self.rebuilding:
+            self.rebuilding = False
+            self._write("INSERT OR REPLACE INTO meta VALUES ('complete', 1)", ())
+            log.info("task index %s rebuilt", self.path)
+        if self._expected_mtime is None or self._expected_mtime == mtime_before:
+            self._expected_mtime = self._folder_mtime()
+        self.commit()
+
+    def _apply(self, changes: list[_Change]) -> None:
+        inserts: list[tuple[Any, ...]] = []
+        for change in changes:
+            expect, row = change.expect, change.row
+            if row is None:
+                if expect is not None:
+                    self._write(_DELETE_IF, (change.task_id, *expect))
+                continue
+            owner, summary, stamp = row
+            values = (
+                self.owner_id(owner),
+                summary.context_id,
+                summary.state,
+                summary.timestamp_ns,
+                *stamp,
+            )
+            if expect is None:
+                inserts.append((change.task_id, *values))
+            else:
+                self._write(_UPDATE_IF, (*values, change.task_id, *expect))
+        if inserts:
+            self._write("SELECT 1", ())  # opens the transaction
+            self._db.executemany(_INSERT_NEW, inserts)
+        self.commit()
+
+    # --- closing ---------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop the background work and mark the index cleanly closed (when its last
+        user closes it)."""
+        self._users -= 1
+        if self._closed or self._users > 0:
+            return
+        self._closed = True
+        if _OPEN.get(self._key) is self:
+            del _OPEN[self._key]
+        for task in (self._periodic, self._reconcile):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self.commit()
+        for pool in (self._reader, self._worker):
+            if pool is not None:
+                await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
+        with contextlib.suppress(sqlite3.Error):
+            self._db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                [("clean", 0 if self.rebuilding else 1), ("mtime", self._folder_mtime())],
+            )
+        self._db.close()
+
+
+def _where(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
+    if flt.context_id:
+        sql.append("AND context_id = ?")
+        params.append(flt.context_id)
+    if flt.state:
+        sql.append("AND state = ?")
+        params.append(flt.state)
+    if flt.after_ns is not None:
+        sql.append("AND ts >= ?")
+        params.append(flt.after_ns)
+
+
+class _Scan:
+    """One reconcile pass, run on the maintenance thread (one method call at a time)."""
+
+    def __init__(self, path: str, folder: str, parse: ParseFn) -> None:
+        self.path = path
+        self.folder = folder
+        self.parse = parse
+        self.db = _connect(path)
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen(task_id TEXT PRIMARY KEY)")
+        self.db.execute("DELETE FROM temp.seen")
+        self.last_gone: str | None = ""
+        try:
+            self.entries: Any = os.scandir(folder)
+        except OSError:
+            self.entries = None
+
+    def next_batch(self) -> list[_Change] | None:
+        """The changes among the next ``BATCH`` files of the folder; None at the end."""
+        if self.entries is None:
+            return None
+        batch: list[tuple[str, str, Stamp | None]] = []
+        for entry in self.entries:
+            name = entry.name
+            if is_stale_temp(name):  # left by a killed writer
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                continue
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            task_id = name[:-5]
+            if not valid_id(task_id):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                stamp: Stamp | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except OSError:
+                stamp = None
+            batch.append((task_id, entry.path, stamp))
+            if len(batch) >= BATCH:
+                break
+        if not batch:
+            self.entries.close()
+            self.entries = None
+            return None
+        ids = [b[0] for b in batch]
+        marks = ",".join("?" * len(ids))
+        db = self.db
+        db.execute("BEGIN")
+        db.executemany("INSERT OR IGNORE INTO temp.seen VALUES (?)", [(i,) for i in ids])
+        db.execute("COMMIT")
+        known: dict[str, Stamp] = {
+            r[0]: (r[1], r[2], r[3])
+            for r in db.execute(
+                f"SELECT task_id, mtime, size, ino FROM tasks WHERE task_id IN ({marks})", ids
+            )
+        }
+        changes: list[_Change] = []
+        for task_id, path, stamp in batch:
+            indexed = known.get(task_id)
+            if stamp is not None and indexed == stamp:
+                continue
+            parsed = self.parse(task_id, path)
+            if parsed is None or parsed[1] is None:
+                if indexed is not None:
+                    changes.append(_Change(task_id, indexed, None))
+                continue
+            file_stamp, (owner, summary) = parsed[0], parsed[1]
+            changes.append(_Change(task_id, indexed, (owner, summary, file_stamp)))
+        return changes
+
+    def gone(self) -> list[_Change] | None:
+        """The next batch of rows whose file no longer exists (checked again, one
+        ``stat`` each); None after the last row."""
+        if self.last_gone is None:
+            return None
+        rows = self.db.execute(
+            "SELECT task_id, mtime, size, ino FROM main.tasks WHERE task_id > ?"
+            " AND task_id NOT IN (SELECT task_id FROM temp.seen) ORDER BY task_id LIMIT ?",
+            (self.last_gone, BATCH),
+        ).fetchall()
+        if not rows:
+            self.last_gone = None
+            return None
+        self.last_gone = rows[-1][0]
+        return [
+            _Change(task_id, (mtime, size, ino), None)
+            for task_id, mtime, size, ino in rows
+            if not os.path.lexists(f"{self.folder}/{task_id}.json")
+        ]
+
+    def __del__(self) -> None:
+        if self.entries is not None:  # a scan abandoned with its loop
+            self.entries.close()
+
+    def close(self) -> None:
+        if self.entries is not None:
+            self.entries.close()
+            self.entries = None
+        with contextlib.suppress(sqlite3.Error):
+            self.db.execute("DROP TABLE IF EXISTS temp.seen")
+        self.db.close()

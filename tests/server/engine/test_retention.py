@@ -1,0 +1,122 @@
+"""Task retention (``--task-retention``): exactly the settled tasks older than the
+maximum age go (file, index row, retry keys; inbox files only when asked), in batches;
+interrupted and running tasks never expire by age."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from a2a_gateway.server.file_store import SAVED_AS_KEY, WorkspaceTaskStore
+from a2a_gateway.server.retention import Retention, parse_duration
+from a2a_gateway.server.task_store import TaskFilter, TaskRecord
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import ALICE, BOB
+
+DAY = 86_400
+NOW = 1_800_000_000.0
+
+
+def aged(task_id: str, state: int, age_days: float, owner: object = ALICE) -> TaskRecord:
+    task = pb.Task(id=task_id, context_id="ctx")
+    task.status.state = state  # type: ignore[assignment]
+    ms = int((NOW - age_days * DAY) * 1000)
+    task.status.timestamp.seconds, millis = divmod(ms, 1000)
+    task.status.timestamp.nanos = millis * 1_000_000
+    return TaskRecord(task, owner)  # type: ignore[arg-type]
+
+
+def task_path(workspace: Path, task_id: str) -> Path:
+    return workspace / ".a2a" / "tasks" / f"{task_id}.json"
+
+
+async def test_only_settled_tasks_older_than_the_age_are_removed(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        old_settled = [
+            aged("old-done", pb.TASK_STATE_COMPLETED, 40),
+            aged("old-failed", pb.TASK_STATE_FAILED, 31),
+            aged("old-canceled", pb.TASK_STATE_CANCELED, 365),
+            aged("old-rejected", pb.TASK_STATE_REJECTED, 90),
+            aged("bobs-old", pb.TASK_STATE_COMPLETED, 50, BOB),
+        ]
+        kept = [
+            aged("new-done", pb.TASK_STATE_COMPLETED, 29),
+            aged("old-asking", pb.TASK_STATE_INPUT_REQUIRED, 400),
+            aged("old-auth", pb.TASK_STATE_AUTH_REQUIRED, 400),
+            aged("old-working", pb.TASK_STATE_WORKING, 400),
+        ]
+        for rec in old_settled + kept:
+            await store.save(rec)
+        store.remember_message(ALICE, "m-old", "fp", "old-done")
+        store.remember_message(ALICE, "m-new", "fp", "new-done")
+        retention = Retention(lambda: [store], 30 * DAY, batch=2, pause_s=0, clock=lambda: NOW)
+        assert await retention.run_once() == len(old_settled)
+        for rec in old_settled:
+            assert not task_path(tmp_path, rec.task.id).exists()
+        for rec in kept:
+            assert task_path(tmp_path, rec.task.id).exists()
+            assert await store.load(ALICE, rec.task.id) is not None
+        assert await store.count(ALICE, TaskFilter()) == len(kept)
+        assert await store.count(BOB, TaskFilter()) == 0
+        assert store.find_message(ALICE, "m-old", "fp") is None
+        assert store.find_message(ALICE, "m-new", "fp") == "new-done"
+        assert await retention.run_once() == 0  # nothing left to remove
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("remove_files", [False, True])
+async def test_inbox_files_go_only_when_asked(tmp_path: Path, remove_files: bool) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    inbox = tmp_path / "inbox" / "alice"
+    inbox.mkdir(parents=True)
+    (inbox / "report.pdf").write_bytes(b"%PDF")
+    outside = tmp_path / "notes.txt"
+    outside.write_text("keep me")
+    (inbox / "link.txt").symlink_to(outside)
+    try:
+        rec = aged("with-file", pb.TASK_STATE_COMPLETED, 60)
+        message = rec.task.history.add(message_id="m", role=pb.ROLE_USER)
+        for relative in ("inbox/alice/report.pdf", "inbox/../notes.txt", "inbox/alice/link.txt"):
+            part = message.parts.add(url="file:///x")
+            part.metadata[SAVED_AS_KEY] = relative
+        await store.save(rec)
+        retention = Retention(lambda: [store], DAY, files=remove_files, clock=lambda: NOW)
+        assert await retention.run_once() == 1
+        assert (inbox / "report.pdf").exists() is not remove_files
+        assert outside.read_text() == "keep me"  # never outside the inbox
+        assert (inbox / "link.txt").is_symlink()  # a symlink is not followed
+    finally:
+        await store.aclose()
+
+
+async def test_a_task_written_since_it_was_indexed_is_left_for_the_next_pass(
+    tmp_path: Path,
+) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        rec = aged("busy", pb.TASK_STATE_COMPLETED, 60)
+        await store.save(rec)
+        path = task_path(tmp_path, "busy")
+        path.write_bytes(path.read_bytes() + b" ")  # changed behind the index's back
+        assert await store.expire(int(NOW * 1e9), 10) == 0  # considered, not removed
+        assert path.exists()
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30d", 30 * DAY), ("12h", 43_200), ("90m", 5400), ("45s", 45), ("2w", 14 * DAY), ("10", 10)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "d", "30x", "-1d", "0", "1.5.2h", "30 days"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)

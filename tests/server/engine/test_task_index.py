@@ -1,0 +1,327 @@
+"""The workspace task index (``.a2a/index.sqlite3``): pages and counts as the files say,
+rebuilt when missing or corrupt, kept in step with changes made behind the server's
+back, retry keys across restarts; and the bounded caches (``ByteLRU``, the memory store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from a2a_gateway.protocol.context import Caller
+from a2a_gateway.server.byte_lru import ByteLRU
+from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.task_index import RECONCILE_WAIT_ROWS
+from a2a_gateway.server.task_store import (
+    MemoryTaskStore,
+    TaskFilter,
+    TaskRecord,
+    TaskStore,
+    TaskSummary,
+    select_page,
+)
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .engine_helpers import ALICE, BOB
+
+BASE_MS = 1_700_000_000_000
+STATES = (pb.TASK_STATE_COMPLETED, pb.TASK_STATE_FAILED, pb.TASK_STATE_INPUT_REQUIRED)
+
+
+def record(n: int, owner: Caller = ALICE, *, ms: int | None = None, state: int = 0) -> TaskRecord:
+    task = pb.Task(id=f"task-{n:04d}", context_id=f"ctx-{n % 3}")
+    task.status.state = state or STATES[n % len(STATES)]  # type: ignore[assignment]
+    stamp = BASE_MS + (n // 2 if ms is None else ms)  # pairs share a millisecond
+    task.status.timestamp.seconds, millis = divmod(stamp, 1000)
+    task.status.timestamp.nanos = millis * 1_000_000
+    return TaskRecord(task, owner)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[WorkspaceTaskStore]:
+    made = WorkspaceTaskStore(tmp_path)
+    yield made
+    await made.aclose()
+
+
+async def fill(
+    store: TaskStore, count: int, owner: Caller = ALICE, *, first: int = 0
+) -> list[TaskRecord]:
+    records = [record(n, owner) for n in range(first, first + count)]
+    for rec in records:
+        await store.save(rec)
+    return records
+
+
+def expected(records: list[TaskRecord], flt: TaskFilter) -> list[str]:
+    """The order ListTasks has always used: status timestamp, then id, descending."""
+    summaries = [TaskSummary.of(r.task) for r in records]
+    return [s.task_id for s in sorted(filter(flt.matches, summaries), key=lambda s: s.position)][
+        ::-1
+    ]
+
+
+async def walk(store: TaskStore, owner: Caller, flt: TaskFilter, size: int) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page, total, more = await select_page(store, owner, flt, cursor, size, {})
+        assert total == await store.count(owner, flt)
+        seen += [s.task_id for s in page]
+        if not more:
+            return seen
+        cursor = page[-1].position
+
+
+FILTERS = [
+    TaskFilter(),
+    TaskFilter(context_id="ctx-1"),
+    TaskFilter(state=pb.TASK_STATE_FAILED),
+    TaskFilter(context_id="ctx-2", state=pb.TASK_STATE_COMPLETED),
+    TaskFilter(after_ns=(BASE_MS + 10) * 1_000_000),
+    TaskFilter(context_id="ctx-0", after_ns=(BASE_MS + 5) * 1_000_000),
+]
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+async def test_pages_counts_and_order_match_the_records(tmp_path: Path, kind: str) -> None:
+    store: TaskStore = WorkspaceTaskStore(tmp_path) if kind == "file" else MemoryTaskStore()
+    try:
+        records = await fill(store, 40)
+        await fill(store, 5, BOB, first=1000)  # another caller's tasks never show
+        for flt in FILTERS:
+            want = expected(records, flt)
+            assert await store.count(ALICE, flt) == len(want)
+            for size in (1, 7, 100):
+                assert await walk(store, ALICE, flt, size) == want
+    finally:
+        await store.aclose()
+
+
+async def test_replacing_a_task_moves_it_and_its_counts(store: WorkspaceTaskStore) -> None:
+    records = await fill(store, 10)
+    moved = records[0]
+    moved.task.status.state = pb.TASK_STATE_CANCELED
+    moved.task.status.timestamp.seconds += 100
+    await store.save(moved)
+    page = (await store.listing(ALICE, TaskFilter(), None, 1))[0]
+    assert [s.task_id for s in page] == [moved.task.id]
+    assert await store.count(ALICE, TaskFilter(state=pb.TASK_STATE_CANCELED)) == 1
+    assert await store.count(ALICE, TaskFilter()) == 10
+
+
+async def test_live_runs_override_their_stored_rows(store: WorkspaceTaskStore) -> None:
+    records = await fill(store, 6)
+    live_task = records[0].task  # stored as the oldest; live, it is the newest and working
+    live = TaskSummary(live_task.id, live_task.context_id, pb.TASK_STATE_WORKING, 1 << 62)
+    new = TaskSummary("never-stored", "ctx-9", pb.TASK_STATE_SUBMITTED, (1 << 62) - 1)
+    overlay = {live.task_id: live, new.task_id: new}
+    page, total, more = await select_page(store, ALICE, TaskFilter(), None, 3, overlay)
+    assert [s.task_id for s in page] == [live.task_id, new.task_id, records[5].task.id]
+    assert (total, more) == (7, True)
+    working = TaskFilter(state=pb.TASK_STATE_WORKING)
+    assert (await select_page(store, ALICE, working, None, 3, overlay))[1:] == (1, False)
+    completed = TaskFilter(state=live_task.status.state)
+    stored = await store.count(ALICE, completed)
+    assert (await select_page(store, ALICE, completed, None, 50, overlay))[1] == stored - 1
+
+
+def index_rows(workspace: Path) -> dict[str, tuple[int, int, int, int]]:
+    with sqlite3.connect(workspace / ".a2a" / "index.sqlite3") as db:
+        rows = db.execute("SELECT task_id, state, mtime, size, ino FROM tasks").fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def file_stamps(workspace: Path) -> dict[str, tuple[int, int, int]]:
+    stamps = {}
+    for entry in os.scandir(workspace / ".a2a" / "tasks"):
+        st = entry.stat()
+        stamps[entry.name[:-5]] = (st.st_mtime_ns, st.st_size, st.st_ino)
+    return stamps
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupt", "foreign version"])
+async def test_a_missing_or_corrupt_index_is_rebuilt_and_lists_the_same(
+    tmp_path: Path, damage: str
+) -> None:
+    first = WorkspaceTaskStore(tmp_path)
+    records = await fill(first, 30)
+    await first.aclose()
+    db = tmp_path / ".a2a" / "index.sqlite3"
+    if damage == "deleted":
+        db.unlink()
+    elif damage == "corrupt":
+        db.write_bytes(b"this is not a database" * 200)
+    else:
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE meta SET value = 999 WHERE key = 'version'")
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        assert store.index.rebuilding
+        await store.listing(ALICE, TaskFilter(), None, 10)  # answers while rebuilding
+        await store.index.wait_reconciled()
+        assert not store.index.rebuilding
+        for flt in FILTERS:
+            assert await walk(store, ALICE, flt, 7) == expected(records, flt)
+        assert {k: v[1:] for k, v in index_rows(tmp_path).items()} == file_stamps(tmp_path)
+    finally:
+        await store.aclose()
+
+
+def write_by_hand(workspace: Path, rec: TaskRecord) -> Path:
+    """A task file written by someone else (an editor, a restore), as ProtoJSON."""
+    from a2a_gateway.server.file_store import encode_record
+
+    path = workspace / ".a2a" / "tasks" / f"{rec.task.id}.json"
+    path.write_bytes(encode_record(rec))
+    return path
+
+
+def touch_folder(workspace: Path) -> None:
+    """Give the folder an mtime no write of the server left (file-system timestamps are
+    coarse: a hand change within the same tick as the server's last write keeps the
+    mtime, and only the periodic reconcile sees it)."""
+    folder = workspace / ".a2a" / "tasks"
+    st = folder.stat()
+    os.utime(folder, ns=(st.st_atime_ns, st.st_mtime_ns - 1_000_000_000))
+
+
+async def test_files_added_changed_or_removed_by_hand_are_noticed(
+    store: WorkspaceTaskStore, tmp_path: Path
+) -> None:
+    records = await fill(store, 8)
+    await store.index.wait_reconciled()  # the first pass over a new index
+    assert not store.index.check_folder()  # only our own writes: nothing to reconcile
+    added = record(100, ms=500, state=pb.TASK_STATE_COMPLETED)
+    write_by_hand(tmp_path, added)
+    removed = records[3]
+    (tmp_path / ".a2a" / "tasks" / f"{removed.task.id}.json").unlink()
+    touch_folder(tmp_path)
+    await store.before_listing(ALICE)  # the cheap check: a small index waits for it
+    assert RECONCILE_WAIT_ROWS > 8
+    now = [r for r in records if r is not removed] + [added]
+    assert await walk(store, ALICE, TaskFilter(), 5) == expected(now, TaskFilter())
+    # An edit in place keeps the folder's mtime: the periodic reconcile catches it.
+    edited = records[0]
+    edited.task.status.state = pb.TASK_STATE_REJECTED
+    write_by_hand(tmp_path, edited)
+    await store.before_listing(ALICE)
+    store.index.request_reconcile()
+    await store.index.wait_reconciled()
+    assert await store.count(ALICE, TaskFilter(state=pb.TASK_STATE_REJECTED)) == 1
+    # A file that became malformed is no longer listed.
+    (tmp_path / ".a2a" / "tasks" / f"{records[1].task.id}.json").write_text("{oops")
+    store.index.request_reconcile()
+    await store.index.wait_reconciled()
+    assert await store.count(ALICE, TaskFilter()) == len(now) - 1
+
+
+async def test_the_periodic_reconcile_runs_on_its_own(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path, reconcile_interval_s=0.01)
+    try:
+        await fill(store, 3)
+        write_by_hand(tmp_path, record(50, ms=900))
+        async with asyncio.timeout(10):
+            while await store.count(ALICE, TaskFilter()) != 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        await store.aclose()
+
+
+async def test_a_scan_never_overwrites_a_newer_write(tmp_path: Path) -> None:
+    first = WorkspaceTaskStore(tmp_path)
+    records = await fill(first, 1200, owner=ALICE)
+    await first.aclose()
+    (tmp_path / ".a2a" / "index.sqlite3").unlink()
+    store = WorkspaceTaskStore(tmp_path)  # rebuilding from the files
+    try:
+        await store.listing(ALICE, TaskFilter(), None, 1)  # starts the rebuild
+        for rec in records:  # some files were read before this write, some after
+            rec.task.status.state = pb.TASK_STATE_CANCELED
+            await store.save(rec)
+        await store.index.wait_reconciled()
+        canceled = TaskFilter(state=pb.TASK_STATE_CANCELED)
+        assert await store.count(ALICE, canceled) == 1200
+        assert await store.count(ALICE, TaskFilter()) == 1200
+    finally:
+        await store.aclose()
+
+
+async def test_retry_keys_survive_a_restart_and_leave_with_their_task(tmp_path: Path) -> None:
+    first = WorkspaceTaskStore(tmp_path)
+    rec = record(1)
+    await first.save(rec)
+    first.remember_message(ALICE, "m-1", "fp", rec.task.id)
+    await first.aclose()
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        assert store.find_message(ALICE, "m-1", "fp") == rec.task.id
+        assert store.find_message(ALICE, "m-1", "other") is None
+        assert store.find_message(BOB, "m-1", "fp") is None
+        (tmp_path / ".a2a" / "tasks" / f"{rec.task.id}.json").unlink()
+        store.index.request_reconcile()
+        await store.index.wait_reconciled()
+        assert store.find_message(ALICE, "m-1", "fp") is None
+    finally:
+        await store.aclose()
+
+
+async def test_memory_store_is_bounded_by_count_and_bytes() -> None:
+    by_count = MemoryTaskStore(max_tasks=5)
+    records = await fill(by_count, 8)
+    assert len(by_count) == 5
+    assert await by_count.load(ALICE, records[0].task.id) is None  # the oldest went
+    assert await by_count.load(ALICE, records[7].task.id) is not None
+    big = MemoryTaskStore(max_bytes=3 * 1024 * 1024)
+    for n in range(5):
+        rec = record(n)
+        rec.task.history.add(message_id=f"m{n}", parts=[pb.Part(raw=b"x" * 1024 * 1024)])
+        await big.save(rec)
+    assert len(big) == 2
+    keys = MemoryTaskStore(retry_keys=3)
+    for n in range(5):
+        keys.remember_message(ALICE, f"m-{n}", "fp", f"t-{n}")
+    assert keys.find_message(ALICE, "m-0", "fp") is None
+    assert keys.find_message(ALICE, "m-4", "fp") == "t-4"
+
+
+def test_byte_lru_evicts_under_byte_pressure_oldest_first() -> None:
+    cache: ByteLRU[str, str] = ByteLRU(max_entries=100, max_bytes=1000)
+    for n in range(5):
+        cache.put(f"k{n}", "v", 300)
+    assert [k for k in ("k0", "k1", "k2", "k3", "k4") if k in cache] == ["k2", "k3", "k4"]
+    assert cache.bytes == 900 and cache.evicted == 2
+    cache.get("k2")  # used: now the newest
+    cache.put("k5", "v", 300)
+    assert "k3" not in cache and "k2" in cache
+    cache.put("huge", "v", 5000)  # larger than the budget: not kept, nothing evicted
+    assert "huge" not in cache and len(cache) == 3
+    cache.put("k2", "v", 100)  # replacing gives back the old size
+    assert cache.bytes == 700
+    assert cache.pop("k2") == "v" and cache.bytes == 600
+
+
+async def test_the_record_cache_has_a_byte_budget(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path, cache_bytes=2 * 1024 * 1024)
+    try:
+        for n in range(6):
+            rec = record(n)
+            rec.task.history.add(message_id=f"m{n}", parts=[pb.Part(text="x" * 700_000)])
+            await store.save(rec)
+            assert await store.load(ALICE, rec.task.id) is not None
+        assert len(store._cache) == 2 and store._cache.bytes <= 2 * 1024 * 1024
+    finally:
+        await store.aclose()
+
+
+def test_index_file_is_wal_and_in_the_workspace(tmp_path: Path) -> None:
+    WorkspaceTaskStore(tmp_path)
+    with sqlite3.connect(tmp_path / ".a2a" / "index.sqlite3") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert json.loads("{}") == {}
