@@ -75,6 +75,7 @@ CHECKPOINT_EVERY = 200  # commits between two WAL checkpoints (on the maintenanc
 #: index as it is and the reconcile catches up in the background.
 RECONCILE_WAIT_ROWS = 20_000
 
+_INT64_MAX = (1 << 63) - 1
 Stamp = tuple[int, int, int]  # (mtime_ns, size, inode) of a task file
 #: What a task file holds for the index: its stamp, then (owner, summary), or None
 #: when the file is malformed (it is not listed); None overall when it cannot be read.
@@ -638,7 +639,7 @@ def _where(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
         params.append(flt.state)
     if flt.after_ns is not None:
         sql.append("AND ts >= ?")
-        params.append(flt.after_ns)
+        params.append(max(min(flt.after_ns, _INT64_MAX), -_INT64_MAX))  # SQLite's range
 
 
 class _Scan:
