@@ -933,7 +933,8 @@ async def _interrupted(call: _Call, redact: Redactor) -> int:
     err = call.printer.err
     verb = call.args.verb
     if not call.task_id:
-        print(f"a2a-gateway {verb}: interrupted before the agent named the task", file=err)
+        told = " before the agent named the task" if verb == "send" else ""
+        print(f"a2a-gateway {verb}: interrupted{told}", file=err)
         return EXIT_INTERRUPTED
     if not call.task_running:
         return EXIT_INTERRUPTED

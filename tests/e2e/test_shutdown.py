@@ -12,7 +12,7 @@ import aiohttp
 
 from a2a_gateway.protocol import sse
 
-from .test_readme import _free_port
+from ..interop.conftest import free_ports
 
 
 async def _wait_for_card(port: int) -> None:
@@ -27,7 +27,7 @@ async def _wait_for_card(port: int) -> None:
 
 
 async def test_sigterm_ends_streams_and_leaves_valid_task_files(tmp_path: Path) -> None:
-    port, grpc_port = _free_port(), _free_port()
+    port, grpc_port = free_ports(2)
     workspace = tmp_path / "ws"
     log = tmp_path / "server.log"
     with log.open("wb") as out:
