@@ -176,8 +176,16 @@ def owner_from_document(document: dict[str, Any]) -> Caller:
 
 def decode_record(
     data: bytes, task_id: str
-) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig], dict[str, str]]:
+) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig]]:
     """Parse a task file; raise ValueError (with a reason, never file content) if bad."""
+    task, owner, configs, _ = decode_record_versions(data, task_id)
+    return task, owner, configs
+
+
+def decode_record_versions(
+    data: bytes, task_id: str
+) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig], dict[str, str]]:
+    """:func:`decode_record` plus ``pushConfigVersions`` (config id -> A2A version)."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -312,7 +320,7 @@ class WorkspaceTaskStore(TaskStore):
         try:
             if data is None:
                 raise ValueError("not a regular file")
-            task, owner, configs, versions = decode_record(data, task_id)
+            task, owner, configs, versions = decode_record_versions(data, task_id)
         except ValueError as exc:
             return stamp, str(exc)
         return stamp, _Loaded(

@@ -85,7 +85,7 @@ async def test_sigkill_with_runs_in_flight_leaves_every_file_valid(tmp_path: Pat
     files = [p for p in folder.iterdir() if not p.name.startswith(".")]
     assert len(files) > 200
     for path in files:  # every task file is whole and parses
-        task, owner, _, _ = decode_record(path.read_bytes(), path.stem)
+        task, owner, _ = decode_record(path.read_bytes(), path.stem)
         assert owner == ALICE
 
     engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(workspace))  # "restart"

@@ -158,7 +158,7 @@ async def test_fsync_store_writes_the_same_files(tmp_path: Path) -> None:
     engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path, fsync=True))
     try:
         task = await send(engine, "durable")
-        decoded, owner, _, _ = decode_record(task_file(tmp_path, task.id).read_bytes(), task.id)
+        decoded, owner, _ = decode_record(task_file(tmp_path, task.id).read_bytes(), task.id)
         assert decoded == task and owner == ALICE
     finally:
         await engine.aclose()
@@ -305,7 +305,7 @@ async def test_both_write_paths_replace_files_and_leave_no_temp_files(
         done = await send(engine, "A", task_id=asked.id)
         folder = tmp_path / ".a2a" / "tasks"
         assert sorted(p.name for p in folder.iterdir()) == [f"{asked.id}.json"]
-        decoded, _, _, _ = decode_record(task_file(tmp_path, asked.id).read_bytes(), asked.id)
+        decoded, _, _ = decode_record(task_file(tmp_path, asked.id).read_bytes(), asked.id)
         assert decoded == done
         shutil.rmtree(folder)  # removed under the store: the next write recreates it
         again = await send(engine, "hi")
