@@ -402,3 +402,54 @@ def test_legacy_card_with_several_oauth_flows_is_read() -> None:
     assert scheme.flows.client_credentials.token_url == "https://auth.example/t"
     assert parsed.supported_interfaces[0].protocol_version == "0.3"
     assert list(parsed.security_requirements[0].schemes["o"].list) == ["read"]
+
+
+class EndsEarly:
+    """A 0.3 JSON-RPC peer whose resubscription sends one update and ends with no final
+    state, while the task (as tasks/get says) is cancelled meanwhile."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+        self.gets = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.methods.append(body["method"])
+        rid = body["id"]
+        if body["method"] == "tasks/resubscribe":
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            update = {
+                "kind": "status-update",
+                "taskId": "t-1",
+                "contextId": "c-1",
+                "status": {"state": "working"},
+                "final": False,
+            }
+            event = {"jsonrpc": "2.0", "id": rid, "result": update}
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            return response  # closed: no final event
+        self.gets += 1
+        state = "working" if self.gets <= 2 else "canceled"
+        task = {"kind": "task", "id": "t-1", "contextId": "c-1", "status": {"state": state}}
+        return web.json_response({"jsonrpc": "2.0", "id": rid, "result": task})
+
+
+async def test_a_0_3_subscription_starts_with_the_task_and_ends_in_its_real_state() -> None:
+    peer = EndsEarly()
+    app = web.Application()
+    app.router.add_post("/rpc", peer.handle)
+    async with (
+        serving(app) as base,
+        asyncio.timeout(BOUND_S),
+        httpx.AsyncClient() as http,
+        RemoteService(JsonRpc03Transport(base + "/rpc", http)) as agent,
+    ):
+        stream = agent.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"))
+        events = [e async for e in stream]
+    assert events[0].task.id == "t-1"
+    assert events[0].task.status.state == pb.TASK_STATE_WORKING
+    assert events[1].status_update.status.state == pb.TASK_STATE_WORKING
+    assert events[-1].status_update.status.state == pb.TASK_STATE_CANCELED
+    assert len(events) == 3
+    assert sorted(peer.methods) == ["tasks/get"] * 3 + ["tasks/resubscribe"]

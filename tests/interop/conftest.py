@@ -654,6 +654,29 @@ def sdk_client(
         client.close()
 
 
+# --- fixed-script drivers (one JSON line per scenario) -------------------------------------
+
+#: Every scenario's line of a fixed-script driver, by scenario name.
+Results = dict[str, JSON]
+
+
+def run_script(command: list[str], timeout: float) -> Results:
+    """Run a fixed-script driver (``sdk_client03.py``, ``sdk03_client.py``) to its end;
+    its lines by scenario name. The driver must exit 0 (A2A errors are results)."""
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+    return {line["scenario"]: line for line in lines}
+
+
+def scenario_result(results: Results, scenario: str) -> Any:
+    """The scenario's result, failing with its error when it has one."""
+    assert scenario in results, f"{scenario} did not run: {sorted(results)}"
+    line = results[scenario]
+    assert "error" not in line, f"{scenario} failed: {line['error']}"
+    return line["result"]
+
+
 # --- the a2a-sdk 0.3.x release as an agent ------------------------------------------------
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,17 +21,19 @@ from .conftest import (
     EXTENDED_CARD_JSON,
     HOST,
     PEER03_PYTHON,
-    ROOT,
     SDK03_CLIENT,
+    Results,
     ServerProcess,
     free_ports,
     gateway_command,
     require_peer03_venv,
+    run_script,
+    scenario_result,
 )
 
 DRIVER_TIMEOUT_S = 120.0  # the whole script; each scenario is bounded at 15 s by the driver
 HOOK_TOKEN = "hook-t0k"  # peers/sdk03_client.py
-Results = dict[str, dict[str, Any]]
+result = scenario_result
 
 
 @pytest.fixture(scope="module")
@@ -66,23 +67,7 @@ def results(gateway: tuple[str, str], binding: str) -> Results:
     """Every scenario's line, by scenario name (the script runs once per binding)."""
     base, key = gateway
     command = [str(PEER03_PYTHON), str(SDK03_CLIENT), "--card-url", base, "--api-key", key]
-    done = subprocess.run(
-        [*command, "--transport", binding],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=DRIVER_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
-    lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
-    return {line["scenario"]: line for line in lines}
-
-
-def result(results: Results, scenario: str) -> Any:
-    assert scenario in results, f"{scenario} did not run: {sorted(results)}"
-    line = results[scenario]
-    assert "error" not in line, f"{scenario} failed: {line['error']}"
-    return line["result"]
+    return run_script([*command, "--transport", binding], DRIVER_TIMEOUT_S)
 
 
 def texts(holder: dict[str, Any]) -> list[str]:

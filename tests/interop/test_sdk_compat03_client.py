@@ -10,8 +10,6 @@ shows up as a pydantic error or a missing field here).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,13 +17,11 @@ import pytest
 if TYPE_CHECKING:  # conftest is not importable at run time (tests are not a package)
     from conftest import InteropServer
 
-from .conftest import PEER_PYTHON, PEERS, ROOT
+from .conftest import PEER_PYTHON, PEERS, Results, run_script, scenario_result
 
 DRIVER = PEERS / "sdk_client03.py"
 DRIVER_TIMEOUT_S = 90.0  # the whole script; each call is bounded at 15 s by the driver
 COMPLETED = "TASK_STATE_COMPLETED"
-
-Results = dict[str, dict[str, Any]]
 
 
 @pytest.fixture(scope="module", params=["jsonrpc", "rest"])
@@ -40,23 +36,10 @@ def results(interop_server: InteropServer, binding: str) -> Results:
     if interop_server.kind != "gateway":
         pytest.skip("the SDK stand-in (peers/sdk_server.py) serves no 0.3 interfaces")
     command = [str(PEER_PYTHON), str(DRIVER), "--card-url", interop_server.base_url]
-    done = subprocess.run(
-        [*command, "--transport", binding],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=DRIVER_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode(errors="replace")[-4000:]
-    lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
-    return {line["scenario"]: line for line in lines}
+    return run_script([*command, "--transport", binding], DRIVER_TIMEOUT_S)
 
 
-def result(results: Results, scenario: str) -> Any:
-    assert scenario in results, f"{scenario} did not run: {sorted(results)}"
-    line = results[scenario]
-    assert "error" not in line, f"{scenario} failed: {line['error']}"
-    return line["result"]
+result = scenario_result
 
 
 def texts(holder: dict[str, Any]) -> list[str]:
