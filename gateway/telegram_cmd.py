@@ -27,6 +27,8 @@ from a2a_gateway.agent.assistant import AssistantAgent
 from a2a_gateway.agent.runtime import Runtime
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
+from a2a_gateway.client.a2a_tool import A2ATool
+from a2a_gateway.client.watches import Deliver, WatchRegistry
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.status import status_report
@@ -106,17 +108,59 @@ class TelegramApp:
         self.host = TelegramHost(
             config, self.runtime, tools_for=self.owner_tools, status=self.status
         )
+        # Push needs the receiver (the A2A side's app) reachable at a public URL.
+        push_url = settings["public_url"] if settings["a2a"] and settings["public_url"] else None
+        self.watches = WatchRegistry(
+            public_url=push_url,
+            allow_private_urls=settings["allow_private_urls"],
+            watch_timeout_s=settings["watch_timeout"],
+            max_file_bytes=settings["max_file_bytes"],
+        )
+        self.a2a_tool = (
+            A2ATool(
+                self.watches,
+                wait_s=settings["a2a_wait"],
+                allow_private_urls=settings["allow_private_urls"],
+                max_file_bytes=settings["max_file_bytes"],
+            )
+            if settings["a2a_client"]
+            else None
+        )
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
         self.http_port: int | None = None
 
     def owner_tools(self, chat_id: int, workspace: Path) -> ToolRegistry:
-        """The tools of an owner chat: the workspace's files and send_file."""
-        return ToolRegistry(workspace_tools(send_cap=self.config.max_file_bytes))
+        """The tools of an owner chat: the workspace's files, send_file and (client on)
+        the a2a tool."""
+        tools = ToolRegistry(workspace_tools(send_cap=self.config.max_file_bytes))
+        if self.a2a_tool is not None:
+            tools.add(self.a2a_tool)
+        return tools
+
+    async def _arm_chats(self) -> None:
+        """Each allowed chat receives its watch results as follow-ups; its kept results
+        and pending watches come back (in the background: start-up does not wait). A
+        chat that is no longer allowed keeps its records untouched."""
+        for chat_id in sorted(self.config.allowed_users):
+            workspace = self.host.workspace(chat_id).resolve()
+            self.watches.register_target(
+                workspace, self.host.scope(chat_id), self._deliverer(chat_id)
+            )
+            self.watches.restore(workspace)
+
+    def _deliverer(self, chat_id: int) -> Deliver:
+        async def deliver(scope: str, text: str) -> None:
+            if not self.host.follow_up(chat_id, text, label="a2a result"):
+                raise RuntimeError(f"chat {chat_id} cannot take a follow-up now")
+
+        return deliver
 
     async def status(self, chat_id: int, workspace: Path) -> str:
         """``/a2a``: the chat's agents, watches and callers (keys never in full)."""
-        return await asyncio.to_thread(status_report, workspace, client_on=False)
+        return await asyncio.to_thread(
+            status_report, workspace, client_on=self.a2a_tool is not None
+        )
 
     def _webhook_path(self) -> str:
         return urlsplit(self.config.webhook_url).path or "/"
@@ -138,7 +182,10 @@ class TelegramApp:
                 scope_prefix="telegram-{workspace}",
             )
             self.gateway = Gateway(
-                _serve_settings(self.settings, self.config), agent=agent, routes=self._add_routes
+                _serve_settings(self.settings, self.config),
+                agent=agent,
+                routes=self._add_routes,
+                push_waker=self.watches,
             )
             await self.gateway.start()
             self.http_port = self.gateway.http_port
@@ -151,8 +198,11 @@ class TelegramApp:
             await site.start()
             self.http_port = int(self._runner.addresses[0][1])
         await self.host.start()
+        if self.a2a_tool is not None:
+            await self._arm_chats()
 
     async def stop(self) -> None:
+        await self.watches.aclose()  # the records stay for the next start
         with contextlib.suppress(Exception):
             await self.host.stop()
         if self.gateway is not None:

@@ -46,10 +46,38 @@ TELEGRAM_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("a2a", bool, False, "also serve A2A over the chats' workspaces"),
     Setting(
+        "a2a_client",
+        bool,
+        True,
+        "give the owner's chats the a2a tool (call the agents of the chat's agents.json)",
+    ),
+    Setting(
+        "a2a_wait",
+        float,
+        60.0,
+        "seconds the a2a tool waits for a result before a watch takes over (0: at once)",
+        0,
+    ),
+    Setting(
+        "watch_timeout",
+        float,
+        86400.0,
+        "seconds after which a watch gives up (from its start)",
+        above=0,
+    ),
+    Setting(
         "time_zone",
         str,
         "UTC",
         "IANA time zone of follow-up headers (a chat may set its own with /tz)",
     ),
-    *(s for s in SETTINGS if s.name not in _SERVE_ONLY and not s.name.startswith("upstream")),
+)
+#: The bot's own settings, then every ``serve`` setting that applies to it (a name the
+#: bot defines itself is not taken twice).
+TELEGRAM_SETTINGS = TELEGRAM_SETTINGS + tuple(
+    s
+    for s in SETTINGS
+    if s.name not in _SERVE_ONLY
+    and not s.name.startswith("upstream")
+    and s.name not in {own.name for own in TELEGRAM_SETTINGS}
 )

@@ -63,7 +63,7 @@ def _recent_tasks(workspace: Path) -> dict[str, list[tuple[str, str]]]:
     recent: dict[str, list[tuple[str, str]]] = {}
     for entry in entries[:SCANNED_TASK_FILES]:
         try:
-            task, owner, _ = decode_record(Path(entry.path).read_bytes(), entry.name[:-5])
+            task, owner, *_ = decode_record(Path(entry.path).read_bytes(), entry.name[:-5])
         except (OSError, ValueError):
             continue  # a malformed or vanished file is no task
         tasks = recent.setdefault(owner.name, [])

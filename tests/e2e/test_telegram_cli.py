@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.agent.fake_llm import Calls, FakeLLM, Say, tool_results, user_texts
+from tests.agent.fake_llm import Calls, FakeLLM, Reply, Say, tool_results, user_texts
 from tests.interop.conftest import free_ports
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi, fake_bot_api
@@ -218,3 +218,110 @@ def test_start_up_mistakes_are_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert BOT_TOKEN not in result.stderr
+
+
+# --- delegation: the owner's assistant hands work to another gateway ------------------
+
+REMOTE_KEY = "k-remote-4b8e2f7a1c9d"
+
+
+def owner_model(body: dict[str, Any]) -> Reply:
+    """The owner's model: delegates on request, then reports what comes back."""
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Say("Handed over.")
+    text = last["content"] if isinstance(last["content"], str) else json.dumps(last["content"])
+    if "[A2A result from" in text:
+        answer = text.rsplit("\n", 1)[-1]
+        return Say(f"The remote agent finished: {answer}")
+    if "delegate" in text:
+        return Calls([("a2a", {"action": "send", "agent": "remote", "message": "hold:2"})])
+    return Say("?")
+
+
+@contextlib.asynccontextmanager
+async def remote_gateway(tmp_path: Path) -> AsyncIterator[int]:
+    """Gateway A: the faux agent behind a caller key."""
+    workspace = tmp_path / "remote"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "assistant-b", "key": REMOTE_KEY}])
+    )
+    port, grpc_port = free_ports(2)
+    command = [
+        sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+        "--workspace", str(workspace), "--port", str(port), "--grpc-port", str(grpc_port),
+    ]  # fmt: skip
+    async with running(command, tmp_path / "remote.log"):
+        await wait_http(port)
+        yield port
+
+
+def pending_records(root: Path) -> list[dict[str, Any]]:
+    path = root / str(OWNER) / ".a2a" / "pending.json"
+    records: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
+    return records
+
+
+async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
+    bot_api: FakeBotApi, tmp_path: Path
+) -> None:
+    root = tmp_path / "chats"
+    (root / str(OWNER) / ".a2a").mkdir(parents=True)
+    llm = FakeLLM(owner_model)
+    await llm.start()
+    try:
+        async with remote_gateway(tmp_path) as remote_port:
+            (root / str(OWNER) / ".a2a" / "agents.json").write_text(
+                json.dumps(
+                    [
+                        {
+                            "name": "remote",
+                            "url": f"http://127.0.0.1:{remote_port}/",
+                            "key": REMOTE_KEY,
+                            "allow_private": True,
+                        }
+                    ]
+                )
+            )
+            command = telegram_command(root, bot_api, llm, "--a2a-wait", "0")
+            # First run: the owner delegates; the task is handed to a watch at once and
+            # the bot stops before the remote task ends (hold:2).
+            async with running(command, tmp_path / "telegram-1.log"):
+                await bot_api.push_text(OWNER, "please delegate this")
+                await bot_api.wait_for(lambda api: "Handed over." in api.chat_text(OWNER), 30)
+                await bot_api.push_text(OWNER, "/a2a")
+                await bot_api.wait_for(lambda api: "Watches:" in api.chat_text(OWNER)[-1])
+            report = bot_api.chat_text(OWNER)[-1]
+            records = pending_records(root)
+            assert report.startswith("A2A client: on")
+            assert f"remote: task {records[0]['taskId']}, running" in report
+            assert "remote: http://127.0.0.1" in report and "(key ...1c9d)" in report
+            assert len(records) == 1 and records[0]["agent"] == "remote"
+            assert records[0]["target"] == f"telegram-{OWNER}"
+            handed = [r for r in llm.requests if r["messages"][-1]["role"] == "tool"]
+            assert "It is still running" in handed[0]["messages"][-1]["content"]
+            # Second run: the watch is re-armed at start-up and its result delivered
+            # into the chat's session as a follow-up turn.
+            async with running(command, tmp_path / "telegram-2.log"):
+                await bot_api.wait_for(
+                    lambda api: any("The remote agent finished" in t for t in api.chat_text(OWNER)),
+                    30,
+                )
+                async with asyncio.timeout(10):
+                    # Another process writes the file: nothing to wait on but the file.
+                    while pending_records(root):  # noqa: ASYNC110
+                        await asyncio.sleep(0.1)
+    finally:
+        await llm.aclose()
+    follow_ups = [
+        r for r in llm.requests if "[A2A result from" in json.dumps(r["messages"][-1]["content"])
+    ]
+    assert len(follow_ups) == 1
+    prompt = follow_ups[0]["messages"][-1]["content"]
+    assert f'[A2A result from "remote", task {records[0]["taskId"]} (completed)]' in prompt
+    assert "[Follow-up, local time" in prompt
+    assert f"Context: {records[0]['contextId']}" in prompt
+    for log in ("telegram-1.log", "telegram-2.log", "remote.log"):
+        text = (tmp_path / log).read_text()
+        assert REMOTE_KEY not in text and BOT_TOKEN not in text and "Traceback" not in text
