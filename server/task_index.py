@@ -49,6 +49,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ from .task_store import TaskFilter, TaskSummary
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: retry keys carry the message fingerprint (engine.retries)
 INDEX_NAME = "index.sqlite3"
 CACHE_KIB = 4096  # SQLite page cache per connection
 BATCH = 500  # files per reconcile batch, rows per applied batch
@@ -208,7 +209,7 @@ class TaskIndex:
         self._reconcile: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
         self._reconcile_again = False
-        self._expected_mtime: int | None = None
+        self._known_until_ns: int | None = None  # folder changes up to here are known
         self._closed = False
         self._users = 0
         self.rebuilding = False  # True until the first full pass over a new index ends
@@ -269,17 +270,23 @@ class TaskIndex:
     # --- writing (event loop) --------------------------------------------------------
 
     def _write(self, sql: str, params: Sequence[Any]) -> None:
+        """Run a write on the loop's connection, in the transaction the next commit
+        ends. A failure (disk full, a damaged file) is logged and leaves the index to
+        the next reconcile: the task files, already written, stay the truth."""
         db = self._db
-        if not self._in_txn:
-            db.execute("BEGIN")
-            self._in_txn = True
-            try:
-                asyncio.get_running_loop().call_later(COMMIT_DELAY_S, self.commit)
-            except RuntimeError:  # no loop (a synchronous caller): commit at once
-                db.execute(sql, params)
-                self.commit()
-                return
-        db.execute(sql, params)
+        try:
+            if not self._in_txn:
+                db.execute("BEGIN")
+                self._in_txn = True
+                try:
+                    asyncio.get_running_loop().call_later(COMMIT_DELAY_S, self.commit)
+                except RuntimeError:  # no loop (a synchronous caller): commit at once
+                    db.execute(sql, params)
+                    self.commit()
+                    return
+            db.execute(sql, params)
+        except sqlite3.Error:
+            log.exception("task index write failed; the next reconcile repairs it")
 
     def commit(self) -> None:
         """Commit what this turn of the loop wrote (scheduled by every first write)."""
@@ -346,9 +353,10 @@ class TaskIndex:
         self._write("DELETE FROM tasks WHERE task_id = ?", (task_id,))
 
     def wrote_folder(self) -> None:
-        """This process changed the folder (a file created, replaced or removed): the
-        mtime it has now is ours, not a change behind our back."""
-        self._expected_mtime = self._folder_mtime()
+        """This process changed the folder (a file created, replaced or removed): a
+        folder mtime up to now is ours, not a change behind our back. (The kernel
+        stamps the folder with its coarse clock, never ahead of this reading.)"""
+        self._known_until_ns = time.time_ns()
 
     # --- retry keys (event loop; point lookups) --------------------------------------
 
@@ -370,10 +378,14 @@ class TaskIndex:
             if row is None:
                 return None
             owner_id = self._owners[owner] = int(row[0])
-        found = self._db.execute(
-            "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
-            (owner_id, message_id, fingerprint),
-        ).fetchone()
+        try:
+            found = self._db.execute(
+                "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
+                (owner_id, message_id, fingerprint),
+            ).fetchone()
+        except sqlite3.Error:
+            log.exception("task index lookup failed; answered as no retry")
+            return None
         return None if found is None else str(found[0])
 
     # --- reading (reader thread) -----------------------------------------------------
@@ -498,15 +510,19 @@ class TaskIndex:
     # --- keeping up with the folder --------------------------------------------------
 
     def check_folder(self) -> bool:
-        """The cheap check of every ListTasks: True (and a reconcile started) when the
-        folder's mtime is not the one this process's writes left."""
+        """The cheap check of every ListTasks (one ``stat``): True, and a reconcile
+        started, when the folder changed after this process's last write to it or the
+        last reconcile. A change within a clock tick of one of our writes can pass
+        unseen; the periodic reconcile catches it."""
         mtime = self._folder_mtime()
-        if self._expected_mtime is None:
-            self._expected_mtime = mtime
+        if mtime is None:
             return False
-        if mtime == self._expected_mtime:
+        if self._known_until_ns is None:
+            self._known_until_ns = mtime
             return False
-        self._expected_mtime = mtime
+        if mtime <= self._known_until_ns:
+            return False
+        self._known_until_ns = max(mtime, time.time_ns())
         self.request_reconcile()
         return True
 
@@ -560,7 +576,7 @@ class TaskIndex:
         one batch per turn of the loop."""
         loop = asyncio.get_running_loop()
         pool = self._pool("worker")
-        mtime_before = self._folder_mtime()
+        started_ns = time.time_ns()
         self.commit()
         scan = _Scan(self.path, self.folder, self._parse)
         try:
@@ -573,8 +589,7 @@ class TaskIndex:
             self.rebuilding = False
             self._write("INSERT OR REPLACE INTO meta VALUES ('complete', 1)", ())
             log.info("task index %s rebuilt", self.path)
-        if self._expected_mtime is None or self._expected_mtime == mtime_before:
-            self._expected_mtime = self._folder_mtime()
+        self._known_until_ns = max(self._known_until_ns or 0, started_ns)
         self.commit()
 
     def _apply(self, changes: list[_Change]) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -184,12 +185,12 @@ def write_by_hand(workspace: Path, rec: TaskRecord) -> Path:
 
 
 def touch_folder(workspace: Path) -> None:
-    """Give the folder an mtime no write of the server left (file-system timestamps are
-    coarse: a hand change within the same tick as the server's last write keeps the
-    mtime, and only the periodic reconcile sees it)."""
+    """Give the folder an mtime after the server's last write (file-system timestamps
+    are coarse: a hand change within a clock tick of the server's last write may look
+    like the server's own, and only the periodic reconcile sees it)."""
     folder = workspace / ".a2a" / "tasks"
     st = folder.stat()
-    os.utime(folder, ns=(st.st_atime_ns, st.st_mtime_ns - 1_000_000_000))
+    os.utime(folder, ns=(st.st_atime_ns, time.time_ns() + 1_000_000_000))
 
 
 async def test_files_added_changed_or_removed_by_hand_are_noticed(
