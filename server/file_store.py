@@ -59,11 +59,13 @@ had not reached the disk may read as malformed, i.e. TaskNotFound, never as a cr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import stat
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,16 @@ def _root_fd() -> int:
     if not _root:
         _root.append(os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
     return _root[0]
+
+
+_READERS: list[ThreadPoolExecutor] = []
+READ_THREADS = 8  # files read at once by a ListTasks page (see prefetch)
+
+
+def _reader_pool() -> ThreadPoolExecutor:
+    if not _READERS:
+        _READERS.append(ThreadPoolExecutor(READ_THREADS, thread_name_prefix="a2a-task-read"))
+    return _READERS[0]
 
 
 class _Loaded:
@@ -376,6 +388,30 @@ class WorkspaceTaskStore(TaskStore):
                     path,
                 )
         return opened
+
+    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str]) -> None:
+        await self.prefetch(task_ids)
+
+    async def prefetch(self, task_ids: Sequence[str]) -> None:
+        """Read the files of these tasks that the record cache lacks, several at a
+        time on reader threads (a ListTasks page over a large workspace is mostly cold
+        files: one disk read each, which must neither run one after the other nor on
+        the event loop). The loads that follow find them cached (stat-validated)."""
+        wanted = [t for t in task_ids if valid_id(t) and self._cache.peek(t) is None]
+        if len(wanted) < 2:
+            return
+        loop = asyncio.get_running_loop()
+        pool = _reader_pool()
+        paths = [f"{self._dir}/{task_id}.json" for task_id in wanted]
+        parsed = await asyncio.gather(
+            *(
+                loop.run_in_executor(pool, self._parse_file, t, p)
+                for t, p in zip(wanted, paths, strict=True)
+            )
+        )
+        for task_id, path, result in zip(wanted, paths, parsed, strict=True):
+            if result is not None:
+                self._keep(task_id, path, *result)
 
     # --- listing and retry keys (the index) ------------------------------------------
 
@@ -654,6 +690,9 @@ class WorkspaceTaskStores(TaskStore):
 
     async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:
         await self.store_for(owner).refresh(owner, task_ids)
+
+    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str]) -> None:
+        await self.store_for(owner).prefetch_for(owner, task_ids)
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self.store_for(owner).find_message(owner, message_id, fingerprint)

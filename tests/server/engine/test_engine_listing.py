@@ -293,3 +293,39 @@ async def test_push_config_on_a_live_task_is_kept_by_the_run(
     assert record is not None
     assert state_name(record.task) == "CANCELED"
     assert [c.id for c in record.push_configs] == ["live"]
+
+
+async def test_a_page_over_the_byte_budget_is_split(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    engine = new_engine(list_max_bytes=250_000)
+    made = [await send(engine, "x" * 100_000 + f" {i}") for i in range(5)]
+    seen: list[str] = []
+    token = ""
+    sizes = []
+    while True:
+        page = await list_tasks(engine, page_size=100, page_token=token, include_artifacts=True)
+        assert page.total_size == 5
+        assert page.page_size == len(page.tasks) >= 1
+        assert sum(t.ByteSize() for t in page.tasks) <= 250_000 or len(page.tasks) == 1
+        sizes.append(len(page.tasks))
+        seen.extend(t.id for t in page.tasks)
+        token = page.next_page_token
+        if not token:
+            break
+    assert sizes[0] < 5  # fewer tasks than asked, with a token for the rest
+    assert sorted(seen) == sorted(t.id for t in made) and len(seen) == 5
+    # A single task larger than the budget is still answered, alone.
+    alone = new_engine(list_max_bytes=1000)
+    await send(alone, "y" * 5000)
+    first = await list_tasks(alone, include_artifacts=True)
+    assert len(first.tasks) == 1
+
+
+async def test_a_message_id_over_the_limit_is_invalid_params(engine: TaskEngine) -> None:
+    with pytest.raises(errors.InvalidParamsError) as caught:
+        await send(engine, "hi", message_id="m" * 257)
+    assert caught.value.violations[0].field == "message.messageId"
+    assert "256" in caught.value.violations[0].description
+    assert (await list_tasks(engine)).total_size == 0  # nothing stored
+    await send(engine, "hi", message_id="m" * 256)  # the limit itself is fine
