@@ -120,6 +120,9 @@ class Watch:
     wake_event: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
     checks: int = 0  # remote checks made (GetTask calls and streams opened)
+    #: Set once the watch has checked the task (or ended): ``chat --message`` waits
+    #: for this before its own turn, so a result that is ready goes out first.
+    first_check: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def key(self) -> tuple[Path, str, str]:
@@ -186,6 +189,7 @@ class WatchRegistry:
         self._by_id: dict[str, Watch] = {}
         self._targets: dict[tuple[Path, str], Deliver] = {}
         self._delivering: set[str] = set()
+        self._finishing: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -401,14 +405,31 @@ class WatchRegistry:
             log.exception("watch %s of task %s failed", record.watchId, record.taskId)
             await connection.reset()
             self._drop(watch)
+            watch.first_check.set()
             return
         await connection.reset()
-        self._drop(watch)
         record = watch.record.with_(undelivered=text)
         watch.record = record
-        await self.pending.put(watch.workspace, record)
-        log.info("watch %s: task %s finished", record.watchId, record.taskId)
-        await self._deliver(watch.workspace, record)
+        self._finishing.add(record.watchId)
+        try:
+            self._drop(watch)
+            watch.first_check.set()
+            await self.pending.put(watch.workspace, record)
+            log.info("watch %s: task %s finished", record.watchId, record.taskId)
+            await self._deliver(watch.workspace, record)
+        finally:
+            self._finishing.discard(record.watchId)
+
+    async def quiesce(self, workspace: Path, *, bound: float) -> None:
+        """Wait (at most ``bound`` seconds) until every watch of ``workspace`` has made
+        its first check and no finished watch is still delivering."""
+        workspace = _resolved(workspace)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                for watch in self.watches(workspace):
+                    await watch.first_check.wait()
+                while self._finishing or self._delivering:  # noqa: ASYNC110 - two sets
+                    await asyncio.sleep(0.05)
 
     def _entry(self, watch: Watch) -> AgentEntry | None:
         """The agent's entry now; None on a malformed file; _Stop when it was removed."""
@@ -476,6 +497,7 @@ class WatchRegistry:
                         failures += 1
                 if task is not None and is_settled(task):
                     return await self._settled(watch, task, connection.service)
+            watch.first_check.set()
             # The next wait.
             if source == "subscribe":
                 if failures >= MAX_STREAM_FAILURES:
@@ -555,6 +577,7 @@ class WatchRegistry:
                             # The complete task (artifacts assembled) from GetTask.
                             settled.set_result(await self._get_task(watch, service))
                             return
+                        watch.first_check.set()  # the stream showed the task running
                 if not settled.done():
                     settled.set_result(None)
             except asyncio.CancelledError:

@@ -20,6 +20,7 @@ from .agents_cli import add_parser as _add_agents
 from .agents_cli import run as _agents
 from .callers_cli import add_parser as _add_callers
 from .callers_cli import run as _callers
+from .chat_settings import CHAT_SETTINGS
 from .logs import setup_logging
 from .settings import SETTINGS, Setting, Settings, SettingsError, resolve
 from .startup import StartupError, report
@@ -101,6 +102,21 @@ def _add_telegram(sub: Any) -> None:
     _add_settings(telegram, TELEGRAM_SETTINGS)
 
 
+def _add_chat(sub: Any) -> None:
+    chat = sub.add_parser(
+        "chat",
+        help="talk to the owner's assistant in the terminal (with the a2a tool)",
+        description="The owner's own conversation with the assistant (scope local-owner):"
+        " a line on stdin is a message; results of watched remote tasks arrive as"
+        " follow-ups. --message runs one turn and exits. Same LLM settings as serve --llm;"
+        " every setting can also be given as A2A_GATEWAY_<NAME> or in the --config file"
+        " ([chat] table).",
+    )
+    chat.add_argument("--config", type=Path, help="TOML file ([chat] table)")
+    chat.add_argument("--message", help="run this one message, print the answer and exit")
+    _add_settings(chat, CHAT_SETTINGS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="a2a-gateway",
@@ -112,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     _add_serve(sub)
     _add_telegram(sub)
+    _add_chat(sub)
     _add_callers(sub)
     _add_agents(sub)
     # The verbs that call agents: card, send, get, list, cancel, subscribe (verbs.py).
@@ -164,6 +181,24 @@ def _telegram(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(run_telegram(settings))
+    except StartupError as exc:
+        return report(exc)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    flags = {s.name: getattr(args, s.name) for s in CHAT_SETTINGS}
+    try:
+        settings = resolve(flags, config_file=args.config, table=CHAT_SETTINGS, section="chat")
+    except SettingsError as exc:
+        return report(exc)
+    setup_logging(settings["log_level"], settings["log_format"])
+    from .chat import run_chat
+
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(run_chat(settings, message=args.message))
     except StartupError as exc:
         return report(exc)
     except KeyboardInterrupt:
@@ -247,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.verb == "telegram":
         return _telegram(args)
+    if args.verb == "chat":
+        return _chat(args)
     if args.verb == "callers":
         return _callers(args)
     if args.verb == "agents":

@@ -1,0 +1,45 @@
+"""The settings of ``a2a-gateway chat`` (and the delegation settings other owner hosts
+share: ``--a2a-wait``, ``--watch-timeout``)."""
+
+from __future__ import annotations
+
+from .settings import SETTINGS, Setting
+
+DELEGATION_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "a2a_wait",
+        float,
+        60.0,
+        "seconds the a2a tool's send waits for a result before a watch takes over"
+        " (0: hand over at once)",
+        minimum=0,
+    ),
+    Setting(
+        "watch_timeout",
+        float,
+        86400.0,
+        "seconds after its start a watch gives up with a (no result) notice",
+        above=0,
+    ),
+)
+
+#: ``serve`` settings chat uses: the model and sessions, the outbound guard, the file
+#: cap, logging, and where the push receiver listens (only with --public-url).
+_FROM_SERVE = frozenset(
+    {
+        "host",
+        "port",
+        "public_url",
+        "allow_private_urls",
+        "max_file_bytes",
+        "session_idle_timeout",
+        "log_level",
+        "log_format",
+    }
+)
+
+CHAT_SETTINGS: tuple[Setting, ...] = (
+    Setting("workspace", str, "", "the owner's workspace folder (required)"),
+    *DELEGATION_SETTINGS,
+    *(s for s in SETTINGS if s.name in _FROM_SERVE or (s.name.startswith("llm_"))),
+)

@@ -1,0 +1,310 @@
+"""Delegation end to end with real processes: gateway A (``serve --faux`` with a caller
+key) and ``a2a-gateway chat`` on workspace B, whose scripted model (the fake
+OpenAI-compatible server of the assistant tests) calls the a2a tool.
+
+The model's script: a user message ``a2a {json}`` becomes a call of the a2a tool with
+those arguments; a tool result is answered ``TOOL RESULT:`` + the result; a delivered
+follow-up (``[A2A result from ...``) is answered ``FOLLOW-UP:`` + its text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.client import connect
+
+from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
+from ..client.delegation_support import REMOTE_KEY, eventually
+from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
+
+LLM_KEY = "sk-delegation-e2e-7c41d09a2b"
+CHAT_BOUND_S = 90.0
+
+
+def script(body: dict[str, Any]) -> Reply:
+    last = body["messages"][-1]
+    content = last.get("content") or ""
+    if last["role"] == "tool":
+        return Say("TOOL RESULT:\n" + content)
+    if "[A2A result from" in content or "[A2A question from" in content:
+        return Say("FOLLOW-UP:\n" + content[content.index("[A2A ") :])
+    if "a2a {" in content:
+        return Calls([("a2a", json.loads(content[content.index("a2a {") + 4 :]))])
+    return Say("ok")
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Gateway A: the faux agent, caller ``assistant-b``; it may push to loopback."""
+    folder = tmp_path_factory.mktemp("gateway-a")
+    (folder / ".a2a").mkdir()
+    (folder / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "assistant-b", "key": REMOTE_KEY}])
+    )
+    (port,) = free_ports(1)
+    command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "a2a_gateway",
+        "serve",
+        "--faux",
+        "--workspace",
+        str(folder),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--grpc-port",
+        "-1",
+        "--allow-private-urls",
+    ]
+    base = f"http://{HOST}:{port}"
+    server = ServerProcess("gateway-a", command, folder, base + CARD_PATH, grpc_port=None)
+    with server.running():
+        yield base
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    fake = FakeLLM(script)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.aclose()
+
+
+@pytest.fixture
+def workspace_b(tmp_path: Path, remote: str) -> Path:
+    ws = tmp_path / "b"
+    (ws / ".a2a").mkdir(parents=True)
+    (ws / ".a2a" / "agents.json").write_text(
+        json.dumps(
+            [{"name": "assistant-a", "url": remote, "key": REMOTE_KEY, "allow_private": True}]
+        )
+    )
+    return ws
+
+
+def chat_command(llm: FakeLLM, workspace: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        "a2a_gateway",
+        "chat",
+        "--workspace",
+        str(workspace),
+        "--llm-base-url",
+        llm.base_url,
+        "--llm-model",
+        "fake",
+        "--llm-max-retries",
+        "0",
+        *extra,
+    ]
+
+
+def chat_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    env["A2A_GATEWAY_LLM_API_KEY"] = LLM_KEY
+    return env
+
+
+async def chat_once(llm: FakeLLM, workspace: Path, message: str, *extra: str) -> str:
+    """``chat --message``; its stdout (exit status 0 asserted)."""
+    process = await asyncio.create_subprocess_exec(
+        *chat_command(llm, workspace, "--message", message, *extra),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=chat_env(),
+    )
+    out, err = await asyncio.wait_for(process.communicate(), CHAT_BOUND_S)
+    assert process.returncode == 0, err.decode()[-3000:]
+    assert LLM_KEY not in out.decode() + err.decode() and REMOTE_KEY not in err.decode()
+    return out.decode()
+
+
+def tool(**arguments: Any) -> str:
+    return "a2a " + json.dumps(arguments)
+
+
+def first_ids(text: str) -> tuple[str, str]:
+    line = next(line for line in text.splitlines() if line.startswith('Agent "'))
+    words = line.split()
+    return words[3], words[5].rstrip(")")
+
+
+def pending(workspace: Path) -> list[dict[str, Any]]:
+    path = workspace / ".a2a" / "pending.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+async def task_state(remote: str, task_id: str) -> int:
+    async with await connect(remote, key=REMOTE_KEY) as service:
+        return (await service.get_task(pb.GetTaskRequest(id=task_id))).status.state
+
+
+async def test_agents_send_question_files_and_cancel(
+    llm: FakeLLM, workspace_b: Path, remote: str
+) -> None:
+    out = await chat_once(llm, workspace_b, tool(action="agents"))
+    assert "TOOL RESULT:\n- assistant-a: " in out and "card name: a2a-gateway agent" in out
+
+    out = await chat_once(llm, workspace_b, tool(action="send", agent="assistant-a", message="hi"))
+    task_id, context_id = first_ids(out)
+    assert f'Agent "assistant-a": task {task_id} (context {context_id}) is completed.\nhi' in out
+
+    out = await chat_once(
+        llm, workspace_b, tool(action="send", agent="assistant-a", message="ask:Which city?")
+    )
+    task_id, _ = first_ids(out)
+    assert "is input-required.\nWhich city?\n" in out and f"taskId={task_id}" in out
+    out = await chat_once(
+        llm,
+        workspace_b,
+        tool(action="send", agent="assistant-a", message="Lisbon", taskId=task_id),
+    )
+    assert first_ids(out)[0] == task_id and "is completed." in out and "Lisbon" in out
+
+    (workspace_b / "notes.txt").write_text("notes for A")
+    out = await chat_once(
+        llm,
+        workspace_b,
+        tool(action="send", agent="assistant-a", message="file:report.txt", files=["notes.txt"]),
+    )
+    assert "Files: inbox/a2a/assistant-a/report.txt" in out
+    assert (
+        b"report.txt" in (workspace_b / "inbox" / "a2a" / "assistant-a" / "report.txt").read_bytes()
+    )
+
+    out = await chat_once(
+        llm,
+        workspace_b,
+        tool(action="send", agent="assistant-a", message="hold:100"),
+        "--a2a-wait",
+        "0",
+    )
+    task_id, context_id = first_ids(out)
+    assert "It is still running: the result will be delivered" in out
+    assert [r["taskId"] for r in pending(workspace_b)] == [task_id]
+    out = await chat_once(
+        llm, workspace_b, tool(action="cancel", agent="assistant-a", taskId=task_id)
+    )
+    assert f'Agent "assistant-a": task {task_id} (context {context_id}) is canceled.' in out
+    assert pending(workspace_b) == []
+    assert await task_state(remote, task_id) == pb.TASK_STATE_CANCELED
+
+
+async def test_long_send_is_delivered_on_the_next_start(
+    llm: FakeLLM, workspace_b: Path, remote: str
+) -> None:
+    out = await chat_once(
+        llm,
+        workspace_b,
+        tool(action="send", agent="assistant-a", message="hold:2"),
+        "--a2a-wait",
+        "0",
+    )
+    task_id, context_id = first_ids(out)
+    (record,) = pending(workspace_b)
+    assert record["taskId"] == task_id and record["target"] == "local-owner"
+    assert record["undelivered"] is None and record["source"] == "subscribe"
+    async with asyncio.timeout(30):
+        while await task_state(remote, task_id) != pb.TASK_STATE_COMPLETED:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+    out = await chat_once(llm, workspace_b, "hello")
+    delivered = f'FOLLOW-UP:\n[A2A result from "assistant-a", task {task_id} (completed)]'
+    assert delivered in out and f"Context: {context_id}" in out
+    assert out.index(delivered) < out.rindex("ok")  # the result first, then the message
+    assert pending(workspace_b) == []
+
+
+async def start_chat(llm: FakeLLM, workspace: Path, *extra: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *chat_command(llm, workspace, *extra),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=chat_env(),
+    )
+
+
+async def read_until(process: asyncio.subprocess.Process, marker: str) -> str:
+    assert process.stdout is not None
+    seen = ""
+    async with asyncio.timeout(CHAT_BOUND_S):
+        while marker not in seen:
+            chunk = await process.stdout.read(4096)
+            assert chunk, f"chat ended before {marker!r}: {seen[-2000:]}"
+            seen += chunk.decode()
+    return seen
+
+
+async def end_chat(process: asyncio.subprocess.Process) -> None:
+    assert process.stdin is not None
+    process.stdin.close()
+    await asyncio.wait_for(process.wait(), CHAT_BOUND_S)
+    assert process.returncode == 0
+
+
+async def test_restart_mid_watch_delivers(llm: FakeLLM, workspace_b: Path) -> None:
+    process = await start_chat(llm, workspace_b, "--a2a-wait", "0")
+    assert process.stdin is not None
+    process.stdin.write(
+        (tool(action="send", agent="assistant-a", message="hold:3") + "\n").encode()
+    )
+    out = await read_until(process, "It is still running")
+    task_id, _ = first_ids(out)
+    await eventually(lambda: len(pending(workspace_b)) == 1)
+    process.send_signal(signal.SIGKILL)  # B dies mid-watch
+    await process.wait()
+    assert [r["taskId"] for r in pending(workspace_b)] == [task_id]
+    process = await start_chat(llm, workspace_b)  # interactive again: re-armed in background
+    await read_until(
+        process, f'FOLLOW-UP:\n[A2A result from "assistant-a", task {task_id} (completed)]'
+    )
+    await end_chat(process)
+    assert pending(workspace_b) == []
+
+
+async def test_push_watch_with_a_public_url(llm: FakeLLM, workspace_b: Path) -> None:
+    (port,) = free_ports(1)
+    public = f"http://{HOST}:{port}"
+    process = await start_chat(
+        llm,
+        workspace_b,
+        "--a2a-wait",
+        "0",
+        "--public-url",
+        public,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+    )
+    assert process.stdin is not None
+    process.stdin.write(
+        (tool(action="send", agent="assistant-a", message="hold:2") + "\n").encode()
+    )
+    out = await read_until(process, "It is still running")
+    task_id, _ = first_ids(out)
+    await eventually(lambda: [r["source"] for r in pending(workspace_b)] == ["push"])
+    (record,) = pending(workspace_b)
+    assert record["pushToken"] and len(record["pushToken"]) >= 43
+    # No stream and no poll within 10 minutes: only A's push can wake the watch now.
+    await read_until(process, f'FOLLOW-UP:\n[A2A result from "assistant-a", task {task_id}')
+    await end_chat(process)
+    assert pending(workspace_b) == []
