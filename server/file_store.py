@@ -352,7 +352,7 @@ class WorkspaceTaskStore(TaskStore):
         if data is None:
             return stamp, None
         try:
-            task, owner, _, _ = decode_record(data, task_id)
+            task, owner, _ = decode_record(data, task_id)
         except ValueError:
             return stamp, None
         return stamp, (owner, TaskSummary.of(task))
@@ -521,7 +521,7 @@ class WorkspaceTaskStore(TaskStore):
         if raw is None or raw[1] is None:
             return
         try:
-            task, _, _, _ = decode_record(raw[1], task_id)
+            task, _, _ = decode_record(raw[1], task_id)
         except ValueError:
             return
         inbox = os.path.realpath(self.workspace / INBOX_FOLDER)
