@@ -40,7 +40,15 @@ $(PEER03_VENV)/.deps: requirements/peer03.txt
 	$(PEER03_PY) -m pip install -q --disable-pip-version-check -r requirements/peer03.txt
 	touch $@
 
-peer: $(PEER_VENV)/.deps $(PEER03_VENV)/.deps
+# The JS SDK's 0.3 client (tests/interop/peers/js03, run by node): npm installs the
+# pinned @a2a-js/sdk there (no lockfile); without node/npm its tests skip.
+JS03_DIR := tests/interop/peers/js03
+$(JS03_DIR)/node_modules/.deps: $(JS03_DIR)/package.json
+	@command -v npm >/dev/null || { echo "npm not found: the JS 0.3 interop tests will skip"; exit 0; }; \
+	cd $(JS03_DIR) && npm install --no-package-lock --no-audit --no-fund --omit=peer --loglevel=error \
+		&& touch node_modules/.deps
+
+peer: $(PEER_VENV)/.deps $(PEER03_VENV)/.deps $(JS03_DIR)/node_modules/.deps
 
 run: dev
 	$(PY) -P -m a2a_gateway serve --faux --workspace $(WORKSPACE) --allow-anonymous \
@@ -58,4 +66,4 @@ gen: $(VENV)/.deps
 	$(VENV)/bin/buf generate
 
 clean:
-	rm -rf $(VENV) $(PEER_VENV) $(PEER03_VENV) build *.egg-info
+	rm -rf $(VENV) $(PEER_VENV) $(PEER03_VENV) $(JS03_DIR)/node_modules build *.egg-info

@@ -1,5 +1,7 @@
 """The a2a-sdk 0.3.x release's own clients (``peers/sdk03_client.py`` in ``.venv-peer03``)
-against our gateway's 0.3 surfaces, on JSON-RPC, HTTP+JSON and gRPC (``a2a.v1.A2AService``).
+against our gateway's 0.3 surfaces, on JSON-RPC, HTTP+JSON and gRPC (``a2a.v1.A2AService``),
+and the JS SDK's 0.3 clients (``peers/js03/drive03.mjs``, ``@a2a-js/sdk`` 0.3.14, run by
+node) on JSON-RPC and HTTP+JSON.
 
 Unlike the 1.x SDK's compat clients (``test_sdk_compat03_*``), these are the clients
 deployed 0.3 callers run, and they read our answers as 0.3 JSON: a shape, a state or a
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +24,7 @@ from .conftest import (
     EXTENDED_CARD_JSON,
     HOST,
     PEER03_PYTHON,
+    PEERS,
     SDK03_CLIENT,
     Results,
     ServerProcess,
@@ -192,3 +196,63 @@ def test_extended_card(results: Results) -> None:
 def test_an_unknown_task(results: Results, binding: str) -> None:
     error = results["missing-task"]["error"]
     assert error["code"] == {"jsonrpc": -32001, "rest": 404, "grpc": "NOT_FOUND"}[binding]
+
+
+# --- the JS SDK's 0.3 clients (@a2a-js/sdk 0.3.14) ------------------------------------------
+
+JS_DRIVER = PEERS / "js03" / "drive03.mjs"
+JS_MODULES = PEERS / "js03" / "node_modules" / "@a2a-js" / "sdk"
+
+
+@pytest.fixture(scope="module", params=["jsonrpc", "rest"])
+def js_results(request: pytest.FixtureRequest, gateway: tuple[str, str]) -> Results:
+    node = shutil.which("node")
+    if node is None or not JS_MODULES.is_dir():
+        pytest.skip("the JS SDK's 0.3 client is not installed (`make peer` needs node and npm)")
+    base, key = gateway
+    return run_script([node, str(JS_DRIVER), base, request.param, key], DRIVER_TIMEOUT_S)
+
+
+def test_js_send_blocking_and_absent(js_results: Results) -> None:
+    task = result(js_results, "send")
+    assert task["kind"] == "task" and task["status"]["state"] == "completed"
+    assert texts(task["artifacts"][0]) == ["hello js 0.3"]
+    absent = result(js_results, "send-absent")
+    if "send-absent-cancel" in js_results:  # HTTP+JSON: absent is non-blocking
+        assert absent["status"]["state"] in ("submitted", "working")
+        assert result(js_results, "send-absent-cancel")["status"]["state"] == "canceled"
+    else:
+        assert absent["status"]["state"] == "completed"
+
+
+def test_js_streams_end_on_a_final_update(js_results: Results) -> None:
+    for scenario, state in (("stream", "completed"), ("stream-ask", "input-required")):
+        last = result(js_results, scenario)[-1]
+        assert last["kind"] == "status-update" and last["final"] is True, scenario
+        assert last["status"]["state"] == state
+
+
+def test_js_multi_turn_get_and_cancel(js_results: Results) -> None:
+    asked = result(js_results, "ask")
+    assert asked["status"]["state"] == "input-required"
+    answered = result(js_results, "answer")
+    assert answered["id"] == asked["id"] and answered["status"]["state"] == "completed"
+    assert result(js_results, "get")["status"]["state"] == "completed"
+    held = result(js_results, "send-nonblocking")
+    assert held["status"]["state"] in ("submitted", "working")
+    assert result(js_results, "cancel")["status"]["state"] == "canceled"
+
+
+def test_js_push_config_crud(js_results: Results) -> None:
+    """The JS REST client POSTs a bare TaskPushNotificationConfig (with a ``name``)."""
+    task_id = result(js_results, "send")["id"]
+    created = result(js_results, "push-set")
+    assert created["taskId"] == task_id
+    assert created["pushNotificationConfig"] == {"id": "js-1", "url": "https://example.com/hook"}
+    assert result(js_results, "push-get") == created
+    assert result(js_results, "push-list") == [created]
+    assert result(js_results, "push-delete") == {"deleted": True}
+
+
+def test_js_unknown_task(js_results: Results) -> None:
+    assert js_results["missing-task"]["error"]["type"].startswith("TaskNotFound")
