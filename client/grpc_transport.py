@@ -4,6 +4,7 @@ travel as lower-case metadata, errors as ``google.rpc.Status`` in the trailers."
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
@@ -12,20 +13,25 @@ from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES, MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
-from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
+from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError, InvalidRequestError
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
 from .errors import Redactor, Timeout, Unreachable, explain_auth, from_grpc_status, quote
 from .transport import GRPC, CallOptions, M, Transport, service_headers
 
-#: Largest message accepted either way (a 10 MB file part plus its envelope fits).
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+#: Largest answer read (as on HTTP: twice a server's body cap) and largest request sent
+#: (a server's body cap, plus the slack its gRPC limit has).
+MAX_RECEIVE_BYTES = MAX_ANSWER_BYTES
+MAX_SEND_BYTES = MAX_BODY_BYTES + GRPC_LIMIT_SLACK_BYTES
 _CHANNEL_OPTIONS = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
 )
+#: How grpc reports a message over a size limit (RESOURCE_EXHAUSTED, no details).
+_TOO_LARGE = re.compile(r"(Received|Sent) message larger than max \((\d+) vs\. (\d+)\)")
 _SECURE_SCHEMES = ("grpcs://", "https://")
 _PLAIN_SCHEMES = ("grpc://", "http://")
 
@@ -56,6 +62,23 @@ def _authority(rest: str, default_port: int) -> str:
     if sep and host and port.isascii() and port.isdigit():
         return authority
     return f"{authority}:{default_port}"
+
+
+def size_error(details: str) -> A2AError | None:
+    """A size limit grpc enforced itself (RESOURCE_EXHAUSTED without status details), as
+    what it is rather than a rate limit: an answer over our receive limit is an invalid
+    answer; a request over ours or the server's is the binding's size error."""
+    found = _TOO_LARGE.search(details)
+    if found is None:
+        return None
+    direction, size, limit = found.group(1), int(found.group(2)), int(found.group(3))
+    if direction == "Received" and limit == MAX_RECEIVE_BYTES:
+        return InvalidAgentResponseError(
+            f"the answer ({size} bytes) is larger than the {limit} bytes this client reads"
+        )
+    return InvalidRequestError(
+        f"the request ({size} bytes) is larger than the {limit} bytes accepted"
+    )
 
 
 class GrpcTransport(Transport):
@@ -115,6 +138,10 @@ class GrpcTransport(Transport):
             return Timeout(f"{where} did not answer within {timeout:g} s")
         if code == grpc.StatusCode.UNAVAILABLE and not has_status:
             return Unreachable(f"Could not reach {where}: {quote(details, self.redact)}")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not has_status:
+            too_large = size_error(details)
+            if too_large is not None:
+                return too_large
         error = from_grpc_status(code, details, trailing, self.redact)
         return explain_auth(
             error, self.target, has_key=self.credentials is not None, redact=self.redact

@@ -15,7 +15,7 @@ import orjson
 from google.protobuf import json_format, message
 
 from a2a_gateway.protocol import sse
-from a2a_gateway.protocol.codec import MAX_BODY_BYTES, dumps
+from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, dumps
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
@@ -195,7 +195,7 @@ def network_error(exc: httpx.HTTPError, target: str, timeout: float, redact: Red
     return Unreachable(f"Could not reach {where}: {reason}")
 
 
-async def read_capped(response: httpx.Response, max_bytes: int = MAX_BODY_BYTES) -> bytes:
+async def read_capped(response: httpx.Response, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
     """The response body, refusing more than ``max_bytes``."""
     chunks: list[bytes] = []
     size = 0
@@ -275,7 +275,7 @@ async def events(
     target: str,
     idle_timeout: float,
     redact: Redactor,
-    max_event_bytes: int = MAX_BODY_BYTES,
+    max_event_bytes: int = MAX_ANSWER_BYTES,
 ) -> AsyncGenerator[sse.Event, None]:
     """SSE events of an open response. Each network read is bounded by the request's read
     timeout (keep-alive comments count); an event larger than ``max_event_bytes`` is refused.

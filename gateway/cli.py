@@ -13,8 +13,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from a2a_gateway.server.config import is_loopback  # no grpc import (grpc_env below)
-
 from . import __version__, grpc_env  # noqa: F401 (grpc_env: before anything imports grpc)
 from .agents_cli import add_parser as _add_agents
 from .agents_cli import run as _agents
@@ -143,6 +141,8 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return report(exc)
     setup_logging(settings["log_level"], settings["log_format"])
+    from a2a_gateway.server.config import is_loopback  # after grpc_env (it imports grpc)
+
     if settings["allow_anonymous"] and not is_loopback(settings["host"]):
         print(
             "a2a-gateway: --allow-anonymous is only allowed on a loopback address",

@@ -24,6 +24,7 @@ from a2a_gateway.agent.base import Agent, AgentProfile
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
+from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import (
     CALLERS_FILE,
@@ -85,7 +86,7 @@ def server_config(settings: Settings) -> ServerConfig:
         allow_private_urls=settings["allow_private_urls"],
         keepalive_interval_s=settings["keepalive"],
         # A request must fit one file part in base64 (4/3 of its size) plus the envelope.
-        max_body_bytes=max(24 * 1024 * 1024, settings["max_file_bytes"] * 4 // 3 + 1024 * 1024),
+        max_body_bytes=max(MAX_BODY_BYTES, settings["max_file_bytes"] * 4 // 3 + 1024 * 1024),
         max_hops=settings["max_hops"],
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],

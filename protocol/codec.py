@@ -39,6 +39,14 @@ M = TypeVar("M", bound=message.Message)
 
 #: Default cap on a request body (bytes). A 10 MB file part is ~13.4 MB of base64.
 MAX_BODY_BYTES = 24 * 1024 * 1024
+#: What our client reads back (answers, stream events, gRPC messages): twice what a
+#: server accepts, so a task holding a message as large as the body cap, and an answer
+#: of the same size, can always be read back.
+MAX_ANSWER_BYTES = 2 * MAX_BODY_BYTES
+#: gRPC's own receive limit sits this far above the body cap, so that a message just
+#: over the cap reaches the binding and gets its size error (with status details)
+#: instead of grpc's bare RESOURCE_EXHAUSTED.
+GRPC_LIMIT_SLACK_BYTES = 1024 * 1024
 
 #: Deepest JSON nesting (objects and arrays) accepted. upb refuses binary messages
 #: nested deeper than 32 levels, while json_format accepts ~48 JSON levels of

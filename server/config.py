@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .limits import RateLimits, TaskCaps
@@ -70,7 +71,7 @@ class ServerConfig:
     allow_private_urls: bool = False  # outbound guard off (tests, private networks)
     rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
     task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
-    max_body_bytes: int = 24 * 1024 * 1024
+    max_body_bytes: int = MAX_BODY_BYTES  # requests on every binding (gRPC: binary)
     body_read_timeout_s: float = 30.0  # a body (gRPC: request message) not arrived by then
     grpc_default_deadline_s: float = 300.0  # a unary gRPC call whose client set no deadline
     grpc_stream_idle_s: float = 300.0  # a gRPC stream with no event for this long ends

@@ -50,6 +50,7 @@ import grpc
 from google.protobuf import descriptor, message, message_factory
 
 from a2a_gateway.protocol import codec, versioning
+from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -96,6 +97,7 @@ class GrpcBounds:
     stream_idle_s: float = 300.0  # a stream silent for this long is ended
     write_s: float = WRITE_TIMEOUT_S  # one stream write may wait this long for the client
     grace_s: float = 1.0  # a unary call outliving its deadline by this much is ended
+    max_request_bytes: int = MAX_BODY_BYTES  # as an HTTP body (InvalidRequest beyond)
 
 
 class StreamStalled(Exception):
@@ -331,6 +333,10 @@ class RpcAdapter:
             ) from None
         if data is None:
             raise InvalidRequestError("the call ended without a request message")
+        if len(data) > self.bounds.max_request_bytes:
+            raise InvalidRequestError(
+                f"request message is larger than {self.bounds.max_request_bytes} bytes"
+            )
         return data
 
     @staticmethod

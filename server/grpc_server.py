@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
 
 from .auth import Authenticator
@@ -47,8 +48,10 @@ def grpc_address(host: str, port: int) -> str:
 
 def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
     return [
-        # A request may be as large as an HTTP body (binary is smaller than its JSON).
-        ("grpc.max_receive_message_length", config.max_body_bytes),
+        # A request may be as large as an HTTP body (binary is smaller than its JSON);
+        # grpc's own limit has some slack so that the binding, not grpc, refuses one
+        # just over the cap (with the size error and its details).
+        ("grpc.max_receive_message_length", config.max_body_bytes + GRPC_LIMIT_SLACK_BYTES),
         # Responses are not capped here (grpc's default), as on the HTTP bindings.
         ("grpc.max_send_message_length", -1),
         # Metadata as large as the HTTP bindings' header lines allow (16 KiB each, e.g.
@@ -77,6 +80,7 @@ async def build_grpc_server(
         request_s=config.body_read_timeout_s,
         unary_s=config.grpc_default_deadline_s,
         stream_idle_s=config.grpc_stream_idle_s,
+        max_request_bytes=config.max_body_bytes,
     )
     server.add_generic_rpc_handlers(
         (

@@ -340,8 +340,17 @@ async def test_messages_over_the_body_limit_are_refused() -> None:
         small = served.stub.SendMessage(_send(text="x" * 1000), metadata=V1)
         async with asyncio.timeout(BOUND):
             await small
+        # Just over the cap: the binding's size error, with its status details.
         failure = await _failure(served.stub.SendMessage(_send(text="x" * 8000), metadata=V1))
+        assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "larger than 4096 bytes" in str(failure.details())
+        assert error_info(rich_status(failure)).reason == "INVALID_REQUEST"
+        # Far over (past grpc's own limit, the cap plus its slack): grpc's refusal.
+        huge = _send(text="x" * (2 * 1024 * 1024))
+        failure = await _failure(served.stub.SendMessage(huge, metadata=V1))
         assert failure.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert served.service.contexts[-1].caller  # only the small call reached the service
+        assert len(served.service.contexts) == 1
 
 
 # --- streams ------------------------------------------------------------------------
