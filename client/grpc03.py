@@ -33,7 +33,7 @@ from . import http_calls
 from .cards import parse_card
 from .errors import build, explain_auth
 from .grpc_transport import GrpcTransport
-from .subscribe03 import stream_03
+from .subscribe03 import Subscribe03
 from .transport import CallOptions, M
 
 #: Our error classes by name; the SDK's 0.3 names are ours, plus its older card name.
@@ -111,7 +111,7 @@ def _card_json(card: message.Message) -> Any:
     return data
 
 
-class Grpc03Transport(GrpcTransport):
+class Grpc03Transport(Subscribe03, GrpcTransport):
     """Calls one A2A 0.3 gRPC endpoint (the interface ``url``, as for 1.0 gRPC)."""
 
     version = compat03.LEGACY_VERSION
@@ -165,13 +165,6 @@ class Grpc03Transport(GrpcTransport):
             return compat03.rest_stream_response_in(_as_json(item))
         except A2AError as exc:
             raise self._invalid(exc) from None
-
-    def stream(
-        self, rpc: str, request: message.Message, options: CallOptions
-    ) -> AsyncGenerator[pb.StreamResponse, None]:
-        """The 0.3 stream; SubscribeToTask opened and closed as 1.0 requires
-        (:mod:`.subscribe03`)."""
-        return stream_03(self, rpc, request, options, self._stream03)
 
     async def _stream03(
         self, rpc: str, request: message.Message, options: CallOptions

@@ -27,7 +27,7 @@ from . import http_calls
 from .cards import parse_card
 from .credentials import Credentials
 from .errors import from_jsonrpc_error, from_rest_error
-from .subscribe03 import stream_03
+from .subscribe03 import Subscribe03
 from .transport import JSONRPC, CallOptions, M
 
 #: The 0.3 name of the extensions header (1.0: ``A2A-Extensions``).
@@ -45,7 +45,7 @@ def legacy_headers(options: CallOptions, credentials: Credentials | None) -> dic
     return headers
 
 
-class JsonRpc03Transport(http_calls.HttpTransport):
+class JsonRpc03Transport(Subscribe03, http_calls.HttpTransport):
     """Calls one A2A 0.3 JSON-RPC endpoint (the interface ``url``) over a shared httpx
     client."""
 
@@ -108,13 +108,6 @@ class JsonRpc03Transport(http_calls.HttpTransport):
         if not isinstance(parsed, response_type):
             raise TypeError(f"{rpc} returns {type(parsed).__name__}, not {response_type.__name__}")
         return parsed
-
-    def stream(
-        self, rpc: str, request: message.Message, options: CallOptions
-    ) -> AsyncGenerator[pb.StreamResponse, None]:
-        """The 0.3 stream; SubscribeToTask opened and closed as 1.0 requires
-        (:mod:`.subscribe03`)."""
-        return stream_03(self, rpc, request, options, self._stream03)
 
     async def _stream03(
         self, rpc: str, request: message.Message, options: CallOptions

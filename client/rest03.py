@@ -33,7 +33,7 @@ from . import http_calls
 from .cards import parse_card
 from .errors import build, from_jsonrpc_error, from_rest_error
 from .jsonrpc03 import legacy_headers
-from .subscribe03 import stream_03
+from .subscribe03 import Subscribe03
 from .transport import HTTP_JSON, CallOptions, M
 
 #: The a2a-sdk 0.3 releases' REST error statuses whose class is not the generic one for
@@ -60,7 +60,7 @@ def _is_error_body(value: Any) -> bool:
     return isinstance(value.get("code"), int) and isinstance(value.get("message"), str)
 
 
-class Rest03Transport(http_calls.HttpTransport):
+class Rest03Transport(Subscribe03, http_calls.HttpTransport):
     """Calls one A2A 0.3 HTTP+JSON base URL (the interface ``url``)."""
 
     binding = HTTP_JSON
@@ -127,13 +127,6 @@ class Rest03Transport(http_calls.HttpTransport):
         if not isinstance(parsed, response_type):
             raise TypeError(f"{rpc} returns {type(parsed).__name__}, not {response_type.__name__}")
         return parsed
-
-    def stream(
-        self, rpc: str, request: message.Message, options: CallOptions
-    ) -> AsyncGenerator[pb.StreamResponse, None]:
-        """The 0.3 stream; SubscribeToTask opened and closed as 1.0 requires
-        (:mod:`.subscribe03`)."""
-        return stream_03(self, rpc, request, options, self._stream03)
 
     async def _stream03(
         self, rpc: str, request: message.Message, options: CallOptions

@@ -18,6 +18,7 @@ subscription with :func:`subscribe_03`:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 
@@ -132,15 +133,21 @@ def _status_update(task: pb.Task) -> pb.StreamResponse:
     )
 
 
-def stream_03(
-    transport: Transport,
-    rpc: str,
-    request: message.Message,
-    options: CallOptions,
-    stream: Callable[[str, message.Message, CallOptions], AsyncGenerator[pb.StreamResponse, None]],
-) -> AsyncGenerator[pb.StreamResponse, None]:
-    """A 0.3 transport's ``stream``: its own ``stream`` for every rpc but SubscribeToTask,
-    which :func:`subscribe_03` wraps."""
-    if rpc == "SubscribeToTask" and isinstance(request, pb.SubscribeToTaskRequest):
-        return subscribe_03(transport, request, options, lambda: stream(rpc, request, options))
-    return stream(rpc, request, options)
+class Subscribe03(Transport):
+    """What the 0.3 transports share: ``stream`` is their own 0.3 stream
+    (``_stream03``) for every rpc but SubscribeToTask, which :func:`subscribe_03`
+    wraps."""
+
+    def stream(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        if rpc == "SubscribeToTask" and isinstance(request, pb.SubscribeToTaskRequest):
+            opened = functools.partial(self._stream03, rpc, request, options)
+            return subscribe_03(self, request, options, opened)
+        return self._stream03(rpc, request, options)
+
+    @abc.abstractmethod
+    def _stream03(
+        self, rpc: str, request: message.Message, options: CallOptions
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """The transport's 0.3 stream of ``rpc``, as the agent sends it."""
