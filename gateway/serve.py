@@ -404,6 +404,15 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         log.error("cannot start: %s", exc)
         await gateway.stop()
         return 1
+    try:
+        await until_signalled(stop)
+    finally:
+        await gateway.stop()
+    return 0
+
+
+async def until_signalled(stop: asyncio.Event | None = None) -> None:
+    """Return on SIGTERM or SIGINT (or when ``stop`` is set): how a host process waits."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -413,5 +422,3 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        await gateway.stop()
-    return 0

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -35,7 +34,7 @@ from a2a_gateway.telegram.status import status_report
 
 from .assistant_host import build_assistant, build_runtime
 from .logs import register_secret
-from .serve import Gateway
+from .serve import Gateway, until_signalled
 from .settings import SETTINGS, Settings
 from .startup import StartupError
 from .telegram_settings import ALLOWED_VARIABLE, TOKEN_VARIABLE
@@ -233,14 +232,8 @@ async def run_telegram(settings: Settings, *, stop: asyncio.Event | None = None)
     except OSError as exc:
         await app.stop()
         raise StartupError(f"cannot start: {exc.strerror or exc}") from None
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_signalled(stop)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         await app.stop()
     return 0

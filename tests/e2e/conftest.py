@@ -24,6 +24,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 
+from ..agent.llm_support import llm  # noqa: F401 (the scripted model, a fixture)
 from ..interop.conftest import (
     CARD_PATH,
     HOST,
@@ -32,6 +33,7 @@ from ..interop.conftest import (
     require_peer_venv,
     sdk_server_command,
 )
+from ..telegram.conftest import bot_api  # noqa: F401 (the fake Bot API, a fixture)
 
 KEY_ALICE = "alice-key-0f3e9a7c51d2"
 KEY_BOB = "bob-key-7d1c0b9e44aa"

@@ -21,7 +21,7 @@ import pytest
 from tests.agent.fake_llm import Calls, FakeLLM, Reply, Say, tool_results, user_texts
 from tests.interop.conftest import free_ports
 from tests.telegram.conftest import BOT_TOKEN
-from tests.telegram.fake_bot_api import FakeBotApi, fake_bot_api
+from tests.telegram.fake_bot_api import FakeBotApi
 
 OWNER = 111
 CALLER_KEY = "k-travel-bot-8d1f6a2c4e"
@@ -47,22 +47,6 @@ def telegram_command(root: Path, api: FakeBotApi, llm: FakeLLM, *extra: str) -> 
         llm.base_url,
         *extra,
     ]
-
-
-@pytest.fixture
-async def bot_api() -> AsyncIterator[FakeBotApi]:
-    async with fake_bot_api(BOT_TOKEN) as api:
-        yield api
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    fake = FakeLLM()
-    await fake.start()
-    try:
-        yield fake
-    finally:
-        await fake.aclose()
 
 
 @contextlib.asynccontextmanager

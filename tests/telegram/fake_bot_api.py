@@ -145,7 +145,7 @@ class FakeBotApi:
                 shown[call.params["message_id"]] = call.params["text"]
         return [shown[k] for k in sorted(shown)]
 
-    async def wait_for(self, predicate: Any, limit_s: float = 10.0) -> None:
+    async def wait_for(self, predicate: Any, limit_s: float = 30.0) -> None:
         """Wait until ``predicate(self)`` holds (checked on every recorded call)."""
         async with asyncio.timeout(limit_s), self._changed:
             await self._changed.wait_for(lambda: bool(predicate(self)))

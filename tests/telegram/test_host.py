@@ -31,16 +31,6 @@ STRANGER = 999
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    fake = FakeLLM()
-    await fake.start()
-    try:
-        yield fake
-    finally:
-        await fake.aclose()
-
-
-@pytest.fixture
 async def runtime(llm: FakeLLM) -> AsyncIterator[Runtime]:
     runtime = make_runtime(llm.base_url)
     await runtime.start()
