@@ -6,6 +6,7 @@ scenario table checks what each binding puts on the wire.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -218,23 +219,28 @@ def _grpc_error(exc: grpc.aio.AioRpcError) -> WireError:
     return WireError(reason, exc.code(), exc.details() or "")
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+@contextlib.asynccontextmanager
+async def running_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[Gateway]:
+    """A faux gateway on free ports whose workspace has the callers alice and bob;
+    ``settings`` add to or override the defaults."""
     workspace = tmp_path / "ws"
     (workspace / ".a2a").mkdir(parents=True)
     (workspace / ".a2a" / "callers.json").write_text(
         json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
     )
-    settings = resolve(
-        {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True, "keepalive": 0.2},
-        environ={},
-    )
-    server = Gateway(settings)
+    defaults = {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True}
+    server = Gateway(resolve({**defaults, "keepalive": 0.2, **settings}, environ={}))
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with running_gateway(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture(params=BINDINGS)

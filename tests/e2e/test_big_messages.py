@@ -9,10 +9,8 @@ test moves a few hundred MiB through loopback, in seconds.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,10 +27,9 @@ from a2a_gateway.client.grpc_transport import MAX_RECEIVE_BYTES, size_error
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.serve import Gateway
-from a2a_gateway.settings import resolve
 
-from .conftest import KEY_ALICE
-from .test_cli import ROOT, cli_env
+from .conftest import KEY_ALICE, running_gateway
+from .test_cli import cli
 
 CAP = MAX_BODY_BYTES
 HEADERS = {"X-API-Key": KEY_ALICE, "A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -90,27 +87,8 @@ def _filler_length(task: dict[str, Any]) -> int:
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     """Tasks in memory: what is measured is the bindings, not the task files."""
-    workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
-    settings = resolve(
-        {
-            "workspace": [str(workspace)],
-            "port": 0,
-            "grpc_port": 0,
-            "faux": True,
-            "store": "memory",
-        },
-        environ={},
-    )
-    server = Gateway(settings)
-    await server.start()
-    try:
+    async with running_gateway(tmp_path, store="memory") as server:
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -186,26 +164,10 @@ async def test_a_message_as_large_as_the_cap_goes_in_and_comes_back(
             del got
     # The CLI (JSON lines), get and list.
     for args in (("get", url, task_id), ("list", url, "--context-id", context_id)):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-P",
-            "-m",
-            "a2a_gateway",
-            *args,
-            "--json",
-            "--transport",
-            "grpc",
-            cwd=ROOT,
-            env=cli_env(),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        async with asyncio.timeout(120):
-            out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()[-2000:]
-        assert len(out) > filler, args  # the whole task, filler included, was printed
-        del out
+        run = await cli(*args, "--json", "--transport", "grpc")
+        assert run.code == 0, run.stderr[-2000:]
+        assert len(run.stdout) > filler, args  # the whole task, filler included, was printed
+        del run
 
 
 async def test_one_byte_over_the_cap_is_the_size_error_on_every_binding(

@@ -187,7 +187,15 @@ def _http_status(url: str, body: bytes | None, headers: dict[str, str]) -> int:
         return exc.code
 
 
-def _statuses(port: int, grpc_port: int, key: str | None) -> dict[str, object]:
+def _server(name: str, log_dir: Path, *args: str) -> ServerProcess:
+    """``serve ARGS`` on free ports (HTTP and gRPC), as a managed subprocess."""
+    port, grpc_port = free_ports(2)
+    command = _serve(*args, "--port", str(port), "--grpc-port", str(grpc_port))
+    card_url = f"http://{HOST}:{port}{CARD_PATH}"
+    return ServerProcess(name, command, log_dir, card_url, grpc_port=grpc_port)
+
+
+def _statuses(server: ServerProcess, key: str | None) -> dict[str, object]:
     """What each binding answers to a GetTask of an unknown task with ``key``."""
     headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
     metadata: list[tuple[str, str]] = [("a2a-version", "1.0")]
@@ -195,7 +203,8 @@ def _statuses(port: int, grpc_port: int, key: str | None) -> dict[str, object]:
         headers["X-API-Key"] = key
         metadata.append(("x-api-key", key))
     body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}}
-    base = f"http://{HOST}:{port}"
+    base = server.card_url.removesuffix(CARD_PATH)
+    grpc_port = server.grpc_port
     found: dict[str, object] = {
         "jsonrpc": _http_status(f"{base}/a2a", json.dumps(body).encode(), headers),
         "rest": _http_status(f"{base}/a2a/v1/tasks/nope", None, headers),
@@ -213,32 +222,17 @@ def _statuses(port: int, grpc_port: int, key: str | None) -> dict[str, object]:
 @pytest.mark.parametrize("mode", ["faux", "exec", "proxy"])
 def test_off_loopback_no_key_is_refused_on_every_binding(tmp_path: Path, mode: str) -> None:
     workspace = _workspace(tmp_path, "ws", [{"name": "alice", "key": KEY}])
-    port, grpc_port = free_ports(2)
     agent = {
         "faux": ["--faux"],
         "exec": ["--exec", "cat"],
         "proxy": ["--upstream", f"http://{HOST}:9", "--upstream-timeout", "1"],
     }[mode]
-    server = ServerProcess(
-        f"offloop-{mode}",
-        _serve(
-            *agent,
-            "--workspace",
-            str(workspace),
-            "--host",
-            ANY_ADDRESS,
-            "--port",
-            str(port),
-            "--grpc-port",
-            str(grpc_port),
-        ),
-        tmp_path,
-        f"http://{HOST}:{port}{CARD_PATH}",
-        grpc_port=grpc_port,
+    server = _server(
+        f"offloop-{mode}", tmp_path, *agent, "--workspace", str(workspace), "--host", ANY_ADDRESS
     )
     with server.running():
-        anonymous = _statuses(port, grpc_port, None)
-        keyed = _statuses(port, grpc_port, KEY)
+        anonymous = _statuses(server, None)
+        keyed = _statuses(server, KEY)
     assert anonymous == {
         "jsonrpc": 401,
         "rest": 401,
@@ -254,27 +248,13 @@ def test_off_loopback_no_key_is_refused_on_every_binding(tmp_path: Path, mode: s
 @pytest.mark.parametrize("allow_anonymous", [False, True])
 def test_workspace_without_callers_warns_naming_it(tmp_path: Path, allow_anonymous: bool) -> None:
     workspace = _workspace(tmp_path, "typo-ws", None)
-    port, grpc_port = free_ports(2)
     extra = ["--allow-anonymous"] if allow_anonymous else []
-    server = ServerProcess(
-        "loopback-no-callers",
-        _serve(
-            "--faux",
-            "--workspace",
-            str(workspace),
-            *extra,
-            "--port",
-            str(port),
-            "--grpc-port",
-            str(grpc_port),
-        ),
-        tmp_path,
-        f"http://{HOST}:{port}{CARD_PATH}",
-        grpc_port=grpc_port,
+    server = _server(
+        "loopback-no-callers", tmp_path, "--faux", "--workspace", str(workspace), *extra
     )
     with server.running():
-        anonymous = _statuses(port, grpc_port, None)
-        keyed = _statuses(port, grpc_port, KEY)
+        anonymous = _statuses(server, None)
+        keyed = _statuses(server, KEY)
     stderr = server.stderr_path.read_text()
     warnings = [line for line in stderr.splitlines() if "no callers" in line]
     assert len(warnings) == 1, stderr
