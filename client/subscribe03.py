@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
 from collections.abc import AsyncGenerator, Callable
 
 from google.protobuf import message
