@@ -182,7 +182,11 @@ class Session:
 
     def context(self, budget_chars: int) -> list[Message]:
         """The newest whole turns that fit ``budget_chars`` (JSON size); the current
-        (last) turn is always there, whatever its size."""
+        (last) turn is always there, whatever its size.
+
+        A turn left out once is left out for good (the turns after it only add to the
+        total), so it also leaves memory: a long conversation holds about one budget
+        of messages, while its transcript keeps everything."""
         starts = [i for i, m in enumerate(self.messages) if m.get("role") == "user"]
         if not starts:
             return list(self.messages)
@@ -194,7 +198,10 @@ class Session:
                 break
             total += cost
             first = start
-        return self.messages[first:]
+        if first > 0:
+            del self.messages[:first]
+            del self._sizes[:first]
+        return list(self.messages)
 
 
 def _append(path: Path, data: bytes | bytearray) -> None:

@@ -219,6 +219,12 @@ async def test_context_budget_drops_oldest_turns_first(llm: FakeLLM, tmp_path: P
     sent = [user_texts(body) for body in llm.requests]
     assert [t[:6] for t in sent[3]] == ["turn 1", "turn 2", "turn 3"]
     assert sent[4] == ["big " + "y" * 1000]  # the current turn always goes
+    # What can never be sent again left memory; the transcript keeps everything.
+    session = runtime.sessions.get(tmp_path, "local-owner")
+    assert session is not None
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]
+    lines = transcript_path(tmp_path, "local-owner").read_bytes().splitlines()
+    assert len(lines) == 10
     assert llm.requests[4]["messages"][0]["role"] == "system"
 
 
