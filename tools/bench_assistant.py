@@ -335,8 +335,10 @@ async def bench(args: argparse.Namespace) -> None:
         tokens, interval = args.tokens, 2
         await token_latency_direct(provider, tokens, interval)  # warm-up
         via: list[float] = []
+        start_cpu = llm.cpu_s()
         for _ in range(args.latency_runs):
             via += await token_latency_via_gateway(llm_url, tokens, interval)
+        token_cpu_ms = (llm.cpu_s() - start_cpu) * 1000 / max(1, len(via))
         direct_all: list[float] = []
         for _ in range(args.latency_runs):
             direct_all += await token_latency_direct(provider, tokens, interval)
@@ -347,6 +349,7 @@ async def bench(args: argparse.Namespace) -> None:
             f"  added        p50 {pct(via, 0.5) - pct(direct_all, 0.5):.3f} ms"
             f"  p99 {pct(via, 0.99) - pct(direct_all, 0.99):.3f} ms"
         )
+        print(f"  gateway CPU per streamed token ~{token_cpu_ms:.3f} ms")
 
         for name, url, proc in (("llm", llm_url, llm), ("faux", faux_url, faux)):
             rates, cpu, fake_cpu = [], [], []
