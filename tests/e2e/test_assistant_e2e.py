@@ -20,22 +20,13 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 
 from ..agent.fake_llm import Calls, FakeLLM, Say, Stall, Status, tool_results, user_texts
-from ..agent.llm_support import API_KEY
+from ..agent.llm_support import API_KEY, llm
 from ..conftest import use_secret
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
 from .test_scenarios import artifact_text, send
 
 COMPLETED = "TASK_STATE_COMPLETED"
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    fake = FakeLLM()
-    await fake.start()
-    try:
-        yield fake
-    finally:
-        await fake.aclose()
+__all__ = ["llm"]  # the scripted provider fixture
 
 
 async def start_gateway(workspace: Path, llm: FakeLLM, **settings: Any) -> Gateway:
