@@ -217,6 +217,7 @@ class SessionStore:
         self.clock = clock
         self._sessions: dict[tuple[str, str], Session] = {}
         self._loading: dict[tuple[str, str], asyncio.Future[Session]] = {}
+        self._last_sweep = clock()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -227,7 +228,8 @@ class SessionStore:
 
     async def open(self, workspace: Path, scope: str) -> Session:
         """The session of ``scope``, from memory or loaded from its transcript."""
-        self.sweep()
+        if self.clock() - self._last_sweep >= self.idle_timeout_s / 4:
+            self.sweep()  # also without the runtime's sweeper task; not on every turn
         key = (str(workspace), scope)
         session = self._sessions.get(key)
         if session is None:
@@ -254,7 +256,8 @@ class SessionStore:
 
     def sweep(self) -> int:
         """Drop sessions idle for longer than the timeout (not those in a turn)."""
-        deadline = self.clock() - self.idle_timeout_s
+        self._last_sweep = now = self.clock()
+        deadline = now - self.idle_timeout_s
         idle = [
             key
             for key, session in self._sessions.items()

@@ -320,3 +320,18 @@ async def test_cancel_closes_the_provider_request(llm: FakeLLM, tmp_path: Path) 
     assert seen == [TextDelta("partial")]
     lines = transcript_path(tmp_path, "local-owner").read_bytes().splitlines()
     assert orjson.loads(lines[-1])["content"] == "partial"  # what was said is kept
+
+
+async def test_idle_sessions_leave_memory_without_the_sweeper_task(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    runtime = make_runtime(llm.base_url, clock=clock, idle_timeout_s=100)  # start() not called
+    try:
+        await run(runtime, tmp_path, "one", scope="first")
+        clock.now += 101
+        await run(runtime, tmp_path, "two", scope="second")  # opening a session sweeps
+        assert runtime.sessions.get(tmp_path, "first") is None
+        assert runtime.sessions.get(tmp_path, "second") is not None
+    finally:
+        await runtime.aclose()
