@@ -60,7 +60,14 @@ SETTINGS: tuple[Setting, ...] = (
         "OpenAI-compatible API base URL (default: a local Ollama)",
     ),
     Setting("llm_model", str, "", "model name (required with --llm)"),
-    Setting("llm_timeout", float, 60.0, "seconds allowed per model request", above=0),
+    Setting(
+        "llm_timeout",
+        float,
+        60.0,
+        "seconds the model provider may stay silent (connecting, before the first token,"
+        " between tokens)",
+        above=0,
+    ),
     Setting("llm_max_tokens", int, 0, "most tokens per answer (0: the provider's limit)", 0),
     Setting("llm_temperature", float, None, "sampling temperature (default: the provider's)", 0),
     Setting("llm_max_retries", int, 2, "retries of a failed model request", 0),
