@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 GRPC_PORT ?= 8081
 
-.PHONY: run test lint gen dev peer clean
+.PHONY: run test lint gen dev peer clean pg postgres-bin
 
 $(VENV)/.deps: requirements/dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,7 +59,17 @@ lint: dev
 	$(VENV)/bin/ruff format --check .
 	cd gen && ../$(VENV)/bin/mypy --config-file ../pyproject.toml
 
-test: lint peer
+# PostgreSQL's server binaries (the --store postgres tests start a throwaway cluster):
+# installed from Debian's packages only when neither PATH nor /usr/lib/postgresql has them.
+postgres-bin:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		|| { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15; }
+
+# A throwaway PostgreSQL for trying --store postgres: prints its URL, runs until Ctrl-C.
+pg: dev postgres-bin
+	$(PY) -P -m a2a_gateway.server.pg_local
+
+test: lint peer postgres-bin
 	$(VENV)/bin/pytest -q
 
 gen: $(VENV)/.deps

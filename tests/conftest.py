@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 
 from .interop.conftest import Sdk03Agent, sdk03_agent_running
+from .pg_support import postgres  # noqa: F401 - the session's PostgreSQL
 
 #: Secrets shorter than this are not scanned for (they would match ordinary words).
 MIN_SECRET_CHARS = 8
