@@ -19,7 +19,7 @@ import pytest
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 
-from ..agent.fake_llm import Calls, FakeLLM, Say, Stall, Status, tool_results, user_texts
+from ..agent.fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from ..agent.llm_support import API_KEY, llm
 from ..conftest import use_secret
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
@@ -239,4 +239,33 @@ async def test_shared_session_refuses_streaming(tmp_path: Path, llm: FakeLLM) ->
     assert [t.split("\n\n")[-1] for t in user_texts(llm.requests[-1])] == [
         "in context A",
         "in context B",
+    ]
+
+
+async def test_provider_500_timeout_garbage_and_down_fail_tasks(
+    tmp_path: Path, llm: FakeLLM
+) -> None:
+    llm.script(Status(500), Garbage(), Stall())
+    gateway = await start_gateway(tmp_path / "ws", llm, llm_timeout=0.5)
+    down = await start_gateway(
+        tmp_path / "ws-down", llm, llm_base_url="http://user:pw-5d1c9e7a@127.0.0.1:9/v1"
+    )
+    use_secret("pw-5d1c9e7a")
+    try:
+        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel("x") as channel:
+            texts = []
+            for server in (gateway, gateway, gateway, down):
+                base = f"http://127.0.0.1:{server.http_port}"
+                task = await Driver("rest", http, base, channel).call("SendMessage", send("hi"))
+                status = task["task"]["status"]
+                assert status["state"] == "TASK_STATE_FAILED"
+                texts.append(status["message"]["parts"][0]["text"])
+    finally:
+        await gateway.stop()
+        await down.stop()
+    assert texts == [
+        "The model provider answered HTTP 500: boom",
+        "The model provider sent a malformed answer (no completion chunks).",
+        "The model provider did not answer in time (0.5 s).",
+        "Cannot reach the model provider at http://127.0.0.1:9/v1.",
     ]
