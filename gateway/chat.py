@@ -34,6 +34,7 @@ from a2a_gateway.agent.runtime import (
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.client.a2a_tool import A2ATool
+from a2a_gateway.client.agents_file import agents_path
 from a2a_gateway.client.watches import CALL_TIMEOUT_S, WatchRegistry
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.push_receiver import build_push_app
@@ -199,6 +200,11 @@ async def run_chat(
     try:
         if public_url:
             receiver = await _start_push_receiver(settings, watches)
+        log.info(
+            "a2a client: agents in %s; watches %s",
+            agents_path(workspace),
+            f"push at {public_url}" if public_url else "subscribe or poll",
+        )
         watches.register_target(workspace, SCOPE, host.deliver)
         restoring = watches.restore(workspace)  # start-up never waits for it...
         if message is not None:

@@ -42,6 +42,15 @@ def base_url(gateway: Gateway) -> str:
     return f"http://127.0.0.1:{gateway.http_port}"
 
 
+def workspace_calling(folder: Path, gateway: Gateway, **entry: Any) -> Path:
+    """Workspace ``folder`` (resolved) whose agents.json lists ``gateway`` as
+    ``assistant-a``, with the caller key, on loopback (``entry`` adds members)."""
+    workspace = folder.resolve()
+    values = {"name": "assistant-a", "url": base_url(gateway), "key": REMOTE_KEY}
+    write_agents(workspace, [{**values, "allow_private": True, **entry}])
+    return workspace
+
+
 def write_agents(workspace: Path, entries: list[dict[str, Any]] | str) -> Path:
     path = workspace / ".a2a" / "agents.json"
     path.parent.mkdir(parents=True, exist_ok=True)

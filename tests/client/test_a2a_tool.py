@@ -26,6 +26,7 @@ from .delegation_support import (
     base_url,
     eventually,
     faux_gateway,
+    workspace_calling,
     write_agents,
 )
 
@@ -40,20 +41,7 @@ async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
 
 @pytest.fixture
 def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    ws = (tmp_path / "b").resolve()
-    write_agents(
-        ws,
-        [
-            {
-                "name": "assistant-a",
-                "url": base_url(remote),
-                "key": REMOTE_KEY,
-                "allow_private": True,
-                "description": "The other assistant",
-            }
-        ],
-    )
-    return ws
+    return workspace_calling(tmp_path / "b", remote, description="The other assistant")
 
 
 @pytest.fixture

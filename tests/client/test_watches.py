@@ -30,6 +30,7 @@ from .delegation_support import (
     eventually,
     faux_gateway,
     start_remote_task,
+    workspace_calling,
     write_agents,
 )
 
@@ -51,19 +52,7 @@ async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
 
 @pytest.fixture
 def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    ws = (tmp_path / "b").resolve()
-    write_agents(
-        ws,
-        [
-            {
-                "name": "assistant-a",
-                "url": base_url(remote),
-                "key": REMOTE_KEY,
-                "allow_private": True,
-            }
-        ],
-    )
-    return ws
+    return workspace_calling(tmp_path / "b", remote)
 
 
 def test_poll_schedule() -> None:
