@@ -163,6 +163,11 @@ class TaskStore(abc.ABC):
         """The task a message of ``owner`` created or continued, by its retry key (the
         messageId and the fingerprint of ``engine.retries``)."""
 
+    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        """:meth:`find_message` as the engine calls it: a store shared by several
+        processes (PostgreSQL) asks its database here."""
+        return self.find_message(owner, message_id, fingerprint)
+
     @abc.abstractmethod
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

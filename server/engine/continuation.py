@@ -70,9 +70,11 @@ class Intake:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):
                         await run.settled.wait()
+        # The answer is the task as stored: its view is taken before the write, which
+        # may wait (a database) while the run goes on.
+        task_view(run.record.task, history_length, into=response.task)
         if not run.finished:
             await self._records.persist_if_dirty(run)  # its id is about to leave the engine
-        task_view(run.record.task, history_length, into=response.task)
         return response
 
     def send_streaming_message(
@@ -133,7 +135,7 @@ class Intake:
             raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
         hops = read_hops(request)
         seen_key = retry_key(caller, message)  # a retry is the same message (retries.py)
-        if (retried := self._state.retried(seen_key)) is not None:
+        if (retried := await self._state.retried(seen_key)) is not None:
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
                 return existing
@@ -150,13 +152,15 @@ class Intake:
             reply = await self._reply(request, caller, context_id, hops)
             if reply is not None:
                 return reply
-            # The agent was consulted (an await): look again before creating the task.
-            if busy_key in self._state.busy:
-                raise UnsupportedOperationError(CONTEXT_BUSY)
-            if (retried := self._state.retried(seen_key)) is not None:
+            # The agent was consulted (an await): look again before creating the task
+            # (the retry lookup first: it may wait for a database; nothing waits
+            # between the busy check and the task's creation).
+            if (retried := await self._state.retried(seen_key)) is not None:
                 existing = await self._existing(retried, caller, subscriber)
                 if existing is not None:
                     return existing
+            if busy_key in self._state.busy:
+                raise UnsupportedOperationError(CONTEXT_BUSY)
 
         task = pb.Task(id=new_id(), context_id=context_id)
         stored_message = task.history.add()

@@ -175,10 +175,10 @@ class EngineState:
         workspace, name, message_id, fingerprint = seen_key
         self.store.remember_message(Caller(name, workspace), message_id, fingerprint, task_id)
 
-    def retried(self, seen_key: RetryKey) -> str | None:
+    async def retried(self, seen_key: RetryKey) -> str | None:
         """The task a message with this retry key created or continued, if any."""
         workspace, name, message_id, fingerprint = seen_key
-        return self.store.find_message(Caller(name, workspace), message_id, fingerprint)
+        return await self.store.lookup_message(Caller(name, workspace), message_id, fingerprint)
 
     def workspace_of(self, owner: Caller) -> Path | None:
         """Where ``owner``'s files go: its own workspace, else the default one."""

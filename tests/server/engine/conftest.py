@@ -1,5 +1,5 @@
-"""Fixtures for the task engine tests: engines over both stores (memory and workspace
-files), closed at teardown. Helpers live in ``engine_helpers``."""
+"""Fixtures for the task engine tests: engines over each store (memory, workspace
+files, PostgreSQL), closed at teardown. Helpers live in ``engine_helpers``."""
 
 from __future__ import annotations
 
@@ -13,14 +13,26 @@ from a2a_gateway.agent.base import Agent
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.pg_local import LocalPostgres
+from a2a_gateway.server.pg_store import PostgresTaskStore
+from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> TaskStore:
+@pytest.fixture(params=["memory", "file", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
     if request.param == "memory":
-        return MemoryTaskStore()
-    return WorkspaceTaskStore(tmp_path / "ws")
+        yield MemoryTaskStore()
+    elif request.param == "file":
+        yield WorkspaceTaskStore(tmp_path / "ws")
+    else:
+        # The session's cluster; each test starts from empty tables.
+        postgres: LocalPostgres = request.getfixturevalue("postgres")
+        pg_store = PostgresTaskStore(postgres.url, box=SecretBox(tmp_path / "ws"), pool_size=4)
+        await pg_store.start()
+        await pg_store.truncate()
+        yield pg_store
+        await pg_store.aclose()
 
 
 @pytest.fixture

@@ -1,0 +1,419 @@
+"""The PostgreSQL task store (``serve --store postgres --database-url postgresql://...``).
+
+Tasks are rows, so several gateway processes can share one database's tasks (what
+more is needed before several replicas can serve one workspace is in the README's
+"Run several replicas"). Schema (version :data:`SCHEMA_VERSION`, tables prefixed
+``a2a_``):
+
+- ``a2a_tasks``: one row per task: id, owner (workspace and caller name), context id,
+  state, status timestamp in ns, and the Task as protobuf bytes (``bytea``; smaller
+  and ~700x cheaper to decode than ProtoJSON, see docs/performance.md). ListTasks'
+  filters and order have their indexes: (owner, ts, id), (owner, state, ts, id) and
+  (owner, context, ts, id), ids in the "C" collation so SQL orders them as Python does;
+- ``a2a_push_configs``: the push configs of a task, one row per config in the record's
+  order, with the A2A version it was registered with; ``token`` and
+  ``authentication.credentials`` sealed with the :class:`~.secret_box.SecretBox` of
+  the first workspace (every replica needs the same ``.a2a/secret.key``); a config
+  whose secret does not open is dropped with a warning, as in the file store;
+- ``a2a_retry_keys``: the messageId retry keys (owner, messageId, fingerprint ->
+  task), a primary key, so one key names one task across every process on the
+  database; removed with their task.
+
+The gateway creates and migrates the schema itself when it starts (:meth:`start`):
+migrations are numbered, each runs once, recorded in ``a2a_schema``, all inside one
+transaction that first takes a transaction-level advisory lock, so N processes
+starting at once run each migration once and the others wait, then see it done. A
+database whose schema is newer than this gateway's is refused at start.
+
+A save is one statement (the task row, its push configs, the retry keys remembered
+for it since its last save), so it is atomic without a transaction block. A ListTasks
+page is one statement too (page, count and the named rows: one snapshot). Every wait
+is bounded: taking a pooled connection (``acquire_timeout_s``) and every statement
+(``command_timeout_s``). Errors never carry the URL; its password is registered with
+the log redaction by the caller (``gateway.serve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from a2a_gateway.protocol.context import Caller
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .byte_lru import ByteLRU
+from .lifecycle import ACTIVE, valid_id
+from .secret_box import SecretBox, SecretBoxError
+from .task_store import (
+    DEFAULT_RETRY_BYTES,
+    DEFAULT_RETRY_KEYS,
+    TaskFilter,
+    TaskRecord,
+    TaskStore,
+    TaskSummary,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+#: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
+MIGRATION_LOCK = 0x613261_2D6777
+DEFAULT_POOL_SIZE = 10
+ACQUIRE_TIMEOUT_S = 30.0
+COMMAND_TIMEOUT_S = 30.0
+_INT64_MAX = (1 << 63) - 1
+_RETRY_KEY_OVERHEAD = 200
+
+#: Migration n (1-based) takes the schema from version n-1 to n.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE a2a_tasks(
+      task_id text COLLATE "C" PRIMARY KEY,
+      workspace text NOT NULL,
+      caller text NOT NULL,
+      context_id text COLLATE "C" NOT NULL,
+      state smallint NOT NULL,
+      ts bigint NOT NULL,
+      task bytea NOT NULL);
+    CREATE INDEX a2a_tasks_by_owner ON a2a_tasks(workspace, caller, ts, task_id);
+    CREATE INDEX a2a_tasks_by_state ON a2a_tasks(workspace, caller, state, ts, task_id);
+    CREATE INDEX a2a_tasks_by_context
+      ON a2a_tasks(workspace, caller, context_id, ts, task_id);
+    CREATE TABLE a2a_push_configs(
+      task_id text COLLATE "C" NOT NULL REFERENCES a2a_tasks ON DELETE CASCADE,
+      position integer NOT NULL,
+      config_id text NOT NULL,
+      version text NOT NULL,
+      config bytea NOT NULL,
+      PRIMARY KEY(task_id, position));
+    CREATE TABLE a2a_retry_keys(
+      workspace text NOT NULL,
+      caller text NOT NULL,
+      message_id text NOT NULL,
+      fingerprint text NOT NULL,
+      task_id text COLLATE "C" NOT NULL REFERENCES a2a_tasks ON DELETE CASCADE,
+      PRIMARY KEY(workspace, caller, message_id, fingerprint));
+    CREATE INDEX a2a_retry_keys_by_task ON a2a_retry_keys(task_id);
+    """,
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+_SAVE = """
+WITH t AS (
+  INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task)
+  VALUES ($1, $2, $3, $4, $5, $6, $7)
+  ON CONFLICT (task_id) DO UPDATE SET workspace = excluded.workspace,
+    caller = excluded.caller, context_id = excluded.context_id, state = excluded.state,
+    ts = excluded.ts, task = excluded.task
+  RETURNING task_id),
+gone AS (DELETE FROM a2a_push_configs WHERE task_id = $1 AND position >= $8),
+push AS (
+  INSERT INTO a2a_push_configs(task_id, position, config_id, version, config)
+  SELECT (SELECT task_id FROM t), c.n - 1, c.id, c.version, c.config
+  FROM unnest($9::text[], $10::text[], $11::bytea[]) WITH ORDINALITY AS c(id, version, config, n)
+  ON CONFLICT (task_id, position) DO UPDATE SET config_id = excluded.config_id,
+    version = excluded.version, config = excluded.config),
+retry AS (
+  INSERT INTO a2a_retry_keys(workspace, caller, message_id, fingerprint, task_id)
+  SELECT $2, $3, k.message_id, k.fingerprint, (SELECT task_id FROM t)
+  FROM unnest($12::text[], $13::text[]) AS k(message_id, fingerprint)
+  ON CONFLICT DO NOTHING)
+SELECT 1
+"""
+
+_LOAD = """
+SELECT t.task,
+  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = t.task_id
+        ORDER BY p.position) AS configs,
+  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = t.task_id
+        ORDER BY p.position) AS versions
+FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
+"""
+
+_FIND_MESSAGE = (
+    "SELECT task_id FROM a2a_retry_keys"
+    " WHERE workspace = $1 AND caller = $2 AND message_id = $3 AND fingerprint = $4"
+)
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached or its schema is not ours (the message names
+    neither the URL nor its password)."""
+
+
+def _clamp(value: int) -> int:
+    return max(min(value, _INT64_MAX), -_INT64_MAX)
+
+
+def _where(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
+    """Append the filter's conditions (``$n`` numbered after ``params``)."""
+    if flt.context_id:
+        params.append(flt.context_id)
+        sql.append(f"AND context_id = ${len(params)}")
+    if flt.state:
+        params.append(flt.state)
+        sql.append(f"AND state = ${len(params)}")
+    if flt.after_ns is not None:
+        params.append(_clamp(flt.after_ns))
+        sql.append(f"AND ts >= ${len(params)}")
+
+
+class PostgresTaskStore(TaskStore):
+    """Tasks as rows of a PostgreSQL database (see the module docstring).
+
+    The pool opens on :meth:`start` (which also migrates the schema), or on first use.
+    """
+
+    durable = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        box: SecretBox,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
+        command_timeout_s: float = COMMAND_TIMEOUT_S,
+        retry_keys: int = DEFAULT_RETRY_KEYS,
+        retry_bytes: int = DEFAULT_RETRY_BYTES,
+    ) -> None:
+        self._url = url
+        self.box = box
+        self.pool_size = pool_size
+        self.acquire_timeout_s = acquire_timeout_s
+        self.command_timeout_s = command_timeout_s
+        self._pool: asyncpg.Pool | None = None
+        self._starting = asyncio.Lock()
+        # Retry keys remembered since their task's last save: written with the next one.
+        self._pending: dict[str, list[tuple[str, str]]] = {}
+        # The keys this process wrote or read: find_message (synchronous) answers from
+        # here; lookup_message asks the database on a miss.
+        self._recent: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
+
+    def __repr__(self) -> str:
+        return "PostgresTaskStore(<database url>)"  # never the URL: it holds a password
+
+    # --- connecting and migrating ----------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the pool and bring the schema to :data:`SCHEMA_VERSION` (idempotent);
+        :class:`StoreUnavailable` when the database cannot be used."""
+        await self._ready()
+
+    async def _ready(self) -> asyncpg.Pool:
+        if self._pool is not None:
+            return self._pool
+        async with self._starting:
+            if self._pool is not None:
+                return self._pool
+            try:
+                pool = await asyncpg.create_pool(
+                    self._url,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    command_timeout=self.command_timeout_s,
+                    timeout=self.acquire_timeout_s,
+                )
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
+            try:
+                async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
+                    await migrate(conn)
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool = pool
+            return pool
+
+    async def aclose(self) -> None:
+        """Close the pool (a later use opens a new one)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), self.command_timeout_s)
+            except TimeoutError:
+                pool.terminate()
+
+    async def truncate(self) -> None:
+        """Remove every task, push config and retry key (tests start from empty)."""
+        await self._fetch("TRUNCATE a2a_tasks, a2a_push_configs, a2a_retry_keys")
+        self._pending.clear()
+        self._recent = ByteLRU(self._recent.max_entries, self._recent.max_bytes)
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        pool = await self._ready()
+        async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
+            return list(await conn.fetch(sql, *args))
+
+    # --- reading ---------------------------------------------------------------------
+
+    async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
+        if not valid_id(task_id):
+            return None
+        rows = await self._fetch(_LOAD, task_id, owner.workspace, owner.name)
+        if not rows:
+            return None
+        row = rows[0]
+        task = pb.Task.FromString(row["task"])
+        configs: list[pb.TaskPushNotificationConfig] = []
+        versions: dict[str, str] = {}
+        for data, version in zip(row["configs"], row["versions"], strict=True):
+            sealed = pb.TaskPushNotificationConfig.FromString(data)
+            try:
+                config = self.box.open_push_config(sealed)
+            except SecretBoxError as exc:
+                log.warning(
+                    "push config %s of task %s dropped: its secret does not open (%s)",
+                    sealed.id,
+                    task_id,
+                    exc,
+                )
+                continue
+            configs.append(config)
+            if version:
+                versions[config.id] = version
+        return TaskRecord(task, owner, configs, versions)
+
+    async def listing(
+        self,
+        owner: Caller,
+        flt: TaskFilter,
+        cursor: tuple[int, str] | None,
+        limit: int,
+        task_ids: Sequence[str] = (),
+    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+        params: list[Any] = [owner.workspace, owner.name]
+        conditions: list[str] = []
+        _where(flt, conditions, params)
+        where = "workspace = $1 AND caller = $2 " + " ".join(conditions)
+        page = [f"SELECT task_id, context_id, state, ts FROM a2a_tasks WHERE {where}"]
+        if cursor is not None:
+            params.extend((_clamp(cursor[0]), cursor[1]))
+            page.append(f"AND (ts, task_id) < (${len(params) - 1}, ${len(params)})")
+        params.append(min(limit, _INT64_MAX))
+        page.append(f"ORDER BY ts DESC, task_id DESC LIMIT ${len(params)}")
+        params.append(list(task_ids))
+        sql = (
+            f"WITH page AS ({' '.join(page)})"
+            " SELECT 0 AS kind, task_id, context_id, state, ts FROM page"
+            f" UNION ALL SELECT 1, NULL, NULL, NULL, count(*) FROM a2a_tasks WHERE {where}"
+            " UNION ALL SELECT 2, task_id, context_id, state, ts FROM a2a_tasks"
+            f" WHERE workspace = $1 AND caller = $2 AND task_id = ANY(${len(params)}::text[])"
+        )
+        rows = await self._fetch(sql, *params)
+        listed: list[TaskSummary] = []
+        named: list[TaskSummary] = []
+        total = 0
+        for kind, task_id, context_id, state, ts in rows:
+            if kind == 1:
+                total = int(ts)
+            else:
+                (listed if kind == 0 else named).append(TaskSummary(task_id, context_id, state, ts))
+        listed.sort(key=lambda s: s.position, reverse=True)  # UNION ALL keeps no order
+        return listed, total, named
+
+    async def active_ids(self, owner: Caller) -> list[str]:
+        rows = await self._fetch(
+            "SELECT task_id FROM a2a_tasks"
+            " WHERE workspace = $1 AND caller = $2 AND state = ANY($3::smallint[])",
+            owner.workspace,
+            owner.name,
+            sorted(ACTIVE),
+        )
+        return [str(r[0]) for r in rows]
+
+    # --- writing ---------------------------------------------------------------------
+
+    async def save(self, record: TaskRecord) -> None:
+        task = record.task
+        task_id = task.id
+        if not valid_id(task_id):
+            raise ValueError(f"invalid task id {task_id!r}")
+        # Everything is captured before the first suspension (the engine goes on
+        # changing a live task).
+        owner = record.owner
+        summary = TaskSummary.of(task)
+        data = task.SerializeToString()
+        sealed = [self.box.seal_push_config(c, keep_sealed=False) for c in record.push_configs]
+        versions = record.push_versions
+        keys = self._pending.pop(task_id, [])
+        try:
+            await self._fetch(
+                _SAVE,
+                task_id,
+                owner.workspace,
+                owner.name,
+                summary.context_id,
+                summary.state,
+                _clamp(summary.timestamp_ns),
+                data,
+                len(sealed),
+                [c.id for c in sealed],
+                [versions.get(c.id, "") for c in sealed],
+                [c.SerializeToString() for c in sealed],
+                [k[0] for k in keys],
+                [k[1] for k in keys],
+            )
+        except BaseException:
+            if keys:  # the next save of the task writes them
+                self._pending.setdefault(task_id, []).extend(keys)
+            raise
+
+    # --- messageId retry keys --------------------------------------------------------
+
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return self._recent.get((owner, message_id, fingerprint))
+
+    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        known = self._recent.get((owner, message_id, fingerprint))
+        if known is not None:
+            return known
+        rows = await self._fetch(
+            _FIND_MESSAGE, owner.workspace, owner.name, message_id, fingerprint
+        )
+        if not rows:
+            return None
+        task_id = str(rows[0][0])
+        self._keep(owner, message_id, fingerprint, task_id)
+        return task_id
+
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        self._keep(owner, message_id, fingerprint, task_id)
+        self._pending.setdefault(task_id, []).append((message_id, fingerprint))
+
+    def _keep(self, owner: Caller, message_id: str, fingerprint: str, task_id: str) -> None:
+        size = len(message_id) + len(fingerprint) + len(task_id) + _RETRY_KEY_OVERHEAD
+        self._recent.put((owner, message_id, fingerprint), task_id, size)
+
+
+async def migrate(conn: asyncpg.Connection | PoolConnectionProxy) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` under the migration lock; the
+    version found before. StoreUnavailable for a newer schema."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute("CREATE TABLE IF NOT EXISTS a2a_schema(version integer PRIMARY KEY)")
+        found = int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM a2a_schema"))
+        if found > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"the database's a2a schema is version {found}, newer than this gateway's"
+                f" ({SCHEMA_VERSION}): upgrade the gateway"
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            await conn.execute(MIGRATIONS[version - 1])
+            await conn.execute("INSERT INTO a2a_schema VALUES ($1)", version)
+            log.info("task database: schema migrated to version %d", version)
+        return found
+
+
+def _why(exc: BaseException) -> str:
+    """An error's reason without the URL (asyncpg's messages name host and user at
+    most; the text is cut so nothing long is echoed)."""
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"

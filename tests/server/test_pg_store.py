@@ -1,0 +1,141 @@
+"""The PostgreSQL task store itself: schema migration, sealed push secrets, retry keys
+shared by two stores on one database, errors without the URL (the engine's behaviour
+on it is tests/server/engine, parametrised over every store)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from a2a_gateway.protocol.context import Caller
+from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.server.pg_store import SCHEMA_VERSION, PostgresTaskStore, StoreUnavailable
+from a2a_gateway.server.secret_box import SEALED_PREFIX, SecretBox
+from a2a_gateway.server.task_store import TaskRecord
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ..pg_support import fresh_database
+
+ALICE = Caller(name="alice", workspace="/ws/one")
+TOKEN = "push-token-5e2a9c1f7b"
+
+
+def record(task_id: str, *, token: str = "") -> TaskRecord:
+    task = pb.Task(id=task_id, context_id="ctx-1")
+    task.status.state = pb.TASK_STATE_COMPLETED
+    task.status.timestamp.FromNanoseconds(1_700_000_000_000_000_000)
+    configs = []
+    if token:
+        config = pb.TaskPushNotificationConfig(
+            id="cfg-1", task_id=task_id, url="https://example.test/hook", token=token
+        )
+        configs.append(config)
+    return TaskRecord(task, ALICE, configs, {"cfg-1": "0.3"} if token else {})
+
+
+async def test_stores_starting_at_once_create_the_schema_once(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    stores = [PostgresTaskStore(url, box=SecretBox(tmp_path), pool_size=1) for _ in range(6)]
+    try:
+        await asyncio.gather(*(s.start() for s in stores))
+        conn = await asyncpg.connect(url)
+        try:
+            rows = await conn.fetch("SELECT version FROM a2a_schema")
+        finally:
+            await conn.close()
+        assert [r[0] for r in rows] == [SCHEMA_VERSION]
+        await stores[0].save(record("t-1"))
+        loaded = await stores[5].load(ALICE, "t-1")
+        assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_a_newer_schema_is_refused(postgres: LocalPostgres, tmp_path: Path) -> None:
+    url = await fresh_database(postgres)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE TABLE a2a_schema(version integer PRIMARY KEY)")
+        await conn.execute("INSERT INTO a2a_schema VALUES (99)")
+    finally:
+        await conn.close()
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    with pytest.raises(StoreUnavailable, match="version 99, newer"):
+        await store.start()
+
+
+async def test_push_secrets_are_sealed_in_the_rows(postgres: LocalPostgres, tmp_path: Path) -> None:
+    url = await fresh_database(postgres)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    try:
+        await store.save(record("t-2", token=TOKEN))
+        conn = await asyncpg.connect(url)
+        try:
+            raw = await conn.fetchval("SELECT config FROM a2a_push_configs WHERE task_id = 't-2'")
+            version = await conn.fetchval("SELECT version FROM a2a_push_configs")
+        finally:
+            await conn.close()
+        assert TOKEN.encode() not in raw
+        assert pb.TaskPushNotificationConfig.FromString(raw).token.startswith(SEALED_PREFIX)
+        assert version == "0.3"
+        loaded = await store.load(ALICE, "t-2")
+        assert loaded is not None
+        assert [c.token for c in loaded.push_configs] == [TOKEN]
+        assert loaded.push_versions == {"cfg-1": "0.3"}
+        # Another caller does not see it; a record without configs drops its rows.
+        assert await store.load(Caller(name="bob", workspace="/ws/one"), "t-2") is None
+        await store.save(record("t-2"))
+        loaded = await store.load(ALICE, "t-2")
+        assert loaded is not None and loaded.push_configs == []
+        # A key that no longer opens the value drops the config, naming no secret.
+        await store.save(record("t-3", token=TOKEN))
+        other = PostgresTaskStore(url, box=SecretBox(tmp_path / "elsewhere"))
+        try:
+            reloaded = await other.load(ALICE, "t-3")
+        finally:
+            await other.aclose()
+        assert reloaded is not None and reloaded.push_configs == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_retry_key_written_by_one_store_is_found_by_another(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    a = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    b = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    try:
+        a.remember_message(ALICE, "m-1", "fp", "t-4")
+        assert a.find_message(ALICE, "m-1", "fp") == "t-4"
+        assert await b.lookup_message(ALICE, "m-1", "fp") is None  # written with the task
+        await a.save(record("t-4"))
+        assert await b.lookup_message(ALICE, "m-1", "fp") == "t-4"
+        assert await b.lookup_message(ALICE, "m-1", "other") is None
+        # The first task a key named keeps it (unique across processes).
+        b.remember_message(ALICE, "m-1", "fp", "t-5")
+        await b.save(record("t-5"))
+        fresh = PostgresTaskStore(url, box=SecretBox(tmp_path))
+        try:
+            assert await fresh.lookup_message(ALICE, "m-1", "fp") == "t-4"
+        finally:
+            await fresh.aclose()
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_an_unreachable_database_is_an_error_without_the_url(tmp_path: Path) -> None:
+    url = f"postgresql://a2a:pw-9d8c7b6a5f@127.0.0.1:{free_port()}/postgres"
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), acquire_timeout_s=5)
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.start()
+    assert "pw-9d8c7b6a5f" not in str(caught.value)
+    assert "postgresql://" not in str(caught.value)
+    assert "pw-9d8c7b6a5f" not in repr(store)
