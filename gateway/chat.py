@@ -185,6 +185,8 @@ async def run_chat(
     stdout: TextIO | None = None,
 ) -> int:
     workspace = _workspace(settings["workspace"])
+    if not settings["llm_model"]:
+        raise StartupError("--llm-model is required (the model name the provider knows)")
     runtime = build_runtime(settings)
     public_url = settings["public_url"].rstrip("/") or None
     watches = WatchRegistry(

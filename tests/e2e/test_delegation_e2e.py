@@ -308,3 +308,14 @@ async def test_push_watch_with_a_public_url(llm: FakeLLM, workspace_b: Path) -> 
     await read_until(process, f'FOLLOW-UP:\n[A2A result from "assistant-a", task {task_id}')
     await end_chat(process)
     assert pending(workspace_b) == []
+
+
+def test_chat_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from a2a_gateway.cli import main
+
+    assert main(["chat", "--message", "hi", "--llm-model", "x"]) == 2
+    assert "--workspace is required" in capsys.readouterr().err
+    assert main(["chat", "--workspace", str(tmp_path), "--message", "hi"]) == 2
+    assert "--llm-model is required" in capsys.readouterr().err
+    assert main(["chat", "--workspace", str(tmp_path), "--a2a-wait", "-1"]) == 2
+    assert "a2a_wait" in capsys.readouterr().err
