@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import grpc
 from aiohttp import web
@@ -41,12 +42,15 @@ from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.http_app import AppRunner, build_http_app
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.outbound import OutboundClient
+from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.retention import Retention, parse_duration
+from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 
 from .access_log import AccessLogged
+from .logs import register_secret
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
 from .startup import StartupError
@@ -175,6 +179,8 @@ def agent_profile(agent: Agent) -> AgentProfile | None:
 
 def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
     mib = 1024 * 1024
+    if settings["store"] == "postgres":
+        return build_postgres_store(settings, config)
     if settings["store"] == "memory" or not config.workspaces:
         return MemoryTaskStore(
             max_tasks=settings["memory_store_tasks"],
@@ -189,6 +195,38 @@ def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
         cache_entries=settings["task_cache_entries"],
         cache_bytes=settings["task_cache_mib"] * mib,
         reconcile_interval_s=settings["index_reconcile_interval"],
+    )
+
+
+def build_postgres_store(settings: Settings, config: ServerConfig) -> PostgresTaskStore:
+    """``--store postgres``: the URL's password is registered for redaction before
+    anything can log it; mistakes are StartupErrors that never echo the URL."""
+    url = settings["database_url"].strip()
+    if not url:
+        raise StartupError(
+            "--store postgres needs --database-url postgresql://... (or A2A_GATEWAY_DATABASE_URL)"
+        )
+    register_secret(url)
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        raise StartupError("--database-url is not a valid URL") from None
+    if password:
+        register_secret(password)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise StartupError("--database-url must be a postgresql:// URL")
+    if not config.workspaces:
+        raise StartupError(
+            "--store postgres needs a --workspace (its .a2a/secret.key seals push secrets)"
+        )
+    mib = 1024 * 1024
+    return PostgresTaskStore(
+        url,
+        box=SecretBox(config.workspaces[0]),
+        pool_size=settings["database_pool_size"],
+        retry_keys=settings["retry_keys"],
+        retry_bytes=settings["retry_keys_mib"] * mib,
     )
 
 
@@ -300,6 +338,7 @@ class Gateway:
         warn_missing_callers(self.config)
         self.authenticator = build_authenticator(self.config)
         self.retention: Retention | None = None
+        self.store: TaskStore | None = None
         if self.proxy is None:
             if agent is None:
                 agent = build_agent(settings, self.config.workspaces)
@@ -307,6 +346,7 @@ class Gateway:
             self.cards.streaming = agent.streaming
             self.cards.profile = agent_profile(agent)
             store = build_store(settings, self.config)
+            self.store = store
             self.retention = build_retention(settings, store)
             self.engine = TaskEngine(
                 agent,
@@ -333,6 +373,11 @@ class Gateway:
 
     async def start(self) -> None:
         config = self.config
+        if isinstance(self.store, PostgresTaskStore):
+            try:
+                await self.store.start()  # connect and migrate before serving anything
+            except StoreUnavailable as exc:
+                raise StartupError(f"--database-url: {exc}") from None
         if self.proxy is not None:
             await self.proxy.start()  # reads the upstream's card (not fatal if down)
         if self.runtime is not None:
@@ -404,6 +449,9 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         log.error("cannot start: %s", exc)
         await gateway.stop()
         return 1
+    except StartupError:  # the database cannot be used
+        await gateway.stop()
+        raise
     try:
         await until_signalled(stop)
     finally:

@@ -190,8 +190,17 @@ SETTINGS: tuple[Setting, ...] = (
         "store",
         str,
         "workspace",
-        "task store: workspace (files) or memory",
-        choices=("workspace", "memory"),
+        "task store: workspace (files), memory, or postgres (--database-url)",
+        choices=("workspace", "memory", "postgres"),
+    ),
+    Setting(
+        "database_url",
+        str,
+        "",
+        "--store postgres: postgresql://user:password@host:port/database (never logged)",
+    ),
+    Setting(
+        "database_pool_size", int, 10, "--store postgres: database connections kept", minimum=1
     ),
     Setting("fsync", bool, False, "fsync task files (survive power loss; slower)"),
     Setting(

@@ -55,6 +55,8 @@ KNOWN_SECRETS = frozenset(
         "wrong-key-123456",  # wrong keys presented on purpose
         "wrong-own-key-a1b2c3d4e5",
         "wrong-key-5f3a2b1c9d0e",
+        "db-pass-4f1e8d2c7b",  # tests/e2e/test_postgres_store.py
+        "pw-9d8c7b6a5f",  # tests/server/test_pg_store.py
     }
 )
 #: JSON members whose string values are secrets, wherever they appear in agents.json.

@@ -1,0 +1,139 @@
+"""``serve --store postgres``: gateways on one PostgreSQL database.
+
+Two gateways (in this process, each with its own pool) on one database and one
+workspace: a task sent to one is read, listed and found again by its messageId on the
+other; the task lives in the database, not in task files. Start-up mistakes through
+the real command exit 2 with one line that never holds the URL or its password.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import grpc
+import pytest
+
+from a2a_gateway.serve import Gateway
+from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.settings import resolve
+
+from ..pg_support import fresh_database
+from .conftest import KEY_ALICE, Driver
+
+
+def send(text: str, message_id: str | None = None) -> dict[str, Any]:
+    return {
+        "message": {
+            "role": "ROLE_USER",
+            "messageId": message_id or str(uuid.uuid4()),
+            "parts": [{"text": text}],
+        }
+    }
+
+
+@pytest.fixture
+async def database(postgres: LocalPostgres) -> str:
+    return await fresh_database(postgres)
+
+
+def settings(workspace: Path, url: str) -> dict[str, Any]:
+    return {
+        "workspace": [str(workspace)],
+        "port": 0,
+        "grpc_port": 0,
+        "faux": True,
+        "store": "postgres",
+        "database_url": url,
+        "database_pool_size": 2,
+    }
+
+
+@pytest.fixture
+async def two_gateways(tmp_path: Path, database: str) -> AsyncIterator[list[Driver]]:
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    gateways = [Gateway(resolve(settings(workspace, database), environ={})) for _ in range(2)]
+    drivers: list[Driver] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        try:
+            for gateway in gateways:
+                await gateway.start()
+                channel = grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}")
+                base = f"http://127.0.0.1:{gateway.http_port}"
+                drivers.append(Driver("jsonrpc", http, base, channel))
+            yield drivers
+        finally:
+            for driver in drivers:
+                await driver.channel.close()
+            for gateway in gateways:
+                await gateway.stop()
+
+
+async def test_a_task_sent_to_one_gateway_is_read_listed_and_retried_on_the_other(
+    two_gateways: list[Driver], tmp_path: Path, database: str
+) -> None:
+    a, b = two_gateways
+    message_id = str(uuid.uuid4())
+    task = (await a.call("SendMessage", send("hello", message_id)))["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    got = await b.call("GetTask", {"id": task["id"]})
+    assert got["id"] == task["id"] and got["status"] == task["status"]
+    await a.call("SendMessage", send("second"))
+    listed_a = await a.call("ListTasks", {"pageSize": 1})
+    listed_b = await b.call("ListTasks", {"pageSize": 1})
+    assert listed_a["totalSize"] == listed_b["totalSize"] == 2
+    assert [t["id"] for t in listed_a["tasks"]] == [t["id"] for t in listed_b["tasks"]]
+    rest_b = await b.call("ListTasks", {"pageSize": 1, "pageToken": listed_b["nextPageToken"]})
+    assert [t["id"] for t in rest_b["tasks"]] == [task["id"]]
+    # The same message again, on the other gateway: the same task, no second run.
+    again = (await b.call("SendMessage", send("hello", message_id)))["task"]
+    assert again["id"] == task["id"]
+    assert not (tmp_path / "ws" / ".a2a" / "tasks").exists()
+    conn = await asyncpg.connect(database)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM a2a_tasks") == 2
+    finally:
+        await conn.close()
+
+
+def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--port", "0",
+         "--grpc-port", "-1", "--workspace", str(tmp_path / "ws"), "--store", "postgres",
+         *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )  # fmt: skip
+
+
+def test_postgres_without_a_url_is_a_start_up_error(tmp_path: Path) -> None:
+    result = _serve(tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "--store postgres needs --database-url" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_database_never_shows_the_url_or_its_password(tmp_path: Path) -> None:
+    password = "db-pass-4f1e8d2c7b"
+    url = f"postgresql://a2a:{password}@127.0.0.1:{free_port()}/postgres"
+    result = _serve(tmp_path, "--database-url", url)
+    assert result.returncode == 2, result.stderr
+    assert "--database-url: cannot connect to the database" in result.stderr
+    assert password not in result.stderr + result.stdout
+    assert "postgresql://" not in result.stderr
+    assert "Traceback" not in result.stderr
