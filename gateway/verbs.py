@@ -67,9 +67,10 @@ EXIT_CODES_HELP = f"""\
 exit status:
   {EXIT_OK}  success (the agent answered; a task's state is in the output)
   {EXIT_A2A_ERROR}  the agent returned an A2A error, or its card is missing or unusable
-  {EXIT_USAGE}  usage error (bad option, unreadable --file)
+  {EXIT_USAGE}  usage error (bad option, not a URL, invalid JSON, unreadable file)
   {EXIT_AUTH}  authentication failed (key missing or rejected)
   {EXIT_UNREACHABLE}  agent unreachable, or no answer within --timeout
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); the task's id and how to follow it are printed
 
 The key comes from --key or the {KEY_ENV} environment variable (keeps it out of
 shell history); a signing secret from --signing-secret or {SIGNING_ENV}.

@@ -92,6 +92,7 @@ async def test_help_lists_verbs_and_exit_codes() -> None:
         assert line in run.stdout
     assert "3  authentication failed" in run.stdout
     assert "4  agent unreachable" in run.stdout
+    assert "130  interrupted (Ctrl-C)" in run.stdout
     assert "A2A_GATEWAY_KEY" in run.stdout
 
 
