@@ -225,6 +225,7 @@ def build_postgres_store(settings: Settings, config: ServerConfig) -> PostgresTa
         url,
         box=SecretBox(config.workspaces[0]),
         pool_size=settings["database_pool_size"],
+        lease_s=settings["database_lease"],
         retry_keys=settings["retry_keys"],
         retry_bytes=settings["retry_keys_mib"] * mib,
     )

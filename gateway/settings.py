@@ -202,6 +202,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "database_pool_size", int, 10, "--store postgres: database connections kept", minimum=1
     ),
+    Setting(
+        "database_lease",
+        float,
+        30.0,
+        "--store postgres: seconds a run's lease lasts (renewed every third); a task whose"
+        " lease expired is failed 'server restarted' by the next gateway that reads it",
+        above=0,
+    ),
     Setting("fsync", bool, False, "fsync task files (survive power loss; slower)"),
     Setting(
         "task_retention",

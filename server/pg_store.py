@@ -25,6 +25,15 @@ transaction that first takes a transaction-level advisory lock, so N processes
 starting at once run each migration once and the others wait, then see it done. A
 database whose schema is newer than this gateway's is refused at start.
 
+Runs are leased: a save of a submitted or working task by this process names it the
+task's ``runner`` with ``lease_until`` ``lease_s`` ahead, renewed every third of that
+while the task stays active here; a settled save clears it. A process loading an
+active task whose lease another runner still holds marks the record
+``held_elsewhere``, so the engine leaves it alone instead of failing it "server
+restarted"; once the lease has expired (its process died) the first reader fails it,
+the file store's lazy recovery made cluster-wide. Clocks of the processes are assumed
+within a small fraction of the lease of each other.
+
 A save is one statement (the task row, its push configs, the retry keys remembered
 for it since its last save), so it is atomic without a transaction block. A ListTasks
 page is one statement too (page, count and the named rows: one snapshot). Every wait
@@ -36,8 +45,11 @@ the log redaction by the caller (``gateway.serve``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+import time
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -60,10 +72,11 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: run leases (runner, lease_until)
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
+DEFAULT_LEASE_S = 30.0
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
 _INT64_MAX = (1 << 63) - 1
@@ -100,16 +113,24 @@ MIGRATIONS: tuple[str, ...] = (
       PRIMARY KEY(workspace, caller, message_id, fingerprint));
     CREATE INDEX a2a_retry_keys_by_task ON a2a_retry_keys(task_id);
     """,
+    """
+    ALTER TABLE a2a_tasks
+      ADD COLUMN runner text NOT NULL DEFAULT '',
+      ADD COLUMN lease_until bigint NOT NULL DEFAULT 0;
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _SAVE = """
 WITH t AS (
-  INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task)
-  VALUES ($1, $2, $3, $4, $5, $6, $7)
+  INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task, runner,
+    lease_until)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $14, $15)
   ON CONFLICT (task_id) DO UPDATE SET workspace = excluded.workspace,
     caller = excluded.caller, context_id = excluded.context_id, state = excluded.state,
-    ts = excluded.ts, task = excluded.task
+    ts = excluded.ts, task = excluded.task,
+    runner = CASE WHEN $16 THEN a2a_tasks.runner ELSE excluded.runner END,
+    lease_until = CASE WHEN $16 THEN a2a_tasks.lease_until ELSE excluded.lease_until END
   RETURNING task_id),
 gone AS (DELETE FROM a2a_push_configs WHERE task_id = $1 AND position >= $8),
 push AS (
@@ -131,7 +152,8 @@ SELECT t.task,
   ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = t.task_id
         ORDER BY p.position) AS configs,
   ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = t.task_id
-        ORDER BY p.position) AS versions
+        ORDER BY p.position) AS versions,
+  t.runner, t.lease_until
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 """
 
@@ -181,8 +203,16 @@ class PostgresTaskStore(TaskStore):
         command_timeout_s: float = COMMAND_TIMEOUT_S,
         retry_keys: int = DEFAULT_RETRY_KEYS,
         retry_bytes: int = DEFAULT_RETRY_BYTES,
+        lease_s: float = DEFAULT_LEASE_S,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._url = url
+        #: This process's name in ``runner``: the runs it leases.
+        self.replica = uuid.uuid4().hex
+        self.lease_s = lease_s
+        self._clock = clock
+        self._leased: set[str] = set()  # tasks saved submitted/working by this process
+        self._renewer: asyncio.Task[None] | None = None
         self.box = box
         self.pool_size = pool_size
         self.acquire_timeout_s = acquire_timeout_s
@@ -228,10 +258,18 @@ class PostgresTaskStore(TaskStore):
                 await pool.close()
                 raise
             self._pool = pool
+            self._renewer = asyncio.get_running_loop().create_task(
+                self._renew_leases(), name="a2a-pg-leases"
+            )
             return pool
 
     async def aclose(self) -> None:
-        """Close the pool (a later use opens a new one)."""
+        """Stop renewing leases and close the pool (a later use opens a new one)."""
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -277,7 +315,9 @@ class PostgresTaskStore(TaskStore):
             configs.append(config)
             if version:
                 versions[config.id] = version
-        return TaskRecord(task, owner, configs, versions)
+        held = bool(row["runner"]) and row["runner"] != self.replica
+        held = held and row["lease_until"] > self._clock()
+        return TaskRecord(task, owner, configs, versions, held_elsewhere=held)
 
     async def listing(
         self,
@@ -342,6 +382,12 @@ class PostgresTaskStore(TaskStore):
         sealed = [self.box.seal_push_config(c, keep_sealed=False) for c in record.push_configs]
         versions = record.push_versions
         keys = self._pending.pop(task_id, [])
+        runner, lease_until = "", 0
+        if summary.state in ACTIVE and not record.held_elsewhere:
+            runner, lease_until = self.replica, self._lease_until()
+            self._leased.add(task_id)
+        else:
+            self._leased.discard(task_id)
         try:
             await self._fetch(
                 _SAVE,
@@ -358,11 +404,41 @@ class PostgresTaskStore(TaskStore):
                 [c.SerializeToString() for c in sealed],
                 [k[0] for k in keys],
                 [k[1] for k in keys],
+                runner,
+                lease_until,
+                record.held_elsewhere,
             )
         except BaseException:
             if keys:  # the next save of the task writes them
                 self._pending.setdefault(task_id, []).extend(keys)
             raise
+
+    # --- run leases -----------------------------------------------------------------
+
+    def _lease_until(self) -> int:
+        return self._clock() + int(self.lease_s * 1e9)
+
+    async def _renew_leases(self) -> None:
+        """Every third of the lease: extend the leases of the runs saved submitted or
+        working by this process (until a later save settles them)."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            await self.renew_leases()
+
+    async def renew_leases(self) -> None:
+        """One renewal (a failure is logged: the next one retries)."""
+        if not self._leased:
+            return
+        try:
+            await self._fetch(
+                "UPDATE a2a_tasks SET lease_until = $1"
+                " WHERE runner = $2 AND task_id = ANY($3::text[])",
+                self._lease_until(),
+                self.replica,
+                list(self._leased),
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            log.warning("could not renew run leases: %s", _why(exc))
 
     # --- messageId retry keys --------------------------------------------------------
 

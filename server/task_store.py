@@ -61,6 +61,9 @@ class TaskRecord:
     owner: Caller
     push_configs: list[pb.TaskPushNotificationConfig] = field(default_factory=list)
     push_versions: dict[str, str] = field(default_factory=dict)
+    #: Set by a store shared by several processes (PostgreSQL) when another live
+    #: process holds the task's run lease: its run is not lost, so it is not recovered.
+    held_elsewhere: bool = False
 
 
 class TaskSummary:

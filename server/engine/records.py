@@ -17,6 +17,9 @@ Persistence (the hot path matters: the bench sends thousands of ``hi`` per secon
   in this engine (the process died mid-run) is rewritten failed ("server restarted")
   the first time anything reads it. Input-required tasks are untouched. One engine
   per store folder: two processes on one workspace would "recover" each other's runs.
+  A store shared by several processes (PostgreSQL) leases each run to the process
+  running it; a task whose lease is held elsewhere is not recovered
+  (``TaskRecord.held_elsewhere``), one whose lease expired is.
 - Live tasks are served from memory; finished ones from the store (serialized bytes).
 """
 
@@ -105,13 +108,22 @@ class Records:
         if not valid_id(task_id):
             return None
         record = await self._state.store.load(caller, task_id)
-        if record is None or record.task.status.state not in ACTIVE or task_id in self._state.runs:
+        if (
+            record is None
+            or record.task.status.state not in ACTIVE
+            or task_id in self._state.runs
+            or record.held_elsewhere  # another process runs it (a shared store's lease)
+        ):
             return record
         async with self._state.locks.hold(task_id):
             if task_id in self._state.runs:  # a run started while we waited
                 return await self._state.store.load(caller, task_id)
             record = await self._state.store.load(caller, task_id)
-            if record is not None and record.task.status.state in ACTIVE:
+            if (
+                record is not None
+                and record.task.status.state in ACTIVE
+                and not record.held_elsewhere
+            ):
                 task = record.task
                 log.info("task %s had no live run (server restarted): marking it failed", task_id)
                 message = agent_message(

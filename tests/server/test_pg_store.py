@@ -48,7 +48,7 @@ async def test_stores_starting_at_once_create_the_schema_once(
             rows = await conn.fetch("SELECT version FROM a2a_schema")
         finally:
             await conn.close()
-        assert [r[0] for r in rows] == [SCHEMA_VERSION]
+        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
         await stores[0].save(record("t-1"))
         loaded = await stores[5].load(ALICE, "t-1")
         assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
@@ -139,3 +139,51 @@ async def test_an_unreachable_database_is_an_error_without_the_url(tmp_path: Pat
     assert "pw-9d8c7b6a5f" not in str(caught.value)
     assert "postgresql://" not in str(caught.value)
     assert "pw-9d8c7b6a5f" not in repr(store)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def test_a_run_lease_held_elsewhere_until_it_expires(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    clock_a, clock_b = Clock(), Clock()
+    a = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=10, clock=clock_a)
+    b = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=10, clock=clock_b)
+    try:
+        working = record("t-6")
+        working.task.status.state = pb.TASK_STATE_WORKING
+        await a.save(working)
+        mine = await a.load(ALICE, "t-6")
+        assert mine is not None and not mine.held_elsewhere
+        theirs = await b.load(ALICE, "t-6")
+        assert theirs is not None and theirs.held_elsewhere
+        # A renews before the lease ends: still held after the first lease's end.
+        clock_a.now += 9 * 10**9
+        await a.renew_leases()
+        clock_b.now += 15 * 10**9
+        theirs = await b.load(ALICE, "t-6")
+        assert theirs is not None and theirs.held_elsewhere
+        # B changing the held task (a push config, say) keeps A's lease.
+        await b.save(theirs)
+        clock_b.now += 3 * 10**9
+        theirs = await b.load(ALICE, "t-6")
+        assert theirs is not None and theirs.held_elsewhere
+        # No renewal: expired.
+        clock_b.now += 10 * 10**9
+        theirs = await b.load(ALICE, "t-6")
+        assert theirs is not None and not theirs.held_elsewhere
+        # A settled task holds no lease.
+        clock_b.now -= 20 * 10**9
+        await a.save(record("t-6"))
+        settled = await b.load(ALICE, "t-6")
+        assert settled is not None and not settled.held_elsewhere
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -1,0 +1,61 @@
+"""Two engines (two gateway processes' worth) on one PostgreSQL database: a run on
+one is not taken for a lost run by the other while its lease is held, and is failed
+"server restarted" by the other once the lease has expired (its process died)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.pg_local import LocalPostgres
+from a2a_gateway.server.pg_store import PostgresTaskStore
+from a2a_gateway.server.secret_box import SecretBox
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ...pg_support import fresh_database
+from .engine_helpers import ctx, send, state_name
+
+LEASE_S = 10.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+async def replicas(
+    postgres: LocalPostgres, tmp_path: Path
+) -> AsyncIterator[tuple[TaskEngine, TaskEngine, Clock]]:
+    url = await fresh_database(postgres)
+    clock_b = Clock()
+    store_a = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=Clock())
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_b)
+    a, b = TaskEngine(FauxAgent(), store_a), TaskEngine(FauxAgent(), store_b)
+    try:
+        yield a, b, clock_b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_run_held_by_one_engine_is_failed_by_the_other_only_after_its_lease(
+    replicas: tuple[TaskEngine, TaskEngine, Clock],
+) -> None:
+    a, b, clock_b = replicas
+    task = await send(a, "hold:60", return_immediately=True)
+    seen = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
+    assert state_name(seen) in ("SUBMITTED", "WORKING")
+    listed = await b.list_tasks(pb.ListTasksRequest(), ctx())  # recovers lost runs first
+    assert [state_name(t) for t in listed.tasks] == [state_name(seen)]
+    clock_b.now += int(2 * LEASE_S * 1e9)  # A stopped renewing (as if killed)
+    failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
+    assert state_name(failed) == "FAILED"
+    assert failed.status.message.parts[0].text == "server restarted"
