@@ -2,16 +2,20 @@
 
 Two gateways (in this process, each with its own pool) on one database and one
 workspace: a task sent to one is read, listed and found again by its messageId on the
-other; the task lives in the database, not in task files. Start-up mistakes through
-the real command exit 2 with one line that never holds the URL or its password.
+other; the task lives in the database, not in task files. A gateway process killed
+with SIGKILL mid-run: the other reports the run working while the lease lasts, then
+failed "server restarted". Start-up mistakes through the real command exit 2 with one
+line that never holds the URL or its password.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,8 +30,11 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres, free_port
 from a2a_gateway.settings import resolve
 
+from ..interop.conftest import ServerProcess, free_ports
 from ..pg_support import fresh_database
 from .conftest import KEY_ALICE, Driver
+
+KILLED_WAIT_S = 30.0  # bound on waiting for a killed gateway's lease to run out
 
 
 def send(text: str, message_id: str | None = None) -> dict[str, Any]:
@@ -106,6 +113,53 @@ async def test_a_task_sent_to_one_gateway_is_read_listed_and_retried_on_the_othe
         assert await conn.fetchval("SELECT count(*) FROM a2a_tasks") == 2
     finally:
         await conn.close()
+
+
+async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(
+    tmp_path: Path, database: str
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    (port,) = free_ports(1)
+    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+               "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
+               "--store", "postgres", "--database-url", database,
+               "--database-lease", "1"]  # fmt: skip
+    card = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
+    a = ServerProcess("pg-replica-a", command, tmp_path, card, grpc_port=None)
+    b = Gateway(resolve({**settings(workspace, database), "database_lease": 1.0}, environ={}))
+    a.start()
+    try:
+        await b.start()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{b.grpc_port}")
+            on_a = Driver("jsonrpc", http, f"http://127.0.0.1:{port}", channel)
+            on_b = Driver("jsonrpc", http, f"http://127.0.0.1:{b.http_port}", channel)
+            request = {**send("hold:60"), "configuration": {"returnImmediately": True}}
+            task = (await on_a.call("SendMessage", request))["task"]
+            # Longer than the lease: A renews it, so B leaves the run alone.
+            await asyncio.sleep(1.5)
+            seen = await on_b.call("GetTask", {"id": task["id"]})
+            assert seen["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+            assert a.proc is not None
+            a.proc.kill()  # SIGKILL: no final state written, no lease released
+            a.proc.wait(30)
+            a.proc = None
+            deadline = time.monotonic() + KILLED_WAIT_S
+            while True:
+                seen = await on_b.call("GetTask", {"id": task["id"]})
+                if seen["status"]["state"] == "TASK_STATE_FAILED" or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            await channel.close()
+        assert seen["status"]["state"] == "TASK_STATE_FAILED"
+        assert seen["status"]["message"]["parts"][0]["text"] == "server restarted"
+    finally:
+        a.stop()
+        await b.stop()
 
 
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
