@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +70,12 @@ class AssistantAgent(Agent):
         default_workspace: Path | None = None,
         notifier: OwnerNotifier | None = None,
         extra_tools: Iterable[Tool] = (),
+        local_time: Callable[[Path], str] | None = None,
     ) -> None:
+        """``local_time(workspace)``, when a host gives it, is the owner's local time
+        (the Telegram host: the chat's time zone), shown under the framing header."""
         self.runtime = runtime
+        self.local_time = local_time
         self.config = config or AssistantConfig()
         self.default_workspace = default_workspace
         tools = ToolRegistry(workspace_tools(send_cap=self.config.max_file_bytes))
@@ -122,6 +126,8 @@ class AssistantAgent(Agent):
             context_id=turn.context_id,
         )
         framing = framing_header(turn.caller.name, can_notify_owner="notify_owner" in self.tools)
+        if self.local_time is not None:
+            framing += f"\n[Your owner's local time: {self.local_time(workspace)}]"
         events = self.runtime.run_turn(
             self.scope(turn),
             workspace,

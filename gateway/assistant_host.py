@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
@@ -68,6 +68,7 @@ def build_assistant(
     runtime: Runtime | None = None,
     notifier: OwnerNotifier | None = None,
     scope_prefix: str = "serve",
+    local_time: Callable[[Path], str] | None = None,
 ) -> AssistantAgent:
     """The assistant for inbound A2A callers (StartupError for a setting that cannot
     work). ``serve --llm`` builds its own runtime and notifies through the workspace's
@@ -97,4 +98,5 @@ def build_assistant(
         config,
         default_workspace=workspaces[0],
         notifier=notifier if notifier is not None else InboxNotifier(),
+        local_time=local_time,
     )

@@ -155,6 +155,12 @@ class TelegramApp:
 
         return deliver
 
+    def _chat_local_time(self, workspace: Path) -> str:
+        """The owning chat's local time, for its inbound callers' sessions."""
+        chat = workspace.name
+        # A folder that is not a chat's has no zone of its own: the host's applies.
+        return self.host.local_time(int(chat) if chat.lstrip("-").isdigit() else 0)
+
     async def status(self, chat_id: int, workspace: Path) -> str:
         """``/a2a``: the chat's agents, watches and callers (keys never in full)."""
         return await asyncio.to_thread(
@@ -179,6 +185,7 @@ class TelegramApp:
                 runtime=self.runtime,
                 notifier=notifier,
                 scope_prefix="telegram-{workspace}",
+                local_time=self._chat_local_time,
             )
             self.gateway = Gateway(
                 _serve_settings(self.settings, self.config),

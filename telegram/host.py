@@ -360,14 +360,18 @@ class TelegramHost:
             await asyncio.sleep(TYPING_EVERY_S)
 
     def _time_header(self, chat_id: int) -> str:
+        return f"[Follow-up, local time {self.local_time(chat_id)}]"
+
+    def local_time(self, chat_id: int) -> str:
+        """``2026-12-01 13:30 (Europe/Lisbon)``: now, in the chat's time zone."""
         zone_name = self.chat_time_zone(chat_id)
         local = self._now().astimezone(ZoneInfo(zone_name))
-        return f"[Follow-up, local time {local:%Y-%m-%d %H:%M} ({zone_name})]"
+        return f"{local:%Y-%m-%d %H:%M} ({zone_name})"
 
     def chat_time_zone(self, chat_id: int) -> str:
         """The chat's own zone (``/tz``, kept in ``.a2a/telegram.json``), else the
         host's ``--time-zone``, else UTC."""
-        path = self.workspace(chat_id) / CHAT_SETTINGS_FILE
+        path = self.config.workspaces_root / str(chat_id) / CHAT_SETTINGS_FILE
         with contextlib.suppress(OSError, ValueError, AttributeError):
             chosen = json.loads(path.read_text(encoding="utf-8")).get("time_zone")
             if isinstance(chosen, str) and _valid_zone(chosen):

@@ -109,6 +109,7 @@ async def test_the_bot_answers_its_owner_and_relays_an_inbound_callers_notice(
         {"name": "hashed-bot", "key": HASHED_CALLER},
     ]
     (a2a_folder / "callers.json").write_text(json.dumps(callers))
+    (a2a_folder / "telegram.json").write_text(json.dumps({"time_zone": "Asia/Tokyo"}))
     (a2a_folder / "agents.json").write_text(
         json.dumps(
             [{"name": "helper", "url": "https://helper.example/", "key": "k-helper-3c9e7b1a"}]
@@ -149,6 +150,8 @@ async def test_the_bot_answers_its_owner_and_relays_an_inbound_callers_notice(
     owner_turn, inbound_turn = llm.requests[0], llm.requests[1]
     assert user_texts(owner_turn)[-1].endswith("hi")
     assert "travel-bot" in user_texts(inbound_turn)[-1]
+    assert "[Your owner's local time: " in user_texts(inbound_turn)[-1]
+    assert "(Asia/Tokyo)]" in user_texts(inbound_turn)[-1]  # the chat's own zone (/tz)
     assert "notify_owner" in {t["function"]["name"] for t in inbound_turn["tools"]}
     assert "notify_owner" not in {t["function"]["name"] for t in owner_turn["tools"]}
     assert tool_results(llm.requests[2])
