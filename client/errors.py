@@ -220,8 +220,11 @@ def from_jsonrpc_error(error: Any, redact: Redactor, *, http_status: int = 200) 
     text = message if isinstance(message, str) else ""
     reason, metadata, violations = _details(error.get("data"))
     cls = error_for_reason(reason) if reason else None
-    if cls is None and isinstance(code, int) and not isinstance(code, bool):
-        cls = error_for_jsonrpc_code(code)
+    if isinstance(code, int) and not isinstance(code, bool):
+        by_code = error_for_jsonrpc_code(code)
+        # The code is the finer name where a reason is shared (-32700 and -32600).
+        if cls is None or (by_code is not None and by_code.spec.reason == cls.spec.reason):
+            cls = by_code
     if cls is None:
         cls = class_for_http_status(http_status) if http_status >= 400 else InternalError
         text = f"remote error {code}: {text}"

@@ -244,6 +244,10 @@ A2A_PROTOCOL_ERRORS: tuple[type[A2AError], ...] = tuple(
 _BY_REASON: dict[str, type[A2AError]] = {}
 for _cls in ALL_ERRORS:
     _BY_REASON.setdefault(_cls.spec.reason, _cls)
+# JSONParseError shares INVALID_REQUEST with InvalidRequestError: the reason alone names
+# the general error (a request too large, a bad envelope), not a parse error; a JSON-RPC
+# -32700 code still names the parse error (see the client's from_jsonrpc_error).
+_BY_REASON[InvalidRequestError.spec.reason] = InvalidRequestError
 # Unique JSON-RPC codes map back to one class; -32603 is shared, InternalError wins.
 _BY_JSONRPC_CODE: dict[int, type[A2AError]] = {}
 for _cls in ALL_ERRORS:

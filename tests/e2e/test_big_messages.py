@@ -197,8 +197,7 @@ async def test_one_byte_over_the_cap_is_the_size_error_on_every_binding(
             request = pb.SendMessageRequest.FromString(grpc_body(size))
             with pytest.raises(errors.A2AError) as failure:
                 await service.send_message(request)
-            # The binding's size error (reason INVALID_REQUEST), never a rate limit.
-            assert isinstance(failure.value, (errors.InvalidRequestError, errors.JSONParseError))
+            assert type(failure.value) is errors.InvalidRequestError, failure.value
             assert "larger than" in failure.value.message
 
 

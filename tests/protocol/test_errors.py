@@ -119,3 +119,36 @@ def test_jsonrpc_code_lookup() -> None:
     assert errors.error_for_jsonrpc_code(-32001) is errors.TaskNotFoundError
     assert errors.error_for_jsonrpc_code(-32603) is errors.InternalError
     assert errors.error_for_jsonrpc_code(12345) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (-32700, errors.JSONParseError),
+        (-32600, errors.InvalidRequestError),
+        (None, errors.InvalidRequestError),  # no code: the reason names the general error
+    ],
+)
+def test_the_shared_invalid_request_reason_reads_back_as_what_was_sent(
+    code: int | None, expected: type[errors.A2AError]
+) -> None:
+    """JSONParseError and InvalidRequestError share the reason INVALID_REQUEST: the reason
+    alone (gRPC, HTTP+JSON) is the general InvalidRequest (a request too large is not a
+    parse error); on JSON-RPC the code tells them apart."""
+    from a2a_gateway.client.errors import Redactor, from_jsonrpc_error
+
+    status = errors.status_proto(errors.InvalidRequestError("request message is too large"))
+    assert type(errors.error_from_status(status)) is errors.InvalidRequestError
+    error = {
+        "message": "x",
+        "data": [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "INVALID_REQUEST",
+                "domain": "a2a-protocol.org",
+            }
+        ],
+    }
+    if code is not None:
+        error["code"] = code
+    assert type(from_jsonrpc_error(error, Redactor())) is expected
