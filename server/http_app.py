@@ -60,8 +60,11 @@ class MalformedHttpLog(logging.LoggerAdapter[logging.Logger]):
 
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info")
-        if isinstance(exc, (HttpProcessingError, RequestPayloadError, ConnectionError)):
+        if isinstance(exc, (HttpProcessingError, RequestPayloadError)):
             self.logger.log(min(level, logging.WARNING), "malformed HTTP request: %s", _kind(exc))
+            return
+        if isinstance(exc, ConnectionError):  # the client left mid-request: no fault
+            self.logger.debug("client connection lost: %s", type(exc).__name__)
             return
         self.logger.log(level, msg, *args, **kwargs)
 
