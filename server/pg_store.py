@@ -34,6 +34,10 @@ restarted"; once the lease has expired (its process died) the first reader fails
 the file store's lazy recovery made cluster-wide. Clocks of the processes are assumed
 within a small fraction of the lease of each other.
 
+CancelTask of a run held by another process is sent to it as ``NOTIFY a2a_cancel``
+(payload: the task id); every process LISTENs on its own connection and cancels the
+run if it is its own (the engine's handler, :meth:`on_cancel_request`).
+
 A save is one statement (the task row, its push configs, the retry keys remembered
 for it since its last save), so it is atomic without a transaction block. A ListTasks
 page is one statement too (page, count and the named rows: one snapshot). Every wait
@@ -77,6 +81,8 @@ SCHEMA_VERSION = 2  # 2: run leases (runner, lease_until)
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
 DEFAULT_LEASE_S = 30.0
+#: NOTIFY channel of cancellation requests (payload: the task id).
+CANCEL_CHANNEL = "a2a_cancel"
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
 _INT64_MAX = (1 << 63) - 1
@@ -213,6 +219,8 @@ class PostgresTaskStore(TaskStore):
         self._clock = clock
         self._leased: set[str] = set()  # tasks saved submitted/working by this process
         self._renewer: asyncio.Task[None] | None = None
+        self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel
+        self._cancel_handler: Callable[[str], None] | None = None
         self.box = box
         self.pool_size = pool_size
         self.acquire_timeout_s = acquire_timeout_s
@@ -254,9 +262,12 @@ class PostgresTaskStore(TaskStore):
             try:
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)
+                listener = await asyncpg.connect(self._url, timeout=self.acquire_timeout_s)
             except BaseException:
                 await pool.close()
                 raise
+            await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
+            self._listener = listener
             self._pool = pool
             self._renewer = asyncio.get_running_loop().create_task(
                 self._renew_leases(), name="a2a-pg-leases"
@@ -270,6 +281,12 @@ class PostgresTaskStore(TaskStore):
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                await asyncio.wait_for(listener.close(), self.command_timeout_s)
+            except TimeoutError:
+                listener.terminate()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -439,6 +456,20 @@ class PostgresTaskStore(TaskStore):
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             log.warning("could not renew run leases: %s", _why(exc))
+
+    # --- cancellation across processes ----------------------------------------------
+
+    def on_cancel_request(self, handler: Callable[[str], None]) -> None:
+        self._cancel_handler = handler
+
+    async def request_cancel(self, task_id: str) -> bool:
+        await self._fetch("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, task_id)
+        return True
+
+    def _on_cancel(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        handler = self._cancel_handler
+        if handler is not None and isinstance(payload, str) and valid_id(payload):
+            handler(payload)
 
     # --- messageId retry keys --------------------------------------------------------
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import abc
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from a2a_gateway.protocol.context import Caller
@@ -176,6 +176,17 @@ class TaskStore(abc.ABC):
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None:
         """Record a retry key (replacing one with the same owner, id and fingerprint)."""
+
+    # --- several processes on one store ----------------------------------------------
+
+    def on_cancel_request(self, handler: Callable[[str], None]) -> None:  # noqa: B027
+        """A store shared by several processes calls ``handler(task_id)`` when another
+        process asks for the cancellation of a run (nothing to do for one process)."""
+
+    async def request_cancel(self, task_id: str) -> bool:
+        """Ask the process running ``task_id`` to cancel it; False when the store is not
+        shared (no other process can be running it)."""
+        return False
 
     async def summaries(self, owner: Caller) -> list[TaskSummary]:
         """Every stored task of ``owner`` (costs the whole history; tests only)."""

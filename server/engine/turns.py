@@ -38,6 +38,7 @@ from a2a_gateway.agent.base import (
     redact,
 )
 from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.protocol.errors import UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
@@ -49,7 +50,7 @@ from ..files import (
     receive_files,
     sanitize_filename,
 )
-from ..lifecycle import INTERRUPTED, agent_message, new_id, task_view, valid_id
+from ..lifecycle import ACTIVE, INTERRUPTED, agent_message, new_id, task_view, valid_id
 from ..limits import RunSlot
 from ..task_store import TaskRecord
 from .records import Records
@@ -59,6 +60,9 @@ from .state import SAVED_AS_KEY, SHUTDOWN, UNEXPECTED, ContextKey, EngineState, 
 
 log = logging.getLogger(__name__)
 
+#: How often a CancelTask of a run on another gateway re-reads the task for its end.
+REMOTE_CANCEL_CHECK_S = 0.05
+
 
 class Runner:
     """Starts runs, drives the agent's outputs into the task, finishes and cancels runs."""
@@ -66,6 +70,8 @@ class Runner:
     def __init__(self, state: EngineState, records: Records) -> None:
         self._state = state
         self._records = records
+        self._remote_cancels: set[asyncio.Task[None]] = set()
+        state.store.on_cancel_request(self.cancel_requested)
 
     def admit(self, caller: Caller, context_id: str) -> RunSlot | None:
         """A task-cap slot for a new run (RateLimitedError when the caller is at a cap)."""
@@ -348,12 +354,32 @@ class Runner:
             await asyncio.wait({aio}, timeout=self._state.cancel_grace_s)
         return task_view(task)
 
+    def cancel_requested(self, task_id: str) -> None:
+        """Another process on a shared store asked to cancel ``task_id``: cancel its
+        run if it runs here (in a task of its own, bounded by ``cancel_grace_s``)."""
+        run = self._state.runs.get(task_id)
+        if run is None or run.finished or self._state.closing:
+            return
+        job = asyncio.get_running_loop().create_task(
+            self._cancel_for_elsewhere(run), name=f"a2a-cancel-{task_id}"
+        )
+        self._remote_cancels.add(job)
+        job.add_done_callback(self._remote_cancels.discard)
+
+    async def _cancel_for_elsewhere(self, run: Run) -> None:
+        try:
+            await self._cancel_run(run)
+        except Exception:
+            log.exception("cancelling task %s for another gateway failed", run.record.task.id)
+
     async def _cancel_stored(self, caller: Caller, task_id: str) -> pb.Task:
         record = await self._records.load(caller, task_id)
         if record is None:
             raise not_found(task_id)
         task = record.task
         check_cancelable(task)
+        if record.held_elsewhere and await self._state.store.request_cancel(task_id):
+            return await self._cancelled_elsewhere(caller, task_id)
         apply_status(task, pb.TASK_STATE_CANCELED, None)
         await self._records.save_or_fail(record)
         self._state.publish_status(record)
@@ -361,8 +387,25 @@ class Runner:
             self._state.task_limiter.close_context(caller, task.context_id)
         return task_view(task)
 
+    async def _cancelled_elsewhere(self, caller: Caller, task_id: str) -> pb.Task:
+        """The task once the process running it has stored it settled (re-read every
+        ``REMOTE_CANCEL_CHECK_S``, for at most the cancel grace and a margin)."""
+        deadline = asyncio.get_running_loop().time() + self._state.cancel_grace_s + 5.0
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(REMOTE_CANCEL_CHECK_S)
+            record = await self._records.load(caller, task_id)
+            if record is None:
+                raise not_found(task_id)
+            if record.task.status.state not in ACTIVE:
+                return task_view(record.task)
+        raise UnavailableError(
+            f"Task {task_id} runs on another gateway, which did not confirm its cancellation"
+        )
+
     async def stop_all(self) -> None:
         """Stop every live run (shutdown): each is stored failed."""
+        for job in list(self._remote_cancels):
+            job.cancel()
         runs = list(self._state.runs.values())
         for run in runs:
             run.stopping = SHUTDOWN

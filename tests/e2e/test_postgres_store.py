@@ -2,7 +2,8 @@
 
 Two gateways (in this process, each with its own pool) on one database and one
 workspace: a task sent to one is read, listed and found again by its messageId on the
-other; the task lives in the database, not in task files. A gateway process killed
+other, and cancelled from the other; the task lives in the database, not in task
+files. A gateway process killed
 with SIGKILL mid-run: the other reports the run working while the lease lasts, then
 failed "server restarted". Start-up mistakes through the real command exit 2 with one
 line that never holds the URL or its password.
@@ -113,6 +114,18 @@ async def test_a_task_sent_to_one_gateway_is_read_listed_and_retried_on_the_othe
         assert await conn.fetchval("SELECT count(*) FROM a2a_tasks") == 2
     finally:
         await conn.close()
+
+
+async def test_cancel_on_one_gateway_stops_the_run_on_the_other(
+    two_gateways: list[Driver],
+) -> None:
+    a, b = two_gateways
+    request = {**send("hold:60"), "configuration": {"returnImmediately": True}}
+    task = (await a.call("SendMessage", request))["task"]
+    cancelled = await b.call("CancelTask", {"id": task["id"]})
+    assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+    seen = await a.call("GetTask", {"id": task["id"]})
+    assert seen["status"]["state"] == "TASK_STATE_CANCELED"
 
 
 async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(

@@ -59,3 +59,16 @@ async def test_a_run_held_by_one_engine_is_failed_by_the_other_only_after_its_le
     failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
     assert state_name(failed) == "FAILED"
     assert failed.status.message.parts[0].text == "server restarted"
+
+
+async def test_cancel_on_the_other_engine_stops_the_run_where_it_runs(
+    replicas: tuple[TaskEngine, TaskEngine, Clock],
+) -> None:
+    a, b, _ = replicas
+    task = await send(a, "hold:60", return_immediately=True)
+    assert task.id in a.live_task_ids()
+    cancelled = await b.cancel_task(pb.CancelTaskRequest(id=task.id), ctx())
+    assert state_name(cancelled) == "CANCELED"
+    assert a.live_task_ids() == []
+    mine = await a.get_task(pb.GetTaskRequest(id=task.id), ctx())
+    assert state_name(mine) == "CANCELED"
