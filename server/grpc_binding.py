@@ -320,24 +320,30 @@ class RpcAdapter:
 
     # -- (de)serialization: must never raise into grpc's machinery ---------------------
 
-    async def receive(self, requests: AsyncIterator[bytes]) -> bytes:
+    async def receive(self, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         """The request message's bytes, once they have all arrived (InvalidRequest when
-        they do not within the bound, or when the client ended the call without one)."""
-        bound = self.bounds.request_s
-        try:
-            async with asyncio.timeout(bound):
-                data = await anext(aiter(requests), None)
-        except TimeoutError:
-            raise InvalidRequestError(
-                f"the request message did not arrive within {bound:g} s"
-            ) from None
-        if data is None:
+        the client ended the call without one). The caller bounds the wait."""
+        data = await context.read()
+        if data is grpc.aio.EOF:
             raise InvalidRequestError("the call ended without a request message")
+        if not isinstance(data, bytes):  # grpc hands over bytes: no deserializer is set
+            raise InvalidRequestError("the request message could not be read")
         if len(data) > self.bounds.max_request_bytes:
             raise InvalidRequestError(
                 f"request message is larger than {self.bounds.max_request_bytes} bytes"
             )
         return data
+
+    def _late(self, arrived: bool) -> A2AError:
+        """The error for a bound that expired: the request's, or the unary deadline."""
+        if not arrived:
+            return InvalidRequestError(
+                f"the request message did not arrive within {self.bounds.request_s:g} s"
+            )
+        return DeadlineExceededError(
+            "the call did not finish before its deadline"
+            f" (the server's default is {self.bounds.unary_s:g} s)"
+        )
 
     @staticmethod
     def serialize(response: message.Message) -> bytes:
@@ -436,24 +442,25 @@ class RpcAdapter:
     async def unary(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> bytes:
-        # Bytes in and out (no deserializer or serializer for grpc to call back).
+        # Bytes in and out (no deserializer or serializer for grpc to call back). One
+        # timer: the request bound until the message is in, then the call's deadline.
+        timer = asyncio.timeout(self.bounds.request_s)
+        arrived = False
         try:
-            raw = await self.receive(requests)
-            decoded, call_context = self._prepare(raw, context, self.bounds.unary_s)
-            del raw
-            call: Unary = self._call
-            assert call_context.deadline is not None  # the client's, or the default
-            timer = asyncio.timeout_at(call_context.deadline + self.bounds.grace_s)
             try:
                 async with timer:
+                    raw = await self.receive(context)
+                    arrived = True
+                    decoded, call_context = self._prepare(raw, context, self.bounds.unary_s)
+                    del raw
+                    assert call_context.deadline is not None  # the client's, or the default
+                    timer.reschedule(call_context.deadline + self.bounds.grace_s)
+                    call: Unary = self._call
                     result = await call(decoded, call_context)
             except TimeoutError:
                 if not timer.expired():
                     raise
-                raise DeadlineExceededError(
-                    "the call did not finish before its deadline"
-                    f" (the server's default is {self.bounds.unary_s:g} s)"
-                ) from None
+                raise self._late(arrived) from None
             response = self.outgoing(result).SerializeToString()
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
@@ -472,7 +479,14 @@ class RpcAdapter:
         # cancel lands here, and the finally below closes the service stream at once.
         bounds = self.bounds
         try:
-            raw = await self.receive(requests)
+            timer = asyncio.timeout(bounds.request_s)
+            try:
+                async with timer:
+                    raw = await self.receive(context)
+            except TimeoutError:
+                if not timer.expired():
+                    raise
+                raise self._late(arrived=False) from None
             decoded, call_context = self._prepare(raw, context)
             del raw
             call: Streaming = self._call
