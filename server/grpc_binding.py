@@ -324,10 +324,8 @@ class RpcAdapter:
         """The request message's bytes, once they have all arrived (InvalidRequest when
         the client ended the call without one). The caller bounds the wait."""
         data = await context.read()
-        if data is grpc.aio.EOF:
+        if not isinstance(data, bytes):  # grpc.aio.EOF (no deserializer: bytes otherwise)
             raise InvalidRequestError("the call ended without a request message")
-        if not isinstance(data, bytes):  # grpc hands over bytes: no deserializer is set
-            raise InvalidRequestError("the request message could not be read")
         if len(data) > self.bounds.max_request_bytes:
             raise InvalidRequestError(
                 f"request message is larger than {self.bounds.max_request_bytes} bytes"
