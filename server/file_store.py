@@ -111,6 +111,17 @@ _READERS: list[ThreadPoolExecutor] = []
 READ_THREADS = 8  # files read at once by a ListTasks page (see prefetch)
 
 
+def _file_sizes(paths: list[str]) -> list[int]:
+    """Each file's size (0 when it cannot be stat'ed)."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(path).st_size)
+        except OSError:
+            sizes.append(0)
+    return sizes
+
+
 def _reader_pool() -> ThreadPoolExecutor:
     if not _READERS:
         _READERS.append(ThreadPoolExecutor(READ_THREADS, thread_name_prefix="a2a-task-read"))
@@ -389,29 +400,38 @@ class WorkspaceTaskStore(TaskStore):
                 )
         return opened
 
-    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str]) -> None:
-        await self.prefetch(task_ids)
+    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str], max_bytes: int) -> None:
+        await self.prefetch(task_ids, max_bytes)
 
-    async def prefetch(self, task_ids: Sequence[str]) -> None:
-        """Read the files of these tasks that the record cache lacks, several at a
-        time on reader threads (a ListTasks page over a large workspace is mostly cold
-        files: one disk read each, which must neither run one after the other nor on
-        the event loop). The loads that follow find them cached (stat-validated)."""
+    async def prefetch(self, task_ids: Sequence[str], max_bytes: int) -> None:
+        """Read the files of these tasks (in order) that the record cache lacks,
+        ``READ_THREADS`` at a time on reader threads, as many as fit ``max_bytes`` of
+        file (at least one): a ListTasks page over a large workspace is mostly cold files, one
+        disk read each, which must neither run one after the other nor on the event
+        loop; the byte budget keeps a page of huge tasks from being read whole when
+        its answer will stop after the first few. The loads that follow find them
+        cached (stat-validated)."""
         wanted = [t for t in task_ids if valid_id(t) and self._cache.peek(t) is None]
         if len(wanted) < 2:
             return
         loop = asyncio.get_running_loop()
         pool = _reader_pool()
         paths = [f"{self._dir}/{task_id}.json" for task_id in wanted]
-        parsed = await asyncio.gather(
-            *(
-                loop.run_in_executor(pool, self._parse_file, t, p)
-                for t, p in zip(wanted, paths, strict=True)
+        sizes = await loop.run_in_executor(pool, _file_sizes, paths)
+        total, count = 0, 0
+        for size in sizes:  # the prefix that fits the budget (at least one file)
+            if count and total + size > max_bytes:
+                break
+            total += size
+            count += 1
+        for start in range(0, count, READ_THREADS):
+            chunk = list(zip(wanted, paths, strict=True))[start : min(count, start + READ_THREADS)]
+            parsed = await asyncio.gather(
+                *(loop.run_in_executor(pool, self._parse_file, t, p) for t, p in chunk)
             )
-        )
-        for task_id, path, result in zip(wanted, paths, parsed, strict=True):
-            if result is not None:
-                self._keep(task_id, path, *result)
+            for (task_id, path), result in zip(chunk, parsed, strict=True):
+                if result is not None:
+                    self._keep(task_id, path, *result)
 
     # --- listing and retry keys (the index) ------------------------------------------
 
@@ -691,8 +711,8 @@ class WorkspaceTaskStores(TaskStore):
     async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:
         await self.store_for(owner).refresh(owner, task_ids)
 
-    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str]) -> None:
-        await self.store_for(owner).prefetch_for(owner, task_ids)
+    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str], max_bytes: int) -> None:
+        await self.store_for(owner).prefetch_for(owner, task_ids, max_bytes)
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self.store_for(owner).find_message(owner, message_id, fingerprint)

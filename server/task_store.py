@@ -151,9 +151,12 @@ class TaskStore(abc.ABC):
     async def active_ids(self, owner: Caller) -> list[str]:
         """The owner's stored tasks that are submitted or working (restart recovery)."""
 
-    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str]) -> None:  # noqa: B027
-        """These tasks of ``owner`` are about to be loaded (a ListTasks page): a store
-        that reads them from disk may read them ahead, concurrently."""
+    async def prefetch_for(  # noqa: B027 - optional hook
+        self, owner: Caller, task_ids: Sequence[str], max_bytes: int
+    ) -> None:
+        """These tasks of ``owner`` are about to be loaded, in order, until about
+        ``max_bytes`` of them (a ListTasks page): a store that reads them from disk may
+        read them ahead, concurrently."""
 
     async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:  # noqa: B027
         """These listed tasks did not load: bring what listing knows of them up to date

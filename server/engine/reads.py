@@ -73,7 +73,8 @@ class Reads:
         flt = TaskFilter(context_id, status, after_ns)
         page, total, more = await select_page(store, caller, flt, cursor, page_size, live)
         runs = self._state.runs
-        await store.prefetch_for(caller, [s.task_id for s in page if s.task_id not in runs])
+        ahead = [s.task_id for s in page if s.task_id not in runs]
+        await store.prefetch_for(caller, ahead, self._state.list_max_bytes)
         tasks: list[pb.Task] = []
         missing: list[str] = []
         budget = self._state.list_max_bytes
