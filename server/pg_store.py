@@ -34,6 +34,11 @@ restarted"; once the lease has expired (its process died) the first reader fails
 the file store's lazy recovery made cluster-wide. Clocks of the processes are assumed
 within a small fraction of the lease of each other.
 
+One run per (caller, context) across processes: before a run starts, its process
+claims the context in ``a2a_contexts`` (a primary key; taken over only when the
+holder's lease expired); the save that settles or interrupts the task removes the
+claim, and the claim's lease is renewed with the task's.
+
 CancelTask of a run held by another process is sent to it as ``NOTIFY a2a_cancel``
 (payload: the task id); every process LISTENs on its own connection and cancels the
 run if it is its own (the engine's handler, :meth:`on_cancel_request`).
@@ -76,7 +81,7 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: run leases (runner, lease_until)
+SCHEMA_VERSION = 3  # 2: run leases (runner, lease_until); 3: context claims
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
@@ -124,6 +129,16 @@ MIGRATIONS: tuple[str, ...] = (
       ADD COLUMN runner text NOT NULL DEFAULT '',
       ADD COLUMN lease_until bigint NOT NULL DEFAULT 0;
     """,
+    """
+    CREATE TABLE a2a_contexts(
+      workspace text NOT NULL,
+      caller text NOT NULL,
+      context_id text COLLATE "C" NOT NULL,
+      task_id text COLLATE "C" NOT NULL,
+      runner text NOT NULL,
+      lease_until bigint NOT NULL,
+      PRIMARY KEY(workspace, caller, context_id));
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -145,6 +160,9 @@ push AS (
   FROM unnest($9::text[], $10::text[], $11::bytea[]) WITH ORDINALITY AS c(id, version, config, n)
   ON CONFLICT (task_id, position) DO UPDATE SET config_id = excluded.config_id,
     version = excluded.version, config = excluded.config),
+settled AS (
+  DELETE FROM a2a_contexts WHERE $17 AND workspace = $2 AND caller = $3
+    AND context_id = $4 AND task_id = $1),
 retry AS (
   INSERT INTO a2a_retry_keys(workspace, caller, message_id, fingerprint, task_id)
   SELECT $2, $3, k.message_id, k.fingerprint, (SELECT task_id FROM t)
@@ -161,6 +179,15 @@ SELECT t.task,
         ORDER BY p.position) AS versions,
   t.runner, t.lease_until
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
+"""
+
+_CLAIM = """
+INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
+  runner = excluded.runner, lease_until = excluded.lease_until
+  WHERE c.lease_until < $7 OR c.task_id = excluded.task_id
+RETURNING task_id
 """
 
 _FIND_MESSAGE = (
@@ -295,8 +322,9 @@ class PostgresTaskStore(TaskStore):
                 pool.terminate()
 
     async def truncate(self) -> None:
-        """Remove every task, push config and retry key (tests start from empty)."""
-        await self._fetch("TRUNCATE a2a_tasks, a2a_push_configs, a2a_retry_keys")
+        """Remove every task, push config, retry key and context claim (tests start
+        from empty)."""
+        await self._fetch("TRUNCATE a2a_tasks, a2a_push_configs, a2a_retry_keys, a2a_contexts")
         self._pending.clear()
         self._recent = ByteLRU(self._recent.max_entries, self._recent.max_bytes)
 
@@ -424,6 +452,7 @@ class PostgresTaskStore(TaskStore):
                 runner,
                 lease_until,
                 record.held_elsewhere,
+                summary.state not in ACTIVE,
             )
         except BaseException:
             if keys:  # the next save of the task writes them
@@ -448,7 +477,9 @@ class PostgresTaskStore(TaskStore):
             return
         try:
             await self._fetch(
-                "UPDATE a2a_tasks SET lease_until = $1"
+                "WITH c AS (UPDATE a2a_contexts SET lease_until = $1"
+                " WHERE runner = $2 AND task_id = ANY($3::text[]))"
+                " UPDATE a2a_tasks SET lease_until = $1"
                 " WHERE runner = $2 AND task_id = ANY($3::text[])",
                 self._lease_until(),
                 self.replica,
@@ -456,6 +487,27 @@ class PostgresTaskStore(TaskStore):
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             log.warning("could not renew run leases: %s", _why(exc))
+
+    # --- one run per context across processes ---------------------------------------
+
+    async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
+        """Claim the context for ``task_id``: taken when no claim exists, the existing
+        one is this task's, or its lease expired (its process died)."""
+        rows = await self._fetch(
+            _CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,
+            self._lease_until(), self._clock(),
+        )  # fmt: skip
+        if rows:
+            self._leased.add(task_id)
+        return bool(rows)
+
+    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
+        self._leased.discard(task_id)
+        await self._fetch(
+            "DELETE FROM a2a_contexts"
+            " WHERE workspace = $1 AND caller = $2 AND context_id = $3 AND task_id = $4",
+            owner.workspace, owner.name, context_id, task_id,
+        )  # fmt: skip
 
     # --- cancellation across processes ----------------------------------------------
 

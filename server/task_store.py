@@ -186,6 +186,16 @@ class TaskStore(abc.ABC):
         """A store shared by several processes calls ``handler(task_id)`` when another
         process asks for the cancellation of a run (nothing to do for one process)."""
 
+    async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
+        """Before a run of ``task_id`` starts in ``context_id``: whether no other process
+        on a shared store runs one there (then the context is this run's until its task
+        is saved settled or interrupted, or :meth:`release_context`). Always True for a
+        store of one process: the engine's own table of busy contexts decides."""
+        return True
+
+    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:  # noqa: B027
+        """Give back a claim whose run did not start."""
+
     async def request_cancel(self, task_id: str) -> bool:
         """Ask the process running ``task_id`` to cancel it; False when the store is not
         shared (no other process can be running it)."""

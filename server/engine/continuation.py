@@ -25,12 +25,21 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from ..events import Subscriber
 from ..files import is_file_part
 from ..lifecycle import INTERRUPTED, TERMINAL, agent_message, new_id, set_now, task_view, valid_id
+from ..limits import RunSlot
 from ..task_store import TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records
 from .retries import RetryKey, retry_key
 from .rules import apply_status, archive_status_message, check_message, new_turn
-from .state import CONTEXT_BUSY, NO_STREAMING, EngineState, Run, invalid, not_found
+from .state import (
+    CONTEXT_BUSY,
+    NO_STREAMING,
+    ContextKey,
+    EngineState,
+    Run,
+    invalid,
+    not_found,
+)
 from .turns import Runner
 
 log = logging.getLogger(__name__)
@@ -179,8 +188,25 @@ class Intake:
             await self._records.save(record)
             self._state.notify(record)  # no stream can exist yet: only the webhooks hear it
             return task
-        slot = self._runner.admit(caller, context_id)
+        slot = await self._claim_and_admit(caller, context_id, task.id, busy_key)
         return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+    async def _claim_and_admit(
+        self, caller: Caller, context_id: str, task_id: str, busy_key: ContextKey
+    ) -> RunSlot | None:
+        """The context's run for ``task_id`` across every process on the store (a
+        shared store's claim; CONTEXT_BUSY when another process runs one), then the
+        caller's task-cap slot. Nothing waits after the last busy check."""
+        store = self._state.store
+        if not await store.claim_context(caller, context_id, task_id):
+            raise UnsupportedOperationError(CONTEXT_BUSY)
+        try:
+            if busy_key in self._state.busy:  # a run started here while we waited
+                raise UnsupportedOperationError(CONTEXT_BUSY)
+            return self._runner.admit(caller, context_id)
+        except BaseException:
+            await store.release_context(caller, context_id, task_id)
+            raise
 
     async def _reply(
         self, request: pb.SendMessageRequest, caller: Caller, context_id: str, hops: int
@@ -262,7 +288,7 @@ class Intake:
                 check_push_room(record.push_configs, inline_push)
             slot = None
             if hops <= self._state.max_hops:
-                slot = self._runner.admit(caller, task.context_id)
+                slot = await self._claim_and_admit(caller, task.context_id, task_id, busy_key)
             archive_status_message(task)  # the question, before its answer
             stored_message = task.history.add()
             stored_message.CopyFrom(message)

@@ -1,15 +1,18 @@
 """Two engines (two gateway processes' worth) on one PostgreSQL database: a run on
 one is not taken for a lost run by the other while its lease is held, and is failed
-"server restarted" by the other once the lease has expired (its process died)."""
+"server restarted" by the other once the lease has expired (its process died); a
+cancel on the other stops it; one run per context across both."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol.errors import UnsupportedOperationError
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
@@ -17,7 +20,7 @@ from a2a_gateway.server.secret_box import SecretBox
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ...pg_support import fresh_database
-from .engine_helpers import ctx, send, state_name
+from .engine_helpers import ctx, request, send, state_name
 
 LEASE_S = 10.0
 
@@ -72,3 +75,25 @@ async def test_cancel_on_the_other_engine_stops_the_run_where_it_runs(
     assert a.live_task_ids() == []
     mine = await a.get_task(pb.GetTaskRequest(id=task.id), ctx())
     assert state_name(mine) == "CANCELED"
+
+
+async def test_one_run_per_context_across_engines(
+    replicas: tuple[TaskEngine, TaskEngine, Clock],
+) -> None:
+    a, b, _ = replicas
+    first = await send(a, "hold:60", context_id="ctx-shared", return_immediately=True)
+    with pytest.raises(UnsupportedOperationError, match="context busy"):
+        await b.send_message(request("hi", context_id="ctx-shared"), ctx())
+    await a.cancel_task(pb.CancelTaskRequest(id=first.id), ctx())
+    done = await send(b, "hi", context_id="ctx-shared")  # the claim went with the run
+    assert state_name(done) == "COMPLETED"
+    # Two sends to one new context at once, one on each engine: exactly one runs.
+    outcomes = await asyncio.gather(
+        a.send_message(request("hold:60", context_id="ctx-race", return_immediately=True), ctx()),
+        b.send_message(request("hold:60", context_id="ctx-race", return_immediately=True), ctx()),
+        return_exceptions=True,
+    )
+    busy = [o for o in outcomes if isinstance(o, UnsupportedOperationError)]
+    started = [o for o in outcomes if isinstance(o, pb.SendMessageResponse)]
+    assert (len(busy), len(started)) == (1, 1), outcomes
+    assert len(a.live_task_ids()) + len(b.live_task_ids()) == 1
