@@ -202,6 +202,22 @@ def no_secrets_in_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Log
         )
 
 
+@pytest.fixture(autouse=True)
+def capture_level_kept() -> Iterator[None]:
+    """A test that runs the command line in-process (``main([...])``) has it set up
+    logging (``setup_logging``: the root level and a handler of ours). Undo both after
+    the test, so every later test's records still reach the secret scan and the
+    traceback watch at DEBUG, and no later test finds a stale handler."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and not isinstance(handler, LogCapture | TracebackWatch):
+            root.removeHandler(handler)
+    if _capture is not None:
+        root.setLevel(logging.DEBUG)
+
+
 @pytest.fixture(scope="session")
 def sdk03_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sdk03Agent]:
     """The a2a-sdk 0.3.x release's echo agent (``tests/interop/peers/sdk03_server.py``),
