@@ -116,3 +116,28 @@ def test_help_shows_defaults_without_markup(tmp_path: Path) -> None:
     assert "(default: off)" in text
     top = _serve(tmp_path, "--help")
     assert "``" not in result.stdout + top.stdout
+
+
+def test_a_workspace_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    """As root every permission check passes, so the folder is made read-only the way
+    root feels it: a read-only bind mount, in a mount namespace of this command only."""
+    workspace = tmp_path / "read-only"
+    workspace.mkdir()
+    serve = " ".join(
+        [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--workspace", str(workspace),
+         "--port", "0", "--grpc-port", "-1"]
+    )  # fmt: skip
+    script = (
+        f"mount --bind {workspace} {workspace} && "
+        f"mount -o remount,bind,ro {workspace} {workspace} && exec {serve}"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    result = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        env=env,
+    )
+    _one_line_exit_2(result, f"workspace {workspace} is not readable and writable")
