@@ -12,17 +12,16 @@ so a page costs an indexed range query, not a pass over every task:
   ``engine.retries`` -> task id), so a retried message is recognised across restarts.
 
 It is the standard library's SQLite in WAL mode (``synchronous=NORMAL``): a process
-killed with SIGKILL loses no committed transaction. Only the event loop's connection
-writes (no lock waits on the loop); a store's write updates the index in the same step
-as the file (a statement on that connection, which the loop's own lookups see at once)
-and the transaction is committed ``COMMIT_DELAY_S`` later, or before any other
-connection reads, so the writes of a busy moment share one commit (a commit costs
-~250 us here, more than the rest of a blocking send). A process killed within that
-window loses those rows, never a file: an index not closed cleanly is reconciled at
-the next start. Page queries and counts
-run on a reader thread with its own connection; reconciling, rebuilding, checkpoints
-and retention scans run on a maintenance thread, whose changes are applied on the loop
-in small batches with compare-and-set on the file stamp (a newer write always wins).
+killed with SIGKILL loses no committed transaction. Nothing blocks the event loop on
+SQLite but point lookups of retry keys: a store's write queues its rows in the same
+step as the file (lookups see them at once) and a writer thread, the only one that
+writes, commits them as one transaction ``COMMIT_DELAY_S`` later, or as soon as a read
+needs them; a commit costs ~250 us here, more than the rest of a blocking send. A
+process killed within that window loses those rows, never a file: an index not closed
+cleanly is reconciled at the next start. Page queries and counts run on a reader
+thread with its own connection; reconciling, rebuilding, checkpoints and retention
+scans read on a maintenance thread, and their changes go through the writer with
+compare-and-set on the file stamp (a newer write always wins).
 
 Keeping it in step with the folder:
 
@@ -51,7 +50,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,6 +83,7 @@ Parsed = tuple[Stamp, tuple[Caller, TaskSummary] | None] | None
 ParseFn = Callable[[str, str], Parsed]
 
 _T = TypeVar("_T")
+_RetryKey = tuple[int, str, str]  # (owner id, messageId, fingerprint)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -200,7 +200,12 @@ class TaskIndex:
         self.reconcile_interval_s = reconcile_interval_s
         self._parse = parse
         self._owners: dict[Caller, int] = {}
-        self._in_txn = False
+        self._pending: list[tuple[str, Any, bool]] = []  # writes not yet sent
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._inflight: Future[bool] | None = None  # the last batch sent to the writer
+        self._pending_retry: dict[_RetryKey, str] = {}  # retry keys not yet committed
+        self._unsent_retry: list[_RetryKey] = []
+        self._writer: ThreadPoolExecutor | None = None
         self._commits = 0
         self._local = threading.local()
         self._reader: ThreadPoolExecutor | None = None
@@ -269,41 +274,76 @@ class TaskIndex:
 
     # --- writing (event loop) --------------------------------------------------------
 
-    def _write(self, sql: str, params: Sequence[Any]) -> None:
-        """Run a write on the loop's connection, in the transaction the next commit
-        ends. A failure (disk full, a damaged file) is logged and leaves the index to
-        the next reconcile: the task files, already written, stay the truth."""
-        db = self._db
+    def _write(self, sql: str, params: Sequence[Any], *, many: bool = False) -> None:
+        """Queue a write for the writer thread; the batch goes ``COMMIT_DELAY_S``
+        later, or before any read that must see it (:meth:`flushed`). Without a
+        running loop (a synchronous caller) it is written at once."""
+        self._pending.append((sql, params, many))
+        if self._flush_timer is not None:
+            return
         try:
-            if not self._in_txn:
-                db.execute("BEGIN")
-                self._in_txn = True
-                try:
-                    asyncio.get_running_loop().call_later(COMMIT_DELAY_S, self.commit)
-                except RuntimeError:  # no loop (a synchronous caller): commit at once
-                    db.execute(sql, params)
-                    self.commit()
-                    return
-            db.execute(sql, params)
-        except sqlite3.Error:
-            log.exception("task index write failed; the next reconcile repairs it")
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._pool("writer").submit(self._run_batch, self._take_batch()).result()
+            return
+        self._flush_timer = loop.call_later(COMMIT_DELAY_S, self.commit)
+
+    def _take_batch(self) -> list[tuple[str, Any, bool]]:
+        batch, self._pending = self._pending, []
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        return batch
 
     def commit(self) -> None:
-        """Commit what this turn of the loop wrote (scheduled by every first write)."""
-        if not self._in_txn:
+        """Hand the queued writes to the writer thread, as one transaction."""
+        if not self._pending:
             return
-        self._in_txn = False
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error:
-            log.exception("task index commit failed; reconciling")
-            with contextlib.suppress(sqlite3.Error):
-                self._db.execute("ROLLBACK")
+        batch = self._take_batch()
+        retry_keys, self._unsent_retry = self._unsent_retry, []
+        future = self._pool("writer").submit(self._run_batch, batch)
+        self._inflight = future
+        loop = asyncio.get_running_loop()
+
+        def done(_: object) -> None:
+            loop.call_soon_threadsafe(self._batch_done, future, retry_keys)
+
+        future.add_done_callback(done)
+
+    def _batch_done(self, future: Future[bool], retry_keys: list[_RetryKey]) -> None:
+        for key in retry_keys:
+            self._pending_retry.pop(key, None)
+        if future.cancelled() or future.exception() is not None or not future.result():
             self.request_reconcile()
             return
         self._commits += 1
         if self._commits % CHECKPOINT_EVERY == 0:
             self._checkpoint()
+
+    def _run_batch(self, batch: list[tuple[str, Any, bool]]) -> bool:
+        """(writer thread) One transaction; False (logged) when it failed."""
+        db = self._thread_db()
+        try:
+            db.execute("BEGIN")
+            for sql, params, many in batch:
+                if many:
+                    db.executemany(sql, params)
+                else:
+                    db.execute(sql, params)
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            log.exception("task index write failed; the next reconcile repairs it")
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            return False
+        return True
+
+    async def flushed(self) -> None:
+        """Until every write queued so far is committed."""
+        self.commit()
+        inflight = self._inflight
+        if inflight is not None and not inflight.done():
+            await asyncio.wrap_future(inflight)
 
     def _checkpoint(self) -> None:
         if self._checkpointing or self._closed:
@@ -323,10 +363,10 @@ class TaskIndex:
         row = self._db.execute(
             "SELECT id FROM owners WHERE workspace = ? AND name = ?", (owner.workspace, owner.name)
         ).fetchone()
-        if row is None:
-            self._write(
-                "INSERT INTO owners(workspace, name) VALUES (?, ?)", (owner.workspace, owner.name)
-            )
+        if row is None:  # a caller's first task here: rare, so written at once
+            insert = ("INSERT OR IGNORE INTO owners(workspace, name) VALUES (?, ?)",)
+            batch = [(insert[0], (owner.workspace, owner.name), False)]
+            self._pool("writer").submit(self._run_batch, batch).result()
             row = self._db.execute(
                 "SELECT id FROM owners WHERE workspace = ? AND name = ?",
                 (owner.workspace, owner.name),
@@ -363,10 +403,10 @@ class TaskIndex:
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None:
-        self._write(
-            "INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)",
-            (self.owner_id(owner), message_id, fingerprint, task_id),
-        )
+        key = (self.owner_id(owner), message_id, fingerprint)
+        self._pending_retry[key] = task_id  # seen by lookups until committed
+        self._unsent_retry.append(key)
+        self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         owner_id = self._owners.get(owner)
@@ -378,6 +418,9 @@ class TaskIndex:
             if row is None:
                 return None
             owner_id = self._owners[owner] = int(row[0])
+        pending = self._pending_retry.get((owner_id, message_id, fingerprint))
+        if pending is not None:
+            return pending
         try:
             found = self._db.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
@@ -391,6 +434,10 @@ class TaskIndex:
     # --- reading (reader thread) -----------------------------------------------------
 
     def _pool(self, which: str) -> ThreadPoolExecutor:
+        if which == "writer":
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-write")
+            return self._writer
         if which == "reader":
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-read")
@@ -406,7 +453,7 @@ class TaskIndex:
         return conn
 
     async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        self.commit()  # the reader's connection sees only committed rows
+        await self.flushed()  # the reader's connection sees only committed rows
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("reader"), lambda: fn(self._thread_db()))
 
@@ -495,7 +542,7 @@ class TaskIndex:
                         return found
             return found
 
-        self.commit()
+        await self.flushed()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("worker"), lambda: run(self._thread_db()))
 
@@ -577,12 +624,13 @@ class TaskIndex:
         loop = asyncio.get_running_loop()
         pool = self._pool("worker")
         started_ns = time.time_ns()
-        self.commit()
+        await self.flushed()
         scan = _Scan(self.path, self.folder, self._parse)
         try:
             for step in (scan.next_batch, scan.gone):
                 while (changes := await loop.run_in_executor(pool, step)) is not None:
                     self._apply(changes)
+                    await self.flushed()  # the next batch compares with these rows
         finally:
             pool.submit(scan.close)  # after its current step, on its thread
         if self.rebuilding:
@@ -613,8 +661,7 @@ class TaskIndex:
             else:
                 self._write(_UPDATE_IF, (*values, change.task_id, *expect))
         if inserts:
-            self._write("SELECT 1", ())  # opens the transaction
-            self._db.executemany(_INSERT_NEW, inserts)
+            self._write(_INSERT_NEW, inserts, many=True)
         self.commit()
 
     # --- closing ---------------------------------------------------------------------
@@ -633,8 +680,8 @@ class TaskIndex:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        self.commit()
-        for pool in (self._reader, self._worker):
+        await self.flushed()
+        for pool in (self._reader, self._worker, self._writer):
             if pool is not None:
                 await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
         with contextlib.suppress(sqlite3.Error):
