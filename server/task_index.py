@@ -306,7 +306,8 @@ class TaskIndex:
         loop = asyncio.get_running_loop()
 
         def done(_: object) -> None:
-            loop.call_soon_threadsafe(self._batch_done, future, retry_keys)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._batch_done, future, retry_keys)
 
         future.add_done_callback(done)
 
@@ -343,7 +344,8 @@ class TaskIndex:
         self.commit()
         inflight = self._inflight
         if inflight is not None and not inflight.done():
-            await asyncio.wrap_future(inflight)
+            # Shielded: a cancelled waiter must not cancel the batch itself.
+            await asyncio.shield(asyncio.wrap_future(inflight))
 
     def _checkpoint(self) -> None:
         if self._checkpointing or self._closed:
