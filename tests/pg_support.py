@@ -30,6 +30,16 @@ def postgres() -> Iterator[LocalPostgres]:
         yield pg
 
 
+class Clock:
+    """An injectable ``time.time_ns`` for run leases: tests move ``now`` by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
 async def fresh_database(pg: LocalPostgres) -> str:
     """The URL of a new, empty database of ``pg``."""
     name = f"t{next(_databases)}"

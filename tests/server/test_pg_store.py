@@ -17,7 +17,7 @@ from a2a_gateway.server.secret_box import SEALED_PREFIX, SecretBox
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..pg_support import fresh_database
+from ..pg_support import Clock, fresh_database
 
 ALICE = Caller(name="alice", workspace="/ws/one")
 TOKEN = "push-token-5e2a9c1f7b"
@@ -139,14 +139,6 @@ async def test_an_unreachable_database_is_an_error_without_the_url(tmp_path: Pat
     assert "pw-9d8c7b6a5f" not in str(caught.value)
     assert "postgresql://" not in str(caught.value)
     assert "pw-9d8c7b6a5f" not in repr(store)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 async def test_a_run_lease_held_elsewhere_until_it_expires(

@@ -19,18 +19,10 @@ from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ...pg_support import fresh_database
+from ...pg_support import Clock, fresh_database
 from .engine_helpers import ctx, request, send, state_name
 
 LEASE_S = 10.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
