@@ -39,6 +39,16 @@ claims the context in ``a2a_contexts`` (a primary key; taken over only when the
 holder's lease expired); the save that settles or interrupts the task removes the
 claim, and the claim's lease is renewed with the task's.
 
+Stream events cross processes through ``a2a_events``: every event of a run of this
+process is numbered per task (continuing from the number the task's row holds when
+the run claims its context), written in order by one writer task in batches, each
+batch with one ``NOTIFY a2a_events`` per task. A row's ``event_seq`` is the number of
+events its task reflects (a settling save counts the status event that follows it),
+so a subscriber elsewhere starts from its snapshot's number and reads the rest, in
+order, when a NOTIFY names the task (:meth:`follow`); once a lease without news it
+checks that the run still has a live runner. Events of tasks settled more than
+``event_keep_s`` ago are pruned with the lease renewals.
+
 CancelTask of a run held by another process is sent to it as ``NOTIFY a2a_cancel``
 (payload: the task id); every process LISTENs on its own connection and cancels the
 run if it is its own (the engine's handler, :meth:`on_cancel_request`).
@@ -68,7 +78,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .byte_lru import ByteLRU
-from .lifecycle import ACTIVE, valid_id
+from .lifecycle import ACTIVE, INTERRUPTED, valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
@@ -81,13 +91,18 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3  # 2: run leases (runner, lease_until); 3: context claims
+SCHEMA_VERSION = 4  # 2: run leases; 3: context claims; 4: event log
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
 DEFAULT_LEASE_S = 30.0
 #: NOTIFY channel of cancellation requests (payload: the task id).
 CANCEL_CHANNEL = "a2a_cancel"
+#: NOTIFY channel of new events in the log (payload: the task id).
+EVENTS_CHANNEL = "a2a_events"
+#: Events of a settled task are kept this long (late subscribers' reads), then pruned.
+DEFAULT_EVENT_KEEP_S = 60.0
+_EVENT_BATCH = 1000
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
 _INT64_MAX = (1 << 63) - 1
@@ -139,19 +154,28 @@ MIGRATIONS: tuple[str, ...] = (
       lease_until bigint NOT NULL,
       PRIMARY KEY(workspace, caller, context_id));
     """,
+    """
+    ALTER TABLE a2a_tasks ADD COLUMN event_seq bigint NOT NULL DEFAULT 0;
+    CREATE TABLE a2a_events(
+      task_id text COLLATE "C" NOT NULL,
+      seq bigint NOT NULL,
+      event bytea NOT NULL,
+      PRIMARY KEY(task_id, seq));
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _SAVE = """
 WITH t AS (
   INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task, runner,
-    lease_until)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $14, $15)
+    lease_until, event_seq)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $14, $15, coalesce($18, 0))
   ON CONFLICT (task_id) DO UPDATE SET workspace = excluded.workspace,
     caller = excluded.caller, context_id = excluded.context_id, state = excluded.state,
     ts = excluded.ts, task = excluded.task,
     runner = CASE WHEN $16 THEN a2a_tasks.runner ELSE excluded.runner END,
-    lease_until = CASE WHEN $16 THEN a2a_tasks.lease_until ELSE excluded.lease_until END
+    lease_until = CASE WHEN $16 THEN a2a_tasks.lease_until ELSE excluded.lease_until END,
+    event_seq = coalesce($18, a2a_tasks.event_seq)
   RETURNING task_id),
 gone AS (DELETE FROM a2a_push_configs WHERE task_id = $1 AND position >= $8),
 push AS (
@@ -177,7 +201,7 @@ SELECT t.task,
         ORDER BY p.position) AS configs,
   ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = t.task_id
         ORDER BY p.position) AS versions,
-  t.runner, t.lease_until
+  t.runner, t.lease_until, t.event_seq
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 """
 
@@ -187,7 +211,16 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
   runner = excluded.runner, lease_until = excluded.lease_until
   WHERE c.lease_until < $7 OR c.task_id = excluded.task_id
-RETURNING task_id
+RETURNING task_id, (SELECT event_seq FROM a2a_tasks WHERE task_id = $4) AS event_seq
+"""
+
+_LOG_EVENTS = """
+WITH logged AS (
+  INSERT INTO a2a_events(task_id, seq, event)
+  SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+  ON CONFLICT DO NOTHING
+  RETURNING task_id)
+SELECT pg_notify('a2a_events', t) FROM (SELECT DISTINCT task_id AS t FROM logged) AS n
 """
 
 _FIND_MESSAGE = (
@@ -225,6 +258,7 @@ class PostgresTaskStore(TaskStore):
     """
 
     durable = True
+    shares_events = True
 
     def __init__(
         self,
@@ -237,6 +271,7 @@ class PostgresTaskStore(TaskStore):
         retry_keys: int = DEFAULT_RETRY_KEYS,
         retry_bytes: int = DEFAULT_RETRY_BYTES,
         lease_s: float = DEFAULT_LEASE_S,
+        event_keep_s: float = DEFAULT_EVENT_KEEP_S,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._url = url
@@ -248,6 +283,11 @@ class PostgresTaskStore(TaskStore):
         self._renewer: asyncio.Task[None] | None = None
         self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel
         self._cancel_handler: Callable[[str], None] | None = None
+        self.event_keep_s = event_keep_s
+        self._seq: dict[str, int] = {}  # runs of this process: their last event's number
+        self._outbox: list[tuple[str, int, bytes]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._follows: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         self.box = box
         self.pool_size = pool_size
         self.acquire_timeout_s = acquire_timeout_s
@@ -294,6 +334,7 @@ class PostgresTaskStore(TaskStore):
                 await pool.close()
                 raise
             await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
+            await listener.add_listener(EVENTS_CHANNEL, self._on_event)
             self._listener = listener
             self._pool = pool
             self._renewer = asyncio.get_running_loop().create_task(
@@ -303,6 +344,18 @@ class PostgresTaskStore(TaskStore):
 
     async def aclose(self) -> None:
         """Stop renewing leases and close the pool (a later use opens a new one)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:  # the events still queued are written first (bounded)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(writer), self.command_timeout_s)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+        follows, self._follows = list(self._follows.values()), {}
+        for _, follower in follows:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await follower
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
             renewer.cancel()
@@ -324,7 +377,9 @@ class PostgresTaskStore(TaskStore):
     async def truncate(self) -> None:
         """Remove every task, push config, retry key and context claim (tests start
         from empty)."""
-        await self._fetch("TRUNCATE a2a_tasks, a2a_push_configs, a2a_retry_keys, a2a_contexts")
+        await self._fetch(
+            "TRUNCATE a2a_tasks, a2a_push_configs, a2a_retry_keys, a2a_contexts, a2a_events"
+        )
         self._pending.clear()
         self._recent = ByteLRU(self._recent.max_entries, self._recent.max_bytes)
 
@@ -362,7 +417,9 @@ class PostgresTaskStore(TaskStore):
                 versions[config.id] = version
         held = bool(row["runner"]) and row["runner"] != self.replica
         held = held and row["lease_until"] > self._clock()
-        return TaskRecord(task, owner, configs, versions, held_elsewhere=held)
+        return TaskRecord(
+            task, owner, configs, versions, held_elsewhere=held, event_seq=row["event_seq"]
+        )
 
     async def listing(
         self,
@@ -427,6 +484,11 @@ class PostgresTaskStore(TaskStore):
         sealed = [self.box.seal_push_config(c, keep_sealed=False) for c in record.push_configs]
         versions = record.push_versions
         keys = self._pending.pop(task_id, [])
+        # The events the saved task reflects: those logged so far, and the status event
+        # a settling save is followed by (the engine stores a final state, then shows it).
+        event_seq = self._seq.get(task_id)
+        if event_seq is not None and summary.state not in ACTIVE:
+            event_seq += 1
         runner, lease_until = "", 0
         if summary.state in ACTIVE and not record.held_elsewhere:
             runner, lease_until = self.replica, self._lease_until()
@@ -453,6 +515,7 @@ class PostgresTaskStore(TaskStore):
                 lease_until,
                 record.held_elsewhere,
                 summary.state not in ACTIVE,
+                event_seq,
             )
         except BaseException:
             if keys:  # the next save of the task writes them
@@ -470,6 +533,7 @@ class PostgresTaskStore(TaskStore):
         while True:
             await asyncio.sleep(self.lease_s / 3)
             await self.renew_leases()
+            await self.prune_events()
 
     async def renew_leases(self) -> None:
         """One renewal (a failure is logged: the next one retries)."""
@@ -488,6 +552,127 @@ class PostgresTaskStore(TaskStore):
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             log.warning("could not renew run leases: %s", _why(exc))
 
+    # --- events across processes ------------------------------------------------------
+
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> None:
+        seq = self._seq.get(task_id)
+        if seq is None:
+            return  # not a run of this process
+        seq += 1
+        if state is not None and state not in ACTIVE:
+            self._seq.pop(task_id, None)  # the run's last event (settled or interrupted)
+        else:
+            self._seq[task_id] = seq
+        self._outbox.append((task_id, seq, event.SerializeToString()))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write_events(), name="a2a-pg-events"
+            )
+
+    async def _write_events(self) -> None:
+        """Write what the outbox holds, a batch per statement, one statement at a time
+        (so a task's events are committed in their order), with one NOTIFY per task."""
+        while self._outbox:
+            batch, self._outbox = self._outbox[:_EVENT_BATCH], self._outbox[_EVENT_BATCH:]
+            try:
+                await self._fetch(
+                    _LOG_EVENTS,
+                    [b[0] for b in batch],
+                    [b[1] for b in batch],
+                    [b[2] for b in batch],
+                )
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                log.warning("%d stream events not logged: %s", len(batch), _why(exc))
+
+    async def prune_events(self) -> None:
+        """Remove the events of tasks settled more than ``event_keep_s`` ago."""
+        cutoff = self._clock() - int(self.event_keep_s * 1e9)
+        try:
+            await self._fetch(
+                "DELETE FROM a2a_events e USING a2a_tasks t WHERE e.task_id = t.task_id"
+                " AND t.state <> ALL($1::smallint[]) AND t.ts < $2",
+                sorted(ACTIVE | INTERRUPTED),
+                cutoff,
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            log.warning("could not prune stream events: %s", _why(exc))
+
+    def follow(
+        self,
+        task_id: str,
+        after_seq: int,
+        deliver: Callable[[list[pb.StreamResponse] | None], bool],
+    ) -> None:
+        if task_id in self._follows:
+            return
+        poke = asyncio.Event()
+        follower = asyncio.get_running_loop().create_task(
+            self._follow(task_id, after_seq + 1, deliver, poke), name=f"a2a-follow-{task_id}"
+        )
+        self._follows[task_id] = (poke, follower)
+
+    def _on_event(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        followed = self._follows.get(payload) if isinstance(payload, str) else None
+        if followed is not None:
+            followed[0].set()
+
+    async def _follow(
+        self,
+        task_id: str,
+        next_seq: int,
+        deliver: Callable[[list[pb.StreamResponse] | None], bool],
+        poke: asyncio.Event,
+    ) -> None:
+        """Read the task's events from ``next_seq`` on whenever a NOTIFY names it
+        (and once a lease, to notice a run whose process died)."""
+        try:
+            while True:
+                poke.clear()
+                rows = await self._fetch(
+                    "SELECT seq, event FROM a2a_events WHERE task_id = $1 AND seq >= $2"
+                    " ORDER BY seq LIMIT $3",
+                    task_id,
+                    next_seq,
+                    _EVENT_BATCH,
+                )
+                events: list[pb.StreamResponse] = []
+                for seq, data in rows:
+                    if seq != next_seq:
+                        break  # not committed yet: its NOTIFY follows
+                    events.append(pb.StreamResponse.FromString(data))
+                    next_seq += 1
+                if events and not deliver(events):
+                    return
+                if len(events) == _EVENT_BATCH:
+                    continue
+                try:
+                    await asyncio.wait_for(poke.wait(), self.lease_s)
+                except TimeoutError:
+                    if not await self._still_running(task_id):
+                        deliver(None)
+                        return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("following task %s's events failed: %s", task_id, _why(exc))
+            deliver(None)
+        finally:
+            followed = self._follows.get(task_id)
+            if followed is not None and followed[1] is asyncio.current_task():
+                del self._follows[task_id]
+
+    async def _still_running(self, task_id: str) -> bool:
+        """Whether the task is interrupted or its run's lease is held."""
+        rows = await self._fetch(
+            "SELECT state, runner, lease_until FROM a2a_tasks WHERE task_id = $1", task_id
+        )
+        if not rows:
+            return False
+        state, runner, lease_until = rows[0]
+        if state in INTERRUPTED:
+            return True
+        return state in ACTIVE and bool(runner) and lease_until > self._clock()
+
     # --- one run per context across processes ---------------------------------------
 
     async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
@@ -499,10 +684,15 @@ class PostgresTaskStore(TaskStore):
         )  # fmt: skip
         if rows:
             self._leased.add(task_id)
+            self._seq[task_id] = int(rows[0]["event_seq"] or 0)  # the run's events follow
+            followed = self._follows.pop(task_id, None)
+            if followed is not None:  # the run is here now: its events reach the hub directly
+                followed[1].cancel()
         return bool(rows)
 
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
         self._leased.discard(task_id)
+        self._seq.pop(task_id, None)
         await self._fetch(
             "DELETE FROM a2a_contexts"
             " WHERE workspace = $1 AND caller = $2 AND context_id = $3 AND task_id = $4",

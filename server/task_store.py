@@ -64,6 +64,9 @@ class TaskRecord:
     #: Set by a store shared by several processes (PostgreSQL) when another live
     #: process holds the task's run lease: its run is not lost, so it is not recovered.
     held_elsewhere: bool = False
+    #: How many stream events of the task the stored task reflects (a store that
+    #: shares events between processes; 0 otherwise).
+    event_seq: int = 0
 
 
 class TaskSummary:
@@ -115,6 +118,8 @@ class TaskStore(abc.ABC):
     """
 
     durable: bool = True
+    #: Whether stream events go through the store to subscribers in other processes.
+    shares_events: bool = False
 
     @abc.abstractmethod
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
@@ -195,6 +200,20 @@ class TaskStore(abc.ABC):
 
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:  # noqa: B027
         """Give back a claim whose run did not start."""
+
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> None:  # noqa: B027
+        """(``shares_events`` stores) An event of a run of this process, for the
+        subscribers of other processes; ``state`` is set for status events."""
+
+    def follow(  # noqa: B027
+        self,
+        task_id: str,
+        after_seq: int,
+        deliver: Callable[[list[pb.StreamResponse] | None], bool],
+    ) -> None:
+        """(``shares_events`` stores) Call ``deliver`` with the events of ``task_id``
+        after ``after_seq``, in order, as another process logs them, until it returns
+        False; ``deliver(None)`` when the run's process is gone (its lease expired)."""
 
     async def request_cancel(self, task_id: str) -> bool:
         """Ask the process running ``task_id`` to cancel it; False when the store is not

@@ -6,14 +6,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.protocol.errors import UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
-from ..lifecycle import KNOWN_STATES, task_view, timestamp_ns, valid_id
+from ..lifecycle import KNOWN_STATES, TERMINAL, task_view, timestamp_ns, valid_id
 from ..task_store import TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length
 from .state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, EngineState, invalid, not_found
+
+#: Why a subscription to a run in another process ended: that process stopped.
+RUN_LOST = "The gateway running this task stopped; resubscribe to read its outcome."
 
 
 class Reads:
@@ -137,6 +141,25 @@ class Reads:
         finally:
             self._state.leave(task_id, subscriber)
 
+    def _deliver(self, task_id: str, events: list[pb.StreamResponse] | None) -> bool:
+        """Events of a run in another process (a shared store), to this process's
+        subscribers of the task; False once nobody here listens (or the run is here)."""
+        hub = self._state.hubs.get(task_id)
+        if hub is None or not hub.subscribers or task_id in self._state.runs:
+            return False
+        if events is None:  # its process is gone: a resubscribe reads the recovered task
+            hub.close(UnavailableError(RUN_LOST))
+            del self._state.hubs[task_id]
+            return False
+        for event in events:
+            state = event.status_update.status.state if event.HasField("status_update") else None
+            hub.publish(event, state)
+            if state in TERMINAL:
+                hub.close()
+                del self._state.hubs[task_id]
+                return False
+        return True
+
     async def _join(
         self, caller: Caller, task_id: str, subscriber: Subscriber
     ) -> pb.StreamResponse:
@@ -152,7 +175,12 @@ class Reads:
                     if record is None:
                         raise not_found(task_id)
                     check_not_terminal(record.task)
+                    followed = task_id in self._state.hubs
                     self._state.subscribe(task_id, subscriber)
+                    if self._state.shared_events and not followed:
+                        self._state.store.follow(
+                            task_id, record.event_seq, lambda events: self._deliver(task_id, events)
+                        )
                     return pb.StreamResponse(task=task_view(record.task))
         check_not_terminal(run.record.task)
         self._state.subscribe(task_id, subscriber)

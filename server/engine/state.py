@@ -146,6 +146,7 @@ class EngineState:
         self.locks = KeyedLocks()
         self.tokens = PageTokens()
         self.closing = False
+        self.shared_events = store.shares_events  # events also go to other processes
 
     def live(self, caller: Caller, task_id: str) -> Run | None:
         """The caller's live run of ``task_id`` (another caller's is not found)."""
@@ -198,17 +199,21 @@ class EngineState:
         if record.push_configs:
             self.notify(record)
         hub = self.hubs.get(task.id)
-        if hub is None:
+        shared = self.shared_events
+        if hub is None and not shared:
             return
         state = task.status.state
-        if hub.subscribers:
+        if shared or (hub is not None and hub.subscribers):
             event = pb.StreamResponse()
             update = event.status_update
             update.task_id = task.id
             update.context_id = task.context_id
             update.status.CopyFrom(task.status)
-            hub.publish(event, state)
-        if state in TERMINAL:
+            if shared:
+                self.store.log_event(task.id, event, state)
+            if hub is not None and hub.subscribers:
+                hub.publish(event, state)
+        if hub is not None and state in TERMINAL:
             hub.close()
             del self.hubs[task.id]
 

@@ -257,7 +257,8 @@ class Runner:
             artifact = task.artifacts[run.response_index]
         artifact.parts.add(text=chunk.text)
         hub = self._state.hubs.get(task.id)
-        if hub is not None and hub.subscribers:
+        shared = self._state.shared_events
+        if shared or (hub is not None and hub.subscribers):
             event = pb.StreamResponse()  # built in place: no copies
             update = event.artifact_update
             update.task_id = task.id
@@ -267,7 +268,10 @@ class Runner:
             update.artifact.artifact_id = artifact.artifact_id
             update.artifact.name = RESPONSE_ARTIFACT
             update.artifact.parts.add(text=chunk.text)
-            hub.publish(event)
+            if shared:
+                self._state.store.log_event(task.id, event, None)
+            if hub is not None and hub.subscribers:
+                hub.publish(event)
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
         task = run.record.task
@@ -287,7 +291,8 @@ class Runner:
         else:
             task.artifacts.add().CopyFrom(incoming)
         hub = self._state.hubs.get(task.id)
-        if hub is not None and hub.subscribers:
+        shared = self._state.shared_events
+        if shared or (hub is not None and hub.subscribers):
             event = pb.StreamResponse()
             update = event.artifact_update
             update.task_id = task.id
@@ -295,7 +300,10 @@ class Runner:
             update.artifact.CopyFrom(incoming)
             update.append = append
             update.last_chunk = chunk.last_chunk
-            hub.publish(event)
+            if shared:
+                self._state.store.log_event(task.id, event, None)
+            if hub is not None and hub.subscribers:
+                hub.publish(event)
 
     async def finish(self, run: Run, state: int, text: str) -> None:
         """Store the run's final (terminal or interrupted) state, then show it."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.agent.base import Completed, Output, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol.errors import UnsupportedOperationError
 from a2a_gateway.server.engine import TaskEngine
@@ -20,7 +21,7 @@ from a2a_gateway.server.secret_box import SecretBox
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ...pg_support import Clock, fresh_database
-from .engine_helpers import ctx, request, send, state_name
+from .engine_helpers import WAIT_S, Scripted, collect, ctx, request, send, state_name
 
 LEASE_S = 10.0
 
@@ -89,3 +90,37 @@ async def test_one_run_per_context_across_engines(
     started = [o for o in outcomes if isinstance(o, pb.SendMessageResponse)]
     assert (len(busy), len(started)) == (1, 1), outcomes
     assert len(a.live_task_ids()) + len(b.live_task_ids()) == 1
+
+
+async def test_a_subscriber_on_the_other_engine_gets_every_event_in_order(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    go = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        yield TextChunk("c0-")
+        await go.wait()
+        for n in range(1, 40):
+            yield TextChunk(f"c{n}-")
+        yield Completed("done")
+
+    a = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    b = TaskEngine(FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    try:
+        task = await send(a, "go", return_immediately=True)
+        stream = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+        async with asyncio.timeout(WAIT_S):
+            first = await anext(stream)
+        go.set()
+        events = [first, *await collect(stream)]
+    finally:
+        await a.aclose()
+        await b.aclose()
+    assert events[0].HasField("task")
+    text = "".join(p.text for art in events[0].task.artifacts for p in art.parts)
+    for event in events[1:]:
+        if event.HasField("artifact_update"):
+            text += "".join(p.text for p in event.artifact_update.artifact.parts)
+    assert text == "".join(f"c{n}-" for n in range(40))
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
