@@ -3,8 +3,8 @@
 Two gateways (in this process, each with its own pool) on one database and one
 workspace: a task sent to one is read, listed and found again by its messageId on the
 other, and cancelled from the other; the task lives in the database, not in task
-files. A gateway process killed
-with SIGKILL mid-run: the other reports the run working while the lease lasts, then
+files. With gateway A a real process: a subscriber on B sees A's run to its end; A
+killed with SIGKILL mid-run: the other reports the run working while the lease lasts, then
 failed "server restarted". Start-up mistakes through the real command exit 2 with one
 line that never holds the URL or its password.
 """
@@ -12,6 +12,7 @@ line that never holds the URL or its password.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -128,9 +129,12 @@ async def test_cancel_on_one_gateway_stops_the_run_on_the_other(
     assert seen["status"]["state"] == "TASK_STATE_CANCELED"
 
 
-async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(
-    tmp_path: Path, database: str
-) -> None:
+@contextlib.asynccontextmanager
+async def process_and_gateway(
+    tmp_path: Path, database: str, lease_s: float
+) -> AsyncIterator[tuple[ServerProcess, Driver, Driver]]:
+    """Gateway A as a real process, gateway B in this one, on one database and workspace;
+    a JSON-RPC driver for each."""
     workspace = tmp_path / "ws"
     (workspace / ".a2a").mkdir(parents=True)
     (workspace / ".a2a" / "callers.json").write_text(
@@ -140,39 +144,65 @@ async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
                "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
                "--store", "postgres", "--database-url", database,
-               "--database-lease", "1"]  # fmt: skip
+               "--database-lease", str(lease_s)]  # fmt: skip
     card = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
     a = ServerProcess("pg-replica-a", command, tmp_path, card, grpc_port=None)
-    b = Gateway(resolve({**settings(workspace, database), "database_lease": 1.0}, environ={}))
+    b = Gateway(resolve({**settings(workspace, database), "database_lease": lease_s}, environ={}))
     a.start()
     try:
         await b.start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{b.grpc_port}")
-            on_a = Driver("jsonrpc", http, f"http://127.0.0.1:{port}", channel)
-            on_b = Driver("jsonrpc", http, f"http://127.0.0.1:{b.http_port}", channel)
-            request = {**send("hold:60"), "configuration": {"returnImmediately": True}}
-            task = (await on_a.call("SendMessage", request))["task"]
-            # Longer than the lease: A renews it, so B leaves the run alone.
-            await asyncio.sleep(1.5)
-            seen = await on_b.call("GetTask", {"id": task["id"]})
-            assert seen["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
-            assert a.proc is not None
-            a.proc.kill()  # SIGKILL: no final state written, no lease released
-            a.proc.wait(30)
-            a.proc = None
-            deadline = time.monotonic() + KILLED_WAIT_S
-            while True:
-                seen = await on_b.call("GetTask", {"id": task["id"]})
-                if seen["status"]["state"] == "TASK_STATE_FAILED" or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.2)
-            await channel.close()
-        assert seen["status"]["state"] == "TASK_STATE_FAILED"
-        assert seen["status"]["message"]["parts"][0]["text"] == "server restarted"
+            try:
+                yield (
+                    a,
+                    Driver("jsonrpc", http, f"http://127.0.0.1:{port}", channel),
+                    Driver("jsonrpc", http, f"http://127.0.0.1:{b.http_port}", channel),
+                )
+            finally:
+                await channel.close()
     finally:
-        a.stop()
+        complaint = a.stop()
         await b.stop()
+    assert complaint is None, complaint
+
+
+async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(
+    tmp_path: Path, database: str
+) -> None:
+    async with process_and_gateway(tmp_path, database, 1.0) as (a, on_a, on_b):
+        request = {**send("hold:60"), "configuration": {"returnImmediately": True}}
+        task = (await on_a.call("SendMessage", request))["task"]
+        # Longer than the lease: A renews it, so B leaves the run alone.
+        await asyncio.sleep(1.5)
+        seen = await on_b.call("GetTask", {"id": task["id"]})
+        assert seen["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+        assert a.proc is not None
+        a.proc.kill()  # SIGKILL: no final state written, no lease released
+        a.proc.wait(30)
+        a.proc = None
+        deadline = time.monotonic() + KILLED_WAIT_S
+        while True:
+            seen = await on_b.call("GetTask", {"id": task["id"]})
+            if seen["status"]["state"] == "TASK_STATE_FAILED" or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    assert seen["status"]["state"] == "TASK_STATE_FAILED"
+    assert seen["status"]["message"]["parts"][0]["text"] == "server restarted"
+
+
+async def test_a_subscriber_on_one_gateway_sees_the_run_on_the_other_end(
+    tmp_path: Path, database: str
+) -> None:
+    async with process_and_gateway(tmp_path, database, 30.0) as (_, on_a, on_b):
+        request = {**send("hold:2"), "configuration": {"returnImmediately": True}}
+        task = (await on_a.call("SendMessage", request))["task"]
+        events = await on_b.stream("SubscribeToTask", {"id": task["id"]})
+    assert events[0]["task"]["id"] == task["id"]
+    assert events[0]["task"]["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    states = [e["statusUpdate"]["status"]["state"] for e in events[1:] if "statusUpdate" in e]
+    assert states[-1] == "TASK_STATE_COMPLETED"
+    assert len(states) == len(set(states))  # each status once
 
 
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
