@@ -276,8 +276,9 @@ async def test_restart_mid_watch_delivers(llm: FakeLLM, workspace_b: Path) -> No
     await read_until(
         process, f'FOLLOW-UP:\n[A2A result from "assistant-a", task {task_id} (completed)]'
     )
+    # The record goes once the delivery was taken, which may be just after the print.
+    await eventually(lambda: pending(workspace_b) == [])
     await end_chat(process)
-    assert pending(workspace_b) == []
 
 
 async def test_push_watch_with_a_public_url(llm: FakeLLM, workspace_b: Path) -> None:
@@ -306,8 +307,9 @@ async def test_push_watch_with_a_public_url(llm: FakeLLM, workspace_b: Path) -> 
     assert record["pushToken"] and len(record["pushToken"]) >= 43
     # No stream and no poll within 10 minutes: only A's push can wake the watch now.
     await read_until(process, f'FOLLOW-UP:\n[A2A result from "assistant-a", task {task_id}')
+    # The record goes once the delivery was taken, which may be just after the print.
+    await eventually(lambda: pending(workspace_b) == [])
     await end_chat(process)
-    assert pending(workspace_b) == []
 
 
 def test_chat_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
