@@ -3,7 +3,9 @@
 A token is ``base64url(mac || cursor)`` where the MAC (HMAC-SHA256, truncated to 16
 bytes) covers the cursor and the query it belongs to (caller, filters). A forged
 token, one issued for another query or caller, or one from an earlier server process
-(the key is random per engine) is refused with InvalidParams, never read as "no token".
+(the key is random per engine, unless ``shared`` gives one: a store shared by several
+processes, so a token from one is read by the others) is refused with InvalidParams,
+never read as "no token".
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import binascii
 import hashlib
 import hmac
 import os
+from collections.abc import Callable
 
 from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError
 
@@ -20,8 +23,11 @@ _MAC_BYTES = 16
 
 
 class PageTokens:
-    def __init__(self, key: bytes | None = None) -> None:
+    def __init__(
+        self, key: bytes | None = None, *, shared: Callable[[], bytes | None] | None = None
+    ) -> None:
         self._key = key or os.urandom(32)
+        self._shared = shared  # the key of every process on a shared store, once known
 
     def issue(self, cursor: str, query: str) -> str:
         payload = cursor.encode()
@@ -42,5 +48,6 @@ class PageTokens:
         return payload.decode()
 
     def _mac(self, payload: bytes, query: str) -> bytes:
-        mac = hmac.new(self._key, payload + b"\x00" + query.encode(), hashlib.sha256)
+        key = (self._shared() if self._shared is not None else None) or self._key
+        mac = hmac.new(key, payload + b"\x00" + query.encode(), hashlib.sha256)
         return mac.digest()[:_MAC_BYTES]

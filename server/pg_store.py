@@ -49,6 +49,9 @@ order, when a NOTIFY names the task (:meth:`follow`); once a lease without news 
 checks that the run still has a live runner. Events of tasks settled more than
 ``event_keep_s`` ago are pruned with the lease renewals.
 
+ListTasks page tokens are signed with a key kept in ``a2a_keys`` (made by the first
+process), so a token issued by one process is read by every other.
+
 CancelTask of a run held by another process is sent to it as ``NOTIFY a2a_cancel``
 (payload: the task id); every process LISTENs on its own connection and cancels the
 run if it is its own (the engine's handler, :meth:`on_cancel_request`).
@@ -66,6 +69,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -91,7 +95,7 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4  # 2: run leases; 3: context claims; 4: event log
+SCHEMA_VERSION = 5  # 2: run leases; 3: context claims; 4: event log; 5: keys
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
@@ -161,6 +165,9 @@ MIGRATIONS: tuple[str, ...] = (
       seq bigint NOT NULL,
       event bytea NOT NULL,
       PRIMARY KEY(task_id, seq));
+    """,
+    """
+    CREATE TABLE a2a_keys(name text PRIMARY KEY, value bytea NOT NULL);
     """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -283,6 +290,7 @@ class PostgresTaskStore(TaskStore):
         self._renewer: asyncio.Task[None] | None = None
         self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel
         self._cancel_handler: Callable[[str], None] | None = None
+        self._page_key: bytes | None = None
         self.event_keep_s = event_keep_s
         self._seq: dict[str, int] = {}  # runs of this process: their last event's number
         self._outbox: list[tuple[str, int, bytes]] = []
@@ -333,6 +341,7 @@ class PostgresTaskStore(TaskStore):
             except BaseException:
                 await pool.close()
                 raise
+            self._page_key = await self._read_page_key(pool)
             await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
             await listener.add_listener(EVENTS_CHANNEL, self._on_event)
             self._listener = listener
@@ -698,6 +707,23 @@ class PostgresTaskStore(TaskStore):
             " WHERE workspace = $1 AND caller = $2 AND context_id = $3 AND task_id = $4",
             owner.workspace, owner.name, context_id, task_id,
         )  # fmt: skip
+
+    # --- page tokens -----------------------------------------------------------------
+
+    def page_token_key(self) -> bytes | None:
+        return self._page_key
+
+    async def _read_page_key(self, pool: asyncpg.Pool) -> bytes:
+        """The database's page-token key (made by the first process that asks)."""
+        async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
+            await conn.execute(
+                "INSERT INTO a2a_keys(name, value) VALUES ('page_tokens', $1)"
+                " ON CONFLICT DO NOTHING",
+                os.urandom(32),
+            )
+            return bytes(
+                await conn.fetchval("SELECT value FROM a2a_keys WHERE name = 'page_tokens'")
+            )
 
     # --- cancellation across processes ----------------------------------------------
 

@@ -215,6 +215,11 @@ class TaskStore(abc.ABC):
         after ``after_seq``, in order, as another process logs them, until it returns
         False; ``deliver(None)`` when the run's process is gone (its lease expired)."""
 
+    def page_token_key(self) -> bytes | None:
+        """The page-token key every process on a shared store uses (None: each
+        engine has its own)."""
+        return None
+
     async def request_cancel(self, task_id: str) -> bool:
         """Ask the process running ``task_id`` to cancel it; False when the store is not
         shared (no other process can be running it)."""

@@ -144,7 +144,7 @@ class EngineState:
         self.busy: dict[ContextKey, str] = {}
         self.hubs: dict[str, Hub] = {}
         self.locks = KeyedLocks()
-        self.tokens = PageTokens()
+        self.tokens = PageTokens(shared=store.page_token_key)
         self.closing = False
         self.shared_events = store.shares_events  # events also go to other processes
 
