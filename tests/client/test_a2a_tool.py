@@ -287,16 +287,26 @@ async def test_cancel_when_unreachable_rearms_the_watch(workspace: Path, tmp_pat
         text = await call(tool, workspace, action="send", agent="c", message="hold:100")
         task_id, _ = ids(text)
         watch_id = registry.watches()[0].record.watchId
-    try:
-        with pytest.raises(ToolError) as failed:
-            await tool.call({"action": "cancel", "agent": "c", "taskId": task_id}, ctx(workspace))
-        message = str(failed.value)
-        assert message.startswith('Could not reach agent "c": ')
-        assert message.endswith("The task is still watched.")
-        assert [w.record.watchId for w in registry.watches()] == [watch_id]
-        assert [r.watchId for r in read_pending(workspace)] == [watch_id]
-    finally:
-        await registry.aclose()
+        # The agent "moves" where nothing answers (agents.json is read on every call). The
+        # gateway itself stays up: stopping it would cancel the task, and a watch that
+        # sees it settle ends, which is not the case under test.
+        write_agents(
+            workspace,
+            [{"name": "c", "url": f"http://127.0.0.1:{closed_port()}/", "key": REMOTE_KEY,
+              "allow_private": True}],
+        )  # fmt: skip
+        try:
+            with pytest.raises(ToolError) as failed:
+                await tool.call(
+                    {"action": "cancel", "agent": "c", "taskId": task_id}, ctx(workspace)
+                )
+            message = str(failed.value)
+            assert message.startswith('Could not reach agent "c": ')
+            assert message.endswith("The task is still watched.")
+            assert [w.record.watchId for w in registry.watches()] == [watch_id]
+            assert [r.watchId for r in read_pending(workspace)] == [watch_id]
+        finally:
+            await registry.aclose()
 
 
 async def test_errors(tool: A2ATool, workspace: Path, remote: Gateway) -> None:
