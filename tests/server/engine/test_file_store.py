@@ -267,9 +267,14 @@ async def test_a_run_that_never_suspends_is_written_once(tmp_path: Path) -> None
     try:
         tasks = await asyncio.gather(*(send(engine, f"hi {i}") for i in range(20)))
         events = await collect(engine.send_streaming_message(request("chunks:50"), ctx()))
-        await asyncio.sleep(0.1)  # past the flusher's delay
-        assert all(store.writes[t.id] == ["COMPLETED"] for t in tasks)
-        assert store.writes[events[0].task.id] == ["COMPLETED"]
+        ids = [t.id for t in tasks] + [events[0].task.id]
+        # The flusher writes lazily: wait (bounded) until every task was written, then
+        # a little longer, so a second write would have come by then too.
+        async with asyncio.timeout(10):
+            while not all(store.writes.get(i) for i in ids):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert {i: store.writes[i] for i in ids} == {i: ["COMPLETED"] for i in ids}
     finally:
         await engine.aclose()
 
