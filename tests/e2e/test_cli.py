@@ -302,16 +302,17 @@ async def test_auth_failures_exit_3_and_never_print_the_key(url: str) -> None:
 
 
 async def test_unreachable_and_timeout_exit_4(url: str) -> None:
+    # 3 s, not less: the card and the send must get through within it on a loaded machine.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
         unreachable, slow = await asyncio.gather(
-            cli("card", closed), cli("send", url, "hold:20", "--timeout", "0.5")
+            cli("card", closed), cli("send", url, "hold:20", "--timeout", "3")
         )
     assert unreachable.code == 4
     assert "Could not reach" in unreachable.stderr
     assert slow.code == 4
-    assert "did not answer within 0.5 s" in slow.stderr
+    assert "did not answer within 3 s" in slow.stderr
     # The task goes on: the hints say how to follow it or stop it.
     task_id = slow.stderr.splitlines()[0].removeprefix("task ")
     assert f"follow it: a2a-gateway subscribe {url} {task_id}" in slow.stderr
