@@ -238,6 +238,16 @@ class TracebackWatch(logging.Handler):
             return
         if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
             return  # a task cancelled while a test tears its servers down: no fault
+        if (
+            record.name == "asyncio"
+            and record.exc_info
+            and isinstance(record.exc_info[1], RuntimeError)
+            and "PollerCompletionQueue" in record.getMessage()
+        ):
+            # grpc.aio's process-wide poller waking the loop of an earlier test, which
+            # pytest-asyncio has closed ("Event loop is closed"): an artefact of one loop
+            # per test, not a fault of the test that happens to be running.
+            return
         kind = ""
         if record.exc_info and record.exc_info[0] is not None:
             kind = f" ({record.exc_info[0].__name__})"
