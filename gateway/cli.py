@@ -9,7 +9,7 @@ import gc
 import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -76,43 +76,53 @@ def _add_settings(parser: argparse.ArgumentParser, table: tuple[Setting, ...]) -
         parser.add_argument(setting.flag, **kwargs)
 
 
-def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser(
-        "serve",
-        help="host an agent over JSON-RPC, HTTP+JSON and gRPC",
-        description="Host an agent over JSON-RPC, HTTP+JSON and gRPC. Every setting can"
-        " also be given as A2A_GATEWAY_<NAME> in the environment or in the --config file.",
+def _add_host(sub: Any, name: str, table: tuple[Setting, ...], help_text: str, about: str) -> Any:
+    """A verb that runs a host process, with one flag per setting of ``table`` and a
+    ``--config`` TOML file whose table is named after the verb."""
+    parser = sub.add_parser(
+        name,
+        help=help_text,
+        description=f"{about} Every setting can also be given as A2A_GATEWAY_<NAME> in the"
+        f" environment or in the --config file ([{name}] table).",
     )
-    serve.add_argument("--config", type=Path, help="TOML file ([serve] table)")
-    _add_settings(serve, SETTINGS)
+    parser.add_argument("--config", type=Path, help=f"TOML file ([{name}] table)")
+    _add_settings(parser, table)
+    return parser
+
+
+def _add_serve(sub: Any) -> None:
+    _add_host(
+        sub,
+        "serve",
+        SETTINGS,
+        "host an agent over JSON-RPC, HTTP+JSON and gRPC",
+        "Host an agent over JSON-RPC, HTTP+JSON and gRPC.",
+    )
 
 
 def _add_telegram(sub: Any) -> None:
-    telegram = sub.add_parser(
+    _add_host(
+        sub,
         "telegram",
-        help="run the assistant as a Telegram bot (A2A on the side with --a2a)",
-        description="Run the owner's assistant as a Telegram bot: each allowed user's chat"
-        " is an owner with a workspace under --workspaces-root. The token comes from"
-        " TELEGRAM_BOT_TOKEN only. Every setting can also be given as A2A_GATEWAY_<NAME>"
-        " in the environment or in the --config file ([telegram] table).",
+        TELEGRAM_SETTINGS,
+        "run the assistant as a Telegram bot (A2A on the side with --a2a)",
+        "Run the owner's assistant as a Telegram bot: each allowed user's chat is an owner"
+        " with a workspace under --workspaces-root. The token comes from TELEGRAM_BOT_TOKEN"
+        " only.",
     )
-    telegram.add_argument("--config", type=Path, help="TOML file ([telegram] table)")
-    _add_settings(telegram, TELEGRAM_SETTINGS)
 
 
 def _add_chat(sub: Any) -> None:
-    chat = sub.add_parser(
+    chat = _add_host(
+        sub,
         "chat",
-        help="talk to the owner's assistant in the terminal (with the a2a tool)",
-        description="The owner's own conversation with the assistant (scope local-owner):"
-        " a line on stdin is a message; results of watched remote tasks arrive as"
-        " follow-ups. --message runs one turn and exits. Same LLM settings as serve --llm;"
-        " every setting can also be given as A2A_GATEWAY_<NAME> or in the --config file"
-        " ([chat] table).",
+        CHAT_SETTINGS,
+        "talk to the owner's assistant in the terminal (with the a2a tool)",
+        "The owner's own conversation with the assistant (scope local-owner): a line on"
+        " stdin is a message; results of watched remote tasks arrive as follow-ups."
+        " --message runs one turn and exits. Same LLM settings as serve --llm.",
     )
-    chat.add_argument("--config", type=Path, help="TOML file ([chat] table)")
     chat.add_argument("--message", help="run this one message, print the answer and exit")
-    _add_settings(chat, CHAT_SETTINGS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,13 +144,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
-    flags = {s.name: getattr(args, s.name) for s in SETTINGS}
+def _host_settings(
+    args: argparse.Namespace, table: tuple[Setting, ...], section: str
+) -> Settings | int:
+    """The verb's settings from its three sources, logging set up; or the exit status of
+    a settings mistake (reported in one line)."""
+    flags = {s.name: getattr(args, s.name) for s in table}
     try:
-        settings = resolve(flags, config_file=args.config)
+        settings = resolve(flags, config_file=args.config, table=table, section=section)
     except SettingsError as exc:
         return report(exc)
     setup_logging(settings["log_level"], settings["log_format"])
+    return settings
+
+
+def _run_host(main: Coroutine[Any, Any, int]) -> int:
+    """Run a host until it ends: a start-up mistake is one line (exit 2), Ctrl-C is 0."""
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(main)
+    except StartupError as exc:
+        return report(exc)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = _host_settings(args, SETTINGS, "serve")
+    if isinstance(settings, int):
+        return settings
     from a2a_gateway.server.config import is_loopback  # after grpc_env (it imports grpc)
 
     if settings["allow_anonymous"] and not is_loopback(settings["host"]):
@@ -158,51 +190,25 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     tune_gc()
-    try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(run_server(settings))
-    except StartupError as exc:
-        return report(exc)
-    except KeyboardInterrupt:
-        return 0
+    return _run_host(run_server(settings))
 
 
 def _telegram(args: argparse.Namespace) -> int:
-    flags = {s.name: getattr(args, s.name) for s in TELEGRAM_SETTINGS}
-    try:
-        settings = resolve(
-            flags, config_file=args.config, table=TELEGRAM_SETTINGS, section="telegram"
-        )
-    except SettingsError as exc:
-        return report(exc)
-    setup_logging(settings["log_level"], settings["log_format"])
+    settings = _host_settings(args, TELEGRAM_SETTINGS, "telegram")
+    if isinstance(settings, int):
+        return settings
     from .telegram_cmd import run_telegram  # imports python-telegram-bot: only when used
 
-    try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(run_telegram(settings))
-    except StartupError as exc:
-        return report(exc)
-    except KeyboardInterrupt:
-        return 0
+    return _run_host(run_telegram(settings))
 
 
 def _chat(args: argparse.Namespace) -> int:
-    flags = {s.name: getattr(args, s.name) for s in CHAT_SETTINGS}
-    try:
-        settings = resolve(flags, config_file=args.config, table=CHAT_SETTINGS, section="chat")
-    except SettingsError as exc:
-        return report(exc)
-    setup_logging(settings["log_level"], settings["log_format"])
+    settings = _host_settings(args, CHAT_SETTINGS, "chat")
+    if isinstance(settings, int):
+        return settings
     from .chat import run_chat
 
-    try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(run_chat(settings, message=args.message))
-    except StartupError as exc:
-        return report(exc)
-    except KeyboardInterrupt:
-        return 0
+    return _run_host(run_chat(settings, message=args.message))
 
 
 #: Young-generation threshold for a serving process (CPython's default is 700).
