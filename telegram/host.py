@@ -193,8 +193,12 @@ class TelegramHost:
             raise web.HTTPForbidden()
         try:
             data = await request.json()
+            if not isinstance(data, dict):
+                raise TypeError("an update is a JSON object")
             update = Update.de_json(data, self.bot)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):
+            # python-telegram-bot reads a malformed update with whatever error its
+            # attribute access hits: every one of them is the sender's mistake.
             raise web.HTTPBadRequest() from None
         await self.application.update_queue.put(update)
         return web.Response()

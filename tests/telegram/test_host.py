@@ -219,6 +219,11 @@ async def test_webhook_mode_checks_the_secret_token(
                 for headers in ({}, {SECRET_HEADER: "wrong"}):
                     async with session.post(url, json=update, headers=headers) as response:
                         assert response.status == 403
+                for bad in (b"[1, 2]", b'"x"', b"{not json", b'{"update_id": 1, "message": 5}',
+                            b'{"update_id": 1, "message": {"chat": 3}}'):  # fmt: skip
+                    headers = {SECRET_HEADER: secret, "Content-Type": "application/json"}
+                    async with session.post(url, data=bad, headers=headers) as response:
+                        assert response.status == 400, bad
                 await asyncio.sleep(0.2)
                 assert llm.requests == []
                 async with session.post(url, json=update, headers={SECRET_HEADER: secret}) as r:
