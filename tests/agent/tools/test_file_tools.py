@@ -64,6 +64,9 @@ async def test_fifos_and_folders_are_not_regular_files(workspace: Path) -> None:
     await refused(SendFile(), workspace, "not a regular file", path="pipe")
     await refused(WriteFile(), workspace, "not a regular file", path="pipe", content="x")
     await refused(ReadFile(), workspace, "not a regular file", path=".")
+    (workspace / "folder").mkdir()
+    await refused(ReadFile(), workspace, "not a regular file", path="folder")
+    await refused(SendFile(), workspace, "not a regular file", path="folder")
 
 
 async def test_read_write_list_send_inside(workspace: Path) -> None:
