@@ -34,6 +34,9 @@ TERMINAL_STATES = frozenset(
     }
 )
 INTERRUPTED_STATES = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
+#: Settled for a caller: terminal, or waiting for it (input/auth required). A 1.0 stream
+#: ends here, and the a2a tool and its watches report the task here.
+SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 
 
 def media_type(path: Path) -> str:

@@ -20,6 +20,7 @@ and, delivered later by a watch::
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +29,13 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.server.files import (
     DEFAULT_MAX_FILE_BYTES,
     INBOX_FOLDER,
+    clash_names,
     sanitize_filename,
     save_new_file,
 )
+
+from .agents_file import read_raw
+from .messages import INTERRUPTED_STATES, SETTLED_STATES
 
 #: Where a remote agent's files land, below the workspace: inbox/a2a/<agent>/.
 A2A_INBOX = "a2a"
@@ -40,17 +45,8 @@ STILL_RUNNING = (
 )
 STILL_WATCHED = "The task is still watched."
 
-SETTLED = frozenset(
-    {
-        pb.TASK_STATE_COMPLETED,
-        pb.TASK_STATE_FAILED,
-        pb.TASK_STATE_CANCELED,
-        pb.TASK_STATE_REJECTED,
-        pb.TASK_STATE_INPUT_REQUIRED,
-        pb.TASK_STATE_AUTH_REQUIRED,
-    }
-)
-ASKING = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
+SETTLED = SETTLED_STATES
+ASKING = INTERRUPTED_STATES
 
 
 def state_name(state: pb.TaskState.ValueType) -> str:
@@ -140,15 +136,35 @@ def save_task_files(
             if len(part.raw) > max_file_bytes:
                 skipped.append(filename)
                 continue
+            folders = (INBOX_FOLDER, A2A_INBOX, folder)
             try:
-                _, relative = save_new_file(
-                    workspace, (INBOX_FOLDER, A2A_INBOX, folder), filename, part.raw
-                )
+                relative = _saved_before(workspace, folders, filename, part.raw)
+                if relative is None:
+                    _, relative = save_new_file(workspace, folders, filename, part.raw)
             except OSError:
                 failed.append(filename)
                 continue
             saved.append(relative)
     return ReceivedFiles(tuple(saved), tuple(skipped), tuple(links), max_file_bytes, tuple(failed))
+
+
+def _saved_before(
+    workspace: Path, folders: tuple[str, ...], filename: str, data: bytes
+) -> str | None:
+    """The workspace-relative path of ``filename`` or one of its clash names (``-2``,
+    ``-3``, ...) already holding exactly ``data``, so a settled task asked about again
+    (``status``) does not pile up copies; None when there is none. Blocking I/O."""
+    folder = workspace.joinpath(*folders)
+    for candidate in clash_names(filename):
+        try:
+            info = (folder / candidate).lstat()
+        except FileNotFoundError:
+            return None  # names are taken in order: no later one exists either
+        if not stat.S_ISREG(info.st_mode) or info.st_size != len(data):
+            continue
+        if read_raw(folder / candidate, limit=len(data)) == data:
+            return "/".join([*folders, candidate])
+    return None
 
 
 def task_header(agent: str, task: pb.Task) -> str:

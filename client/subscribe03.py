@@ -28,22 +28,8 @@ from google.protobuf import message
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.errors import A2AError, UnsupportedOperationError
 
+from .messages import SETTLED_STATES, TERMINAL_STATES
 from .transport import CallOptions, Transport
-
-#: Where a 1.0 stream ends: terminal and interrupted states.
-_END_STATES = frozenset(
-    {
-        pb.TASK_STATE_COMPLETED,
-        pb.TASK_STATE_FAILED,
-        pb.TASK_STATE_CANCELED,
-        pb.TASK_STATE_REJECTED,
-        pb.TASK_STATE_INPUT_REQUIRED,
-        pb.TASK_STATE_AUTH_REQUIRED,
-    }
-)
-_TERMINAL_STATES = frozenset(
-    {pb.TASK_STATE_COMPLETED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELED, pb.TASK_STATE_REJECTED}
-)
 
 
 def _state_of(event: pb.StreamResponse) -> int | None:
@@ -64,7 +50,7 @@ async def subscribe_03(
     ``open_stream`` opens the transport's own 0.3 subscription."""
     get = pb.GetTaskRequest(id=request.id)
     task = await transport.unary("GetTask", get, pb.Task, options)
-    if task.status.state in _TERMINAL_STATES:
+    if task.status.state in TERMINAL_STATES:
         name = pb.TaskState.Name(task.status.state)
         raise UnsupportedOperationError(
             f"task {request.id} is already {name}: there is nothing to subscribe to"
@@ -78,7 +64,7 @@ async def subscribe_03(
         task = await transport.unary("GetTask", get, pb.Task, options)
         yield pb.StreamResponse(task=task)
         last: int = task.status.state
-        if last in _TERMINAL_STATES:
+        if last in TERMINAL_STATES:
             return
         try:
             async for event in _joined(opening, events):
@@ -92,13 +78,13 @@ async def subscribe_03(
                 if state is not None:
                     last = state
                 yield event
-                if last in _END_STATES:
+                if last in SETTLED_STATES:
                     return
         except A2AError:
             # Refused or broken before the end: the task may have ended meanwhile (a 0.3
             # server refuses a task that became terminal); otherwise it is the error.
             now = await transport.unary("GetTask", get, pb.Task, options)
-            if now.status.state not in _TERMINAL_STATES:
+            if now.status.state not in TERMINAL_STATES:
                 raise
         else:
             now = await transport.unary("GetTask", get, pb.Task, options)

@@ -108,7 +108,7 @@ def _truncate(name: str) -> str:
     return (cut or "file") + suffix
 
 
-def _candidates(name: str) -> Iterator[str]:
+def clash_names(name: str) -> Iterator[str]:
     """``name``, then ``stem-2.ext``, ``stem-3.ext``, ... and a random last resort."""
     yield name
     stem, suffix = _split_suffix(name)
@@ -307,7 +307,7 @@ def _write_new(folder: int, filename: str, data: bytes) -> str:
             write_all(fd, data)
         finally:
             os.close(fd)
-        for candidate in _candidates(filename):
+        for candidate in clash_names(filename):
             try:
                 os.link(tmp, candidate, src_dir_fd=folder, dst_dir_fd=folder)
             except FileExistsError:
@@ -469,6 +469,7 @@ __all__ = [
     "OutgoingFile",
     "OutgoingParts",
     "SavedFile",
+    "clash_names",
     "clean_media_type",
     "demo_file",
     "files_artifact",

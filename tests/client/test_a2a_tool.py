@@ -141,11 +141,22 @@ async def test_files_out_and_back(tool: A2ATool, workspace: Path, remote: Gatewa
     # The file went out: it is in A's inbox, under the caller's name.
     a_inbox = Path(remote.config.workspaces[0]) / "inbox" / "assistant-b" / "notes.txt"
     assert a_inbox.read_text() == "some notes"
-    # A clash gets -2.
+    # A clash with other bytes gets -2; the same bytes again are the file already saved.
     again = await call(
-        tool, workspace, action="send", agent="assistant-a", message="file:report.txt"
+        tool, workspace, action="send", agent="assistant-a", message="file:report.txt:50"
     )
     assert again.splitlines()[-1] == "Files: inbox/a2a/assistant-a/report-2.txt"
+    for _ in range(2):
+        status = await call(
+            tool, workspace, action="status", agent="assistant-a", taskId=ids(again)[0]
+        )
+        assert status == again
+    first = await call(
+        tool, workspace, action="send", agent="assistant-a", message="file:report.txt"
+    )
+    assert first.splitlines()[-1] == "Files: inbox/a2a/assistant-a/report.txt"
+    names = sorted(p.name for p in saved.parent.iterdir())
+    assert names == ["report-2.txt", "report.txt"]
 
 
 async def test_files_over_the_cap_are_skipped(workspace: Path) -> None:
