@@ -460,6 +460,10 @@ class _ChatSink:
         except BadRequest as exc:
             if "not modified" not in str(exc).lower():
                 log.warning("chat %s: an edit was refused: %s", self._chat_id, exc)
+        except (TelegramError, TimeoutError) as exc:
+            # An edit only shows progress: the next edit (or the final one) catches up,
+            # so a slow or failing Bot API must not end the turn.
+            log.warning("chat %s: an edit failed: %s", self._chat_id, type(exc).__name__)
 
 
 async def _call(make_call: Callable[[], Awaitable[Any]]) -> Any:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from .text import MAX_MESSAGE_CHARS, split_message
+
+log = logging.getLogger("a2a_gateway.telegram")
 
 #: Seconds between two edits of the live message.
 EDIT_INTERVAL = 1.0
@@ -105,7 +108,10 @@ class LiveReply:
 
     async def _delayed_write(self, wait: float) -> None:
         await self._sleep(wait)
-        await self._write()
+        try:
+            await self._write()
+        except Exception as exc:  # nobody awaits this task: say why, then let finish retry
+            log.warning("a streamed edit failed: %s", type(exc).__name__)
 
     async def _write(self) -> None:
         async with self._lock:

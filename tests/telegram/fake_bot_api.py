@@ -43,6 +43,7 @@ class FakeBotApi:
         self.files: dict[str, bytes] = {}  # file_id -> bytes (served by getFile + download)
         self.webhook: dict[str, Any] | None = None
         self.polls = 0  # getUpdates calls (not kept in ``calls``: there are many)
+        self.failing: set[str] = set()  # methods answered with a 500 (a Bot API outage)
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(100)
@@ -158,6 +159,11 @@ class FakeBotApi:
                 {"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401
             )
         method = request.match_info["method"]
+        if method in self.failing:
+            return web.json_response(
+                {"ok": False, "error_code": 500, "description": "Internal Server Error"},
+                status=500,
+            )
         params, files = await _read_params(request)
         call = Call(method, params, files)
         handler = getattr(self, f"_api_{method}", None)

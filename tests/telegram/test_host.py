@@ -252,3 +252,19 @@ async def test_tz_sets_the_chats_own_time_zone_for_follow_ups(
     assert "local time 2026-12-01 21:30 (Asia/Tokyo)" in user_texts(llm.requests[0])[-1]
     saved = json.loads((tmp_path / str(OWNER) / ".a2a" / "telegram.json").read_text())
     assert saved == {"time_zone": "Asia/Tokyo"}
+
+
+async def test_failing_edits_do_not_end_the_turn_or_the_chat(
+    bot_api: FakeBotApi, llm: FakeLLM, runtime: Runtime, tmp_path: Path
+) -> None:
+    bot_api.failing.add("editMessageText")
+    llm.script(Say(chunks=["first", " part"]), Say("second answer"))
+    async with host(bot_api, tmp_path, runtime) as running:
+        await bot_api.push_text(OWNER, "one")
+        await bot_api.push_text(OWNER, "two")
+        await bot_api.wait_for(lambda api: "second answer" in api.chat_text(OWNER))
+        await running.wait_idle(OWNER)
+    # The first answer shows what its first send carried; the edits that failed did not
+    # stop the turn (the model was asked both times) nor the next one.
+    assert bot_api.chat_text(OWNER)[0] == "first"
+    assert len(llm.requests) == 2
