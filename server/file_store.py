@@ -82,7 +82,7 @@ from .files import INBOX_FOLDER
 from .lifecycle import valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_index import INDEX_NAME, RECONCILE_WAIT_ROWS, Parsed, TaskIndex
-from .task_store import TaskFilter, TaskRecord, TaskStore, TaskSummary
+from .task_store import Listing, TaskFilter, TaskRecord, TaskStore, TaskSummary, Window
 
 log = logging.getLogger(__name__)
 
@@ -453,15 +453,8 @@ class WorkspaceTaskStore(TaskStore):
         except OSError:
             return True
 
-    async def listing(
-        self,
-        owner: Caller,
-        flt: TaskFilter,
-        cursor: tuple[int, str] | None,
-        limit: int,
-        task_ids: Sequence[str] = (),
-    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
-        return await self._start().listing(owner, flt, cursor, limit, task_ids)
+    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
+        return await self._start().listing(owner, flt, window)
 
     async def active_ids(self, owner: Caller) -> list[str]:
         return await self._start().active_ids(owner)
@@ -695,15 +688,8 @@ class WorkspaceTaskStores(TaskStore):
     async def before_listing(self, owner: Caller) -> None:
         await self.store_for(owner).before_listing(owner)
 
-    async def listing(
-        self,
-        owner: Caller,
-        flt: TaskFilter,
-        cursor: tuple[int, str] | None,
-        limit: int,
-        task_ids: Sequence[str] = (),
-    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
-        return await self.store_for(owner).listing(owner, flt, cursor, limit, task_ids)
+    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
+        return await self.store_for(owner).listing(owner, flt, window)
 
     async def active_ids(self, owner: Caller) -> list[str]:
         return await self.store_for(owner).active_ids(owner)

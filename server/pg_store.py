@@ -72,7 +72,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -87,10 +87,12 @@ from .secret_box import SecretBox, SecretBoxError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
     DEFAULT_RETRY_KEYS,
+    Listing,
     TaskFilter,
     TaskRecord,
     TaskStore,
     TaskSummary,
+    Window,
 )
 
 log = logging.getLogger(__name__)
@@ -430,14 +432,8 @@ class PostgresTaskStore(TaskStore):
             task, owner, configs, versions, held_elsewhere=held, event_seq=row["event_seq"]
         )
 
-    async def listing(
-        self,
-        owner: Caller,
-        flt: TaskFilter,
-        cursor: tuple[int, str] | None,
-        limit: int,
-        task_ids: Sequence[str] = (),
-    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
+        cursor, limit, task_ids = window
         params: list[Any] = [owner.workspace, owner.name]
         conditions: list[str] = []
         _where(flt, conditions, params)

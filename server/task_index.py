@@ -59,7 +59,7 @@ from a2a_gateway.protocol.context import Caller
 
 from .atomic_files import is_stale_temp
 from .lifecycle import ACTIVE, TERMINAL, valid_id
-from .task_store import TaskFilter, TaskSummary
+from .task_store import Listing, TaskFilter, TaskSummary, Window
 
 log = logging.getLogger(__name__)
 
@@ -459,17 +459,11 @@ class TaskIndex:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("reader"), lambda: fn(self._thread_db()))
 
-    async def listing(
-        self,
-        owner: Caller,
-        flt: TaskFilter,
-        cursor: tuple[int, str] | None,
-        limit: int,
-        task_ids: Sequence[str] = (),
-    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
         """In one snapshot: up to ``limit`` of the owner's tasks matching ``flt`` after
         ``cursor`` (a (timestamp, id) position), newest first (timestamp, then id,
         descending); how many match in all; and the rows of ``task_ids``."""
+        cursor, limit, task_ids = window
         owner_id = self.owner_id(owner)
         page_sql = ["SELECT task_id, context_id, state, ts FROM tasks WHERE owner = ?"]
         page_params: list[Any] = [owner_id]

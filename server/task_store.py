@@ -35,6 +35,7 @@ import abc
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -69,6 +70,19 @@ class TaskRecord:
     event_seq: int = 0
 
 
+#: A place in the listing order: (status timestamp in ns, task id).
+Position = tuple[int, str]
+
+
+class Window(NamedTuple):
+    """Which part of a ListTasks answer to read: up to ``limit`` rows sorting after
+    ``cursor`` (``None``: from the newest), plus the stored rows of ``task_ids``."""
+
+    cursor: Position | None
+    limit: int
+    task_ids: Sequence[str] = ()
+
+
 class TaskSummary:
     """What ListTasks filters and sorts on, without loading the task."""
 
@@ -88,9 +102,14 @@ class TaskSummary:
         return f"TaskSummary({self.task_id!r}, state={self.state}, ts={self.timestamp_ns})"
 
     @property
-    def position(self) -> tuple[int, str]:
+    def position(self) -> Position:
         """Where it sorts: newest first is descending (timestamp, id)."""
         return (self.timestamp_ns, self.task_id)
+
+
+#: What ``TaskStore.listing`` answers: the page, how many match in all, and the
+#: stored summaries of the window's ``task_ids``.
+Listing = tuple[list[TaskSummary], int, list[TaskSummary]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +154,7 @@ class TaskStore(abc.ABC):
         """Called before each ListTasks: notice changes made behind the store's back."""
 
     @abc.abstractmethod
-    async def listing(
-        self,
-        owner: Caller,
-        flt: TaskFilter,
-        cursor: tuple[int, str] | None,
-        limit: int,
-        task_ids: Sequence[str] = (),
-    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
+    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
         """As one consistent reading of the stored tasks of ``owner``: up to ``limit``
         of those matching ``flt`` that sort after ``cursor`` (a (timestamp, id)
         position), newest first; how many match in all; and the stored summaries of
@@ -150,7 +162,7 @@ class TaskStore(abc.ABC):
 
     async def count(self, owner: Caller, flt: TaskFilter) -> int:
         """How many stored tasks of ``owner`` match ``flt``."""
-        return (await self.listing(owner, flt, None, 0))[1]
+        return (await self.listing(owner, flt, Window(None, 0)))[1]
 
     @abc.abstractmethod
     async def active_ids(self, owner: Caller) -> list[str]:
@@ -228,7 +240,7 @@ class TaskStore(abc.ABC):
     async def summaries(self, owner: Caller) -> list[TaskSummary]:
         """Every stored task of ``owner`` (costs the whole history; tests only)."""
         await self.before_listing(owner)
-        return (await self.listing(owner, TaskFilter(), None, 1 << 62))[0]
+        return (await self.listing(owner, TaskFilter(), Window(None, 1 << 62)))[0]
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources (nothing by default)."""
@@ -238,7 +250,7 @@ async def select_page(
     store: TaskStore,
     owner: Caller,
     flt: TaskFilter,
-    cursor: tuple[int, str] | None,
+    cursor: Position | None,
     limit: int,
     live: Mapping[str, TaskSummary],
 ) -> tuple[list[TaskSummary], int, bool]:
@@ -248,9 +260,8 @@ async def select_page(
     The store is asked for ``limit + 1 + len(live)`` rows after the cursor, so that
     dropping its rows of live tasks still leaves enough; the cost is the page plus the
     live runs, never the history."""
-    rows, total, stored_live = await store.listing(
-        owner, flt, cursor, limit + 1 + len(live), list(live)
-    )
+    window = Window(cursor, limit + 1 + len(live), list(live))
+    rows, total, stored_live = await store.listing(owner, flt, window)
     live_matching = [s for s in live.values() if flt.matches(s)]
     total += len(live_matching) - sum(1 for s in stored_live if flt.matches(s))
     merged = [s for s in rows if s.task_id not in live]
@@ -318,15 +329,9 @@ class MemoryTaskStore(TaskStore):
     def _of(self, owner: Caller, flt: TaskFilter) -> Iterable[_Entry]:
         return (e for e in self._tasks.values() if e.owner == owner and flt.matches(e))
 
-    async def listing(
-        self,
-        owner: Caller,
-        flt: TaskFilter,
-        cursor: tuple[int, str] | None,
-        limit: int,
-        task_ids: Sequence[str] = (),
-    ) -> tuple[list[TaskSummary], int, list[TaskSummary]]:
-        matching = [e for e in self._tasks.values() if e.owner == owner and flt.matches(e)]
+    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
+        cursor, limit, task_ids = window
+        matching = list(self._of(owner, flt))
         after = matching if cursor is None else [e for e in matching if e.position < cursor]
         page: list[TaskSummary] = heapq.nlargest(limit, after, key=lambda e: e.position)
         found = (self._tasks.peek(task_id) for task_id in task_ids)

@@ -11,7 +11,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
 from ..lifecycle import KNOWN_STATES, TERMINAL, task_view, timestamp_ns, valid_id
-from ..task_store import TaskFilter, TaskRecord, TaskSummary, select_page
+from ..task_store import Position, TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length
 from .state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, EngineState, invalid, not_found
@@ -61,7 +61,7 @@ class Reads:
         query = "\x00".join(
             ("tasks", caller.workspace, caller.name, context_id, str(status), str(after_ns))
         )
-        cursor: tuple[int, str] | None = None
+        cursor: Position | None = None
         if request.page_token:
             ts_text, _, last_id = self._state.tokens.read(request.page_token, query).partition(":")
             cursor = (int(ts_text), last_id)

@@ -25,7 +25,7 @@ from a2a_gateway.server.file_store import (
     decode_record,
     owner_from_document,
 )
-from a2a_gateway.server.task_store import TaskFilter, TaskRecord
+from a2a_gateway.server.task_store import TaskFilter, TaskRecord, Window
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .engine_helpers import ALICE, BOB, collect, ctx, request, send, state_name, status_text
@@ -376,7 +376,7 @@ async def test_closing_the_store_stops_a_rebuild_and_the_next_store_finishes_it(
 ) -> None:
     await _folder_of(tmp_path, 1500, pb.TASK_STATE_COMPLETED)
     store = WorkspaceTaskStore(tmp_path)
-    await store.listing(ALICE, TaskFilter(), None, 1)  # starts the rebuild
+    await store.listing(ALICE, TaskFilter(), Window(None, 1))  # starts the rebuild
     assert store.index.reconciling
     await store.aclose()  # stops it (its thread ends after the current batch)
     again = WorkspaceTaskStore(tmp_path)

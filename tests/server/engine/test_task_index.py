@@ -25,6 +25,7 @@ from a2a_gateway.server.task_store import (
     TaskRecord,
     TaskStore,
     TaskSummary,
+    Window,
     select_page,
 )
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -111,7 +112,7 @@ async def test_replacing_a_task_moves_it_and_its_counts(store: WorkspaceTaskStor
     moved.task.status.state = pb.TASK_STATE_CANCELED
     moved.task.status.timestamp.seconds += 100
     await store.save(moved)
-    page = (await store.listing(ALICE, TaskFilter(), None, 1))[0]
+    page = (await store.listing(ALICE, TaskFilter(), Window(None, 1)))[0]
     assert [s.task_id for s in page] == [moved.task.id]
     assert await store.count(ALICE, TaskFilter(state=pb.TASK_STATE_CANCELED)) == 1
     assert await store.count(ALICE, TaskFilter()) == 10
@@ -165,7 +166,7 @@ async def test_a_missing_or_corrupt_index_is_rebuilt_and_lists_the_same(
     store = WorkspaceTaskStore(tmp_path)
     try:
         assert store.index.rebuilding
-        await store.listing(ALICE, TaskFilter(), None, 10)  # answers while rebuilding
+        await store.listing(ALICE, TaskFilter(), Window(None, 10))  # answers while rebuilding
         await store.index.wait_reconciled()
         assert not store.index.rebuilding
         for flt in FILTERS:
@@ -242,7 +243,7 @@ async def test_a_scan_never_overwrites_a_newer_write(tmp_path: Path) -> None:
     (tmp_path / ".a2a" / "index.sqlite3").unlink()
     store = WorkspaceTaskStore(tmp_path)  # rebuilding from the files
     try:
-        await store.listing(ALICE, TaskFilter(), None, 1)  # starts the rebuild
+        await store.listing(ALICE, TaskFilter(), Window(None, 1))  # starts the rebuild
         for rec in records:  # some files were read before this write, some after
             rec.task.status.state = pb.TASK_STATE_CANCELED
             await store.save(rec)
