@@ -86,12 +86,7 @@ class Intake:
             await self._records.persist_if_dirty(run)  # its id is about to leave the engine
         return response
 
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._send_stream(request, context)
-
-    async def _send_stream(
+    async def send_streaming_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
         if not self._state.agent.streaming:

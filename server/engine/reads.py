@@ -121,12 +121,7 @@ class Reads:
             if task_id not in self._state.runs:
                 await self._records.load(caller, task_id)
 
-    def subscribe_to_task(
-        self, request: pb.SubscribeToTaskRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._subscribe_stream(request, context)
-
-    async def _subscribe_stream(
+    async def subscribe_to_task(
         self, request: pb.SubscribeToTaskRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
         caller = context.caller
