@@ -113,7 +113,7 @@ class A2ATool(Tool):
             return ToolResult(await self._agents(context.workspace))
         if action not in ACTIONS:
             raise ToolError(f"action must be one of: {', '.join(ACTIONS)}")
-        entry = self._entry(context.workspace, arguments.get("agent"))
+        entry = await self._entry(context.workspace, arguments.get("agent"))
         redact = Redactor([entry.key])
         try:
             if action == "send":
@@ -130,7 +130,7 @@ class A2ATool(Tool):
     # --- actions ------------------------------------------------------------------------
 
     async def _agents(self, workspace: Path) -> str:
-        agents = read_agents(workspace)
+        agents = await asyncio.to_thread(read_agents, workspace)
         lines: list[str] = []
         if agents.error:
             lines.append(agents.error)
@@ -207,8 +207,8 @@ class A2ATool(Tool):
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _entry(self, workspace: Path, agent: Any) -> AgentEntry:
-        agents = read_agents(workspace)
+    async def _entry(self, workspace: Path, agent: Any) -> AgentEntry:
+        agents = await asyncio.to_thread(read_agents, workspace)
         if agents.error:
             raise ToolError(agents.error)
         if not isinstance(agent, str) or not agent:

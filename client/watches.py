@@ -431,9 +431,9 @@ class WatchRegistry:
                 while self._finishing or self._delivering:  # noqa: ASYNC110 - two sets
                     await asyncio.sleep(0.05)
 
-    def _entry(self, watch: Watch) -> AgentEntry | None:
+    async def _entry(self, watch: Watch) -> AgentEntry | None:
         """The agent's entry now; None on a malformed file; _Stop when it was removed."""
-        agents = read_agents(watch.workspace)
+        agents = await asyncio.to_thread(read_agents, watch.workspace)
         if agents.error is not None:
             log.warning("watch %s: %s (will retry)", watch.record.watchId, agents.error)
             return None
@@ -466,7 +466,7 @@ class WatchRegistry:
                     record.agent, record.taskId, record.contextId, self.watch_timeout_s
                 )
             try:
-                entry = self._entry(watch)
+                entry = await self._entry(watch)
             except _Stop:
                 return stopped_text(record.agent, record.taskId, record.contextId)
             source = record.source
