@@ -336,6 +336,8 @@ class PostgresTaskStore(TaskStore):
                 )
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
                 raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
+            except ValueError as exc:  # a URL asyncpg cannot parse (say, a port not a number)
+                raise StoreUnavailable(f"the database URL is not usable: {_why(exc)}") from None
             try:
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)

@@ -141,6 +141,16 @@ async def test_an_unreachable_database_is_an_error_without_the_url(tmp_path: Pat
     assert "pw-9d8c7b6a5f" not in repr(store)
 
 
+async def test_a_malformed_url_is_an_error_without_the_url(tmp_path: Path) -> None:
+    """asyncpg raises a plain ValueError for a port that is not a number."""
+    url = "postgresql://a2a:pw-4e3d2c1b0a@127.0.0.1:notaport/postgres"
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), acquire_timeout_s=5)
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.start()
+    assert "pw-4e3d2c1b0a" not in str(caught.value)
+    assert "postgresql://" not in str(caught.value)
+
+
 async def test_a_run_lease_held_elsewhere_until_it_expires(
     postgres: LocalPostgres, tmp_path: Path
 ) -> None:
