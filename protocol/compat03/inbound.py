@@ -32,6 +32,14 @@ def _get(obj: Mapping[str, Any], name: str) -> Any:
     return value
 
 
+def _copy_in(source: Mapping[str, Any], target: dict[str, Any], *names: str) -> None:
+    """Copy ``names`` (camelCase, or their snake_case alias) when present."""
+    for name in names:
+        value = _get(source, name)
+        if value is not None:
+            target[name] = value
+
+
 def _object(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise _invalid(path, "must be a JSON object")

@@ -21,7 +21,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..errors import A2AError
 from .errors import error_object
-from .inbound import _get, _invalid
+from .inbound import _copy_in, _get, _invalid
 from .methods import METHODS, Method
 from .outbound import _copy, stream_event
 from .tables import JSON, TASK_STATES
@@ -90,9 +90,7 @@ def _rest_part_in(part: Any) -> Any:
             inner["bytes"] = _file_bytes_in(_get(file, "fileWithBytes"))
         if _get(file, "fileWithUri") is not None:
             inner["uri"] = _get(file, "fileWithUri")
-        for name in ("mimeType", "name"):
-            if _get(file, name) is not None:
-                inner[name] = _get(file, name)
+        _copy_in(file, inner, "mimeType", "name")
         out = {"kind": "file", "file": inner}
     elif isinstance(data, Mapping):
         out = {"kind": "data", "data": _get(data, "data") or {}}
@@ -107,9 +105,7 @@ def _rest_message_in(msg: Any) -> Any:
     if not isinstance(msg, Mapping):
         return msg
     out: JSON = {"kind": "message"}
-    for name in ("messageId", "contextId", "taskId", "metadata", "extensions"):
-        if _get(msg, name) is not None:
-            out[name] = _get(msg, name)
+    _copy_in(msg, out, "messageId", "contextId", "taskId", "metadata", "extensions")
     role = _get(msg, "role")
     out["role"] = _REST_ROLE_IN.get(role, role) if isinstance(role, str | int) else role
     content = _get(msg, "content")
@@ -124,9 +120,7 @@ def _rest_push_in(config: Any) -> Any:
     if not isinstance(config, Mapping):
         return config
     out: JSON = {}
-    for name in ("id", "url", "token"):
-        if _get(config, name) is not None:
-            out[name] = _get(config, name)
+    _copy_in(config, out, "id", "url", "token")
     auth = _get(config, "authentication")
     if auth is not None:
         out["authentication"] = auth
@@ -151,9 +145,7 @@ def rest_send_params(body: Any) -> Any:
     if isinstance(config, Mapping):
         blocking = _get(config, "blocking")  # a non-bool stays for the parser to name
         rpc_config: JSON = {"blocking": False if blocking is None else blocking}
-        for name in ("acceptedOutputModes", "historyLength"):
-            if _get(config, name) is not None:
-                rpc_config[name] = _get(config, name)
+        _copy_in(config, rpc_config, "acceptedOutputModes", "historyLength")
         push = _get(config, "pushNotification")
         if push is not None:
             rpc_config["pushNotificationConfig"] = _rest_push_in(push)

@@ -17,10 +17,10 @@ from google.protobuf import message
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .client import legacy_call
-from .inbound import _get
+from .inbound import _copy_in, _get
 from .outbound import _copy
 from .rest import _REST_STATE_IN, _rest_message_in, _rest_message_out, _rest_part_in, _rest_push_in
-from .results_in import _bad_result, _copy_in, _result_object, stream_response_in
+from .results_in import _bad_result, _result_object, stream_response_in
 from .tables import JSON
 
 

@@ -11,7 +11,7 @@ from google.protobuf import empty_pb2, json_format, message
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..errors import InvalidAgentResponseError
-from .inbound import _get
+from .inbound import _copy_in, _get
 from .tables import DATA_PART_COMPAT, JSON, ROLES, TASK_STATES
 
 
@@ -23,14 +23,6 @@ def _result_object(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise _bad_result(path, "must be a JSON object")
     return value
-
-
-def _copy_in(source: Mapping[str, Any], target: JSON, *names: str) -> None:
-    """Copy ``names`` (camelCase, or their snake_case alias) when present."""
-    for name in names:
-        value = _get(source, name)
-        if value is not None:
-            target[name] = value
 
 
 _STATE_IN = {name: pb.TaskState.Name(value) for name, value in TASK_STATES}
