@@ -33,7 +33,7 @@ from google.protobuf import descriptor, json_format, message
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from . import proto_dict
-from .errors import FieldViolation, InvalidParamsError, JSONParseError
+from .errors import FieldViolation, InvalidParamsError, InvalidRequestError, JSONParseError
 
 M = TypeVar("M", bound=message.Message)
 
@@ -64,7 +64,7 @@ def loads(body: bytes | str, *, max_bytes: int = MAX_BODY_BYTES, depth: bool = T
     """Decode a JSON body, refusing oversized, malformed or (unless ``depth`` is False,
     for callers that run :func:`check_depth` themselves) over-deep input."""
     if len(body) > max_bytes:
-        raise InvalidParamsError(f"request body is larger than {max_bytes} bytes")
+        raise body_too_large(max_bytes)
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -72,6 +72,12 @@ def loads(body: bytes | str, *, max_bytes: int = MAX_BODY_BYTES, depth: bool = T
     if depth:
         check_depth(value)
     return value
+
+
+def body_too_large(limit: int) -> InvalidRequestError:
+    """The error for a request body over the cap, on every binding: the request as a
+    whole is refused (InvalidRequest), not one of its params."""
+    return InvalidRequestError(f"request body is larger than {limit} bytes")
 
 
 def dumps(value: Any) -> bytes:

@@ -21,7 +21,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import descriptor, message, message_factory
 
-from a2a_gateway.protocol import sse, versioning
+from a2a_gateway.protocol import codec, sse, versioning
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -224,7 +224,7 @@ def _unreadable() -> JSONParseError:
 
 
 def _too_large(limit: int) -> InvalidRequestError:
-    return InvalidRequestError(f"request body is larger than {limit} bytes")
+    return codec.body_too_large(limit)
 
 
 async def _read_streamed_body(request: web.Request, limit: int) -> bytes:

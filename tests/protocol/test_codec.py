@@ -222,8 +222,10 @@ def test_not_json_is_parse_error() -> None:
 
 
 def test_oversized_body_is_refused_before_parsing() -> None:
-    with pytest.raises(errors.InvalidParamsError, match="larger than 10 bytes"):
+    # The same error as read_body's cap (and gRPC's): InvalidRequest, not InvalidParams.
+    with pytest.raises(errors.InvalidRequestError, match="larger than 10 bytes") as caught:
         codec.loads(b'{"a": "0123456789"}', max_bytes=10)
+    assert type(caught.value) is errors.InvalidRequestError
 
 
 def _nested(depth: int) -> Any:
