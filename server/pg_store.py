@@ -343,7 +343,7 @@ class PostgresTaskStore(TaskStore):
                     await migrate(conn)
                 listener = await asyncpg.connect(self._url, timeout=self.acquire_timeout_s)
             except BaseException:
-                await pool.close()
+                await self._close(pool)
                 raise
             self._page_key = await self._read_page_key(pool)
             await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
@@ -376,16 +376,17 @@ class PostgresTaskStore(TaskStore):
                 await renewer
         listener, self._listener = self._listener, None
         if listener is not None:
-            try:
-                await asyncio.wait_for(listener.close(), self.command_timeout_s)
-            except TimeoutError:
-                listener.terminate()
+            await self._close(listener)
         pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), self.command_timeout_s)
-            except TimeoutError:
-                pool.terminate()
+            await self._close(pool)
+
+    async def _close(self, closable: asyncpg.Pool | asyncpg.Connection) -> None:
+        """Close gracefully within ``command_timeout_s``, else drop the connections."""
+        try:
+            await asyncio.wait_for(closable.close(), self.command_timeout_s)
+        except TimeoutError:
+            closable.terminate()
 
     async def truncate(self) -> None:
         """Remove every task, push config, retry key and context claim (tests start
