@@ -199,23 +199,33 @@ class EngineState:
         if record.push_configs:
             self.notify(record)
         hub = self.hubs.get(task.id)
-        shared = self.shared_events
-        if hub is None and not shared:
+        if hub is None and not self.shared_events:
             return
         state = task.status.state
-        if shared or (hub is not None and hub.subscribers):
+        if self.listened(task.id):
             event = pb.StreamResponse()
             update = event.status_update
             update.task_id = task.id
             update.context_id = task.context_id
             update.status.CopyFrom(task.status)
-            if shared:
-                self.store.log_event(task.id, event, state)
-            if hub is not None and hub.subscribers:
-                hub.publish(event, state)
+            self.emit(task.id, event, state)
         if hub is not None and state in TERMINAL:
             hub.close()
             del self.hubs[task.id]
+
+    def listened(self, task_id: str) -> bool:
+        """Whether an event of the task reaches anyone: a stream here or, with a shared
+        store, the event log (streams in other processes). Else it is not built."""
+        hub = self.hubs.get(task_id)
+        return self.shared_events or (hub is not None and bool(hub.subscribers))
+
+    def emit(self, task_id: str, event: pb.StreamResponse, state: int | None = None) -> None:
+        """Give the event to the shared event log (if any) and to the streams here."""
+        if self.shared_events:
+            self.store.log_event(task_id, event, state)
+        hub = self.hubs.get(task_id)
+        if hub is not None and hub.subscribers:
+            hub.publish(event, state)
 
     def notify(self, record: TaskRecord) -> None:
         """Queue the task as it is now for each of its webhooks."""

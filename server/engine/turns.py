@@ -256,9 +256,7 @@ class Runner:
             append = True
             artifact = task.artifacts[run.response_index]
         artifact.parts.add(text=chunk.text)
-        hub = self._state.hubs.get(task.id)
-        shared = self._state.shared_events
-        if shared or (hub is not None and hub.subscribers):
+        if self._state.listened(task.id):
             event = pb.StreamResponse()  # built in place: no copies
             update = event.artifact_update
             update.task_id = task.id
@@ -268,10 +266,7 @@ class Runner:
             update.artifact.artifact_id = artifact.artifact_id
             update.artifact.name = RESPONSE_ARTIFACT
             update.artifact.parts.add(text=chunk.text)
-            if shared:
-                self._state.store.log_event(task.id, event, None)
-            if hub is not None and hub.subscribers:
-                hub.publish(event)
+            self._state.emit(task.id, event)
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
         task = run.record.task
@@ -290,9 +285,7 @@ class Runner:
                 break
         else:
             task.artifacts.add().CopyFrom(incoming)
-        hub = self._state.hubs.get(task.id)
-        shared = self._state.shared_events
-        if shared or (hub is not None and hub.subscribers):
+        if self._state.listened(task.id):
             event = pb.StreamResponse()
             update = event.artifact_update
             update.task_id = task.id
@@ -300,10 +293,7 @@ class Runner:
             update.artifact.CopyFrom(incoming)
             update.append = append
             update.last_chunk = chunk.last_chunk
-            if shared:
-                self._state.store.log_event(task.id, event, None)
-            if hub is not None and hub.subscribers:
-                hub.publish(event)
+            self._state.emit(task.id, event)
 
     async def finish(self, run: Run, state: int, text: str) -> None:
         """Store the run's final (terminal or interrupted) state, then show it."""
