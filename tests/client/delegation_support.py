@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -54,7 +55,11 @@ def workspace_calling(folder: Path, gateway: Gateway, **entry: Any) -> Path:
 def write_agents(workspace: Path, entries: list[dict[str, Any]] | str) -> Path:
     path = workspace / ".a2a" / "agents.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(entries if isinstance(entries, str) else json.dumps(entries))
+    # Replaced whole (as an editor saving atomically would): a watch reading it in a
+    # worker thread never sees it empty half-way, which would read as "no agents".
+    temp = path.with_name("agents.json.tmp")
+    temp.write_text(entries if isinstance(entries, str) else json.dumps(entries))
+    os.replace(temp, path)
     return path
 
 
