@@ -23,7 +23,9 @@ The gateway creates and migrates the schema itself when it starts (:meth:`start`
 migrations are numbered, each runs once, recorded in ``a2a_schema``, all inside one
 transaction that first takes a transaction-level advisory lock, so N processes
 starting at once run each migration once and the others wait, then see it done. A
-database whose schema is newer than this gateway's is refused at start.
+database whose schema is newer than this gateway's is refused at start. A start that
+fails at any step (connecting, migrating, listening; unreachable, slow or refused) is
+:class:`StoreUnavailable` and closes whatever it opened.
 
 Runs are leased: a save of a submitted or working task by this process names it the
 task's ``runner`` with ``lease_until`` ``lease_s`` ahead, renewed every third of that
@@ -238,6 +240,10 @@ _FIND_MESSAGE = (
 )
 
 
+#: What a database call raises when the database is unreachable, slow or refuses.
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+
+
 class StoreUnavailable(Exception):
     """The database cannot be reached or its schema is not ours (the message names
     neither the URL nor its password)."""
@@ -334,20 +340,20 @@ class PostgresTaskStore(TaskStore):
                     command_timeout=self.command_timeout_s,
                     timeout=self.acquire_timeout_s,
                 )
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            except _DB_ERRORS as exc:
                 raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
             except ValueError as exc:  # a URL asyncpg cannot parse (say, a port not a number)
                 raise StoreUnavailable(f"the database URL is not usable: {_why(exc)}") from None
-            try:
+            try:  # nothing opened here outlives a failed start
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)
-                listener = await asyncpg.connect(self._url, timeout=self.acquire_timeout_s)
-            except BaseException:
+                self._page_key = await self._read_page_key(pool)
+                listener = await self._listen()  # the last step: closes itself on failure
+            except BaseException as exc:
                 await self._close(pool)
+                if isinstance(exc, _DB_ERRORS):
+                    raise StoreUnavailable(f"the database is not usable: {_why(exc)}") from None
                 raise
-            self._page_key = await self._read_page_key(pool)
-            await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
-            await listener.add_listener(EVENTS_CHANNEL, self._on_event)
             self._listener = listener
             self._pool = pool
             self._renewer = asyncio.get_running_loop().create_task(
@@ -381,11 +387,23 @@ class PostgresTaskStore(TaskStore):
         if pool is not None:
             await self._close(pool)
 
+    async def _listen(self) -> asyncpg.Connection:
+        """A connection of its own LISTENing on the cancel and event channels."""
+        listener = await asyncpg.connect(self._url, timeout=self.acquire_timeout_s)
+        try:
+            await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
+            await listener.add_listener(EVENTS_CHANNEL, self._on_event)
+        except BaseException:
+            await self._close(listener)
+            raise
+        return listener
+
     async def _close(self, closable: asyncpg.Pool | asyncpg.Connection) -> None:
-        """Close gracefully within ``command_timeout_s``, else drop the connections."""
+        """Close gracefully within ``command_timeout_s``, else drop the connections
+        (a connection already broken is dropped without a word)."""
         try:
             await asyncio.wait_for(closable.close(), self.command_timeout_s)
-        except TimeoutError:
+        except (TimeoutError, *_DB_ERRORS):
             closable.terminate()
 
     async def truncate(self) -> None:
@@ -557,7 +575,7 @@ class PostgresTaskStore(TaskStore):
                 self.replica,
                 list(self._leased),
             )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        except _DB_ERRORS as exc:
             log.warning("could not renew run leases: %s", _why(exc))
 
     # --- events across processes ------------------------------------------------------
@@ -589,7 +607,7 @@ class PostgresTaskStore(TaskStore):
                     [b[1] for b in batch],
                     [b[2] for b in batch],
                 )
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            except _DB_ERRORS as exc:
                 log.warning("%d stream events not logged: %s", len(batch), _why(exc))
 
     async def prune_events(self) -> None:
@@ -602,7 +620,7 @@ class PostgresTaskStore(TaskStore):
                 sorted(ACTIVE | INTERRUPTED),
                 cutoff,
             )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        except _DB_ERRORS as exc:
             log.warning("could not prune stream events: %s", _why(exc))
 
     def follow(
