@@ -6,6 +6,8 @@ It decides by the message's first text part:
 ``chunks:N``       N artifact chunks ``chunk-0`` .. ``chunk-(N-1)`` on one ``response``
                    artifact (append after the first, lastChunk on the last), then
                    completed. N is clamped to 1..10000 (not a number: 1).
+``chunks:N:MS``    the same, MS milliseconds apart (capped at 1000; not a number: 0),
+                   ending early when canceled: a stream slow enough to join mid-run.
 ``hold:S``         working, then waits S seconds (capped at 120; not a number: 1) or
                    until canceled, then completed.
 ``ask:QUESTION``   input-required with QUESTION as the status message; the reply (a
@@ -53,6 +55,7 @@ from .base import (
 
 HOLD_CAP_S = 120.0
 CHUNKS_CAP = 10_000
+CHUNK_GAP_CAP_MS = 1000
 FILE_CAP = 16 * 1024 * 1024
 
 
@@ -61,6 +64,17 @@ def _chunks(arg: str) -> int:
         return max(1, min(int(arg), CHUNKS_CAP))
     except ValueError:
         return 1
+
+
+def _chunk_gap_s(arg: str) -> float:
+    """The pause between paced chunks (``chunks:N:MS``), in seconds."""
+    try:
+        ms = float(arg)
+    except ValueError:
+        return 0.0
+    if ms != ms:  # NaN
+        return 0.0
+    return max(0.0, min(ms, CHUNK_GAP_CAP_MS)) / 1000
 
 
 def _hold_seconds(arg: str) -> float:
@@ -125,8 +139,15 @@ class FauxAgent(Agent):
             yield TextChunk(text, last=True)
             return
         if head == "chunks":
-            count = _chunks(arg)
+            count_text, _, gap_text = arg.partition(":")
+            count, gap_s = _chunks(count_text), _chunk_gap_s(gap_text)
             for index in range(count):
+                if index and gap_s:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(gap_s):
+                            await turn.cancelled.wait()
+                    if turn.cancelled.is_set():
+                        return
                 yield TextChunk(f"chunk-{index}", last=index == count - 1)
         elif head == "hold":
             # Ends early when the task is canceled: the engine sets the signal and

@@ -15,7 +15,7 @@ from a2a_gateway.agent.base import (
     Signal,
     TextChunk,
 )
-from a2a_gateway.agent.faux import FauxAgent, _chunks, _hold_seconds
+from a2a_gateway.agent.faux import FauxAgent, _chunk_gap_s, _chunks, _hold_seconds
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .agent_helpers import outputs, turn
@@ -31,6 +31,32 @@ async def test_chunks() -> None:
     assert got == [TextChunk("chunk-0"), TextChunk("chunk-1"), TextChunk("chunk-2", last=True)]
     assert await outputs(FauxAgent(), turn("chunks:zero")) == [TextChunk("chunk-0", last=True)]
     assert len(await outputs(FauxAgent(), turn("chunks:99999"))) == 10_000
+
+
+async def test_paced_chunks_are_the_same_chunks() -> None:
+    got = await outputs(FauxAgent(), turn("chunks:3:1"))
+    assert got == [TextChunk("chunk-0"), TextChunk("chunk-1"), TextChunk("chunk-2", last=True)]
+    assert [_chunk_gap_s(a) for a in ("x", "nan", "-5", "250", "99999", "")] == [
+        0.0,
+        0.0,
+        0.0,
+        0.25,
+        1.0,
+        0.0,
+    ]
+
+
+async def test_paced_chunks_end_early_when_canceled() -> None:
+    cancelled = Signal()
+    got: list[object] = []
+
+    async def collect() -> None:
+        async for output in FauxAgent().run(turn("chunks:100:1000", cancelled=cancelled)):
+            got.append(output)
+            cancelled.set()  # after the first chunk, while the run waits for the next
+
+    await asyncio.wait_for(collect(), 30)
+    assert got == [TextChunk("chunk-0")]
 
 
 @pytest.mark.parametrize(

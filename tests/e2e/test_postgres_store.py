@@ -5,7 +5,9 @@ workspace: a task sent to one is read, listed and found again by its messageId o
 other, and cancelled from the other; the task lives in the database, not in task
 files. With gateway A a real process: a subscriber on B sees A's run to its end; A
 killed with SIGKILL mid-run: the other reports the run working while the lease lasts, then
-failed "server restarted". Start-up mistakes through the real command exit 2 with one
+failed "server restarted". With both gateways real processes: a paced ``chunks:``
+stream sent to A and subscribed on B (JSON-RPC and gRPC) mid-run gives B every chunk
+once, in order, then completed. Start-up mistakes through the real command exit 2 with one
 line that never holds the URL or its password.
 """
 
@@ -234,3 +236,92 @@ def test_an_unreachable_database_never_shows_the_url_or_its_password(tmp_path: P
     assert password not in result.stderr + result.stdout
     assert "postgresql://" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@contextlib.asynccontextmanager
+async def two_processes(
+    tmp_path: Path, database: str
+) -> AsyncIterator[tuple[Driver, Driver, Driver]]:
+    """Gateways A and B as real processes on one database and workspace: a JSON-RPC
+    driver for A, then a JSON-RPC and a gRPC driver for B."""
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    ports = free_ports(4)
+    gateways = [
+        ServerProcess(
+            f"pg-replica-{name}",
+            [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+             "--workspace", str(workspace), "--port", str(http_port),
+             "--grpc-port", str(grpc_port), "--store", "postgres", "--database-url", database,
+             "--database-pool-size", "2"],  # fmt: skip
+            tmp_path,
+            f"http://127.0.0.1:{http_port}/.well-known/agent-card.json",
+            grpc_port=grpc_port,
+        )
+        for name, http_port, grpc_port in (("a", *ports[:2]), ("b", *ports[2:]))
+    ]
+    complaints: list[str | None] = []
+    try:
+        for gateway in gateways:
+            gateway.start()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{ports[3]}")
+            try:
+                yield (
+                    Driver("jsonrpc", http, f"http://127.0.0.1:{ports[0]}", channel),
+                    Driver("jsonrpc", http, f"http://127.0.0.1:{ports[2]}", channel),
+                    Driver("grpc", http, f"http://127.0.0.1:{ports[2]}", channel),
+                )
+            finally:
+                await channel.close()
+    finally:
+        complaints = [gateway.stop() for gateway in gateways]
+    assert complaints == [None, None], complaints
+
+
+def chunk_texts(events: list[dict[str, Any]]) -> list[str]:
+    """The chunk texts a subscriber saw, in order: the snapshot's artifact parts, then
+    those of each artifact update."""
+    texts: list[str] = []
+    for event in events:
+        artifacts = event["task"].get("artifacts", []) if "task" in event else []
+        if "artifactUpdate" in event:
+            artifacts = [event["artifactUpdate"]["artifact"]]
+        for artifact in artifacts:
+            texts.extend(part["text"] for part in artifact["parts"])
+    return texts
+
+
+async def test_a_chunks_stream_subscribed_on_the_other_process_gets_every_chunk_in_order(
+    tmp_path: Path, database: str
+) -> None:
+    count = 40
+    expected = [f"chunk-{i}" for i in range(count)]
+    async with two_processes(tmp_path, database) as (on_a, on_b, on_b_grpc):
+        stream = on_a.open_stream("SendStreamingMessage", send(f"chunks:{count}:100"))
+        seen_on_a: list[dict[str, Any]] = []
+        while not any("artifactUpdate" in e for e in seen_on_a):
+            seen_on_a.append(await anext(stream))
+        task_id = next(e["task"]["id"] for e in seen_on_a if "task" in e)
+
+        async def rest_of_a() -> list[dict[str, Any]]:
+            return seen_on_a + [e async for e in stream]
+
+        on_a_all, on_b_json, on_b_grpc_all = await asyncio.gather(
+            rest_of_a(),
+            on_b.stream("SubscribeToTask", {"id": task_id}),
+            on_b_grpc.stream("SubscribeToTask", {"id": task_id}),
+        )
+    assert chunk_texts(on_a_all) == expected
+    for events in (on_b_json, on_b_grpc_all):
+        assert events[0]["task"]["id"] == task_id
+        assert events[0]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+        # The run was still going: B saw chunks as events, not only in its snapshot.
+        assert any("artifactUpdate" in e for e in events[1:])
+        assert chunk_texts(events) == expected  # each chunk once, in order
+        final = events[-1]["statusUpdate"]["status"]["state"]
+        assert final == "TASK_STATE_COMPLETED"
+        assert not any("task" in e for e in events[1:])
