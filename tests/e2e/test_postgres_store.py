@@ -250,13 +250,17 @@ async def two_processes(
         json.dumps([{"name": "alice", "key": KEY_ALICE}])
     )
     ports = free_ports(4)
+
+    def command(http_port: int, grpc_port: int) -> list[str]:
+        return [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+                "--workspace", str(workspace), "--port", str(http_port),
+                "--grpc-port", str(grpc_port), "--store", "postgres", "--database-url", database,
+                "--database-pool-size", "2"]  # fmt: skip
+
     gateways = [
         ServerProcess(
             f"pg-replica-{name}",
-            [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
-             "--workspace", str(workspace), "--port", str(http_port),
-             "--grpc-port", str(grpc_port), "--store", "postgres", "--database-url", database,
-             "--database-pool-size", "2"],  # fmt: skip
+            command(http_port, grpc_port),
             tmp_path,
             f"http://127.0.0.1:{http_port}/.well-known/agent-card.json",
             grpc_port=grpc_port,
