@@ -163,11 +163,12 @@ class A2ATool(Tool):
             if reply.WhichOneof("payload") == "message":
                 return message_result(entry.name, reply.message)
             task = reply.task
+            redact = Redactor([entry.key])
             try:
-                task = await self._wait(service, task)
+                task = await self._wait(service, task, redact)
             except (A2AError, TimeoutError) as exc:
                 # The task exists: it is never left unwatched.
-                log.info("a2a send: waiting on task %s failed: %s", task.id, _reason(exc))
+                log.info("a2a send: waiting on task %s failed: %s", task.id, _reason(exc, redact))
             except asyncio.CancelledError:
                 await asyncio.shield(self._hand_over(entry, task, service.card, context))
                 raise
@@ -232,7 +233,7 @@ class A2ATool(Tool):
         except TimeoutError:
             raise Timeout("no answer in time") from None
 
-    async def _wait(self, service: RemoteService, task: pb.Task) -> pb.Task:
+    async def _wait(self, service: RemoteService, task: pb.Task, redact: Redactor) -> pb.Task:
         """The task once settled, or as it is when ``wait_s`` has passed."""
         if is_settled(task) or self.wait_s <= 0:
             return task
@@ -240,7 +241,7 @@ class A2ATool(Tool):
         deadline = clock.now().timestamp() + self.wait_s
         if service.card.capabilities.streaming:
             with contextlib.suppress(A2AError, TimeoutError):
-                settled = await self._stream_until(service, task, deadline)
+                settled = await self._stream_until(service, task, deadline, redact)
                 if settled is not None:
                     return settled
             # The stream failed or ended early (a task that settled before it opened
@@ -258,7 +259,7 @@ class A2ATool(Tool):
                 return task
 
     async def _stream_until(
-        self, service: RemoteService, task: pb.Task, deadline: float
+        self, service: RemoteService, task: pb.Task, deadline: float, redact: Redactor
     ) -> pb.Task | None:
         """Follow the task's stream until it settles (then read it whole), the stream
         ends (None: poll instead), or ``deadline``."""
@@ -285,7 +286,7 @@ class A2ATool(Tool):
                             )
                             return
             except (A2AError, TimeoutError) as exc:
-                log.info("a2a send: stream of task %s ended: %s", task.id, _reason(exc))
+                log.info("a2a send: stream of task %s ended: %s", task.id, _reason(exc, redact))
             finally:
                 done.set()
 
@@ -364,8 +365,9 @@ def _text(arguments: Mapping[str, Any], name: str, *, required: bool = False) ->
     return value
 
 
-def _reason(exc: BaseException) -> str:
-    return getattr(exc, "message", None) or str(exc) or type(exc).__name__
+def _reason(exc: BaseException, redact: Redactor) -> str:
+    """A failure for the log: the remote's text comes redacted, as the tool's errors do."""
+    return redact(getattr(exc, "message", None) or str(exc) or type(exc).__name__)
 
 
 def _explain_short(exc: A2AError) -> str:

@@ -15,7 +15,10 @@ Read fresh on every call (an edit applies to the next call). Rules:
 A missing file is no agents. A file that is not JSON, or not an array, is no agents and
 :attr:`AgentsFile.error` says the file could not be read. A bad entry (bad name or url,
 duplicate name, wrong types) is skipped and listed in :attr:`AgentsFile.skipped`; the
-others still work. Nothing here ever puts a key in a message.
+others still work. Nothing here ever puts a key in a message, and every read registers
+each entry's ``key`` (of skipped entries too) with the log redaction
+(:func:`a2a_gateway.logs.register_secret`), so a key an agent echoes back cannot reach a
+log line whole.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from a2a_gateway.logs import register_secret
 
 AGENTS_FILE = Path(".a2a") / "agents.json"
 NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -140,6 +145,10 @@ def parse_agents(data: Any, path: Path) -> AgentsFile:
         return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: not a JSON array")
     agents: dict[str, AgentEntry] = {}
     skipped: list[str] = []
+    for value in data:
+        key = value.get("key") if isinstance(value, dict) else None
+        if isinstance(key, str):
+            register_secret(key)
     for index, value in enumerate(data):
         entry, reason = parse_entry(value, index)
         if entry is None:

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.agent.tools.base import ToolContext, ToolError
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.pending import read_pending
 from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.logs import redact
 from a2a_gateway.serve import Gateway
 
-from .client_support import closed_port, silent_server
+from .client_support import closed_port, serving, silent_server
 from .delegation_support import (
     REMOTE_KEY,
     Inbox,
@@ -374,3 +377,71 @@ async def test_hops_plus_one(tool: A2ATool, workspace: Path) -> None:
         {"action": "send", "agent": "assistant-a", "message": "hi"}, ctx(workspace, hops=2)
     )
     assert over.text.split("\n", 1)[0].endswith("is failed.")
+
+
+ECHOED_KEY = "echoed-key-3e8d1c5b9a7f"
+
+
+def echoing_agent() -> web.Application:
+    """An agent that takes the task, then answers every read of it with an error that
+    quotes the key it was sent (as careless servers quote a rejected credential)."""
+
+    async def card(request: web.Request) -> web.Response:
+        base = f"http://{request.host}"
+        return web.json_response(
+            {
+                "name": "echo",
+                "description": "echoes credentials in its errors",
+                "version": "1.0.0",
+                "capabilities": {"streaming": True},
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["text/plain"],
+                "skills": [],
+                "supportedInterfaces": [
+                    {"url": base + "/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+                ],
+            }
+        )
+
+    async def rpc(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["method"] == "SendMessage":
+            state = {"state": "TASK_STATE_WORKING"}
+            task = {"id": "t-echo", "contextId": "c-echo", "status": state}
+            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": {"task": task}})
+        presented = request.headers.get("X-API-Key", "")
+        error = {"code": -32603, "message": f"{body['method']}: key {presented} is not allowed"}
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": error})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    app.router.add_post("/rpc", rpc)
+    return app
+
+
+async def test_a_key_the_agent_echoes_is_never_logged(
+    workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = WatchRegistry(clock=ManualClock())
+    tool = A2ATool(registry, wait_s=5)
+    caplog.set_level(logging.INFO, logger="a2a_gateway.client")
+    async with serving(echoing_agent()) as url:
+        entry = {"name": "echo", "url": url, "key": ECHOED_KEY, "allow_private": True}
+        write_agents(workspace, [entry])
+        try:
+            text = await call(tool, workspace, action="send", agent="echo", message="hi")
+            # The stream and the read both failed: the task is handed to a watch.
+            assert text.endswith("delivered to this conversation when it is ready.")
+            watch = registry.watches()[0]
+            await eventually(lambda: watch.checks >= 1)
+        finally:
+            await registry.aclose()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("a2a_gateway.client")]
+    stream = [line for line in lines if "a2a send: stream of task t-echo ended" in line]
+    waiting = [line for line in lines if "a2a send: waiting on task t-echo failed" in line]
+    assert stream and waiting, lines
+    assert all("[redacted]" in line for line in stream + waiting), lines
+    assert not [line for line in lines if ECHOED_KEY in line]
+    # agents.json keys are registered with the log redaction: any line that would still
+    # carry one (whatever logged it) leaves the log handler without it.
+    assert redact(f"saw {ECHOED_KEY} here") == "saw *** here"

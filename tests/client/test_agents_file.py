@@ -11,6 +11,7 @@ from a2a_gateway.client import Unreachable
 from a2a_gateway.client.agents_file import AgentEntry, key_hint, read_agents
 from a2a_gateway.client.directory import describe, fetch_agent_card
 from a2a_gateway.client.guarded_http import open_agent
+from a2a_gateway.logs import redact
 
 from .delegation_support import REMOTE_KEY, base_url, faux_gateway, write_agents
 
@@ -67,6 +68,24 @@ def test_bad_entries_are_skipped_and_the_others_work(tmp_path: Path) -> None:
     assert "duplicate name" in notes and "(flag)" in notes and "(userinfo)" in notes
     assert secret not in notes and "k_good_0123456789" not in notes
     assert secret not in repr(agents) and "k_good" not in repr(agents.agents["good"])
+
+
+def test_every_read_registers_the_keys_for_log_redaction(tmp_path: Path) -> None:
+    good, skipped, later = "k-registered-good-7a1b", "k-registered-skipped-8c2d", "k-later-9e3f"
+    write_agents(
+        tmp_path,
+        [
+            {"name": "good", "url": "https://a.example/", "key": good},
+            {"name": "BAD NAME", "url": "https://b.example/", "key": skipped},
+        ],
+    )
+    read_agents(tmp_path)
+    assert redact(f"{good} {skipped}") == "*** ***"
+    # An edit (a new key) is registered by the next read.
+    write_agents(tmp_path, [{"name": "good", "url": "https://a.example/", "key": later}])
+    assert redact(later) == later
+    read_agents(tmp_path)
+    assert redact(later) == "***"
 
 
 def test_key_hint_shows_last_four_of_long_keys_only() -> None:
