@@ -64,6 +64,7 @@ import contextlib
 import logging
 import os
 import stat
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -111,15 +112,25 @@ _READERS: list[ThreadPoolExecutor] = []
 READ_THREADS = 8  # files read at once by a ListTasks page (see prefetch)
 
 
-def _file_sizes(paths: list[str]) -> list[int]:
-    """Each file's size (0 when it cannot be stat'ed)."""
-    sizes = []
-    for path in paths:
-        try:
-            sizes.append(os.stat(path).st_size)
-        except OSError:
-            sizes.append(0)
-    return sizes
+class _ReadBudget:
+    """Bytes of task files a prefetch may still read, shared by its reader threads:
+    the first file is always admitted, later ones only while they fit."""
+
+    __slots__ = ("_left", "_lock", "_started")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._left = max_bytes
+        self._started = False
+        self._lock = threading.Lock()
+
+    def admit(self, size: int) -> bool:
+        with self._lock:
+            if self._started and size > self._left:
+                self._left = 0  # the page's answer stops about here: read no further
+                return False
+            self._started = True
+            self._left -= size
+            return True
 
 
 def _reader_pool() -> ThreadPoolExecutor:
@@ -315,9 +326,11 @@ class WorkspaceTaskStore(TaskStore):
         return self._keep(task_id, path, *parsed)
 
     @staticmethod
-    def _read_raw(path: str) -> tuple[_Stamp, bytes | None] | None:
+    def _read_raw(
+        path: str, budget: _ReadBudget | None = None
+    ) -> tuple[_Stamp, bytes | None] | None:
         """The file's stamp and bytes (None when it is not a regular file); None when
-        it cannot be opened or read."""
+        it cannot be opened or read, or ``budget`` does not admit its size."""
         try:
             # O_NONBLOCK: a FIFO planted under a task's name must not hang the server.
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -327,16 +340,20 @@ class WorkspaceTaskStore(TaskStore):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return _stamp(st), None
+            if budget is not None and not budget.admit(st.st_size):
+                return None
             return _stamp(st), _read_all(fd, st.st_size)
         except OSError:
             return None
         finally:
             os.close(fd)
 
-    def _parse_file(self, task_id: str, path: str) -> tuple[_Stamp, _Loaded | str] | None:
+    def _parse_file(
+        self, task_id: str, path: str, budget: _ReadBudget | None = None
+    ) -> tuple[_Stamp, _Loaded | str] | None:
         """The file's stamp and its record, or the reason it is malformed; None when it
-        cannot be opened or read."""
-        raw = self._read_raw(path)
+        cannot be opened or read (or ``budget`` does not admit it)."""
+        raw = self._read_raw(path, budget)
         if raw is None:
             return None
         stamp, data = raw
@@ -404,34 +421,40 @@ class WorkspaceTaskStore(TaskStore):
         await self.prefetch(task_ids, max_bytes)
 
     async def prefetch(self, task_ids: Sequence[str], max_bytes: int) -> None:
-        """Read the files of these tasks (in order) that the record cache lacks,
-        ``READ_THREADS`` at a time on reader threads, as many as fit ``max_bytes`` of
-        file (at least one): a ListTasks page over a large workspace is mostly cold files, one
+        """Read the files of these tasks that the record cache lacks on the reader
+        threads, ``READ_THREADS`` at once, as many as fit ``max_bytes`` of file (at
+        least one): a ListTasks page over a large workspace is mostly cold files, one
         disk read each, which must neither run one after the other nor on the event
         loop; the byte budget keeps a page of huge tasks from being read whole when
-        its answer will stop after the first few. The loads that follow find them
-        cached (stat-validated)."""
+        its answer will stop after the first few. Each thread takes the next file as
+        it finishes one (no pass of stats first, no wait for the slowest of a batch);
+        files are started in page order, so the budget admits about the page's
+        prefix. The loads that follow find them cached (stat-validated)."""
         wanted = [t for t in task_ids if valid_id(t) and self._cache.peek(t) is None]
         if len(wanted) < 2:
             return
         loop = asyncio.get_running_loop()
         pool = _reader_pool()
-        paths = [f"{self._dir}/{task_id}.json" for task_id in wanted]
-        sizes = await loop.run_in_executor(pool, _file_sizes, paths)
-        total, count = 0, 0
-        for size in sizes:  # the prefix that fits the budget (at least one file)
-            if count and total + size > max_bytes:
-                break
-            total += size
-            count += 1
-        for start in range(0, count, READ_THREADS):
-            chunk = list(zip(wanted, paths, strict=True))[start : min(count, start + READ_THREADS)]
-            parsed = await asyncio.gather(
-                *(loop.run_in_executor(pool, self._parse_file, t, p) for t, p in chunk)
-            )
-            for (task_id, path), result in zip(chunk, parsed, strict=True):
-                if result is not None:
-                    self._keep(task_id, path, *result)
+        jobs = iter([(t, f"{self._dir}/{t}.json") for t in wanted])
+        taking = threading.Lock()
+        budget = _ReadBudget(max_bytes)
+        done: list[tuple[str, str, tuple[_Stamp, _Loaded | str] | None]] = []
+
+        def read_files() -> None:
+            # (reader thread) Takes the next file until none is left: a few hand-offs
+            # per page, not one future per file (~30 us each on the loop).
+            while True:
+                with taking:
+                    job = next(jobs, None)
+                if job is None:
+                    return
+                done.append((*job, self._parse_file(*job, budget)))
+
+        readers = min(READ_THREADS, len(wanted))
+        await asyncio.gather(*(loop.run_in_executor(pool, read_files) for _ in range(readers)))
+        for task_id, path, result in done:
+            if result is not None:
+                self._keep(task_id, path, *result)
 
     # --- listing and retry keys (the index) ------------------------------------------
 

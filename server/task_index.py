@@ -19,9 +19,10 @@ writes, commits them as one transaction ``COMMIT_DELAY_S`` later, or as soon as 
 needs them; a commit costs ~250 us here, more than the rest of a blocking send. A
 process killed within that window loses those rows, never a file: an index not closed
 cleanly is reconciled at the next start. Page queries and counts run on a reader
-thread with its own connection; reconciling, rebuilding, checkpoints and retention
-scans read on a maintenance thread, and their changes go through the writer with
-compare-and-set on the file stamp (a newer write always wins).
+thread with its own connection; reconciling, rebuilding and retention scans read on a
+maintenance thread, and their changes go through the writer with compare-and-set on
+the file stamp (a newer write always wins); WAL checkpoints run on a thread of their
+own. An owner's id is a hash of its name, so no write waits to learn it.
 
 Keeping it in step with the folder:
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import sqlite3
@@ -63,12 +65,13 @@ from .task_store import Listing, TaskFilter, TaskSummary, Window
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: retry keys carry the message fingerprint (engine.retries)
+SCHEMA_VERSION = 3  # 2: retry keys carry the fingerprint (engine.retries); 3: hashed owner ids
 INDEX_NAME = "index.sqlite3"
 CACHE_KIB = 4096  # SQLite page cache per connection
 BATCH = 500  # files per reconcile batch, rows per applied batch
 COMMIT_DELAY_S = 0.01  # how long index writes may wait for their commit
-CHECKPOINT_EVERY = 200  # commits between two WAL checkpoints (on the maintenance thread)
+CHECKPOINT_EVERY = 200  # commits between two WAL checkpoints (on their own thread)
+WAL_KEEP_BYTES = 64 << 20  # a checkpointed WAL is cut back to this
 #: In a folder of up to about this many files, a ListTasks that finds a reconcile
 #: running (started by its own cheap check, the periodic one, or the one after an
 #: unclean stop) waits for it (a few tens of ms); in a larger one, it answers from the
@@ -147,12 +150,19 @@ class _Change:
     row: tuple[Caller, TaskSummary, Stamp] | None
 
 
+def _owner_hash(owner: Caller) -> int:
+    """A signed 64-bit id for the owner (a collision needs ~4e9 owners to be likely)."""
+    key = f"{owner.workspace}\x00{owner.name}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big", signed=True)
+
+
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on the maintenance thread
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on their own thread
+    conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
     conn.execute("PRAGMA temp_store=FILE")
     return conn
 
@@ -210,6 +220,7 @@ class TaskIndex:
         self._local = threading.local()
         self._reader: ThreadPoolExecutor | None = None
         self._worker: ThreadPoolExecutor | None = None
+        self._checkpointer: ThreadPoolExecutor | None = None
         self._checkpointing = False
         self._reconcile: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
@@ -351,7 +362,10 @@ class TaskIndex:
         if self._checkpointing or self._closed:
             return
         self._checkpointing = True
-        future = self._pool("worker").submit(self._checkpoint_in_thread)
+        # Its own thread: on the maintenance thread a rebuild (minutes at a million
+        # files) kept it from running and the WAL grew past 2 GB; on the writer it
+        # would hold back the commits that reads wait for.
+        future = self._pool("checkpoint").submit(self._checkpoint_in_thread)
         future.add_done_callback(lambda _: setattr(self, "_checkpointing", False))
 
     def _checkpoint_in_thread(self) -> None:
@@ -359,22 +373,17 @@ class TaskIndex:
             self._thread_db().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def owner_id(self, owner: Caller) -> int:
+        """The owner's id in this index: a 64-bit hash of (workspace, name), so that
+        neither a write nor a lookup waits on the database for it; its ``owners`` row
+        is queued with the first write that names it."""
         known = self._owners.get(owner)
-        if known is not None:
-            return known
-        row = self._db.execute(
-            "SELECT id FROM owners WHERE workspace = ? AND name = ?", (owner.workspace, owner.name)
-        ).fetchone()
-        if row is None:  # a caller's first task here: rare, so written at once
-            insert = ("INSERT OR IGNORE INTO owners(workspace, name) VALUES (?, ?)",)
-            batch = [(insert[0], (owner.workspace, owner.name), False)]
-            self._pool("writer").submit(self._run_batch, batch).result()
-            row = self._db.execute(
-                "SELECT id FROM owners WHERE workspace = ? AND name = ?",
-                (owner.workspace, owner.name),
-            ).fetchone()
-        self._owners[owner] = int(row[0])
-        return int(row[0])
+        if known is None:
+            known = self._owners[owner] = _owner_hash(owner)
+            self._write(
+                "INSERT OR IGNORE INTO owners(id, workspace, name) VALUES (?, ?, ?)",
+                (known, owner.workspace, owner.name),
+            )
+        return known
 
     def put(self, owner: Caller, summary: TaskSummary, stamp: Stamp) -> None:
         """The row of a task file this process just wrote (replaces any)."""
@@ -413,13 +422,7 @@ class TaskIndex:
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         owner_id = self._owners.get(owner)
         if owner_id is None:
-            row = self._db.execute(
-                "SELECT id FROM owners WHERE workspace = ? AND name = ?",
-                (owner.workspace, owner.name),
-            ).fetchone()
-            if row is None:
-                return None
-            owner_id = self._owners[owner] = int(row[0])
+            owner_id = _owner_hash(owner)
         pending = self._pending_retry.get((owner_id, message_id, fingerprint))
         if pending is not None:
             return pending
@@ -444,6 +447,10 @@ class TaskIndex:
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-read")
             return self._reader
+        if which == "checkpoint":
+            if self._checkpointer is None:
+                self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-ckpt")
+            return self._checkpointer
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-work")
         return self._worker
@@ -677,7 +684,7 @@ class TaskIndex:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.flushed()
-        for pool in (self._reader, self._worker, self._writer):
+        for pool in (self._reader, self._worker, self._writer, self._checkpointer):
             if pool is not None:
                 await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
         with contextlib.suppress(sqlite3.Error):

@@ -408,3 +408,57 @@ def test_an_owner_without_a_name_or_with_a_bad_workspace_is_refused(
 def test_an_owner_is_read_with_its_workspace_defaulting_to_empty() -> None:
     assert owner_from_document({"owner": {"name": "alice", "workspace": "/ws/one"}}) == ALICE
     assert owner_from_document({"owner": {"name": "anon"}}) == Caller(name="anon")
+
+
+# --- reading a page ahead ---------------------------------------------------------------
+
+
+class ParseCountingStore(WorkspaceTaskStore):
+    """The real workspace store, recording each task file it parses (any thread)."""
+
+    def __init__(self, workspace: Path) -> None:
+        super().__init__(workspace)
+        self.parsed: list[str] = []
+
+    def _parse_file(self, task_id: str, path: str, budget: object = None) -> object:  # type: ignore[override]
+        result = super()._parse_file(task_id, path, budget)  # type: ignore[arg-type]
+        if result is not None:
+            self.parsed.append(task_id)  # list.append is atomic
+        return result
+
+
+async def test_reading_ahead_stops_at_the_byte_budget_and_loads_still_read_the_rest(
+    tmp_path: Path,
+) -> None:
+    writer = WorkspaceTaskStore(tmp_path)
+    ids = [f"t-{n:02}" for n in range(20)]
+    for task_id in ids:
+        task = pb.Task(id=task_id, context_id="c")
+        task.status.state = pb.TASK_STATE_COMPLETED
+        task.history.add(message_id=task_id, role=pb.ROLE_USER, parts=[pb.Part(text="x" * 5000)])
+        await writer.save(TaskRecord(task, ALICE))
+    await writer.aclose()
+    size = task_file(tmp_path, "t-00").stat().st_size
+    assert all(task_file(tmp_path, t).stat().st_size == size for t in ids)
+
+    store = ParseCountingStore(tmp_path)
+    try:
+        await store.prefetch(ids, max_bytes=2 * size + size // 2)
+        assert len(store.parsed) == 2  # two files fit; the third would not
+        for task_id in ids:
+            loaded = await store.load(ALICE, task_id)
+            assert loaded is not None and loaded.task.id == task_id
+        assert sorted(store.parsed) == ids  # the rest read on demand, none twice
+    finally:
+        await store.aclose()
+
+    store = ParseCountingStore(tmp_path)
+    try:
+        await store.prefetch(ids, max_bytes=1)  # the first file is always admitted
+        assert len(store.parsed) == 1
+        await store.prefetch(ids, max_bytes=100 * size)
+        assert sorted(store.parsed) == ids  # all read, the one already cached not again
+        await store.prefetch(ids, max_bytes=100 * size)
+        assert len(store.parsed) == len(ids)
+    finally:
+        await store.aclose()
