@@ -104,22 +104,23 @@ class Intake:
             task_view(got, history_length, into=snapshot.task)
             yield snapshot
             return
-        task_id = got.record.task.id
-        try:
-            # The snapshot is taken in the same step the subscriber joined the hub.
-            task_view(got.record.task, history_length, into=snapshot.task)
-            if got.dirty:
+        run = got
+        # The snapshot is taken in the same step the subscriber joined the hub.
+        task_view(run.record.task, history_length, into=snapshot.task)
+
+        async def persist() -> None:
+            if run.dirty:
                 # Its id is about to leave the engine, so it must be on disk. Let the
                 # run take its first step first: a run that finishes without waiting
                 # (the faux chunks) is then written once, finished, not twice.
                 await asyncio.sleep(0)
-                await self._records.persist_if_dirty(got)
-            yield snapshot
-            while batch := await subscriber.next_batch():
+                await self._records.persist_if_dirty(run)
+
+        stream = self._state.follow(run.record.task.id, subscriber, snapshot, persist)
+        async with contextlib.aclosing(stream) as batches:
+            async for batch in batches:
                 for event in batch:
                     yield event
-        finally:
-            self._state.leave(task_id, subscriber)
 
     async def _accept(
         self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None

@@ -3,6 +3,7 @@ and SubscribeToTask."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -128,13 +129,11 @@ class Reads:
         task_id = request.id
         subscriber = Subscriber(until_interrupted=False)
         snapshot = await self._join(caller, task_id, subscriber)
-        try:
-            yield snapshot
-            while batch := await subscriber.next_batch():
+        stream = self._state.follow(task_id, subscriber, snapshot)
+        async with contextlib.aclosing(stream) as batches:
+            async for batch in batches:
                 for event in batch:
                     yield event
-        finally:
-            self._state.leave(task_id, subscriber)
 
     def _deliver(self, task_id: str, events: list[pb.StreamResponse] | None) -> bool:
         """Events of a run in another process (a shared store), to this process's

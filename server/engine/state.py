@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,27 @@ class EngineState:
         hub.remove(subscriber)
         if not hub.subscribers and task_id not in self.runs:
             del self.hubs[task_id]
+
+    async def follow(
+        self,
+        task_id: str,
+        subscriber: Subscriber,
+        snapshot: pb.StreamResponse,
+        ready: Callable[[], Awaitable[None]] | None = None,
+    ) -> AsyncGenerator[list[pb.StreamResponse]]:
+        """A task stream of a subscriber that joined the task's hub: the snapshot
+        (once ``ready`` has run), then its events as they come, until its stream ends;
+        it leaves the hub however the stream ends (``ready`` failing included). It
+        yields batches, not events: one generator hop a batch. Iterate it under
+        ``contextlib.aclosing`` so that a closed stream leaves at once."""
+        try:
+            if ready is not None:
+                await ready()
+            yield [snapshot]
+            while batch := await subscriber.next_batch():
+                yield batch
+        finally:
+            self.leave(task_id, subscriber)
 
     def remember_message(self, seen_key: RetryKey, task_id: str) -> None:
         """Record the retry key of a task (see ``retries``): in the store (the
