@@ -12,7 +12,7 @@ Read fresh on every call (an edit applies to the next call). Rules:
   description in listings; ``allow_private`` (optional, boolean) lets this entry reach
   loopback and private addresses (otherwise only ``--allow-private-urls`` does).
 
-A missing file is no agents. A file that is not JSON, or not an array, is no agents and
+A missing (or blank) file is no agents. A file that is not JSON, or not an array, is no agents and
 :attr:`AgentsFile.error` says the file could not be read. A bad entry (bad name or url,
 duplicate name, wrong types) is skipped and listed in :attr:`AgentsFile.skipped`; the
 others still work. Nothing here ever puts a key in a message, and every read registers
@@ -69,6 +69,10 @@ class AgentsFile:
     agents: dict[str, AgentEntry]
     skipped: tuple[str, ...] = ()
     error: str | None = None  # the file could not be read: why (never its contents)
+    #: False when the file is missing, blank or could not be read: a reading that may
+    #: catch an edit half-way (an editor that truncates, then writes). "No agents" to
+    #: the tool, but a watch keeps its last good reading (see :mod:`.watches`).
+    conclusive: bool = True
 
     @property
     def names(self) -> list[str]:
@@ -142,7 +146,8 @@ def parse_entry(value: Any, index: int) -> tuple[AgentEntry | None, str | None]:
 
 def parse_agents(data: Any, path: Path) -> AgentsFile:
     if not isinstance(data, list):
-        return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: not a JSON array")
+        error = f"{AGENTS_FILE} could not be read: not a JSON array"
+        return AgentsFile(path, {}, error=error, conclusive=False)
     agents: dict[str, AgentEntry] = {}
     skipped: list[str] = []
     for value in data:
@@ -190,11 +195,13 @@ def read_agents(workspace: Path) -> AgentsFile:
     try:
         raw = read_raw(path)
     except OSError as exc:
-        return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: {exc.strerror}")
-    if raw is None:
-        return AgentsFile(path, {})
+        error = f"{AGENTS_FILE} could not be read: {exc.strerror}"
+        return AgentsFile(path, {}, error=error, conclusive=False)
+    if raw is None or not raw.strip():
+        return AgentsFile(path, {}, conclusive=False)
     try:
-        data = json.loads(raw) if raw.strip() else []
+        data = json.loads(raw)
     except (ValueError, RecursionError):
-        return AgentsFile(path, {}, error=f"{AGENTS_FILE} could not be read: not valid JSON")
+        error = f"{AGENTS_FILE} could not be read: not valid JSON"
+        return AgentsFile(path, {}, error=error, conclusive=False)
     return parse_agents(data, path)

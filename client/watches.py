@@ -18,9 +18,13 @@ it starts:
 - **poll** — GetTask after 15 s, 30 s, 1 min, 2 min, then every 5 min (the delays between
   checks).
 
-Every check reads agents.json again: a removed agent ends the watch with a ``(stopped)``
-notice; a malformed file is a passing failure. The connection (card and client) is kept
-between checks and reopened after a failure or when the agent's entry changes. After
+Every check reads agents.json again: an agent a valid file no longer lists ends the watch
+with a ``(stopped)`` notice. A file that is missing, blank or does not parse (an editor
+that truncates, then writes, is caught half-way) is a passing state: the watch checks
+with its last good reading of the entry (none yet: it skips that check), logs it once
+until a good reading comes back, and reads the file again at its next check. The
+connection (card and client) is kept between checks and reopened after a failure or when
+the agent's entry changes. After
 ``watch_timeout_s`` (a day) from its start the watch gives up with a ``(no result)``
 notice. On a settled task its files are saved and a push config is deleted (best effort).
 
@@ -123,6 +127,10 @@ class Watch:
     #: Set once the watch has checked the task (or ended): ``chat --message`` waits
     #: for this before its own turn, so a result that is ready goes out first.
     first_check: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The agent's entry at the last conclusive reading of agents.json.
+    entry: AgentEntry | None = None
+    #: The last reading was inconclusive and that was logged (once per such spell).
+    unsure: bool = False
 
     @property
     def key(self) -> tuple[Path, str, str]:
@@ -432,14 +440,25 @@ class WatchRegistry:
                     await asyncio.sleep(0.05)
 
     async def _entry(self, watch: Watch) -> AgentEntry | None:
-        """The agent's entry now; None on a malformed file; _Stop when it was removed."""
+        """The agent's entry now: _Stop when a valid file no longer lists it; the last
+        good reading (None before one) when the file is missing, blank or malformed."""
         agents = await asyncio.to_thread(read_agents, watch.workspace)
-        if agents.error is not None:
-            log.warning("watch %s: %s (will retry)", watch.record.watchId, agents.error)
-            return None
+        if not agents.conclusive:
+            if not watch.unsure:
+                watch.unsure = True
+                why = agents.error or f"{agents.path.name} is missing or empty"
+                log.warning(
+                    "watch %s: %s; %s, and it is read again at the next check",
+                    watch.record.watchId,
+                    why,
+                    "the last good reading is used" if watch.entry else "no check until then",
+                )
+            return watch.entry
+        watch.unsure = False
         entry = agents.agents.get(watch.record.agent)
         if entry is None:
             raise _Stop
+        watch.entry = entry
         return entry
 
     async def _set_source(self, watch: Watch, source: str) -> None:
@@ -505,8 +524,10 @@ class WatchRegistry:
                     polls = poll_delays()
                     delay = next(polls)
                     failures = 0
-                else:
-                    delay = RESUBSCRIBE_DELAYS_S[failures - 1] if failures else 0.0
+                elif failures:
+                    delay = RESUBSCRIBE_DELAYS_S[failures - 1]
+                else:  # a stream to reopen at once, or no entry to check with yet
+                    delay = 0.0 if entry is not None else RESUBSCRIBE_DELAYS_S[0]
             elif source == "push":
                 delay = PUSH_SAFETY_S
             else:

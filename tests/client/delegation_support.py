@@ -56,7 +56,7 @@ def write_agents(workspace: Path, entries: list[dict[str, Any]] | str) -> Path:
     path = workspace / ".a2a" / "agents.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     # Replaced whole (as an editor saving atomically would): a watch reading it in a
-    # worker thread never sees it empty half-way, which would read as "no agents".
+    # worker thread never sees it half-way (test_watches.write_in_place does that).
     temp = path.with_name("agents.json.tmp")
     temp.write_text(entries if isinstance(entries, str) else json.dumps(entries))
     os.replace(temp, path)

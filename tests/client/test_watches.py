@@ -229,8 +229,23 @@ async def test_timeout_gives_up_with_no_result(workspace: Path, remote: Gateway)
         await registry.aclose()
 
 
-async def test_removed_agent_stops_and_malformed_file_is_a_passing_failure(
-    workspace: Path, remote: Gateway
+def write_in_place(workspace: Path, text: str | None) -> None:
+    """agents.json as an editor that truncates, then writes, leaves it half-way (None:
+    the file is gone for a moment, as between an unlink and a create)."""
+    path = workspace / ".a2a" / "agents.json"
+    if text is None:
+        path.unlink()
+    else:
+        path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    "half_written",
+    ["", "  \n", '[{"name": "assistant-a", "url": "htt', "{being edited", "null", None],
+    ids=["empty", "blank", "cut-short", "not-json", "not-an-array", "missing"],
+)
+async def test_a_half_written_file_keeps_the_watch_and_only_a_valid_file_stops_it(
+    workspace: Path, remote: Gateway, caplog: pytest.LogCaptureFixture, half_written: str | None
 ) -> None:
     clock, inbox = ManualClock(), Inbox()
     registry = WatchRegistry(clock=clock)
@@ -241,15 +256,54 @@ async def test_removed_agent_stops_and_malformed_file_is_a_passing_failure(
         watch = await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=POLL_CARD)
         clock.advance((await clock.slept_count(2))[-1])
         await eventually(lambda: watch.checks == 1)
-        write_agents(workspace, "{being edited")
-        clock.advance((await clock.slept_count(3))[-1])
-        await clock.slept_count(4)  # kept going, no check made
-        assert watch.checks == 1 and not inbox.texts
+        write_in_place(workspace, half_written)
+        for n in (2, 3, 4):  # checks go on with the last good reading, on schedule
+            clock.advance((await clock.slept_count(n + 1))[-1])
+            await eventually(lambda n=n: watch.checks == n)
+        assert clock.slept[1:5] == [15, 30, 60, 120] and not inbox.texts
+        warned = [r for r in caplog.records if r.name == "a2a_gateway.client.watches"]
+        assert [r.levelname for r in warned] == ["WARNING"], "logged once"
+        assert "read again at the next check" in warned[0].getMessage()
+        # A good reading again, then a valid file without the agent: that ends the watch.
+        write_agents(workspace, [{"name": "assistant-a", "url": base_url(remote),
+                                  "key": REMOTE_KEY, "allow_private": True}])  # fmt: skip
+        clock.advance((await clock.slept_count(6))[-1])
+        await eventually(lambda: watch.checks == 5)
+        assert not watch.unsure
         write_agents(workspace, [])
-        clock.advance(clock.slept[-1])
+        clock.advance((await clock.slept_count(7))[-1])
         await eventually(lambda: bool(inbox.texts))
         assert "(stopped)]" in inbox.texts[0][1]
         await cancel_remote_task(base_url(remote), task.id)
+    finally:
+        await registry.aclose()
+
+
+async def test_a_restored_watch_with_an_unreadable_file_waits_without_checking(
+    home: Path,
+) -> None:
+    workspace = home
+    write_agents(workspace, "{being edited")
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    try:
+        record = PendingRecord(
+            watchId="w" * 32,
+            target=SCOPE,
+            agent="assistant-a",
+            taskId="t-1",
+            contextId="c-1",
+            pushToken=None,
+            startedAt=clock.now().isoformat(),
+            source="subscribe",
+        )
+        watch = await registry.rearm(workspace, record)
+        # No entry to check with: no check, and no busy loop (a subscribe watch would
+        # otherwise reopen "at once"): it waits a second between readings.
+        for count in (1, 2, 3):
+            assert (await clock.slept_count(count))[-1] == 1.0
+            clock.advance(1.0)
+        assert watch.checks == 0 and registry.watches() == [watch]
     finally:
         await registry.aclose()
 
