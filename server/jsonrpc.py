@@ -92,10 +92,14 @@ def error_payload(request_id: RequestId, error: A2AError) -> dict[str, Any]:
 
 
 def error_response(request_id: RequestId, error: A2AError) -> web.Response:
+    return _error_response(error_payload(request_id, error), error)
+
+
+def _error_response(payload: dict[str, Any], error: A2AError) -> web.Response:
+    """An error ``payload`` with this binding's HTTP status for ``error`` (200, but for
+    the transport errors)."""
     status = error.spec.http_status if isinstance(error, _TRANSPORT_ERRORS) else 200
-    return json_response(
-        error_payload(request_id, error), status=status, headers=error_headers(error)
-    )
+    return json_response(payload, status=status, headers=error_headers(error))
 
 
 def _valid_id(value: Any) -> bool:
@@ -264,22 +268,15 @@ def legacy_error_response(request_id: RequestId, error: A2AError) -> web.Respons
     for it."""
     if isinstance(error, versioning.VersionRefused):
         return error_response(request_id, error)
-    status = error.spec.http_status if isinstance(error, _TRANSPORT_ERRORS) else 200
-    return json_response(
-        legacy_error_payload(request_id, error), status=status, headers=error_headers(error)
-    )
+    return _error_response(legacy_error_payload(request_id, error), error)
 
 
-class LegacyStreamCodec:
+class LegacyStreamCodec(StreamCodec):
     """The SSE shapes of a 0.3 stream: each ``result`` is the bare 0.3 object (with
     ``kind``); a mid-stream error is a plain ``data:`` event, as the SDK's 0.3 adapter
     sends it (its 0.3 client looks for ``error`` in every event's JSON)."""
 
-    __slots__ = ("_head", "request_id")
-
-    def __init__(self, request_id: RequestId) -> None:
-        self.request_id = request_id
-        self._head = b"data: " + _RESULT_HEAD + orjson.dumps(request_id) + _RESULT_MIDDLE
+    __slots__ = ()
 
     def event(self, event: pb.StreamResponse) -> bytes:
         return b"".join((self._head, orjson.dumps(compat03.stream_event(event)), b"}\n\n"))

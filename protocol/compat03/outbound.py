@@ -8,6 +8,7 @@ base64 bytes), so only the shapes that differ are rewritten.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -45,75 +46,108 @@ def part_out(part: Mapping[str, Any]) -> JSON:
     return out
 
 
-def message_out(msg: Mapping[str, Any]) -> JSON:
-    """A 1.0 Message as a 0.3 Message."""
-    out: JSON = {
-        "kind": "message",
-        "messageId": msg.get("messageId", ""),
-        "role": _ROLE_OUT.get(msg.get("role", ""), "agent"),
-        "parts": [part_out(p) for p in msg.get("parts", ())],
-    }
-    _copy(msg, out, "contextId", "taskId", "referenceTaskIds", "metadata", "extensions")
-    return out
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """How one 0.3 binding writes the objects both carry: messages, statuses,
+    artifacts, tasks and stream events. Both read the same keys (a 1.0 ProtoJSON dict
+    and a 0.3 JSON-RPC object name these fields alike) and write the same fields; a
+    binding has its own role and state names, its own part shape and name for a
+    message's parts, and JSON-RPC alone tags each object with its ``kind``."""
+
+    kinds: bool  # a ``kind`` member on every object (JSON-RPC)
+    roles: Mapping[str, str]
+    default_role: str
+    states: Mapping[str, str]
+    default_state: str
+    message_parts: str  # the Message member holding its parts
+    message_fields: tuple[str, ...]  # copied as they are
+    part: Callable[[Mapping[str, Any]], JSON]
+
+    def _head(self, kind: str) -> JSON:
+        return {"kind": kind} if self.kinds else {}
+
+    def message(self, msg: Mapping[str, Any]) -> JSON:
+        out = self._head("message")
+        out["messageId"] = msg.get("messageId", "")
+        out["role"] = self.roles.get(msg.get("role", ""), self.default_role)
+        out[self.message_parts] = [self.part(p) for p in msg.get("parts", ())]
+        _copy(msg, out, *self.message_fields)
+        return out
+
+    def status(self, status: Mapping[str, Any]) -> JSON:
+        out: JSON = {"state": self.states.get(status.get("state", ""), self.default_state)}
+        if "message" in status:
+            out["message"] = self.message(status["message"])
+        _copy(status, out, "timestamp")
+        return out
+
+    def artifact(self, artifact: Mapping[str, Any]) -> JSON:
+        out: JSON = {
+            "artifactId": artifact.get("artifactId", ""),
+            "parts": [self.part(p) for p in artifact.get("parts", ())],
+        }
+        _copy(artifact, out, "name", "description", "metadata", "extensions")
+        return out
+
+    def task(self, task: Mapping[str, Any]) -> JSON:
+        out = self._head("task")
+        out["id"] = task.get("id", "")
+        out["contextId"] = task.get("contextId", "")
+        out["status"] = self.status(task.get("status", {}))
+        if task.get("history"):
+            out["history"] = [self.message(m) for m in task["history"]]
+        if task.get("artifacts"):
+            out["artifacts"] = [self.artifact(a) for a in task["artifacts"]]
+        _copy(task, out, "metadata")
+        return out
+
+    def _update(self, kind: str, event: Mapping[str, Any]) -> JSON:
+        out = self._head(kind)
+        out["taskId"] = event.get("taskId", "")
+        out["contextId"] = event.get("contextId", "")
+        return out
+
+    def status_update(self, event: Mapping[str, Any], final: bool) -> JSON:
+        out = self._update("status-update", event)
+        out["status"] = self.status(event.get("status", {}))
+        out["final"] = final
+        _copy(event, out, "metadata")
+        return out
+
+    def artifact_update(self, event: Mapping[str, Any]) -> JSON:
+        out = self._update("artifact-update", event)
+        out["artifact"] = self.artifact(event.get("artifact", {}))
+        out["append"] = bool(event.get("append", False))
+        out["lastChunk"] = bool(event.get("lastChunk", False))
+        _copy(event, out, "metadata")
+        return out
 
 
-def status_out(status: Mapping[str, Any]) -> JSON:
-    out: JSON = {"state": _STATE_OUT.get(status.get("state", ""), "unknown")}
-    if "message" in status:
-        out["message"] = message_out(status["message"])
-    _copy(status, out, "timestamp")
-    return out
+#: 0.3 JSON-RPC, from 1.0 ProtoJSON.
+JSONRPC_SHAPES = Shapes(
+    kinds=True,
+    roles=_ROLE_OUT,
+    default_role="agent",
+    states=_STATE_OUT,
+    default_state="unknown",
+    message_parts="parts",
+    message_fields=("contextId", "taskId", "referenceTaskIds", "metadata", "extensions"),
+    part=part_out,
+)
 
-
-def artifact_out(artifact: Mapping[str, Any]) -> JSON:
-    out: JSON = {
-        "artifactId": artifact.get("artifactId", ""),
-        "parts": [part_out(p) for p in artifact.get("parts", ())],
-    }
-    _copy(artifact, out, "name", "description", "metadata", "extensions")
-    return out
-
-
-def task_out(task: Mapping[str, Any]) -> JSON:
-    """A 1.0 Task as a bare 0.3 Task (``kind: "task"``)."""
-    out: JSON = {
-        "kind": "task",
-        "id": task.get("id", ""),
-        "contextId": task.get("contextId", ""),
-        "status": status_out(task.get("status", {})),
-    }
-    if task.get("history"):
-        out["history"] = [message_out(m) for m in task["history"]]
-    if task.get("artifacts"):
-        out["artifacts"] = [artifact_out(a) for a in task["artifacts"]]
-    _copy(task, out, "metadata")
-    return out
+#: A 1.0 Message as a 0.3 Message.
+message_out = JSONRPC_SHAPES.message
+status_out = JSONRPC_SHAPES.status
+artifact_out = JSONRPC_SHAPES.artifact
+#: A 1.0 Task as a bare 0.3 Task (``kind: "task"``).
+task_out = JSONRPC_SHAPES.task
+artifact_update_out = JSONRPC_SHAPES.artifact_update
 
 
 def status_update_out(event: Mapping[str, Any]) -> JSON:
-    status = status_out(event.get("status", {}))
-    out: JSON = {
-        "kind": "status-update",
-        "taskId": event.get("taskId", ""),
-        "contextId": event.get("contextId", ""),
-        "status": status,
-        "final": status["state"] in _FINAL_OUT,
-    }
-    _copy(event, out, "metadata")
-    return out
-
-
-def artifact_update_out(event: Mapping[str, Any]) -> JSON:
-    out: JSON = {
-        "kind": "artifact-update",
-        "taskId": event.get("taskId", ""),
-        "contextId": event.get("contextId", ""),
-        "artifact": artifact_out(event.get("artifact", {})),
-        "append": bool(event.get("append", False)),
-        "lastChunk": bool(event.get("lastChunk", False)),
-    }
-    _copy(event, out, "metadata")
-    return out
+    """A 1.0 status update as a 0.3 one; ``final`` where a 0.3 stream ends."""
+    state = event.get("status", {}).get("state", "")
+    return JSONRPC_SHAPES.status_update(event, _STATE_OUT.get(state, "unknown") in _FINAL_OUT)
 
 
 _STREAM_OUT: dict[str, Callable[[Mapping[str, Any]], JSON]] = {

@@ -23,7 +23,7 @@ from ..errors import A2AError
 from .errors import error_object
 from .inbound import _copy_in, _get, _invalid
 from .methods import METHODS, Method
-from .outbound import _copy, stream_event
+from .outbound import Shapes, _copy, stream_event
 from .tables import JSON, TASK_STATES
 
 #: Prefix of every 0.3 REST path, below the REST mount.
@@ -204,45 +204,17 @@ def _rest_part_out(part: Mapping[str, Any]) -> JSON:
     return out
 
 
-def _rest_message_out(msg: Mapping[str, Any]) -> JSON:
-    out: JSON = {
-        "messageId": msg.get("messageId", ""),
-        "role": _REST_ROLE.get(msg.get("role", ""), "ROLE_AGENT"),
-        "content": [_rest_part_out(p) for p in msg.get("parts", ())],
-    }
-    _copy(msg, out, "contextId", "taskId", "metadata", "extensions")
-    return out
-
-
-def _rest_status_out(status: Mapping[str, Any]) -> JSON:
-    out: JSON = {"state": _REST_STATE.get(status.get("state", ""), "TASK_STATE_UNSPECIFIED")}
-    if "message" in status:
-        out["message"] = _rest_message_out(status["message"])
-    _copy(status, out, "timestamp")
-    return out
-
-
-def _rest_artifact_out(artifact: Mapping[str, Any]) -> JSON:
-    out: JSON = {
-        "artifactId": artifact.get("artifactId", ""),
-        "parts": [_rest_part_out(p) for p in artifact.get("parts", ())],
-    }
-    _copy(artifact, out, "name", "description", "metadata", "extensions")
-    return out
-
-
-def _rest_task_out(task: Mapping[str, Any]) -> JSON:
-    out: JSON = {
-        "id": task.get("id", ""),
-        "contextId": task.get("contextId", ""),
-        "status": _rest_status_out(task.get("status", {})),
-    }
-    if task.get("artifacts"):
-        out["artifacts"] = [_rest_artifact_out(a) for a in task["artifacts"]]
-    if task.get("history"):
-        out["history"] = [_rest_message_out(m) for m in task["history"]]
-    _copy(task, out, "metadata")
-    return out
+#: 0.3 HTTP+JSON (the 0.3 proto's ProtoJSON), from 0.3 JSON-RPC objects.
+REST_SHAPES = Shapes(
+    kinds=False,
+    roles=_REST_ROLE,
+    default_role="ROLE_AGENT",
+    states=_REST_STATE,
+    default_state="TASK_STATE_UNSPECIFIED",
+    message_parts="content",
+    message_fields=("contextId", "taskId", "metadata", "extensions"),
+    part=_rest_part_out,
+)
 
 
 def rest_object(value: Mapping[str, Any]) -> JSON:
@@ -250,22 +222,12 @@ def rest_object(value: Mapping[str, Any]) -> JSON:
     StreamResponse/SendMessageResponse member for the other kinds."""
     kind = value.get("kind")
     if kind == "task":
-        return _rest_task_out(value)
+        return REST_SHAPES.task(value)
     if kind == "message":
-        return _rest_message_out(value)
-    event: JSON = {
-        "taskId": value.get("taskId", ""),
-        "contextId": value.get("contextId", ""),
-    }
+        return REST_SHAPES.message(value)
     if kind == "status-update":
-        event["status"] = _rest_status_out(value.get("status", {}))
-        event["final"] = bool(value.get("final", False))
-    else:
-        event["artifact"] = _rest_artifact_out(value.get("artifact", {}))
-        event["append"] = bool(value.get("append", False))
-        event["lastChunk"] = bool(value.get("lastChunk", False))
-    _copy(value, event, "metadata")
-    return event
+        return REST_SHAPES.status_update(value, bool(value.get("final", False)))
+    return REST_SHAPES.artifact_update(value)
 
 
 _REST_MEMBER = {

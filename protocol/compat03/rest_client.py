@@ -19,7 +19,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .client import legacy_call
 from .inbound import _copy_in, _get
 from .outbound import _copy
-from .rest import _REST_STATE_IN, _rest_message_in, _rest_message_out, _rest_part_in, _rest_push_in
+from .rest import _REST_STATE_IN, REST_SHAPES, _rest_message_in, _rest_part_in, _rest_push_in
 from .results_in import _bad_result, _result_object, stream_response_in
 from .tables import JSON
 
@@ -153,7 +153,7 @@ def _segment(value: Any) -> str:
 
 def _rest_send_body(params: Mapping[str, Any]) -> JSON:
     """``message/send`` params as a 0.3 REST SendMessageRequest."""
-    body: JSON = {"message": _rest_message_out(params["message"])}
+    body: JSON = {"message": REST_SHAPES.message(params["message"])}
     config = params.get("configuration")
     if isinstance(config, Mapping):
         out: JSON = {}
