@@ -3,9 +3,15 @@ a terminal (scope ``local-owner``), with the ``a2a`` tool and the file tools.
 
 Interactive by default: each line on stdin is a message; the answer streams to stdout.
 Results of watches arrive as follow-up prompts, queued behind a running turn (never
-interrupting it), and their answers print as they come. ``--message TEXT`` runs one turn
-and exits 0 (1 when the turn fails): kept results and the first check of every re-armed
-watch come first, and watches still running stay in pending.json for the next start.
+interrupting it), and their answers print as they come. Every turn is bounded by
+``--turn-timeout`` (an hour, as the server bounds an agent's run): a turn that runs
+longer is stopped (its model stream closed, a remote task it was waiting on handed to a
+watch) and reported failed, so whoever waits on a prompt (the owner's line, ``--message``,
+a watch delivering a result) waits at most the turns queued before it.
+
+``--message TEXT`` runs one turn and exits 0 (1 when the turn fails): kept results and
+the first check of every re-armed watch come first, and watches still running stay in
+pending.json for the next start.
 
 ``--public-url`` (with ``--host``/``--port``) serves the push receiver
 (``POST /a2a/push/{watchId}``) so watches of agents that push are woken by them.
@@ -48,6 +54,8 @@ log = logging.getLogger("a2a_gateway.chat")
 SCOPE = "local-owner"
 #: Where files the assistant sends (send_file) land in the workspace.
 OUTBOX = ("inbox", "chat")
+#: How long one turn may run (``--turn-timeout``; the engine's bound of an agent's run).
+TURN_TIMEOUT_S = 3600.0
 
 
 @dataclass
@@ -62,11 +70,20 @@ class _Prompt:
 class ChatHost:
     """One owner conversation: a queue of prompts run one turn at a time."""
 
-    def __init__(self, runtime: Runtime, workspace: Path, tools: ToolRegistry, out: TextIO) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        workspace: Path,
+        tools: ToolRegistry,
+        out: TextIO,
+        *,
+        turn_timeout_s: float = TURN_TIMEOUT_S,
+    ) -> None:
         self.runtime = runtime
         self.workspace = workspace
         self.tools = tools
         self.out = out
+        self.turn_timeout_s = turn_timeout_s
         self.queue: asyncio.Queue[_Prompt] = asyncio.Queue()
 
     async def deliver(self, scope: str, text: str) -> None:
@@ -83,11 +100,16 @@ class ChatHost:
         return await prompt.done
 
     async def serve(self) -> None:
-        """Run queued prompts forever (cancel to stop)."""
+        """Run queued prompts forever (cancel to stop), each within the turn bound."""
         while True:
             prompt = await self.queue.get()
             try:
-                ok = await self._turn(prompt)
+                async with asyncio.timeout(self.turn_timeout_s):
+                    ok = await self._turn(prompt)
+            except TimeoutError:
+                log.warning("chat turn stopped after %g s", self.turn_timeout_s)
+                self._print(f"\n[failed: the turn took longer than {self.turn_timeout_s:g} s]\n")
+                ok = False
             except asyncio.CancelledError:
                 if not prompt.done.done():
                     prompt.done.set_result(False)
@@ -195,7 +217,13 @@ async def run_chat(
         watch_timeout_s=settings["watch_timeout"],
         max_file_bytes=settings["max_file_bytes"],
     )
-    host = ChatHost(runtime, workspace, _tools(settings, watches), stdout or sys.stdout)
+    host = ChatHost(
+        runtime,
+        workspace,
+        _tools(settings, watches),
+        stdout or sys.stdout,
+        turn_timeout_s=settings["turn_timeout"],
+    )
     receiver: web.AppRunner | None = None
     await runtime.start()
     worker = asyncio.get_running_loop().create_task(host.serve(), name="chat-turns")

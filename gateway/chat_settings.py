@@ -40,6 +40,13 @@ _FROM_SERVE = frozenset(
 
 CHAT_SETTINGS: tuple[Setting, ...] = (
     Setting("workspace", str, "", "the owner's workspace folder (required)"),
+    Setting(
+        "turn_timeout",
+        float,
+        3600.0,
+        "seconds one turn (a message, or a delivered result) may run before it is stopped",
+        above=0,
+    ),
     *DELEGATION_SETTINGS,
     *(s for s in SETTINGS if s.name in _FROM_SERVE or (s.name.startswith("llm_"))),
 )
