@@ -21,7 +21,9 @@ within ``request_s``; a unary call whose client set no deadline gets ``unary_s``
 its deadline (the service sees it in :class:`CallContext`; a blocking SendMessage
 answers with the task as it is then), and is ended with DEADLINE_EXCEEDED shortly after
 it if the service ignores it; a stream that sends no event for ``stream_idle_s`` is
-ended with DEADLINE_EXCEEDED (subscribe again to go on).
+ended with DEADLINE_EXCEEDED (subscribe again to go on). An answer or stream event over
+``max_answer_bytes`` (twice the request cap, as our client reads) is not sent: the call
+ends with InternalError naming both sizes (a stream, after the events before it).
 
 A stream write waits for the client (HTTP/2 flow control); one that stays stuck for
 :data:`WRITE_TIMEOUT_S` (a client that stopped reading) ends the handler: the service's
@@ -50,7 +52,7 @@ import grpc
 from google.protobuf import descriptor, message, message_factory
 
 from a2a_gateway.protocol import codec, versioning
-from a2a_gateway.protocol.codec import MAX_BODY_BYTES
+from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -98,6 +100,7 @@ class GrpcBounds:
     write_s: float = WRITE_TIMEOUT_S  # one stream write may wait this long for the client
     grace_s: float = 1.0  # a unary call outliving its deadline by this much is ended
     max_request_bytes: int = MAX_BODY_BYTES  # as an HTTP body (InvalidRequest beyond)
+    max_answer_bytes: int = MAX_ANSWER_BYTES  # one answer or stream event (Internal beyond)
 
 
 class StreamStalled(Exception):
@@ -343,9 +346,24 @@ class RpcAdapter:
             f" (the server's default is {self.bounds.unary_s:g} s)"
         )
 
-    @staticmethod
-    def serialize(response: message.Message) -> bytes:
-        return response.SerializeToString()
+    def serialize(self, response: object) -> bytes:
+        """The wire bytes of one service response or stream event; InternalError when
+        they are over ``max_answer_bytes`` (grpc itself would fail the call with a bare
+        RESOURCE_EXHAUSTED and log the failed write as a crash)."""
+        data = self.outgoing(response).SerializeToString()
+        limit = self.bounds.max_answer_bytes
+        if len(data) > limit:
+            log.warning(
+                "gRPC %s: an answer of %d bytes is over the %d-byte limit; refused",
+                self.name,
+                len(data),
+                limit,
+            )
+            raise InternalError(
+                f"the answer is {len(data)} bytes, larger than the {limit} bytes this server"
+                " sends over gRPC; ask for less (historyLength, pageSize) or use HTTP"
+            )
+        return data
 
     def decode(self, data: bytes) -> message.Message:
         """The request message, or InvalidRequest / InvalidParams for bad bytes."""
@@ -459,7 +477,7 @@ class RpcAdapter:
                 if not timer.expired():
                     raise
                 raise self._late(arrived) from None
-            response = self.outgoing(result).SerializeToString()
+            response = self.serialize(result)
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             return response
@@ -497,7 +515,7 @@ class RpcAdapter:
                     if first:
                         await watch.send(self._send_stream_headers(context, call_context))
                         first = False
-                    await watch.send(context.write(self.outgoing(event)))
+                    await watch.send(context.write(self.serialize(event)))
             except asyncio.CancelledError:
                 idle = watch.idle_error()
                 if idle is None:
@@ -549,12 +567,11 @@ class RpcAdapter:
 
     def method_handler(self) -> grpc.RpcMethodHandler[Any, Any]:
         # Request streams on purpose: the binding reads the message itself, bounded
-        # (the module doc); bytes in, the client's unary or server-streaming call as is.
+        # (the module doc); bytes in and out (the binding serializes, within its size
+        # bound), the client's unary or server-streaming call as is.
         if not self.streaming:
             return grpc.stream_unary_rpc_method_handler(self.unary)
-        return grpc.stream_stream_rpc_method_handler(
-            self.stream, response_serializer=self.serialize
-        )
+        return grpc.stream_stream_rpc_method_handler(self.stream)
 
 
 def a2a_rpc_handler(

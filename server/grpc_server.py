@@ -46,14 +46,32 @@ def grpc_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def max_answer_bytes(config: ServerConfig) -> int:
+    """The largest answer or stream event sent over gRPC: twice the request cap, as
+    our clients read (``codec.MAX_ANSWER_BYTES`` for the default cap), so a task holding
+    a message as large as a request and an answer as large fits."""
+    return 2 * config.max_body_bytes
+
+
 def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
     return [
         # A request may be as large as an HTTP body (binary is smaller than its JSON);
         # grpc's own limit has some slack so that the binding, not grpc, refuses one
         # just over the cap (with the size error and its details).
         ("grpc.max_receive_message_length", config.max_body_bytes + GRPC_LIMIT_SLACK_BYTES),
-        # Responses are not capped here (grpc's default), as on the HTTP bindings.
-        ("grpc.max_send_message_length", -1),
+        # Answers likewise: the binding refuses one over max_answer_bytes with an A2A
+        # error (grpc's own refusal is a bare RESOURCE_EXHAUSTED, and a failed write it
+        # logs as a crash); grpc's limit, just above, is only the backstop.
+        ("grpc.max_send_message_length", max_answer_bytes(config) + GRPC_LIMIT_SLACK_BYTES),
+        # Broken grpc-level compression (a message that is not valid gzip, the
+        # compressed flag without a grpc-encoding, an unknown encoding) is answered
+        # INTERNAL by grpc core, as gRPC's compression spec requires, before the binding
+        # reads the message: grpc.aio has no hook there. The one knob,
+        # grpc.per_message_decompression=0, hands the binding the raw payload without
+        # the message's compressed flag (aio's read() gives bytes only), so compressed
+        # and plain messages could not be told apart and valid gzip requests would
+        # break (measured); the flag-without-encoding and unknown-encoding cases stay
+        # INTERNAL from core either way.
         # Metadata as large as the HTTP bindings' header lines allow (16 KiB each, e.g.
         # a 1,000-URI a2a-extensions value) plus the rest of the request's metadata.
         ("grpc.max_metadata_size", MAX_METADATA_BYTES),
@@ -81,6 +99,7 @@ async def build_grpc_server(
         unary_s=config.grpc_default_deadline_s,
         stream_idle_s=config.grpc_stream_idle_s,
         max_request_bytes=config.max_body_bytes,
+        max_answer_bytes=max_answer_bytes(config),
     )
     server.add_generic_rpc_handlers(
         (
@@ -103,4 +122,10 @@ async def build_grpc_server(
     return server, port
 
 
-__all__ = ["HEALTH_SERVICES", "SERVICE_NAME", "build_grpc_server", "grpc_address"]
+__all__ = [
+    "HEALTH_SERVICES",
+    "SERVICE_NAME",
+    "build_grpc_server",
+    "grpc_address",
+    "max_answer_bytes",
+]
