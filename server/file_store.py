@@ -54,7 +54,11 @@ fsync policy: ``fsync=False`` by default. A process crash (kill -9, OOM) loses n
 that was written: the rename is atomic and the page cache belongs to the kernel. A
 power cut or kernel crash may lose the last seconds of updates, and a file whose data
 had not reached the disk may read as malformed, i.e. TaskNotFound, never as a crash.
-``fsync=True`` (``serve --fsync``) makes every write durable before it returns.
+``fsync=True`` (``serve --fsync``) makes every write durable before it returns. Its
+writes (the file, its fsync, the link or rename, the folder's fsync) run on one writer
+thread per store, so the event loop never waits on the disk; one thread, so they land
+in the order they were asked for (a later save of a task always wins), and each index
+row follows its file in that order, also when the save that asked was cancelled.
 """
 
 from __future__ import annotations
@@ -131,6 +135,10 @@ class _ReadBudget:
             self._started = True
             self._left -= size
             return True
+
+
+def _nothing() -> None:
+    """A job that only marks its place in a thread's queue."""
 
 
 def _reader_pool() -> ThreadPoolExecutor:
@@ -282,6 +290,7 @@ class WorkspaceTaskStore(TaskStore):
             reconcile_interval_s=reconcile_interval_s,
         )
         self._started = False
+        self._writer: ThreadPoolExecutor | None = None  # fsync: the writes (see save)
 
     def path(self, task_id: str) -> Path:
         return self.folder / f"{task_id}.json"
@@ -503,7 +512,14 @@ class WorkspaceTaskStore(TaskStore):
         self.index.remember_message(owner, message_id, fingerprint, task_id)
 
     async def aclose(self) -> None:
-        """Stop the index's background work and close it."""
+        """Let the writes asked for land (fsync), then stop the index's background work
+        and close it."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            # Queued behind every write: once it has run, they have landed and their
+            # index rows are in (their callbacks were scheduled first).
+            await asyncio.get_running_loop().run_in_executor(writer, _nothing)
+            writer.shutdown(wait=False)
         await self.index.aclose()
 
     # --- retention -------------------------------------------------------------------
@@ -583,12 +599,32 @@ class WorkspaceTaskStore(TaskStore):
         if not valid_id(task_id):
             raise ValueError(f"invalid task id {task_id!r}")
         data = encode_record(record, self.box)
-        stamp = self._write_atomically(task_id, data)
+        owner, summary = record.owner, TaskSummary.of(task)  # before any wait
+        if not self.fsync:
+            # Inline: faster than a thread hand-off without fsync (module doc).
+            self._wrote(task_id, owner, summary, self._write_atomically(task_id, data))
+            return
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="a2a-task-write")
+        loop = asyncio.get_running_loop()
+        written = loop.run_in_executor(self._writer, self._write_atomically, task_id, data)
+
+        def landed(done: asyncio.Future[_Stamp]) -> None:
+            # On the loop, in the order of the writes (one writer thread), and before
+            # the save returns; also when the save was cancelled while it waited.
+            if not done.cancelled() and done.exception() is None:
+                self._wrote(task_id, owner, summary, done.result())
+
+        written.add_done_callback(landed)
+        await asyncio.shield(written)
+
+    def _wrote(self, task_id: str, owner: Caller, summary: TaskSummary, stamp: _Stamp) -> None:
+        """A task file was written: its index row follows it."""
         # Not cached: most tasks written are never read back, and the next read fills
         # the record cache (stat-validated like any other read).
         self._cache.pop(task_id)
         index = self._start() if not self._started else self.index
-        index.put(record.owner, TaskSummary.of(task), stamp)
+        index.put(owner, summary, stamp)
         index.wrote_folder()
 
     def _write_atomically(self, task_id: str, data: bytes) -> _Stamp:

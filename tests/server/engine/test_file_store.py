@@ -164,6 +164,63 @@ async def test_fsync_store_writes_the_same_files(tmp_path: Path) -> None:
         await engine.aclose()
 
 
+def _versioned(task_id: str, state: int, text: str) -> TaskRecord:
+    task = pb.Task(id=task_id, context_id="c-1")
+    task.status.state = state  # type: ignore[assignment]
+    task.status.timestamp.FromNanoseconds(1_000_000_000 + state)
+    task.artifacts.add(artifact_id="a", parts=[pb.Part(text=text)])
+    return TaskRecord(task, ALICE)
+
+
+async def test_fsync_writes_run_off_the_event_loop_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fsync every save's two fsyncs (the file, the folder) run off the loop's
+    thread; concurrent saves of one task land in the order they were asked for, each
+    durable when its save returns, and the index row follows the last one."""
+    real_fsync = os.fsync
+    fsync_threads: list[int] = []
+
+    def watched_fsync(fd: int) -> None:
+        fsync_threads.append(threading.get_ident())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", watched_fsync)
+    store = WorkspaceTaskStore(tmp_path, fsync=True)
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_SUBMITTED, "first"))
+        assert len(fsync_threads) == 2  # the new file, then its folder
+        assert threading.get_ident() not in fsync_threads
+
+        states = [pb.TASK_STATE_WORKING, pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_COMPLETED]
+        saves = [store.save(_versioned("t-1", s, pb.TaskState.Name(s))) for s in states]
+        await asyncio.gather(*saves)
+        assert threading.get_ident() not in fsync_threads
+        on_disk, _, _ = decode_record(task_file(tmp_path, "t-1").read_bytes(), "t-1")
+        assert on_disk.status.state == pb.TASK_STATE_COMPLETED
+        assert [(s.task_id, s.state) for s in await store.summaries(ALICE)] == [
+            ("t-1", pb.TASK_STATE_COMPLETED)
+        ]
+    finally:
+        await store.aclose()
+
+
+async def test_a_cancelled_fsync_save_still_lands_with_its_index_row(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path, fsync=True)
+    try:
+        saving = asyncio.create_task(store.save(_versioned("t-2", pb.TASK_STATE_WORKING, "w")))
+        await asyncio.sleep(0)  # the write is on the writer thread now
+        saving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await saving
+        await store.save(_versioned("t-2", pb.TASK_STATE_FAILED, "f"))  # asked later: wins
+        on_disk, _, _ = decode_record(task_file(tmp_path, "t-2").read_bytes(), "t-2")
+        assert on_disk.status.state == pb.TASK_STATE_FAILED
+        assert [s.state for s in await store.summaries(ALICE)] == [pb.TASK_STATE_FAILED]
+    finally:
+        await store.aclose()
+
+
 async def test_workspace_stores_route_each_caller_to_its_workspace(tmp_path: Path) -> None:
     one, two, default = tmp_path / "one", tmp_path / "two", tmp_path / "default"
     engine = TaskEngine(FauxAgent(), WorkspaceTaskStores(default))
