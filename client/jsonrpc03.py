@@ -4,7 +4,9 @@ For agents that offer no 1.x interface. Each 1.0 rpc becomes its 0.3 method
 (``message/send``, ``tasks/get``, ...; :data:`compat03.CALLS`), the 1.0 request becomes
 0.3 params and the 0.3 result (or SSE event) becomes the 1.0 message, so callers never
 know. No ``A2A-Version`` header is sent (absent means 0.3); extensions travel as
-``X-A2A-Extensions``. ListTasks has no 0.3 method: it fails before anything is sent.
+``X-A2A-Extensions``. ListTasks is not in A2A 0.3: it is sent as ``tasks/list``, which
+some 0.3 agents serve (ours does), and an agent that answers that the method does not
+exist (the a2a-sdk 0.3 releases) gives UnsupportedOperationError saying so.
 Bounds, capped bodies and redaction are the 1.0 transports' (:class:`HttpTransport`).
 """
 
@@ -20,7 +22,7 @@ from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol import compat03
-from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.errors import A2AError, MethodNotFoundError, UnsupportedOperationError
 from a2a_gateway.protocol.versioning import format_extensions
 
 from . import http_calls
@@ -81,7 +83,25 @@ class JsonRpc03Transport(Subscribe03, http_calls.HttpTransport):
     async def unary(
         self, rpc: str, request: message.Message, response_type: type[M], options: CallOptions
     ) -> M:
-        call = compat03.legacy_call(rpc)
+        call = compat03.legacy_call(rpc, jsonrpc=True)
+        if not call.jsonrpc_only:
+            return await self._unary(call, request, response_type, options)
+        try:
+            return await self._unary(call, request, response_type, options)
+        except MethodNotFoundError as exc:
+            raise UnsupportedOperationError(
+                f"{rpc} does not exist in A2A 0.3, the only version this agent offers, and"
+                f" it does not serve {call.method} either: {exc.message}"
+            ) from None
+
+    async def _unary(
+        self,
+        call: compat03.Call,
+        request: message.Message,
+        response_type: type[M],
+        options: CallOptions,
+    ) -> M:
+        rpc = call.rpc
         body = await self._body(self._request(call, request, options, stream=False), options)
         value = http_calls.load_json(
             body, target=self.target, what="JSON-RPC response", redact=self.redact

@@ -20,12 +20,13 @@ from ..errors import UnsupportedOperationError
 from .outbound import message_out, push_config_out
 from .results_in import (
     empty_result_in,
+    list_result_in,
     push_config_result_in,
     push_list_result_in,
     send_result_in,
     task_result_in,
 )
-from .tables import JSON
+from .tables import _STATE_OUT, JSON
 
 
 def send_params(request: pb.SendMessageRequest) -> JSON:
@@ -86,6 +87,17 @@ def list_push_configs_params(request: pb.ListTaskPushNotificationConfigsRequest)
     return {"id": request.task_id}
 
 
+def list_tasks_params(request: pb.ListTasksRequest) -> JSON:
+    """``tasks/list`` params: the 1.0 ListTasks fields under their camelCase names, the
+    status as a 0.3 state name (what our 0.3 JSON-RPC surface reads; the tenant is not
+    sent, as on every 0.3 call)."""
+    params: JSON = codec.to_dict(request)
+    params.pop("tenant", None)
+    if "status" in params:
+        params["status"] = _STATE_OUT.get(params["status"], params["status"])
+    return params
+
+
 def delete_push_config_params(request: pb.DeleteTaskPushNotificationConfigRequest) -> JSON:
     params: JSON = {"id": request.task_id}
     if request.id:
@@ -105,9 +117,18 @@ class Call:
     result: Callable[[Any, str], message.Message] | None
     #: The result may be missing altogether (the SDK's 0.3 delete answers without one).
     result_optional: bool = False
+    #: Not in the 0.3 spec: only a JSON-RPC interface may serve it (see :data:`LIST_TASKS`).
+    jsonrpc_only: bool = False
 
 
-#: Every 1.0 rpc a 0.3 agent can serve, by 1.0 name. ListTasks has no 0.3 method.
+#: ListTasks is not in A2A 0.3, but some 0.3 agents serve it as ``tasks/list`` over
+#: JSON-RPC (our gateway's 0.3 surface does). Over 0.3 HTTP+JSON and gRPC no agent does:
+#: the 0.3 proto has no such rpc, the a2a-sdk 0.3 releases route ``GET /v1/tasks`` to a
+#: handler that raises NotImplementedError (HTTP 500) and its 1.x 0.3 layer leaves the
+#: route out on purpose, and on our gateway ``/v1/tasks`` is tenant ``v1``'s 1.0 ListTasks.
+LIST_TASKS = Call("ListTasks", "tasks/list", list_tasks_params, list_result_in, jsonrpc_only=True)
+
+#: Every 1.0 rpc a 0.3 agent can serve, by 1.0 name (ListTasks over JSON-RPC only).
 CALLS: dict[str, Call] = {
     c.rpc: c
     for c in (
@@ -147,16 +168,22 @@ CALLS: dict[str, Call] = {
             lambda request: {},
             None,
         ),
+        LIST_TASKS,
     )
 }
 
 
-def legacy_call(rpc: str) -> Call:
-    """The 0.3 call for a 1.0 rpc, or UnsupportedOperationError naming why there is none
-    (raised before anything is sent)."""
+def legacy_call(rpc: str, *, jsonrpc: bool = False) -> Call:
+    """The 0.3 call for a 1.0 rpc over JSON-RPC (``jsonrpc``) or another 0.3 binding, or
+    UnsupportedOperationError naming why there is none (raised before anything is sent)."""
     call = CALLS.get(rpc)
     if call is None:
         raise UnsupportedOperationError(
             f"{rpc} does not exist in A2A 0.3, the only version this agent offers"
+        )
+    if call.jsonrpc_only and not jsonrpc:
+        raise UnsupportedOperationError(
+            f"{rpc} does not exist in A2A 0.3, the only version this agent offers; some 0.3"
+            f" agents serve it as {call.method} over JSON-RPC, none over HTTP+JSON or gRPC"
         )
     return call

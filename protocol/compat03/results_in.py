@@ -228,6 +228,21 @@ def task_result_in(value: Any, path: str = "result") -> pb.Task:
     return parsed
 
 
+def list_result_in(value: Any, path: str = "result") -> pb.ListTasksResponse:
+    """A ``tasks/list`` result (``{tasks: [0.3 Task], nextPageToken, pageSize,
+    totalSize}``, the 1.0 ListTasksResponse with 0.3 tasks) as a 1.0 ListTasksResponse."""
+    obj = _result_object(value, path)
+    tasks = _get(obj, "tasks")
+    if tasks is None:
+        tasks = []
+    if not isinstance(tasks, list):
+        raise _bad_result(f"{path}.tasks", "must be an array")
+    out: JSON = {"tasks": [task_json_in(t, f"{path}.tasks[{i}]") for i, t in enumerate(tasks)]}
+    _copy_in(obj, out, "nextPageToken", "pageSize", "totalSize")
+    parsed: pb.ListTasksResponse = _parse_result(pb.ListTasksResponse, out, path)
+    return parsed
+
+
 def _push_config_json_in(value: Any, path: str) -> JSON:
     """A nested 0.3 TaskPushNotificationConfig as a flat 1.0 one (``schemes[0]``)."""
     obj = _result_object(value, path)

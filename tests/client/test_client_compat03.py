@@ -19,6 +19,7 @@ from a2a_gateway.client import (
     JsonRpc03Transport,
     RemoteService,
     Rest03Transport,
+    Unreachable,
     connect,
 )
 from a2a_gateway.client.cards import parse_card
@@ -238,6 +239,28 @@ async def test_own_gateway_over_0_3(own_server: Peer, transport: str) -> None:
                 await agent.cancel_task(pb.CancelTaskRequest(id=reply.task.id))
 
 
+async def test_own_gateway_lists_tasks_over_0_3_json_rpc(own_server: Peer) -> None:
+    async with asyncio.timeout(BOUND_S):
+        async with await own_legacy_service(own_server, "jsonrpc") as agent:
+            first = await agent.send_message(text_request("one"))
+            context = first.task.context_id
+            second = await agent.send_message(text_request("two", context_id=context))
+            asked = await agent.send_message(text_request("ask:which?", context_id=context))
+            mine = pb.ListTasksRequest(context_id=context)
+            listed = await agent.list_tasks(mine)
+            assert {t.id for t in listed.tasks} == {first.task.id, second.task.id, asked.task.id}
+            assert listed.total_size == 3
+            waiting = pb.ListTasksRequest(context_id=context, status=pb.TASK_STATE_INPUT_REQUIRED)
+            assert [t.id for t in (await agent.list_tasks(waiting)).tasks] == [asked.task.id]
+            page = await agent.list_tasks(pb.ListTasksRequest(context_id=context, page_size=2))
+            assert len(page.tasks) == 2 and page.next_page_token
+            rest = pb.ListTasksRequest(context_id=context, page_token=page.next_page_token)
+            last = await agent.list_tasks(rest)
+            assert {t.id for t in [*page.tasks, *last.tasks]} == {t.id for t in listed.tasks}
+            with pytest.raises(errors.InvalidParamsError):
+                await agent.list_tasks(pb.ListTasksRequest(page_token="not-a-token"))
+
+
 # --- the bytes on the wire (a recording 0.3 peer) -----------------------------------------
 
 
@@ -331,13 +354,48 @@ async def test_wire_has_0_3_methods_and_headers() -> None:
     assert [e.WhichOneof("payload") for e in events] == ["status_update", "task"]
 
 
-async def test_list_tasks_fails_before_any_network_call() -> None:
+async def test_list_tasks_over_0_3_rest_fails_before_any_network_call() -> None:
     url = f"http://{HOST}:{closed_port()}/rpc"
     async with httpx.AsyncClient() as http:
-        for wire in (JsonRpc03Transport(url, http), Rest03Transport(url, http)):
-            async with RemoteService(wire) as agent:
-                with pytest.raises(errors.UnsupportedOperationError, match="ListTasks"):
-                    await agent.list_tasks(pb.ListTasksRequest())
+        async with RemoteService(Rest03Transport(url, http)) as agent:
+            with pytest.raises(errors.UnsupportedOperationError) as refused:
+                await agent.list_tasks(pb.ListTasksRequest())
+        assert "as tasks/list over JSON-RPC, none over HTTP+JSON or gRPC" in str(refused.value)
+        # Over 0.3 JSON-RPC it is sent (tasks/list): nothing listens, so it cannot arrive.
+        async with RemoteService(JsonRpc03Transport(url, http)) as agent:
+            with pytest.raises(Unreachable):
+                await agent.list_tasks(pb.ListTasksRequest())
+
+
+async def test_list_tasks_params_and_result_on_the_wire() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def rpc(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        result = {"tasks": [LEGACY_TASK], "nextPageToken": "p2", "pageSize": 1, "totalSize": 4}
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": result})
+
+    app = web.Application()
+    app.router.add_post("/rpc", rpc)
+    waiting = pb.TASK_STATE_INPUT_REQUIRED
+    request = pb.ListTasksRequest(context_id="c-1", status=waiting, page_size=1)
+    request.status_timestamp_after.FromJsonString("2026-01-02T00:00:00Z")
+    async with serving(app) as base, httpx.AsyncClient() as http:
+        agent = RemoteService(JsonRpc03Transport(base + "/rpc", http))
+        async with agent:
+            listed = await agent.list_tasks(request)
+    (body,) = seen
+    assert body["method"] == "tasks/list"
+    assert body["params"] == {
+        "contextId": "c-1",
+        "status": "input-required",
+        "pageSize": 1,
+        "statusTimestampAfter": "2026-01-02T00:00:00Z",
+    }
+    assert [t.id for t in listed.tasks] == ["t-1"]
+    assert listed.tasks[0].status.state == pb.TASK_STATE_COMPLETED
+    assert (listed.next_page_token, listed.page_size, listed.total_size) == ("p2", 1, 4)
 
 
 async def test_rest_mid_stream_error_from_our_own_0_3_server_is_that_error() -> None:

@@ -107,3 +107,19 @@ async def test_unknown_task_is_task_not_found(agent: RemoteService) -> None:
     async with asyncio.timeout(BOUND_S):
         with pytest.raises(errors.TaskNotFoundError):
             await agent.get_task(pb.GetTaskRequest(id="no-such-task"))
+
+
+async def test_list_tasks_is_unsupported_and_says_why(agent: RemoteService) -> None:
+    """The a2a-sdk 0.3 release serves no ListTasks: over JSON-RPC ``tasks/list`` is sent
+    and answered "Method not found"; over HTTP+JSON (its ``GET /v1/tasks`` raises
+    NotImplementedError, an HTTP 500) and gRPC (no such rpc) nothing is sent."""
+    async with asyncio.timeout(BOUND_S):
+        with pytest.raises(errors.UnsupportedOperationError) as refused:
+            await agent.list_tasks(pb.ListTasksRequest())
+    text = str(refused.value)
+    assert text.startswith("ListTasks does not exist in A2A 0.3")
+    if agent.binding == "JSONRPC":
+        assert "does not serve tasks/list either: Method not found" in text
+    else:
+        assert "as tasks/list over JSON-RPC, none over HTTP+JSON or gRPC" in text
+    assert refused.value.spec.jsonrpc_code == -32004
