@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,10 @@ from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.chat import SCOPE, ChatHost
 
 from ..agent.fake_llm import FakeLLM, Say, Stall
-from ..agent.llm_support import make_runtime
-from .test_delegation_e2e import CHAT_BOUND_S, chat_command, chat_env
+from ..agent.llm_support import llm, make_runtime
+from .test_delegation_e2e import CHAT_BOUND_S, chat_message
+
+__all__ = ["llm"]  # the scripted model, a fixture
 
 BOUND_S = 0.5
 FAILED = f"[failed: the turn took longer than {BOUND_S:g} s]"
@@ -26,16 +27,6 @@ FAILED = f"[failed: the turn took longer than {BOUND_S:g} s]"
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return tmp_path.resolve()
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeLLM]:
-    fake = FakeLLM()
-    await fake.start()
-    try:
-        yield fake
-    finally:
-        await fake.aclose()
 
 
 async def test_a_turn_over_the_bound_is_stopped_and_the_next_prompt_runs(
@@ -70,16 +61,10 @@ async def test_a_turn_over_the_bound_is_stopped_and_the_next_prompt_runs(
 async def test_chat_message_over_the_bound_exits_1(llm: FakeLLM, tmp_path: Path) -> None:
     endless = Stall(every=0.05)
     llm.script(endless)
-    command = chat_command(llm, tmp_path, "--message", "talk forever", "--turn-timeout", "0.5")
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=chat_env(),
+    code, out, err = await chat_message(
+        llm, tmp_path, "talk forever", "--turn-timeout", str(BOUND_S)
     )
-    out, err = await asyncio.wait_for(process.communicate(), CHAT_BOUND_S)
-    assert process.returncode == 1, err.decode()[-3000:]
-    assert out.decode().endswith(f"\n{FAILED}\n")
-    assert "chat turn stopped after 0.5 s" in err.decode()
+    assert code == 1, err[-3000:]
+    assert out.endswith(f"\n{FAILED}\n")
+    assert f"chat turn stopped after {BOUND_S:g} s" in err
     await asyncio.wait_for(endless.closed.wait(), CHAT_BOUND_S)

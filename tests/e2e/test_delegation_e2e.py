@@ -122,8 +122,10 @@ def chat_env() -> dict[str, str]:
     return env
 
 
-async def chat_once(llm: FakeLLM, workspace: Path, message: str, *extra: str) -> str:
-    """``chat --message``; its stdout (exit status 0 asserted)."""
+async def chat_message(
+    llm: FakeLLM, workspace: Path, message: str, *extra: str
+) -> tuple[int | None, str, str]:
+    """``chat --message``: its exit status, stdout and stderr (no key in either)."""
     process = await asyncio.create_subprocess_exec(
         *chat_command(llm, workspace, "--message", message, *extra),
         stdin=asyncio.subprocess.DEVNULL,
@@ -132,9 +134,15 @@ async def chat_once(llm: FakeLLM, workspace: Path, message: str, *extra: str) ->
         env=chat_env(),
     )
     out, err = await asyncio.wait_for(process.communicate(), CHAT_BOUND_S)
-    assert process.returncode == 0, err.decode()[-3000:]
     assert LLM_KEY not in out.decode() + err.decode() and REMOTE_KEY not in err.decode()
-    return out.decode()
+    return process.returncode, out.decode(), err.decode()
+
+
+async def chat_once(llm: FakeLLM, workspace: Path, message: str, *extra: str) -> str:
+    """``chat --message``; its stdout (exit status 0 asserted)."""
+    code, out, err = await chat_message(llm, workspace, message, *extra)
+    assert code == 0, err[-3000:]
+    return out
 
 
 def tool(**arguments: Any) -> str:
