@@ -519,3 +519,23 @@ async def test_reading_ahead_stops_at_the_byte_budget_and_loads_still_read_the_r
         assert len(store.parsed) == len(ids)
     finally:
         await store.aclose()
+
+
+async def test_a_file_read_ahead_is_trusted_for_one_load_then_read_fresh(tmp_path: Path) -> None:
+    writer = WorkspaceTaskStore(tmp_path)
+    for task_id in ("t-1", "t-2"):
+        task = pb.Task(id=task_id, context_id="c")
+        task.status.state = pb.TASK_STATE_COMPLETED
+        await writer.save(TaskRecord(task, ALICE))
+    await writer.aclose()
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.prefetch(["t-1", "t-2"], max_bytes=1 << 20)
+        first = await store.load(ALICE, "t-1")  # the page's own load, a moment later
+        assert first is not None and first.task.status.state == pb.TASK_STATE_COMPLETED
+        path = task_file(tmp_path, "t-1")
+        path.write_bytes(path.read_bytes().replace(b"TASK_STATE_COMPLETED", b"TASK_STATE_FAILED"))
+        again = await store.load(ALICE, "t-1")  # any later load checks the file again
+        assert again is not None and again.task.status.state == pb.TASK_STATE_FAILED
+    finally:
+        await store.aclose()
