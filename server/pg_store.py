@@ -339,6 +339,7 @@ class PostgresTaskStore(TaskStore):
                     max_size=self.pool_size,
                     command_timeout=self.command_timeout_s,
                     timeout=self.acquire_timeout_s,
+                    reset=_keep_session,
                 )
             except _DB_ERRORS as exc:
                 raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
@@ -802,6 +803,13 @@ async def migrate(conn: asyncpg.Connection | PoolConnectionProxy) -> int:
             await conn.execute("INSERT INTO a2a_schema VALUES ($1)", version)
             log.info("task database: schema migrated to version %d", version)
         return found
+
+
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """A released pooled connection keeps its session: nothing here sets session state
+    (no SET, LISTEN, cursor or session-level advisory lock on a pooled connection), so
+    asyncpg's default reset query is one wasted round trip per statement. asyncpg still
+    rolls back a transaction left open and drops listeners before calling this."""
 
 
 def _why(exc: BaseException) -> str:
