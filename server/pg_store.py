@@ -10,11 +10,18 @@ more is needed before several replicas can serve one workspace is in the README'
   and ~700x cheaper to decode than ProtoJSON, see docs/performance.md). ListTasks'
   filters and order have their indexes: (owner, ts, id), (owner, state, ts, id) and
   (owner, context, ts, id), ids in the "C" collation so SQL orders them as Python does;
-- ``a2a_push_configs``: the push configs of a task, one row per config in the record's
-  order, with the A2A version it was registered with; ``token`` and
-  ``authentication.credentials`` sealed with the :class:`~.secret_box.SecretBox` of
-  the first workspace (every replica needs the same ``.a2a/secret.key``); a config
-  whose secret does not open is dropped with a warning, as in the file store;
+- ``a2a_push_configs``: the push configs of a task, one row per (task, config id), in
+  the order they were added (``position``), with the A2A version each was registered
+  with; ``token`` and ``authentication.credentials`` sealed with the
+  :class:`~.secret_box.SecretBox` of the first workspace (every replica needs the same
+  ``.a2a/secret.key``); a config whose secret does not open is dropped with a warning,
+  as in the file store. Any process adds, replaces or removes one row at a time
+  (:meth:`~PostgresTaskStore.add_push_config` locks the task's row, so the cap holds
+  across processes); a task's save writes its record's configs only when it creates
+  the task, and otherwise answers the rows as of its commit into the record
+  (``TaskRecord.push_as_of``), so the runner's saves never drop or revive a config
+  changed elsewhere, and the runner delivers each status change to the rows stored
+  then (:mod:`.engine.push_feed`);
 - ``a2a_retry_keys``: the messageId retry keys (owner, messageId, fingerprint ->
   task), a primary key, so one key names one task across every process on the
   database; removed with their task.
@@ -58,8 +65,9 @@ CancelTask of a run held by another process is sent to it as ``NOTIFY a2a_cancel
 (payload: the task id); every process LISTENs on its own connection and cancels the
 run if it is its own (the engine's handler, :meth:`on_cancel_request`).
 
-A save is one statement (the task row, its push configs, the retry keys remembered
-for it since its last save), so it is atomic without a transaction block. A ListTasks
+A save is one statement (the task row, the push configs of a task it creates, the
+retry keys remembered for it since its last save), so it is atomic without a
+transaction block. A ListTasks
 page is one statement too (page, count and the named rows: one snapshot). Every wait
 is bounded: taking a pooled connection (``acquire_timeout_s``) and every statement
 (``command_timeout_s``). Errors never carry the URL; its password is registered with
@@ -89,17 +97,21 @@ from .secret_box import SecretBox, SecretBoxError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
     DEFAULT_RETRY_KEYS,
+    UNSTORED,
     Listing,
+    PushAdded,
+    StoredPush,
     TaskFilter,
     TaskRecord,
     TaskStore,
     TaskSummary,
     Window,
+    status_key,
 )
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5  # 2: run leases; 3: context claims; 4: event log; 5: keys
+SCHEMA_VERSION = 6  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
@@ -173,6 +185,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE a2a_keys(name text PRIMARY KEY, value bytea NOT NULL);
     """,
+    """
+    ALTER TABLE a2a_push_configs DROP CONSTRAINT a2a_push_configs_pkey;
+    ALTER TABLE a2a_push_configs ADD PRIMARY KEY (task_id, config_id),
+      ADD COLUMN added_ns bigint NOT NULL DEFAULT 0;
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -180,30 +197,44 @@ _SAVE = """
 WITH t AS (
   INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task, runner,
     lease_until, event_seq)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $14, $15, coalesce($18, 0))
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $13, $14, coalesce($17, 0))
   ON CONFLICT (task_id) DO UPDATE SET workspace = excluded.workspace,
     caller = excluded.caller, context_id = excluded.context_id, state = excluded.state,
     ts = excluded.ts, task = excluded.task,
-    runner = CASE WHEN $16 THEN a2a_tasks.runner ELSE excluded.runner END,
-    lease_until = CASE WHEN $16 THEN a2a_tasks.lease_until ELSE excluded.lease_until END,
-    event_seq = coalesce($18, a2a_tasks.event_seq)
+    runner = CASE WHEN $15 THEN a2a_tasks.runner ELSE excluded.runner END,
+    lease_until = CASE WHEN $15 THEN a2a_tasks.lease_until ELSE excluded.lease_until END,
+    event_seq = coalesce($17, a2a_tasks.event_seq)
   RETURNING task_id),
-gone AS (DELETE FROM a2a_push_configs WHERE task_id = $1 AND position >= $8),
 push AS (
   INSERT INTO a2a_push_configs(task_id, position, config_id, version, config)
   SELECT (SELECT task_id FROM t), c.n - 1, c.id, c.version, c.config
-  FROM unnest($9::text[], $10::text[], $11::bytea[]) WITH ORDINALITY AS c(id, version, config, n)
-  ON CONFLICT (task_id, position) DO UPDATE SET config_id = excluded.config_id,
-    version = excluded.version, config = excluded.config),
+  FROM unnest($8::text[], $9::text[], $10::bytea[]) WITH ORDINALITY AS c(id, version, config, n)
+  WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1)
+  ON CONFLICT DO NOTHING),
 settled AS (
-  DELETE FROM a2a_contexts WHERE $17 AND workspace = $2 AND caller = $3
+  DELETE FROM a2a_contexts WHERE $16 AND workspace = $2 AND caller = $3
     AND context_id = $4 AND task_id = $1),
 retry AS (
   INSERT INTO a2a_retry_keys(workspace, caller, message_id, fingerprint, task_id)
   SELECT $2, $3, k.message_id, k.fingerprint, (SELECT task_id FROM t)
-  FROM unnest($12::text[], $13::text[]) AS k(message_id, fingerprint)
+  FROM unnest($11::text[], $12::text[]) AS k(message_id, fingerprint)
   ON CONFLICT DO NOTHING)
-SELECT 1
+SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
+  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $6
+        ORDER BY p.position) AS configs,
+  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $6
+        ORDER BY p.position) AS versions
+"""
+
+_READ_PUSH = """
+SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER BY position
+"""
+
+_PUT_PUSH = """
+INSERT INTO a2a_push_configs AS p(task_id, position, config_id, version, config, added_ns)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (task_id, config_id) DO UPDATE SET version = excluded.version,
+  config = excluded.config
 """
 
 _LOAD = """
@@ -274,6 +305,7 @@ class PostgresTaskStore(TaskStore):
 
     durable = True
     shares_events = True
+    push_rows = True
 
     def __init__(
         self,
@@ -431,28 +463,41 @@ class PostgresTaskStore(TaskStore):
             return None
         row = rows[0]
         task = pb.Task.FromString(row["task"])
-        configs: list[pb.TaskPushNotificationConfig] = []
-        versions: dict[str, str] = {}
-        for data, version in zip(row["configs"], row["versions"], strict=True):
-            sealed = pb.TaskPushNotificationConfig.FromString(data)
-            try:
-                config = self.box.open_push_config(sealed)
-            except SecretBoxError as exc:
-                log.warning(
-                    "push config %s of task %s dropped: its secret does not open (%s)",
-                    sealed.id,
-                    task_id,
-                    exc,
-                )
-                continue
-            configs.append(config)
-            if version:
-                versions[config.id] = version
+        configs, versions = self._open_configs(task_id, row["configs"], row["versions"])
         held = bool(row["runner"]) and row["runner"] != self.replica
         held = held and row["lease_until"] > self._clock()
         return TaskRecord(
             task, owner, configs, versions, held_elsewhere=held, event_seq=row["event_seq"]
         )
+
+    def _open_configs(
+        self, task_id: str, sealed_configs: list[bytes], versions_of: list[str]
+    ) -> tuple[list[pb.TaskPushNotificationConfig], dict[str, str]]:
+        """Configs as stored (sealed) opened, and the versions of those not on 1.0."""
+        configs: list[pb.TaskPushNotificationConfig] = []
+        versions: dict[str, str] = {}
+        for data, version in zip(sealed_configs, versions_of, strict=True):
+            config = self._open(task_id, data)
+            if config is not None:
+                configs.append(config)
+                if version:
+                    versions[config.id] = version
+        return configs, versions
+
+    def _open(self, task_id: str, data: bytes) -> pb.TaskPushNotificationConfig | None:
+        """A stored config with its secrets opened; None (and a warning) when one does
+        not open, as in the file store."""
+        sealed = pb.TaskPushNotificationConfig.FromString(data)
+        try:
+            return self.box.open_push_config(sealed)
+        except SecretBoxError as exc:
+            log.warning(
+                "push config %s of task %s dropped: its secret does not open (%s)",
+                sealed.id,
+                task_id,
+                exc,
+            )
+            return None
 
     async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
         cursor, limit, task_ids = window
@@ -508,8 +553,13 @@ class PostgresTaskStore(TaskStore):
         owner = record.owner
         summary = TaskSummary.of(task)
         data = task.SerializeToString()
+        saved_status = status_key(task)
+        # Written only when this save creates the task (then no other process knew it);
+        # later changes are rows of their own (add_push_config, remove_push_config).
         sealed = [self.box.seal_push_config(c, keep_sealed=False) for c in record.push_configs]
         versions = record.push_versions
+        unstored = record.push_as_of == UNSTORED
+        record.push_as_of = None  # while this save is on its way, the configs are unknown
         keys = self._pending.pop(task_id, [])
         # The events the saved task reflects: those logged so far, and the status event
         # a settling save is followed by (the engine stores a final state, then shows it).
@@ -523,7 +573,7 @@ class PostgresTaskStore(TaskStore):
         else:
             self._leased.discard(task_id)
         try:
-            await self._fetch(
+            rows = await self._fetch(
                 _SAVE,
                 task_id,
                 owner.workspace,
@@ -532,7 +582,6 @@ class PostgresTaskStore(TaskStore):
                 summary.state,
                 _clamp(summary.timestamp_ns),
                 data,
-                len(sealed),
                 [c.id for c in sealed],
                 [versions.get(c.id, "") for c in sealed],
                 [c.SerializeToString() for c in sealed],
@@ -547,7 +596,71 @@ class PostgresTaskStore(TaskStore):
         except BaseException:
             if keys:  # the next save of the task writes them
                 self._pending.setdefault(task_id, []).extend(keys)
+            if unstored:  # a failed statement created nothing
+                record.push_as_of = UNSTORED
             raise
+        row = rows[0]
+        if not row["created"]:  # the configs every process changes, as of this save
+            configs, opened = self._open_configs(task_id, row["configs"], row["versions"])
+            record.push_configs[:] = configs
+            record.push_versions.clear()
+            record.push_versions.update(opened)
+        record.push_as_of = saved_status
+
+    # --- push configs: rows any process changes ----------------------------------------
+
+    async def add_push_config(
+        self,
+        owner: Caller,
+        task_id: str,
+        config: pb.TaskPushNotificationConfig,
+        version: str,
+        most: int,
+    ) -> PushAdded:
+        sealed = self.box.seal_push_config(config, keep_sealed=False).SerializeToString()
+        pool = await self._ready()
+        async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+            # The task's row lock orders the config changes of one task across every
+            # process, so the count below sees every committed one (the cap holds).
+            found = await conn.fetchval(
+                "SELECT 1 FROM a2a_tasks WHERE task_id = $1 AND workspace = $2"
+                " AND caller = $3 FOR NO KEY UPDATE",
+                task_id,
+                owner.workspace,
+                owner.name,
+            )
+            if found is None:
+                return "missing"
+            held = await conn.fetchrow(
+                "SELECT count(*) AS n, coalesce(max(position) + 1, 0) AS next,"
+                " coalesce(bool_or(config_id = $2), false) AS replacing"
+                " FROM a2a_push_configs WHERE task_id = $1",
+                task_id,
+                config.id,
+            )
+            assert held is not None  # an aggregate always answers one row
+            if not held["replacing"] and held["n"] >= most:
+                return "full"
+            await conn.execute(
+                _PUT_PUSH, task_id, held["next"], config.id, version, sealed, self._clock()
+            )
+        return "stored"
+
+    async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
+        await self._fetch(
+            "DELETE FROM a2a_push_configs p USING a2a_tasks t"
+            " WHERE p.task_id = $1 AND p.config_id = $2 AND t.task_id = p.task_id"
+            " AND t.workspace = $3 AND t.caller = $4",
+            task_id, config_id, owner.workspace, owner.name,
+        )  # fmt: skip
+
+    async def read_push_configs(self, task_id: str) -> list[StoredPush]:
+        stored: list[StoredPush] = []
+        for data, version, added_ns in await self._fetch(_READ_PUSH, task_id):
+            config = self._open(task_id, data)
+            if config is not None:
+                stored.append(StoredPush(config, version, added_ns))
+        return stored
 
     # --- run leases -----------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import abc
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -50,6 +50,32 @@ DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
 DEFAULT_RETRY_KEYS = 100_000
 DEFAULT_RETRY_BYTES = 32 * 1024 * 1024
 _RETRY_KEY_OVERHEAD = 200  # bytes an entry costs beyond its strings (tuple, dict slot)
+
+
+#: A status of a task as :func:`status_key` names it: (state, seconds, nanos, message id).
+StatusKey = tuple[int, int, int, str]
+#: ``TaskRecord.push_as_of`` of a task never stored: its configs are all in the record.
+UNSTORED: StatusKey = (-1, 0, 0, "")
+#: What :meth:`TaskStore.add_push_config` did: stored (added or replaced), refused
+#: because the task holds the most it may, or nothing because the task is not there.
+PushAdded = Literal["stored", "full", "missing"]
+
+
+class StoredPush(NamedTuple):
+    """A push config as a ``push_rows`` store holds it: the config (secrets opened), the
+    A2A version it was registered over (``""``: 1.0), and when it was added (ns, the
+    adding process's clock; 0: with the task's creation)."""
+
+    config: pb.TaskPushNotificationConfig
+    version: str
+    added_ns: int
+
+
+def status_key(task: pb.Task) -> StatusKey:
+    """Which status ``task`` is in (a new status has a new timestamp or message)."""
+    status = task.status
+    stamp = status.timestamp
+    return (status.state, stamp.seconds, stamp.nanos, status.message.message_id)
 
 
 @dataclass(slots=True)
@@ -68,6 +94,12 @@ class TaskRecord:
     #: How many stream events of the task the stored task reflects (a store that
     #: shares events between processes; 0 otherwise).
     event_seq: int = 0
+    #: (``push_rows`` stores) The status of the task for which ``push_configs`` are
+    #: what the store holds: the status a save stored (its answer brings back the
+    #: configs stored then that were added by that status's time), :data:`UNSTORED`
+    #: for a task never stored (no other process can know it), None when unknown (a
+    #: status change reads them from the store).
+    push_as_of: StatusKey | None = None
 
 
 #: A place in the listing order: (status timestamp in ns, task id).
@@ -139,6 +171,11 @@ class TaskStore(abc.ABC):
     durable: bool = True
     #: Whether stream events go through the store to subscribers in other processes.
     shares_events: bool = False
+    #: Whether push configs are rows of their own that any process changes one at a
+    #: time (:meth:`add_push_config`, :meth:`remove_push_config`): a save writes a
+    #: task's configs only when it creates the task, and refreshes the record's from
+    #: the store (``TaskRecord.push_as_of``). Otherwise a save writes the record's.
+    push_rows: bool = False
 
     @abc.abstractmethod
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
@@ -226,6 +263,28 @@ class TaskStore(abc.ABC):
         """(``shares_events`` stores) Call ``deliver`` with the events of ``task_id``
         after ``after_seq``, in order, as another process logs them, until it returns
         False; ``deliver(None)`` when the run's process is gone (its lease expired)."""
+
+    async def add_push_config(
+        self,
+        owner: Caller,
+        task_id: str,
+        config: pb.TaskPushNotificationConfig,
+        version: str,
+        most: int,
+    ) -> PushAdded:
+        """(``push_rows`` stores) Add ``config`` to the owner's task, or replace the one
+        with its id, registered over A2A ``version`` (``""``: 1.0); "full" when it is
+        new and the task already holds ``most`` (decided atomically)."""
+        raise NotImplementedError
+
+    async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
+        """(``push_rows`` stores) Remove a config of the owner's task (if it is there)."""
+        raise NotImplementedError
+
+    async def read_push_configs(self, task_id: str) -> list[StoredPush]:
+        """(``push_rows`` stores) The task's push configs as stored now, in the order
+        they were added."""
+        raise NotImplementedError
 
     def page_token_key(self) -> bytes | None:
         """The page-token key every process on a shared store uses (None: each

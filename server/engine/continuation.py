@@ -26,7 +26,7 @@ from ..events import Subscriber
 from ..files import is_file_part
 from ..lifecycle import INTERRUPTED, TERMINAL, agent_message, new_id, set_now, task_view, valid_id
 from ..limits import RunSlot
-from ..task_store import TaskRecord
+from ..task_store import UNSTORED, TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records
 from .retries import RetryKey, retry_key
@@ -174,7 +174,7 @@ class Intake:
         stored_message.task_id = task.id
         task.status.state = pb.TASK_STATE_SUBMITTED
         set_now(task.status.timestamp)
-        record = TaskRecord(task, caller)
+        record = TaskRecord(task, caller, push_as_of=UNSTORED)  # no other process knows it
         if inline_push is not None:
             inline_push.task_id = task.id
             upsert_push(record, inline_push, context.version)
@@ -203,6 +203,15 @@ class Intake:
         except BaseException:
             await store.release_context(caller, context_id, task_id)
             raise
+
+    async def _unclaim(
+        self, caller: Caller, context_id: str, task_id: str, slot: RunSlot | None
+    ) -> None:
+        """Give back what :meth:`_claim_and_admit` took for a run that does not start
+        (the task keeps waiting for input)."""
+        if slot is not None:
+            slot.finish(keep_context_open=True)
+        await self._state.store.release_context(caller, context_id, task_id)
 
     async def _reply(
         self, request: pb.SendMessageRequest, caller: Caller, context_id: str, hops: int
@@ -285,12 +294,19 @@ class Intake:
             slot = None
             if hops <= self._state.max_hops:
                 slot = await self._claim_and_admit(caller, task.context_id, task_id, busy_key)
+            if inline_push is not None:
+                inline_push.task_id = task_id
+                try:
+                    await self._push_configs.add_to_stored(record, inline_push, push_version)
+                except BaseException:
+                    if hops <= self._state.max_hops:
+                        await self._unclaim(caller, task.context_id, task_id, slot)
+                    raise
             archive_status_message(task)  # the question, before its answer
             stored_message = task.history.add()
             stored_message.CopyFrom(message)
             stored_message.context_id = task.context_id
             if inline_push is not None:
-                inline_push.task_id = task_id
                 upsert_push(record, inline_push, push_version)
             if hops > self._state.max_hops:
                 self._state.remember_message(seen_key, task_id)

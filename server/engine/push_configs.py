@@ -14,21 +14,37 @@ now is accepted); delivery checks every connection again. A task holds at most
 ``MAX_PUSH_CONFIGS``, and their token and credentials are never returned. A config
 remembers the A2A version it was registered with (``TaskRecord.push_versions``, stored
 with the task): one registered over 0.3 gets 0.3-shaped deliveries.
+
+A store shared by several processes (``TaskStore.push_rows``: PostgreSQL) keeps each
+config as a row of its own, keyed by (task, config id): CreateTaskPushNotificationConfig
+and Delete change that row only (the cap counted in the store, atomically), so a save
+of the task by the process running it neither drops nor revives one; Get and List on
+a task running here read the rows, and every status change is delivered to the
+configs stored when it happens (``push_feed``).
 """
 
 from __future__ import annotations
 
+import logging
+
 from google.protobuf import empty_pb2
 
-from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
-from a2a_gateway.protocol.errors import PushNotificationNotSupportedError, TaskNotFoundError
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext, Caller
+from a2a_gateway.protocol.errors import (
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotFoundError,
+)
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import new_id, valid_id
 from ..push import check_push_destination, validate_push_config
 from ..task_store import TaskRecord
 from .records import Records
-from .state import MAX_PAGE_SIZE, MAX_PUSH_CONFIGS, EngineState, invalid
+from .state import MAX_PAGE_SIZE, MAX_PUSH_CONFIGS, EngineState, invalid, not_found
+
+log = logging.getLogger(__name__)
 
 
 class PushConfigs:
@@ -83,16 +99,41 @@ class PushConfigs:
         await self._check_push_config(config, "")
         if not config.id:
             config.id = new_id()
+        if self._state.store.push_rows:
+            record = await self._records.view_or_not_found(context.caller, request.task_id)
+            await self.add_to_stored(record, config, context.version)
+            return public_push(config)
         async with self._records.mutable_record(context.caller, request.task_id) as record:
             upsert_push(record, config, context.version)
         return public_push(config)
+
+    async def add_to_stored(
+        self, record: TaskRecord, config: pb.TaskPushNotificationConfig, version: str
+    ) -> None:
+        """(``push_rows`` stores) Add or replace ``config`` of the stored task as a row
+        of its own, which no save of the task overwrites (InvalidParams over the cap,
+        counted in the store)."""
+        if not self._state.store.push_rows:
+            return
+        task_id = record.task.id
+        stored_version = "" if version == PROTOCOL_VERSION else version
+        try:
+            added = await self._state.store.add_push_config(
+                record.owner, task_id, config, stored_version, MAX_PUSH_CONFIGS
+            )
+        except Exception:
+            log.exception("could not store a push config of task %s", task_id)
+            raise InternalError(f"The push config of task {task_id} could not be stored") from None
+        if added == "missing":
+            raise not_found(task_id)
+        if added == "full":
+            raise _too_many()
 
     async def get_task_push_notification_config(
         self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
         self._require_push()
-        record = await self._records.view_or_not_found(context.caller, request.task_id)
-        for config in record.push_configs:
+        for config in await self._configs(context.caller, request.task_id):
             if config.id == request.id:
                 return public_push(config)
         raise TaskNotFoundError(
@@ -105,7 +146,7 @@ class PushConfigs:
     ) -> pb.ListTaskPushNotificationConfigsResponse:
         self._require_push()
         caller = context.caller
-        record = await self._records.view_or_not_found(caller, request.task_id)
+        stored = await self._configs(caller, request.task_id)
         if request.page_size < 0 or request.page_size > MAX_PAGE_SIZE:
             raise invalid("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
         page_size = request.page_size or MAX_PAGE_SIZE
@@ -113,9 +154,9 @@ class PushConfigs:
         start = 0
         if request.page_token:
             start = int(self._state.tokens.read(request.page_token, query))
-        configs = record.push_configs[start : start + page_size]
+        configs = stored[start : start + page_size]
         next_token = ""
-        if start + page_size < len(record.push_configs):
+        if start + page_size < len(stored):
             next_token = self._state.tokens.issue(str(start + page_size), query)
         return pb.ListTaskPushNotificationConfigsResponse(
             configs=[public_push(c) for c in configs], next_page_token=next_token
@@ -125,13 +166,39 @@ class PushConfigs:
         self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
     ) -> empty_pb2.Empty:
         self._require_push()
-        async with self._records.mutable_record(context.caller, request.task_id) as record:
-            kept = [c for c in record.push_configs if c.id != request.id]
-            record.push_configs[:] = kept
-            record.push_versions.pop(request.id, None)
+        store = self._state.store
+        if store.push_rows:
+            await self._records.view_or_not_found(context.caller, request.task_id)
+            try:
+                await store.remove_push_config(context.caller, request.task_id, request.id)
+            except Exception:
+                log.exception("could not remove a push config of task %s", request.task_id)
+                raise InternalError(
+                    f"The push config of task {request.task_id} could not be removed"
+                ) from None
+        else:
+            async with self._records.mutable_record(context.caller, request.task_id) as record:
+                kept = [c for c in record.push_configs if c.id != request.id]
+                record.push_configs[:] = kept
+                record.push_versions.pop(request.id, None)
         if self._state.push is not None:
             self._state.push.forget(request.task_id, request.id)  # stops what is still queued
         return empty_pb2.Empty()
+
+    async def _configs(self, caller: Caller, task_id: str) -> list[pb.TaskPushNotificationConfig]:
+        """The caller's task's push configs (TaskNotFound): with ``push_rows``, as the
+        store holds them now (another process may have changed them)."""
+        record = await self._records.view_or_not_found(caller, task_id)
+        if self._state.store.push_rows and self._state.live(caller, task_id) is not None:
+            try:
+                stored = await self._state.store.read_push_configs(task_id)
+            except Exception:
+                log.exception("could not read the push configs of task %s", task_id)
+                raise InternalError(
+                    f"The push configs of task {task_id} could not be read"
+                ) from None
+            return [row.config for row in stored]
+        return record.push_configs
 
 
 def check_push_room(
@@ -139,7 +206,11 @@ def check_push_room(
 ) -> None:
     """InvalidParams when adding ``config`` (not replacing one) exceeds the cap."""
     if len(configs) >= MAX_PUSH_CONFIGS and all(c.id != config.id for c in configs):
-        raise invalid("id", f"a task has at most {MAX_PUSH_CONFIGS} push notification configs")
+        raise _too_many()
+
+
+def _too_many() -> InvalidParamsError:
+    return invalid("id", f"a task has at most {MAX_PUSH_CONFIGS} push notification configs")
 
 
 def upsert_push(

@@ -22,6 +22,7 @@ from ..outbound import OutboundClient
 from ..paging import PageTokens
 from ..push import PushDispatcher
 from ..task_store import TaskRecord, TaskStore
+from .push_feed import PushFeed
 from .retries import RetryKey
 
 CONTEXT_BUSY = "context busy, retry when the current task ends"
@@ -137,6 +138,8 @@ class EngineState:
         self.list_max_bytes = list_max_bytes
         self.task_limiter = task_limiter
         self.push = push
+        # Configs any process changes (a shared store): each status change reads them.
+        self.push_feed = PushFeed(store, push) if push is not None and store.push_rows else None
         self.outbound = outbound
         self.default_workspace = default_workspace
         self.max_file_bytes = max_file_bytes
@@ -217,7 +220,7 @@ class EngineState:
         """Show the task's new status to its streams (a terminal one ends them all)
         and to its webhooks."""
         task = record.task
-        if record.push_configs:
+        if record.push_configs or self.push_feed is not None:
             self.notify(record)
         hub = self.hubs.get(task.id)
         if hub is None and not self.shared_events:
@@ -249,6 +252,9 @@ class EngineState:
             hub.publish(event, state)
 
     def notify(self, record: TaskRecord) -> None:
-        """Queue the task as it is now for each of its webhooks."""
-        if self.push is not None and record.push_configs:
+        """Queue the task as it is now for each of its webhooks (with a shared store,
+        those the store holds now: ``push_feed``)."""
+        if self.push_feed is not None:
+            self.push_feed.notify(record)
+        elif self.push is not None and record.push_configs:
             self.push.notify(record.task, record.push_configs, record.push_versions)

@@ -198,6 +198,8 @@ class TaskEngine(A2AService):
         state = self._state
         state.closing = True
         await self._runner.stop_all()
+        if state.push_feed is not None:  # the final states' configs are read first
+            await state.push_feed.aclose(state.cancel_grace_s)
         for hub in state.hubs.values():
             hub.close(UnavailableError("The server is shutting down."))
         state.hubs.clear()

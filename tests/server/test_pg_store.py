@@ -88,9 +88,16 @@ async def test_push_secrets_are_sealed_in_the_rows(postgres: LocalPostgres, tmp_
         assert loaded is not None
         assert [c.token for c in loaded.push_configs] == [TOKEN]
         assert loaded.push_versions == {"cfg-1": "0.3"}
-        # Another caller does not see it; a record without configs drops its rows.
+        # Another caller does not see it. Configs are rows of their own: a later save
+        # leaves them (and answers them into the record); only a removal drops one.
         assert await store.load(Caller(name="bob", workspace="/ws/one"), "t-2") is None
-        await store.save(record("t-2"))
+        bare = record("t-2")
+        await store.save(bare)
+        assert [c.token for c in bare.push_configs] == [TOKEN]
+        assert bare.push_versions == {"cfg-1": "0.3"}
+        loaded = await store.load(ALICE, "t-2")
+        assert loaded is not None and [c.id for c in loaded.push_configs] == ["cfg-1"]
+        await store.remove_push_config(ALICE, "t-2", "cfg-1")
         loaded = await store.load(ALICE, "t-2")
         assert loaded is not None and loaded.push_configs == []
         # A key that no longer opens the value drops the config, naming no secret.
@@ -172,7 +179,7 @@ async def test_a_run_lease_held_elsewhere_until_it_expires(
         clock_b.now += 15 * 10**9
         theirs = await b.load(ALICE, "t-6")
         assert theirs is not None and theirs.held_elsewhere
-        # B changing the held task (a push config, say) keeps A's lease.
+        # B saving the held task keeps A's lease.
         await b.save(theirs)
         clock_b.now += 3 * 10**9
         theirs = await b.load(ALICE, "t-6")

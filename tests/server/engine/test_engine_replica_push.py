@@ -1,0 +1,235 @@
+"""Push notifications with two engines (two gateway processes' worth) on one PostgreSQL
+database: a config registered or deleted on one engine while the other runs the task
+takes effect for the runner's next status change, each status change is delivered
+once, by the engine that runs the task, and the cap of 10 configs holds across both
+(real dispatchers, a real webhook receiver on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from a2a_gateway.agent.base import Completed, Output, Progress, Turn
+from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol import errors
+from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.outbound import OutboundClient
+from a2a_gateway.server.pg_local import LocalPostgres
+from a2a_gateway.server.pg_store import PostgresTaskStore
+from a2a_gateway.server.push import PushDispatcher
+from a2a_gateway.server.secret_box import SecretBox
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ...conftest import use_secret
+from ...pg_support import fresh_database
+from .engine_helpers import WAIT_S, Scripted, ctx, send, state_name
+
+TOKEN = "replica-push-token-8c1d4e"
+use_secret(TOKEN)
+
+
+class Hooks:
+    """A webhook receiver: the (state, status text) of each delivery, by config path."""
+
+    def __init__(self) -> None:
+        self.got: dict[str, list[tuple[str, str]]] = {}
+        self.tokens: set[str] = set()
+        self._changed = asyncio.Condition()
+        self._server: TestServer | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/{name}", self._hook)
+        self._server = TestServer(app, host="127.0.0.1", port=0)
+        await self._server.start_server(access_log=None)
+
+    def url(self, name: str) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.port}/{name}"
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        task = orjson.loads(await request.read())["task"]
+        status = task["status"]
+        text = "".join(p.get("text", "") for p in status.get("message", {}).get("parts", []))
+        state = status["state"].removeprefix("TASK_STATE_")
+        self.tokens.add(request.headers.get("X-A2A-Notification-Token", ""))
+        async with self._changed:
+            self.got.setdefault(request.match_info["name"], []).append((state, text))
+            self._changed.notify_all()
+        return web.Response()
+
+    async def wait_for(self, name: str, count: int) -> None:
+        async with asyncio.timeout(WAIT_S), self._changed:
+            await self._changed.wait_for(lambda: len(self.got.get(name, [])) >= count)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            await self._server.close()
+
+
+class Replica:
+    """An engine on the shared database with its own dispatcher and outbound client."""
+
+    def __init__(self, url: str, box_dir: Path, agent: object) -> None:
+        self.outbound = OutboundClient(allow_private_urls=True)
+        self.push = PushDispatcher(self.outbound)
+        self.store = PostgresTaskStore(url, box=SecretBox(box_dir))
+        self.engine = TaskEngine(
+            agent,  # type: ignore[arg-type]
+            self.store,
+            push_enabled=True,
+            push=self.push,
+            outbound=self.outbound,
+        )
+
+    async def close(self) -> None:
+        await self.engine.aclose()
+        await self.push.aclose()
+        await self.outbound.aclose()
+
+
+@pytest.fixture
+async def hooks() -> AsyncIterator[Hooks]:
+    receiver = Hooks()
+    await receiver.start()
+    yield receiver
+    await receiver.close()
+
+
+def config(task_id: str, name: str, hooks: Hooks) -> pb.TaskPushNotificationConfig:
+    return pb.TaskPushNotificationConfig(task_id=task_id, id=name, url=hooks.url(name), token=TOKEN)
+
+
+async def listed(engine: TaskEngine, task_id: str) -> list[str]:
+    answer = await engine.list_task_push_notification_configs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=task_id), ctx()
+    )
+    return [c.id for c in answer.configs]
+
+
+async def stored_status(engine: TaskEngine, task_id: str) -> str:
+    """The task's status message as the database has it (for an engine not running it)."""
+    task = await engine.get_task(pb.GetTaskRequest(id=task_id), ctx())
+    return "".join(p.text for p in task.status.message.parts)
+
+
+async def until(probe: Callable[[], Awaitable[object]], expected: object) -> None:
+    """Await ``probe()`` until it answers ``expected``, bounded (what it reads is the
+    database or another engine: nothing to wait on)."""
+    async with asyncio.timeout(WAIT_S):
+        while await probe() != expected:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def test_configs_changed_on_one_engine_reach_the_runs_status_changes_on_the_other(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    url = await fresh_database(postgres)
+    steps = [asyncio.Event() for _ in range(3)]
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        await steps[0].wait()
+        yield Progress("one")
+        await steps[1].wait()
+        yield Progress("two")
+        await steps[2].wait()
+        yield Completed("done")
+
+    a = Replica(url, tmp_path, Scripted(script))
+    b = Replica(url, tmp_path, FauxAgent())
+    try:
+        task = await send(a.engine, "go", return_immediately=True)
+        await until(lambda: _state(a.engine, task.id), "WORKING")
+        # One config registered on the runner, one on the other engine, during the run.
+        await a.engine.create_task_push_notification_config(config(task.id, "on-a", hooks), ctx())
+        await b.engine.create_task_push_notification_config(config(task.id, "on-b", hooks), ctx())
+        assert await listed(a.engine, task.id) == ["on-a", "on-b"]
+        assert await listed(b.engine, task.id) == ["on-a", "on-b"]
+
+        steps[0].set()  # the runner's next status change goes to both
+        await hooks.wait_for("on-a", 1)
+        await hooks.wait_for("on-b", 1)
+        # The runner's save of that status (lazy) does not drop the other engine's config.
+        await until(lambda: stored_status(b.engine, task.id), "one")
+        assert await listed(a.engine, task.id) == ["on-a", "on-b"]
+        assert await listed(b.engine, task.id) == ["on-a", "on-b"]
+        got = await a.engine.get_task_push_notification_config(
+            pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="on-b"), ctx()
+        )
+        assert got.url == hooks.url("on-b") and not got.token  # never answered
+
+        # Deleted on the other engine: the runner's next status changes skip it.
+        await b.engine.delete_task_push_notification_config(
+            pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="on-a"), ctx()
+        )
+        assert await listed(a.engine, task.id) == ["on-b"]
+        steps[1].set()
+        await hooks.wait_for("on-b", 2)
+        steps[2].set()
+        await hooks.wait_for("on-b", 3)
+        assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
+        assert await listed(b.engine, task.id) == ["on-b"]  # the final save kept it
+    finally:
+        await a.close()
+        await b.close()
+    assert hooks.got == {
+        "on-a": [("WORKING", "one")],
+        "on-b": [("WORKING", "one"), ("WORKING", "two"), ("COMPLETED", "done")],
+    }
+    assert hooks.tokens == {TOKEN}
+
+
+async def _state(engine: TaskEngine, task_id: str) -> str:
+    return state_name(await engine.get_task(pb.GetTaskRequest(id=task_id), ctx()))
+
+
+async def test_the_cap_of_ten_configs_holds_across_engines(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    url = await fresh_database(postgres)
+    a = Replica(url, tmp_path, FauxAgent())
+    b = Replica(url, tmp_path, FauxAgent())
+    try:
+        task = await send(a.engine, "ask:Which city?")
+        assert state_name(task) == "INPUT_REQUIRED"
+        # Twelve new configs at once, six through each engine: exactly ten are kept.
+        adds = [
+            engine.create_task_push_notification_config(config(task.id, f"c{n}", hooks), ctx())
+            for n in range(12)
+            for engine in [(a.engine, b.engine)[n % 2]]
+        ]
+        outcomes = await asyncio.gather(*adds, return_exceptions=True)
+        refused = [o for o in outcomes if isinstance(o, errors.InvalidParamsError)]
+        assert len(refused) == 2, outcomes
+        assert all("at most 10" in str(o) for o in refused)
+        kept = await listed(b.engine, task.id)
+        assert len(kept) == 10 and kept == await listed(a.engine, task.id)
+        # Replacing a kept one is not adding one.
+        replaced = config(task.id, kept[0], hooks)
+        replaced.url = hooks.url("replaced")
+        await b.engine.create_task_push_notification_config(replaced, ctx())
+        assert await listed(a.engine, task.id) == kept
+        # A continuation's inline config over the cap changes nothing, on either engine.
+        answer = pb.SendMessageRequest(
+            message=pb.Message(
+                message_id="m-over", role=pb.ROLE_USER, parts=[pb.Part(text="Lisbon")]
+            )
+        )
+        answer.message.task_id = task.id
+        answer.configuration.task_push_notification_config.url = hooks.url("more")
+        with pytest.raises(errors.InvalidParamsError, match="at most 10"):
+            await a.engine.send_message(answer, ctx())
+        assert await _state(b.engine, task.id) == "INPUT_REQUIRED"
+        answer.message.message_id = "m-fits"
+        answer.configuration.task_push_notification_config.id = kept[1]  # a replacement
+        done = await a.engine.send_message(answer, ctx())
+        assert state_name(done.task) == "COMPLETED"
+    finally:
+        await a.close()
+        await b.close()
