@@ -468,6 +468,15 @@ async def test_two_subscribers_see_the_same_events(driver: Driver) -> None:
     task = (
         await driver.call("SendMessage", send("hold:30", configuration={"returnImmediately": True}))
     )["task"]
+    # Both subscribers start from a WORKING snapshot: on two gateways, one that does not
+    # run the task answers from the database, where its WORKING is written lazily (from
+    # a SUBMITTED snapshot that stream would rightly get WORKING as its first event).
+    async with asyncio.timeout(10):
+        while True:
+            got = [await driver.call("GetTask", {"id": task["id"]}) for _ in range(2)]
+            if all(t["status"]["state"] == "TASK_STATE_WORKING" for t in got):
+                break
+            await asyncio.sleep(0.01)
     seen: list[list[dict[str, Any]]] = [[], []]
     started = [asyncio.Event(), asyncio.Event()]
 
