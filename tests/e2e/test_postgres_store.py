@@ -7,7 +7,10 @@ files. With gateway A a real process: a subscriber on B sees A's run to its end;
 killed with SIGKILL mid-run: the other reports the run working while the lease lasts, then
 failed "server restarted". With both gateways real processes: a paced ``chunks:``
 stream sent to A and subscribed on B (JSON-RPC and gRPC) mid-run gives B every chunk
-once, in order, then completed. Start-up mistakes through the real command exit 2 with one
+once, in order, then completed; a task sent to A is read, listed (identical pages,
+tokens read by either), found by its messageId, subscribed to and cancelled on B; two
+sends to one context at once on A and B start one run; four replicas started together
+migrate the schema once. Start-up mistakes through the real command exit 2 with one
 line that never holds the URL or its password.
 """
 
@@ -32,11 +35,12 @@ import pytest
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.server.pg_store import SCHEMA_VERSION
 from a2a_gateway.settings import resolve
 
 from ..interop.conftest import ServerProcess, free_ports
 from ..pg_support import fresh_database
-from .conftest import KEY_ALICE, Driver
+from .conftest import KEY_ALICE, Driver, WireError
 
 KILLED_WAIT_S = 30.0  # bound on waiting for a killed gateway's lease to run out
 
@@ -329,3 +333,118 @@ async def test_a_chunks_stream_subscribed_on_the_other_process_gets_every_chunk_
         final = events[-1]["statusUpdate"]["status"]["state"]
         assert final == "TASK_STATE_COMPLETED"
         assert not any("task" in e for e in events[1:])
+
+
+# --- two real processes: the issue's "Done when" lines, each across processes ----------
+
+
+async def test_processes_share_reads_pages_retries_subscriptions_and_cancels(
+    tmp_path: Path, database: str
+) -> None:
+    async with two_processes(tmp_path, database) as (on_a, on_b, _):
+        message_id = str(uuid.uuid4())
+        task = (await on_a.call("SendMessage", send("hello", message_id)))["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        got = await on_b.call("GetTask", {"id": task["id"]})
+        assert got["id"] == task["id"] and got["status"] == task["status"]
+        assert got["artifacts"] == task["artifacts"]
+        second = (await on_b.call("SendMessage", send("second")))["task"]
+
+        # Identical pages on both, and a page token from one is read by the other.
+        page_a = await on_a.call("ListTasks", {"pageSize": 1})
+        page_b = await on_b.call("ListTasks", {"pageSize": 1})
+        assert page_a == page_b
+        assert [t["id"] for t in page_a["tasks"]] == [second["id"]]
+        assert page_a["totalSize"] == 2
+        rest_on_b = await on_b.call(
+            "ListTasks", {"pageSize": 1, "pageToken": page_a["nextPageToken"]}
+        )
+        rest_on_a = await on_a.call(
+            "ListTasks", {"pageSize": 1, "pageToken": page_b["nextPageToken"]}
+        )
+        assert rest_on_a == rest_on_b
+        assert [t["id"] for t in rest_on_b["tasks"]] == [task["id"]]
+
+        # The same messageId on the other process: the same task, not a second run.
+        again = (await on_b.call("SendMessage", send("hello", message_id)))["task"]
+        assert again["id"] == task["id"]
+        assert (await on_a.call("ListTasks", {}))["totalSize"] == 2
+
+        # A run on A, subscribed to and cancelled on B: the run stops where it runs.
+        held = {**send("hold:60"), "configuration": {"returnImmediately": True}}
+        running = (await on_a.call("SendMessage", held))["task"]
+        subscription = on_b.open_stream("SubscribeToTask", {"id": running["id"]})
+        snapshot = await anext(subscription)
+        assert snapshot["task"]["id"] == running["id"]
+        assert snapshot["task"]["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+        cancelled = await on_b.call("CancelTask", {"id": running["id"]})
+        assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+        events = [e async for e in subscription]
+        assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+        seen_on_a = await on_a.call("GetTask", {"id": running["id"]})
+        assert seen_on_a["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_two_sends_to_one_context_on_two_processes_at_once_run_once(
+    tmp_path: Path, database: str
+) -> None:
+    async with two_processes(tmp_path, database) as (on_a, on_b, _):
+        for attempt in range(3):
+            context_id = f"ctx-race-{attempt}"
+            request = {
+                "message": {**send("hold:60")["message"], "contextId": context_id},
+                "configuration": {"returnImmediately": True},
+            }
+            outcomes = await asyncio.gather(
+                on_a.call("SendMessage", request),
+                on_b.call("SendMessage", {**request, "message": {**request["message"],
+                          "messageId": str(uuid.uuid4())}}),
+                return_exceptions=True,
+            )  # fmt: skip
+            started = [o for o in outcomes if isinstance(o, dict)]
+            refused = [o for o in outcomes if isinstance(o, WireError)]
+            assert len(started) == 1 and len(refused) == 1, outcomes
+            assert "context" in refused[0].message
+            listed = await on_b.call("ListTasks", {"contextId": context_id})
+            assert [t["id"] for t in listed["tasks"]] == [started[0]["task"]["id"]]
+            await on_b.call("CancelTask", {"id": started[0]["task"]["id"]})
+
+
+def start_together(replicas: list[ServerProcess]) -> None:
+    """Launch every replica before waiting for any to be ready."""
+    for replica in replicas:
+        with replica.stdout_path.open("wb") as out, replica.stderr_path.open("wb") as err:
+            replica.proc = subprocess.Popen(
+                replica.command, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            )
+    for replica in replicas:
+        replica._wait_ready()
+
+
+async def test_replicas_starting_together_create_the_schema_once(
+    tmp_path: Path, database: str
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    replicas: list[ServerProcess] = []
+    for n, port in enumerate(free_ports(4)):
+        command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+                   "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
+                   "--store", "postgres", "--database-url", database,
+                   "--log-level", "info"]  # fmt: skip
+        card = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
+        replicas.append(ServerProcess(f"pg-start-{n}", command, tmp_path, card, grpc_port=None))
+    try:
+        await asyncio.to_thread(start_together, replicas)
+    finally:
+        complaints = [replica.stop() for replica in replicas]
+    assert complaints == [None] * len(replicas), complaints
+    logs = "".join(r.stderr_path.read_text() for r in replicas)
+    for version in range(1, SCHEMA_VERSION + 1):
+        assert logs.count(f"schema migrated to version {version}\n") == 1, (version, logs)
+    conn = await asyncpg.connect(database)
+    try:
+        versions = await conn.fetch("SELECT version FROM a2a_schema ORDER BY version")
+    finally:
+        await conn.close()
+    assert [r["version"] for r in versions] == list(range(1, SCHEMA_VERSION + 1))
