@@ -61,9 +61,19 @@ checks that the run still has a live runner. Events of tasks settled more than
 ListTasks page tokens are signed with a key kept in ``a2a_keys`` (made by the first
 process), so a token issued by one process is read by every other.
 
-CancelTask of a run held by another process is sent to it as ``NOTIFY a2a_cancel``
-(payload: the task id); every process LISTENs on its own connection and cancels the
-run if it is its own (the engine's handler, :meth:`on_cancel_request`).
+CancelTask of a run held by another process is recorded on the run's context claim
+(``a2a_contexts.cancel_requested``, gone with the claim when the run ends) and sent to
+it as ``NOTIFY a2a_cancel`` (payload: the task id); every process LISTENs on its own
+connection and cancels the run if it is its own (the engine's handler,
+:meth:`on_cancel_request`).
+
+The LISTEN connection is watched: asyncpg's termination callback, and a ``SELECT 1``
+on it with every lease renewal (a connection dropped silently shows only when used).
+Once lost it is opened again, retrying after :data:`LISTEN_RETRY_FIRST_S` doubling up
+to :data:`LISTEN_RETRY_MAX_S`, then the process catches up on what it may have missed:
+every follower re-reads its task's events from the number after the last it delivered
+(no gap, no duplicate), and every run of this process whose claim has a cancel request
+is cancelled.
 
 A save is one statement (the task row, the push configs of a task it creates, the
 retry keys remembered for it since its last save), so it is atomic without a
@@ -111,7 +121,8 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows
+SCHEMA_VERSION = 7  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows;
+#  7: cancel requests
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 DEFAULT_POOL_SIZE = 10
@@ -123,6 +134,9 @@ EVENTS_CHANNEL = "a2a_events"
 #: Events of a settled task are kept this long (late subscribers' reads), then pruned.
 DEFAULT_EVENT_KEEP_S = 60.0
 _EVENT_BATCH = 1000
+#: Reconnecting a lost LISTEN connection: the first retry's delay, doubled up to the last.
+LISTEN_RETRY_FIRST_S = 0.1
+LISTEN_RETRY_MAX_S = 5.0
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
 _INT64_MAX = (1 << 63) - 1
@@ -190,6 +204,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE a2a_push_configs ADD PRIMARY KEY (task_id, config_id),
       ADD COLUMN added_ns bigint NOT NULL DEFAULT 0;
     """,
+    """
+    ALTER TABLE a2a_contexts ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -251,7 +268,7 @@ _CLAIM = """
 INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
-  runner = excluded.runner, lease_until = excluded.lease_until
+  runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
   WHERE c.lease_until < $7 OR c.task_id = excluded.task_id
 RETURNING task_id, (SELECT event_seq FROM a2a_tasks WHERE task_id = $4) AS event_seq
 """
@@ -263,6 +280,13 @@ WITH logged AS (
   ON CONFLICT DO NOTHING
   RETURNING task_id)
 SELECT pg_notify('a2a_events', t) FROM (SELECT DISTINCT task_id AS t FROM logged) AS n
+"""
+
+# A cancel request is kept on the run's context claim (which ends with the run), so the
+# run's process finds it even when it missed the NOTIFY.
+_REQUEST_CANCEL = """
+WITH flagged AS (UPDATE a2a_contexts SET cancel_requested = true WHERE task_id = $2)
+SELECT pg_notify($1, $2)
 """
 
 _FIND_MESSAGE = (
@@ -328,7 +352,11 @@ class PostgresTaskStore(TaskStore):
         self._clock = clock
         self._leased: set[str] = set()  # tasks saved submitted/working by this process
         self._renewer: asyncio.Task[None] | None = None
-        self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel
+        self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel, a2a_events
+        self._listener_lost = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+        #: How many times the LISTEN connection was lost and opened again.
+        self.relistens = 0
         self._cancel_handler: Callable[[str], None] | None = None
         self._page_key: bytes | None = None
         self.event_keep_s = event_keep_s
@@ -388,10 +416,11 @@ class PostgresTaskStore(TaskStore):
                     raise StoreUnavailable(f"the database is not usable: {_why(exc)}") from None
                 raise
             self._listener = listener
+            self._listener_lost.clear()
             self._pool = pool
-            self._renewer = asyncio.get_running_loop().create_task(
-                self._renew_leases(), name="a2a-pg-leases"
-            )
+            loop = asyncio.get_running_loop()
+            self._renewer = loop.create_task(self._renew_leases(), name="a2a-pg-leases")
+            self._watcher = loop.create_task(self._keep_listening(), name="a2a-pg-listen")
             return pool
 
     async def aclose(self) -> None:
@@ -408,11 +437,12 @@ class PostgresTaskStore(TaskStore):
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await follower
-        renewer, self._renewer = self._renewer, None
-        if renewer is not None:
-            renewer.cancel()
+        jobs = [job for job in (self._renewer, self._watcher) if job is not None]
+        self._renewer = self._watcher = None
+        for job in jobs:
+            job.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+                await job
         listener, self._listener = self._listener, None
         if listener is not None:
             await self._close(listener)
@@ -424,12 +454,85 @@ class PostgresTaskStore(TaskStore):
         """A connection of its own LISTENing on the cancel and event channels."""
         listener = await asyncpg.connect(self._url, timeout=self.acquire_timeout_s)
         try:
+            listener.add_termination_listener(self._on_listener_closed)
             await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)
             await listener.add_listener(EVENTS_CHANNEL, self._on_event)
         except BaseException:
             await self._close(listener)
             raise
         return listener
+
+    @property
+    def listening(self) -> bool:
+        """Whether the LISTEN connection is up (as far as this process knows)."""
+        return self._listener is not None and not self._listener_lost.is_set()
+
+    def _on_listener_closed(self, conn: object) -> None:
+        if conn is self._listener:  # not one closed on purpose (aclose forgets it first)
+            self._listener_lost.set()
+
+    async def _check_listener(self) -> None:
+        """Ask the LISTEN connection something (a connection dropped without a word,
+        say by a firewall, shows only when used); mark it lost when it fails."""
+        listener = self._listener
+        if listener is None or self._listener_lost.is_set():
+            return
+        try:
+            await asyncio.wait_for(listener.execute("SELECT 1"), self.command_timeout_s)
+        except _DB_ERRORS:
+            if listener is self._listener:
+                self._listener_lost.set()
+
+    async def _keep_listening(self) -> None:
+        """When the LISTEN connection is lost: open it again (retrying with a growing
+        delay), then catch up on what its absence hid (:meth:`_catch_up`)."""
+        delay = LISTEN_RETRY_FIRST_S
+        while True:
+            await self._listener_lost.wait()
+            lost, self._listener = self._listener, None
+            if lost is not None:
+                lost.terminate()
+                log.warning(
+                    "lost the database connection that hears cancels and events of other"
+                    " gateways: reconnecting"
+                )
+            try:
+                listener = await self._listen()
+            except _DB_ERRORS as exc:
+                log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
+            else:
+                self._listener = listener
+                self._listener_lost.clear()
+                self.relistens += 1
+                if await self._catch_up():
+                    delay = LISTEN_RETRY_FIRST_S
+                    log.info("listening again for cancels and events of other gateways")
+                    continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LISTEN_RETRY_MAX_S)
+
+    async def _catch_up(self) -> bool:
+        """After listening again: every follower re-reads its task's events from where
+        it stopped, and the runs of this process whose cancellation was requested
+        meanwhile are cancelled. False (and the connection counted lost again) when
+        the database did not answer."""
+        for poke, _ in list(self._follows.values()):
+            poke.set()
+        handler = self._cancel_handler
+        if handler is None:
+            return True
+        try:
+            rows = await self._fetch(
+                "SELECT task_id FROM a2a_contexts WHERE runner = $1 AND cancel_requested",
+                self.replica,
+            )
+        except _DB_ERRORS as exc:
+            log.warning("could not read the cancel requests missed: %s", _why(exc))
+            self._listener_lost.set()
+            return False
+        for row in rows:
+            handler(str(row[0]))
+        return True
 
     async def _close(self, closable: asyncpg.Pool | asyncpg.Connection) -> None:
         """Close gracefully within ``command_timeout_s``, else drop the connections
@@ -674,6 +777,7 @@ class PostgresTaskStore(TaskStore):
             await asyncio.sleep(self.lease_s / 3)
             await self.renew_leases()
             await self.prune_events()
+            await self._check_listener()
 
     async def renew_leases(self) -> None:
         """One renewal (a failure is logged: the next one retries)."""
@@ -862,7 +966,7 @@ class PostgresTaskStore(TaskStore):
         self._cancel_handler = handler
 
     async def request_cancel(self, task_id: str) -> bool:
-        await self._fetch("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, task_id)
+        await self._fetch(_REQUEST_CANCEL, CANCEL_CHANNEL, task_id)
         return True
 
     def _on_cancel(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:

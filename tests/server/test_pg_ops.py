@@ -1,21 +1,29 @@
 """The PostgreSQL store's operations: a start-up that fails part-way leaves no
-connection behind and is StoreUnavailable (never a crash)."""
+connection behind and is StoreUnavailable (never a crash); a LISTEN connection killed
+on the server (``pg_terminate_backend``) is opened again, and what it missed meanwhile
+(events to follow, a cancel request) is caught up."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import MIGRATION_LOCK, PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.secret_box import SecretBox
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
 from ..pg_support import fresh_database
+from .engine.engine_helpers import ALICE, WAIT_S, ctx, send, state_name
 
 GONE_WAIT_S = 10.0  # bound on a closed connection's backend leaving pg_stat_activity
 
@@ -88,4 +96,124 @@ async def test_a_database_refusing_the_schema_is_unavailable_and_leaves_no_conne
         assert await backends(admin, database, user="a2a_reader") == 0
     finally:
         await admin.execute("DROP ROLE IF EXISTS a2a_reader")
+        await admin.close()
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait (bounded) until ``check`` holds."""
+    async with asyncio.timeout(WAIT_S):
+        while not await check():  # noqa: ASYNC110 - database state: no hook to wait on
+            await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def listener_killed(
+    admin: asyncpg.Connection, store: PostgresTaskStore
+) -> AsyncIterator[None]:
+    """Kill the store's LISTEN connection on the server and keep it from coming back
+    for the ``with`` body (its database refuses new connections meanwhile)."""
+    database = await admin.fetchval(
+        "SELECT datname FROM pg_stat_activity WHERE pid = $1",
+        store._listener.get_server_pid() if store._listener is not None else 0,
+    )
+    await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    try:
+        assert store._listener is not None
+        await admin.execute("SELECT pg_terminate_backend($1)", store._listener.get_server_pid())
+
+        async def lost() -> bool:
+            return not store.listening
+
+        await until(lost)
+        yield
+    finally:
+        await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+
+
+def chunk(text: str) -> pb.StreamResponse:
+    update = pb.TaskArtifactUpdateEvent(task_id="t-1", context_id="ctx-1")
+    update.artifact.parts.add(text=text)
+    return pb.StreamResponse(artifact_update=update)
+
+
+async def test_a_follower_reads_the_events_its_lost_listener_missed_once_it_listens_again(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    runner = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=60)
+    watcher = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=60)
+    admin = await asyncpg.connect(postgres.url)
+    db = await asyncpg.connect(url)  # opened before the database refuses connections
+    got: list[str] = []
+
+    def deliver(events: list[pb.StreamResponse] | None) -> bool:
+        assert events is not None, "the follow ended"
+        got.extend(e.artifact_update.artifact.parts[0].text for e in events)
+        return True
+
+    def delivered(count: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return len(got) >= count
+
+        return check
+
+    async def logged() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM a2a_events") == 5)
+
+    try:
+        await runner.start()
+        await watcher.start()
+        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+        watcher.follow("t-1", 0, deliver)
+        runner.log_event("t-1", chunk("c0"), pb.TASK_STATE_WORKING)
+        await until(delivered(1))
+        async with listener_killed(admin, watcher):
+            for i in range(1, 5):
+                runner.log_event("t-1", chunk(f"c{i}"), pb.TASK_STATE_WORKING)
+            await until(logged)  # written and announced while nobody listened there
+            assert got == ["c0"]
+        # Listening again: the missed events, then a new one as it comes; each once.
+        runner.log_event("t-1", chunk("c5"), pb.TASK_STATE_WORKING)
+        await until(delivered(6))
+        assert got == [f"c{i}" for i in range(6)]
+        assert watcher.relistens == 1 and watcher.listening
+    finally:
+        await runner.aclose()
+        await watcher.aclose()
+        await db.close()
+        await admin.close()
+
+
+async def test_a_cancel_requested_while_the_runner_did_not_listen_still_stops_the_run(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    store_a = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=60)
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=60)
+    a, b = TaskEngine(FauxAgent(), store_a), TaskEngine(FauxAgent(), store_b)
+    admin = await asyncpg.connect(postgres.url)
+    db = await asyncpg.connect(url)
+    try:
+        await store_a.start()
+        await store_b.start()
+        task = await send(a, "hold:60", return_immediately=True)
+
+        async def requested() -> bool:
+            return bool(
+                await db.fetchval(
+                    "SELECT cancel_requested FROM a2a_contexts WHERE task_id = $1", task.id
+                )
+            )
+
+        async with listener_killed(admin, store_a):
+            cancelling = asyncio.create_task(b.cancel_task(pb.CancelTaskRequest(id=task.id), ctx()))
+            await until(requested)  # asked (and announced) while A did not listen
+        canceled = await asyncio.wait_for(cancelling, WAIT_S * 4)
+        assert state_name(canceled) == "CANCELED"
+        assert store_a.relistens == 1
+        assert state_name(await a.get_task(pb.GetTaskRequest(id=task.id), ctx())) == "CANCELED"
+    finally:
+        await a.aclose()
+        await b.aclose()
+        await db.close()
         await admin.close()
