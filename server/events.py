@@ -34,7 +34,7 @@ class Subscriber:
     """One stream's queue. The stream takes the whole ``events`` list at a time
     (:meth:`next_batch`, which waits while it is empty)."""
 
-    __slots__ = ("done", "error", "events", "until_interrupted", "waiter")
+    __slots__ = ("done", "error", "events", "skip", "until_interrupted", "waiter")
 
     def __init__(self, *, until_interrupted: bool) -> None:
         # A list, swapped out whole by take(): cheaper than a deque (800 bytes empty)
@@ -44,8 +44,14 @@ class Subscriber:
         self.done = False
         self.error: A2AError | None = None
         self.waiter: asyncio.Future[None] | None = None
+        #: Events still to drop: those its snapshot already reflects (a subscriber
+        #: that joined another process's run with a snapshot newer than the hub).
+        self.skip = 0
 
     def push(self, event: pb.StreamResponse) -> None:
+        if self.skip:
+            self.skip -= 1
+            return
         self.events.append(event)
         self._wake()
 

@@ -364,6 +364,7 @@ class PostgresTaskStore(TaskStore):
         self._outbox: list[tuple[str, int, bytes]] = []
         self._writer: asyncio.Task[None] | None = None
         self._follows: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
+        self._delivered: dict[str, int] = {}  # followed tasks: the last event delivered
         self.box = box
         self.pool_size = pool_size
         self.acquire_timeout_s = acquire_timeout_s
@@ -433,6 +434,7 @@ class PostgresTaskStore(TaskStore):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
         follows, self._follows = list(self._follows.values()), {}
+        self._delivered.clear()
         for _, follower in follows:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -850,6 +852,7 @@ class PostgresTaskStore(TaskStore):
         if task_id in self._follows:
             return
         poke = asyncio.Event()
+        self._delivered[task_id] = after_seq
         follower = asyncio.get_running_loop().create_task(
             self._follow(task_id, after_seq + 1, deliver, poke), name=f"a2a-follow-{task_id}"
         )
@@ -885,8 +888,10 @@ class PostgresTaskStore(TaskStore):
                         break  # not committed yet: its NOTIFY follows
                     events.append(pb.StreamResponse.FromString(data))
                     next_seq += 1
-                if events and not deliver(events):
-                    return
+                if events:
+                    self._delivered[task_id] = next_seq - 1
+                    if not deliver(events):
+                        return
                 if len(events) == _EVENT_BATCH:
                     continue
                 try:
@@ -904,6 +909,22 @@ class PostgresTaskStore(TaskStore):
             followed = self._follows.get(task_id)
             if followed is not None and followed[1] is asyncio.current_task():
                 del self._follows[task_id]
+                self._delivered.pop(task_id, None)
+
+    def followed_seq(self, task_id: str) -> int | None:
+        return self._delivered.get(task_id) if task_id in self._follows else None
+
+    async def read_events(
+        self, task_id: str, after_seq: int, upto_seq: int
+    ) -> list[pb.StreamResponse]:
+        rows = await self._fetch(
+            "SELECT event FROM a2a_events WHERE task_id = $1 AND seq > $2 AND seq <= $3"
+            " ORDER BY seq",
+            task_id,
+            after_seq,
+            upto_seq,
+        )
+        return [pb.StreamResponse.FromString(row[0]) for row in rows]
 
     async def _still_running(self, task_id: str) -> bool:
         """Whether the task is interrupted or its run's lease is held."""
@@ -930,6 +951,7 @@ class PostgresTaskStore(TaskStore):
             self._leased.add(task_id)
             self._seq[task_id] = int(rows[0]["event_seq"] or 0)  # the run's events follow
             followed = self._follows.pop(task_id, None)
+            self._delivered.pop(task_id, None)
             if followed is not None:  # the run is here now: its events reach the hub directly
                 followed[1].cancel()
         return bool(rows)

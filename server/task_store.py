@@ -264,6 +264,18 @@ class TaskStore(abc.ABC):
         after ``after_seq``, in order, as another process logs them, until it returns
         False; ``deliver(None)`` when the run's process is gone (its lease expired)."""
 
+    def followed_seq(self, task_id: str) -> int | None:
+        """(``shares_events`` stores) The number of the last event of ``task_id`` its
+        :meth:`follow` delivered (None when the task is not followed)."""
+        return None
+
+    async def read_events(
+        self, task_id: str, after_seq: int, upto_seq: int
+    ) -> list[pb.StreamResponse]:
+        """(``shares_events`` stores) The logged events of ``task_id`` numbered
+        ``after_seq + 1`` to ``upto_seq``, in order."""
+        return []
+
     async def add_push_config(
         self,
         owner: Caller,

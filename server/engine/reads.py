@@ -19,6 +19,7 @@ from .state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, EngineState, invalid, not_f
 
 #: Why a subscription to a run in another process ended: that process stopped.
 RUN_LOST = "The gateway running this task stopped; resubscribe to read its outcome."
+EVENTS_GONE = "The task's recent events could not be read; resubscribe with SubscribeToTask."
 
 
 class Reads:
@@ -154,6 +155,29 @@ class Reads:
                 return False
         return True
 
+    async def _line_up(self, task_id: str, snapshot_seq: int, subscriber: Subscriber) -> None:
+        """A subscriber joining the follow of another process's run, already under way:
+        its snapshot (the stored task) may reflect fewer events than the follow has
+        delivered (the row is written less often than events) or more (the follow is
+        behind). Its stream goes on right after its snapshot: the missing events first,
+        read from the log, or the ones it already reflects skipped."""
+        store = self._state.store
+        delivered = store.followed_seq(task_id)  # in the same step as the subscribe
+        if delivered is None or delivered == snapshot_seq:
+            return
+        if delivered < snapshot_seq:
+            subscriber.skip = snapshot_seq - delivered
+            return
+        try:
+            missed = await store.read_events(task_id, snapshot_seq, delivered)
+        except BaseException:
+            self._state.leave(task_id, subscriber)
+            raise
+        if len(missed) != delivered - snapshot_seq:  # pruned meanwhile: cannot line up
+            self._state.leave(task_id, subscriber)
+            raise UnavailableError(EVENTS_GONE)
+        subscriber.events[:0] = missed
+
     async def _join(
         self, caller: Caller, task_id: str, subscriber: Subscriber
     ) -> pb.StreamResponse:
@@ -175,6 +199,8 @@ class Reads:
                         self._state.store.follow(
                             task_id, record.event_seq, lambda events: self._deliver(task_id, events)
                         )
+                    elif self._state.shared_events:
+                        await self._line_up(task_id, record.event_seq, subscriber)
                     return pb.StreamResponse(task=task_view(record.task))
         check_not_terminal(run.record.task)
         self._state.subscribe(task_id, subscriber)

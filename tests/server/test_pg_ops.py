@@ -14,6 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from a2a_gateway.agent.base import Completed, Output, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.pg_local import LocalPostgres
@@ -23,7 +24,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
 from ..pg_support import fresh_database
-from .engine.engine_helpers import ALICE, WAIT_S, ctx, send, state_name
+from .engine.engine_helpers import ALICE, WAIT_S, Scripted, collect, ctx, send, state_name
 
 GONE_WAIT_S = 10.0  # bound on a closed connection's backend leaving pg_stat_activity
 
@@ -217,3 +218,51 @@ async def test_a_cancel_requested_while_the_runner_did_not_listen_still_stops_th
         await b.aclose()
         await db.close()
         await admin.close()
+
+
+def streamed_text(events: list[pb.StreamResponse]) -> str:
+    """A subscriber's text: its snapshot's artifacts, then each artifact update's."""
+    text = "".join(p.text for art in events[0].task.artifacts for p in art.parts)
+    for event in events[1:]:
+        if event.HasField("artifact_update"):
+            text += "".join(p.text for p in event.artifact_update.artifact.parts)
+    return text
+
+
+async def test_a_later_subscriber_of_a_followed_run_goes_on_from_its_own_snapshot(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    gates = [asyncio.Event() for _ in range(3)]
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        yield TextChunk("c0-")
+        for n, gate in enumerate(gates, 1):
+            await gate.wait()
+            yield TextChunk(f"c{n}-")
+        yield Completed("done")
+
+    a = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    b = TaskEngine(FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    try:
+        task = await send(a, "go", return_immediately=True)
+        first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen_first = [await anext(first)]
+            gates[0].set()
+            while "c1-" not in streamed_text(seen_first):  # B's follow is past c1-
+                seen_first.append(await anext(first))
+            # A second subscriber on B: its snapshot is the stored task, which need not
+            # be where B's follow is.
+            second = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+            seen_second = [await anext(second)]
+        gates[1].set()
+        gates[2].set()
+        seen_first += await collect(first)
+        seen_second += await collect(second)
+    finally:
+        await a.aclose()
+        await b.aclose()
+    for events in (seen_first, seen_second):
+        assert streamed_text(events) == "c0-c1-c2-c3-"
+        assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
