@@ -1,6 +1,7 @@
 """The small file-system steps every atomic writer here shares (task files, proxy
 ownership records, inbox files): write a buffer whole, name a temp file next to its
-target, fsync a folder, and sweep the temp files a killed process left behind.
+target, remove it when publishing fails, fsync a folder, and sweep the temp files a
+killed process left behind.
 
 A temp file is named ``.<name>.<pid>.<n>.tmp`` in the folder of its target (same file
 system, so a rename or link publishes it atomically); the leading dot keeps it out of
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+from collections.abc import Iterator
 
 _counter = itertools.count()
 
@@ -26,6 +28,18 @@ def write_all(fd: int, data: bytes) -> None:
 def temp_path(folder: str, name: str) -> str:
     """A fresh temp-file path in ``folder`` for a file about to become ``name``."""
     return f"{folder}/.{name}.{os.getpid()}.{next(_counter)}.tmp"
+
+
+@contextlib.contextmanager
+def removed_on_failure(tmp: str) -> Iterator[None]:
+    """Remove the temp file ``tmp`` when the block fails (then re-raise): a write or a
+    publish that did not complete leaves nothing behind."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def fsync_folder(folder: str) -> None:

@@ -82,7 +82,7 @@ from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .atomic_files import fsync_folder, temp_path, write_all
+from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
 from .byte_lru import ByteLRU
 from .files import INBOX_FOLDER
 from .lifecycle import valid_id
@@ -682,12 +682,8 @@ class WorkspaceTaskStore(TaskStore):
             except FileExistsError:
                 tmp = self._temp_name(task_id)
                 os.link(source, tmp, dst_dir_fd=_root_fd(), follow_symlinks=True)
-                try:
+                with removed_on_failure(tmp):
                     os.replace(tmp, path)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp)
-                    raise
             except OSError:
                 if os.path.isdir(self._dir):
                     self._unnamed_files = False  # no /proc, or linkat refused: rename
@@ -707,16 +703,12 @@ class WorkspaceTaskStore(TaskStore):
         except FileNotFoundError:  # the folder was removed under us
             self.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, flags, 0o600)
-        try:
+        with removed_on_failure(tmp):
             try:
                 stamp = self._fill(fd, data)
             finally:
                 os.close(fd)
             os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
         return stamp
 
     def _fill(self, fd: int, data: bytes) -> _Stamp:
