@@ -240,10 +240,13 @@ def build_retention(settings: Settings, store: TaskStore) -> Retention | None:
         max_age_s = parse_duration(text)
     except ValueError as exc:
         raise StartupError(f"--task-retention: {exc}") from None
+    files = settings["task_retention_files"]
+    if isinstance(store, PostgresTaskStore):
+        return Retention(lambda: [store], max_age_s, files=files)
     if not isinstance(store, WorkspaceTaskStores):
-        log.warning("--task-retention applies to the workspace store only: ignored")
+        log.warning("--task-retention applies to the workspace and postgres stores only: ignored")
         return None
-    return Retention(store.stores, max_age_s, files=settings["task_retention_files"])
+    return Retention(store.stores, max_age_s, files=files)
 
 
 def build_authenticator(config: ServerConfig) -> Authenticator:

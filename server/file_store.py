@@ -220,6 +220,24 @@ def owner_from_document(document: dict[str, Any]) -> Caller:
     return Caller(name=name, workspace=workspace)
 
 
+def remove_inbox_files(workspace: Path, task: pb.Task) -> None:
+    """(blocking) Remove the inbox files the task's messages brought (the parts whose
+    ``a2a-gateway.savedAs`` names a file under ``inbox/``): only regular files inside
+    the workspace's inbox, reached without symlinks."""
+    inbox = os.path.realpath(workspace / INBOX_FOLDER)
+    for message in [*task.history, task.status.message]:
+        for part in message.parts:
+            saved = part.metadata.fields.get(SAVED_AS_KEY)
+            relative = saved.string_value if saved is not None else ""
+            if not relative.startswith(f"{INBOX_FOLDER}/"):
+                continue
+            target = os.path.join(workspace, relative)
+            real = os.path.realpath(target)
+            if real.startswith(inbox + os.sep) and not os.path.islink(target):
+                with contextlib.suppress(OSError):
+                    os.unlink(real)
+
+
 def decode_record(
     data: bytes, task_id: str
 ) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig]]:
@@ -594,20 +612,7 @@ class WorkspaceTaskStore(TaskStore):
             task, _, _ = decode_record(raw[1], task_id)
         except ValueError:
             return
-        inbox = os.path.realpath(self.workspace / INBOX_FOLDER)
-        messages = [*task.history, task.status.message]
-        for message in messages:
-            for part in message.parts:
-                saved = part.metadata.fields.get(SAVED_AS_KEY)
-                relative = saved.string_value if saved is not None else ""
-                if not relative.startswith(f"{INBOX_FOLDER}/"):
-                    continue
-                # Only a regular file inside the inbox, reached without symlinks.
-                target = os.path.join(self.workspace, relative)
-                real = os.path.realpath(target)
-                if real.startswith(inbox + os.sep) and not os.path.islink(target):
-                    with contextlib.suppress(OSError):
-                        os.unlink(real)
+        remove_inbox_files(self.workspace, task)
 
     # --- writing ---------------------------------------------------------------------
 

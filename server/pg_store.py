@@ -61,6 +61,15 @@ checks that the run still has a live runner. Events of tasks settled more than
 ListTasks page tokens are signed with a key kept in ``a2a_keys`` (made by the first
 process), so a token issued by one process is read by every other.
 
+Retention (``--task-retention``, :meth:`expire`): a batch is one statement in a
+transaction that first tries a transaction-level advisory lock (:data:`RETENTION_LOCK`),
+so one replica removes at a time and the others skip their pass. It removes the oldest
+settled tasks before the cutoff (a partial index on ``ts`` of settled rows), skipping
+rows a save holds locked (``SKIP LOCKED``), with their events and any context claim
+left; push configs and retry keys go with the row (``ON DELETE CASCADE``). Retry keys
+this process cached stay cached: a hit on a removed task finds no task and the message
+is taken as new, as with no key.
+
 CancelTask of a run held by another process is recorded on the run's context claim
 (``a2a_contexts.cancel_requested``, gone with the claim when the run ends) and sent to
 it as ``NOTIFY a2a_cancel`` (payload: the task id); every process LISTENs on its own
@@ -93,6 +102,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -102,7 +112,8 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .byte_lru import ByteLRU
-from .lifecycle import ACTIVE, INTERRUPTED, valid_id
+from .file_store import remove_inbox_files
+from .lifecycle import ACTIVE, INTERRUPTED, TERMINAL, valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
@@ -121,10 +132,14 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows;
-#  7: cancel requests
+SCHEMA_VERSION = 8  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows;
+#  7: cancel requests; 8: the retention index
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
+#: pg_try_advisory_xact_lock key of a retention batch: one replica at a time.
+RETENTION_LOCK = MIGRATION_LOCK + 1
+#: The settled states as SQL, written out so the planner matches the partial index.
+_SETTLED_SQL = f"state IN ({', '.join(str(s) for s in sorted(TERMINAL))})"
 DEFAULT_POOL_SIZE = 10
 DEFAULT_LEASE_S = 30.0
 #: NOTIFY channel of cancellation requests (payload: the task id).
@@ -207,6 +222,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE a2a_contexts ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
     """,
+    f"""
+    CREATE INDEX a2a_tasks_settled_by_age ON a2a_tasks(ts) WHERE {_SETTLED_SQL};
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -287,6 +305,19 @@ SELECT pg_notify('a2a_events', t) FROM (SELECT DISTINCT task_id AS t FROM logged
 _REQUEST_CANCEL = """
 WITH flagged AS (UPDATE a2a_contexts SET cancel_requested = true WHERE task_id = $2)
 SELECT pg_notify($1, $2)
+"""
+
+# A retention batch: the oldest settled tasks before the cutoff (rows a save holds
+# are left for the next batch), with their events and any claim left; push configs
+# and retry keys go with the task row (ON DELETE CASCADE).
+_EXPIRE = f"""
+WITH doomed AS (
+  SELECT task_id FROM a2a_tasks WHERE {_SETTLED_SQL} AND ts < $1
+  ORDER BY ts LIMIT $2 FOR UPDATE SKIP LOCKED),
+events AS (DELETE FROM a2a_events e USING doomed d WHERE e.task_id = d.task_id),
+claims AS (DELETE FROM a2a_contexts c USING doomed d WHERE c.task_id = d.task_id)
+DELETE FROM a2a_tasks t USING doomed d WHERE t.task_id = d.task_id
+RETURNING t.workspace, CASE WHEN $3 THEN t.task END AS task
 """
 
 _FIND_MESSAGE = (
@@ -937,6 +968,32 @@ class PostgresTaskStore(TaskStore):
         if state in INTERRUPTED:
             return True
         return state in ACTIVE and bool(runner) and lease_until > self._clock()
+
+    # --- retention ---------------------------------------------------------------------
+
+    async def expire(self, cutoff_ns: int, limit: int, *, files: bool = False) -> int:
+        """Remove up to ``limit`` settled tasks whose status is older than the cutoff,
+        oldest first, with their push configs, retry keys and events (with ``files``
+        also their inbox files). One replica at a time: a batch another replica is
+        doing makes this one remove nothing. How many were removed."""
+        pool = await self._ready()
+        async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK):
+                return 0
+            rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
+        if files:
+            # A caller without a workspace (anonymous) saved its files in the first one.
+            removed = [
+                (Path(r["workspace"] or self.box.workspace), pb.Task.FromString(r["task"]))
+                for r in rows
+            ]
+
+            def unlink() -> None:
+                for workspace, task in removed:
+                    remove_inbox_files(workspace, task)
+
+            await asyncio.to_thread(unlink)
+        return len(rows)
 
     # --- one run per context across processes ---------------------------------------
 

@@ -8,9 +8,12 @@ task removes its file and its index row (with its messageId retry keys); with
 ``files=True`` (``--task-retention-files``) also the inbox files its messages brought
 (the parts whose ``a2a-gateway.savedAs`` names a file under ``inbox/``).
 
-Each pass asks the index for at most ``batch`` expired tasks (an indexed range query)
-and removes them on the index's maintenance thread; it goes on while whole batches
-come back, yielding between batches, and runs again every ``interval_s``.
+Each pass asks every store for at most ``batch`` expired tasks at a time (an indexed
+range query) and goes on while whole batches come back, yielding between batches; it
+runs again every ``interval_s``. The workspace store removes them on its index's
+maintenance thread; the PostgreSQL store in one statement per batch, with their push
+configs, retry keys and events, one replica at a time (a transaction-level advisory
+lock: a replica that finds it taken removes nothing this pass).
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-
-from .file_store import WorkspaceTaskStore
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +44,19 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+class Expiring(Protocol):
+    """A store that removes its expired settled tasks a batch at a time (the workspace
+    store, the PostgreSQL store)."""
+
+    async def expire(self, cutoff_ns: int, limit: int, *, files: bool = False) -> int: ...
+
+
 class Retention:
-    """Removes expired settled tasks from every workspace store (see the module)."""
+    """Removes expired settled tasks from every store (see the module)."""
 
     def __init__(
         self,
-        stores: Callable[[], Sequence[WorkspaceTaskStore]],
+        stores: Callable[[], Sequence[Expiring]],
         max_age_s: float,
         *,
         files: bool = False,
