@@ -55,6 +55,16 @@ def send(text: str, message_id: str | None = None) -> dict[str, Any]:
     }
 
 
+def alices_workspace(tmp_path: Path) -> Path:
+    """A workspace whose one caller is alice."""
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True)
+    (workspace / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "alice", "key": KEY_ALICE}])
+    )
+    return workspace
+
+
 @pytest.fixture
 async def database(postgres: LocalPostgres) -> str:
     return await fresh_database(postgres)
@@ -74,11 +84,7 @@ def settings(workspace: Path, url: str) -> dict[str, Any]:
 
 @pytest.fixture
 async def two_gateways(tmp_path: Path, database: str) -> AsyncIterator[list[Driver]]:
-    workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    workspace = alices_workspace(tmp_path)
     gateways = [Gateway(resolve(settings(workspace, database), environ={})) for _ in range(2)]
     drivers: list[Driver] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
@@ -141,11 +147,7 @@ async def process_and_gateway(
 ) -> AsyncIterator[tuple[ServerProcess, Driver, Driver]]:
     """Gateway A as a real process, gateway B in this one, on one database and workspace;
     a JSON-RPC driver for each."""
-    workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    workspace = alices_workspace(tmp_path)
     (port,) = free_ports(1)
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
                "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
@@ -248,11 +250,7 @@ async def two_processes(
 ) -> AsyncIterator[tuple[Driver, Driver, Driver]]:
     """Gateways A and B as real processes on one database and workspace: a JSON-RPC
     driver for A, then a JSON-RPC and a gRPC driver for B."""
-    workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    workspace = alices_workspace(tmp_path)
     ports = free_ports(4)
 
     def command(http_port: int, grpc_port: int) -> list[str]:
