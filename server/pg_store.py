@@ -531,7 +531,7 @@ class PostgresTaskStore(TaskStore):
                 )
             try:
                 listener = await self._listen()
-            except _DB_ERRORS as exc:
+            except Exception as exc:  # whatever it is, the next attempt may work
                 log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
             else:
                 self._listener = listener
@@ -976,11 +976,16 @@ class PostgresTaskStore(TaskStore):
         oldest first, with their push configs, retry keys and events (with ``files``
         also their inbox files). One replica at a time: a batch another replica is
         doing makes this one remove nothing. How many were removed."""
-        pool = await self._ready()
-        async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK):
-                return 0
-            rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
+        try:
+            pool = await self._ready()
+            async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+                locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK)
+                if not locked:
+                    return 0
+                rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
+        except (StoreUnavailable, *_DB_ERRORS) as exc:  # the next pass tries again
+            log.warning("task retention skipped a pass: %s", _why(exc))
+            return 0
         if files:
             # A caller without a workspace (anonymous) saved its files in the first one.
             removed = [

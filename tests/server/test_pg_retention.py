@@ -12,7 +12,7 @@ import pytest
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.file_store import SAVED_AS_KEY
-from a2a_gateway.server.pg_local import LocalPostgres
+from a2a_gateway.server.pg_local import LocalPostgres, free_port
 from a2a_gateway.server.pg_store import RETENTION_LOCK, PostgresTaskStore
 from a2a_gateway.server.retention import Retention
 from a2a_gateway.server.secret_box import SecretBox
@@ -157,3 +157,14 @@ async def test_serve_applies_task_retention_to_the_postgres_store(tmp_path: Path
         assert gateway.retention.max_age_s == 30 * DAY and gateway.retention.files
     finally:
         await gateway.stop()
+
+
+async def test_a_pass_without_the_database_removes_nothing_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresTaskStore(
+        f"postgresql://a2a@127.0.0.1:{free_port()}/none", box=SecretBox(tmp_path)
+    )
+    retention = Retention(lambda: [store], DAY, clock=lambda: NOW)
+    assert await retention.run_once() == 0
+    assert "task retention skipped a pass: StoreUnavailable: cannot connect" in caplog.text
