@@ -20,6 +20,7 @@ from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import MIGRATION_LOCK, PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.secret_box import SecretBox
+from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
@@ -263,6 +264,69 @@ async def test_a_later_subscriber_of_a_followed_run_goes_on_from_its_own_snapsho
     finally:
         await a.aclose()
         await b.aclose()
+    for events in (seen_first, seen_second):
+        assert streamed_text(events) == "c0-c1-c2-c3-"
+        assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_a_later_subscriber_whose_snapshot_is_ahead_of_the_follow_skips_what_it_holds(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """The run's process is driven by hand (a store, no engine); the following engine's
+    LISTEN connection is down while the run goes on, so the stored task gets ahead of
+    what its follow delivered."""
+    url = await fresh_database(postgres)
+    runner = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    b = TaskEngine(FauxAgent(), store_b)
+    admin = await asyncpg.connect(postgres.url)
+    db = await asyncpg.connect(url)  # opened before the database refuses connections
+    task = pb.Task(id="t-1", context_id="ctx-1")
+    task.status.state = pb.TASK_STATE_WORKING
+
+    async def add_chunk(n: int) -> None:
+        artifact = task.artifacts[0] if task.artifacts else task.artifacts.add(artifact_id="a")
+        artifact.parts.add(text=f"c{n}-")
+        runner.log_event("t-1", chunk(f"c{n}-"), None)
+
+    async def logged() -> bool:
+        return bool(await db.fetchval("SELECT count(*) FROM a2a_events") == 3)
+
+    try:
+        await runner.start()
+        await store_b.start()
+        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+        await runner.save(TaskRecord(task, ALICE))
+        first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen_first = [await anext(first)]
+            await add_chunk(0)
+            seen_first.append(await anext(first))  # the follow delivered event 1
+            # Two pooled connections, so the runner's event writes and its save need
+            # no new one while the database refuses them.
+            await asyncio.gather(*(runner._fetch("SELECT pg_sleep(0.05)") for _ in range(2)))
+            async with listener_killed(admin, store_b):
+                await add_chunk(1)
+                await add_chunk(2)
+                await until(logged)
+                await runner.save(TaskRecord(task, ALICE))  # the row reflects 3 events
+                second = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
+                seen_second = [await anext(second)]
+            assert streamed_text(seen_second) == "c0-c1-c2-"
+            await add_chunk(3)
+            task.status.state = pb.TASK_STATE_COMPLETED
+            await runner.save(TaskRecord(task, ALICE))
+            done = pb.StreamResponse()
+            done.status_update.task_id = "t-1"
+            done.status_update.status.state = pb.TASK_STATE_COMPLETED
+            runner.log_event("t-1", done, pb.TASK_STATE_COMPLETED)
+        seen_first += await collect(first)
+        seen_second += await collect(second)
+    finally:
+        await b.aclose()
+        await runner.aclose()
+        await db.close()
+        await admin.close()
     for events in (seen_first, seen_second):
         assert streamed_text(events) == "c0-c1-c2-c3-"
         assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
