@@ -76,8 +76,9 @@ it as ``NOTIFY a2a_cancel`` (payload: the task id); every process LISTENs on its
 connection and cancels the run if it is its own (the engine's handler,
 :meth:`on_cancel_request`).
 
-The LISTEN connection is watched: asyncpg's termination callback, and a ``SELECT 1``
-on it with every lease renewal (a connection dropped silently shows only when used).
+The LISTEN connection (``application_name`` :data:`LISTENER_NAME`) is watched:
+asyncpg's termination callback, and a ``SELECT 1`` on it with every lease renewal (a
+connection dropped silently shows only when used).
 Once lost it is opened again, retrying after :data:`LISTEN_RETRY_FIRST_S` doubling up
 to :data:`LISTEN_RETRY_MAX_S`, then the process catches up on what it may have missed:
 every follower re-reads its task's events from the number after the last it delivered
@@ -149,6 +150,8 @@ EVENTS_CHANNEL = "a2a_events"
 #: Events of a settled task are kept this long (late subscribers' reads), then pruned.
 DEFAULT_EVENT_KEEP_S = 60.0
 _EVENT_BATCH = 1000
+#: ``application_name`` of the LISTEN connection (to tell it apart in pg_stat_activity).
+LISTENER_NAME = "a2a-gateway listen"
 #: Reconnecting a lost LISTEN connection: the first retry's delay, doubled up to the last.
 LISTEN_RETRY_FIRST_S = 0.1
 LISTEN_RETRY_MAX_S = 5.0
@@ -485,7 +488,11 @@ class PostgresTaskStore(TaskStore):
 
     async def _listen(self) -> asyncpg.Connection:
         """A connection of its own LISTENing on the cancel and event channels."""
-        listener = await asyncpg.connect(self._url, timeout=self.acquire_timeout_s)
+        listener = await asyncpg.connect(
+            self._url,
+            timeout=self.acquire_timeout_s,
+            server_settings={"application_name": LISTENER_NAME},
+        )
         try:
             listener.add_termination_listener(self._on_listener_closed)
             await listener.add_listener(CANCEL_CHANNEL, self._on_cancel)

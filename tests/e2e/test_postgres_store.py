@@ -35,7 +35,7 @@ import pytest
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres, free_port
-from a2a_gateway.server.pg_store import SCHEMA_VERSION
+from a2a_gateway.server.pg_store import LISTENER_NAME, SCHEMA_VERSION
 from a2a_gateway.settings import resolve
 
 from ..interop.conftest import ServerProcess, free_ports
@@ -381,6 +381,51 @@ async def test_processes_share_reads_pages_retries_subscriptions_and_cancels(
         assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
         seen_on_a = await on_a.call("GetTask", {"id": running["id"]})
         assert seen_on_a["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def listeners(conn: asyncpg.Connection) -> set[int]:
+    """The backends of the gateways' LISTEN connections to this database."""
+    rows = await conn.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
+        " AND datname = current_database()",
+        LISTENER_NAME,
+    )
+    return {int(r[0]) for r in rows}
+
+
+async def test_gateway_processes_listen_again_after_their_listen_connections_are_killed(
+    tmp_path: Path, database: str
+) -> None:
+    conn = await asyncpg.connect(database)
+    try:
+        async with two_processes(tmp_path, database) as (on_a, on_b, _):
+            held = {**send("hold:60"), "configuration": {"returnImmediately": True}}
+            running = (await on_a.call("SendMessage", held))["task"]
+            subscription = on_b.open_stream("SubscribeToTask", {"id": running["id"]})
+            assert (await anext(subscription))["task"]["id"] == running["id"]
+            killed = await listeners(conn)
+            assert len(killed) == 2  # one per gateway
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", list(killed)
+            )
+            deadline = time.monotonic() + 30
+            while True:  # both gateways open a new one (bounded)
+                now = await listeners(conn)
+                if (len(now) == 2 and not now & killed) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(now) == 2 and not now & killed
+            # Cancels and events cross the gateways again: B's cancel stops A's run,
+            # and B's subscription (opened before the kill) sees it end.
+            cancelled = await on_b.call("CancelTask", {"id": running["id"]})
+            assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+            events = [e async for e in subscription]
+            assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    finally:
+        await conn.close()
+    for name in ("a", "b"):
+        stderr = (tmp_path / f"pg-replica-{name}.stderr").read_text()
+        assert "lost the database connection that hears cancels" in stderr
 
 
 async def test_two_sends_to_one_context_on_two_processes_at_once_run_once(
