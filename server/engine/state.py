@@ -205,6 +205,12 @@ class EngineState:
         workspace, name, message_id, fingerprint = seen_key
         return await self.store.lookup_message(Caller(name, workspace), message_id, fingerprint)
 
+    def retried_here(self, seen_key: RetryKey) -> str | None:
+        """:meth:`retried` without asking a shared store's database: the keys this
+        process remembered or read (the same answer on a store of one process)."""
+        workspace, name, message_id, fingerprint = seen_key
+        return self.store.find_message(Caller(name, workspace), message_id, fingerprint)
+
     def workspace_of(self, owner: Caller) -> Path | None:
         """Where ``owner``'s files go: its own workspace, else the default one."""
         return Path(owner.workspace) if owner.workspace else self.default_workspace

@@ -4,17 +4,20 @@ and parts are the same too; any other message under a reused id is a new message
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from a2a_gateway.agent.base import Turn
+from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.engine.retries import message_fingerprint, retry_key
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .engine_helpers import ALICE, BOB, collect, ctx, request, send, state_name
+from .engine_helpers import ALICE, BOB, WAIT_S, collect, ctx, request, send, state_name
 
 FIRST: dict[str, Any] = {"text": "hi", "message_id": "dup", "context_id": "ctx-1"}
 
@@ -147,3 +150,44 @@ async def test_a_streamed_different_message_under_a_live_id_is_new(engine: TaskE
     assert events[0].task.id != held.id
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
     await engine.cancel_task(pb.CancelTaskRequest(id=held.id), ctx())
+
+
+class _HeldReplies(FauxAgent):
+    """The faux agent whose ``reply`` hook waits until the test lets each call go."""
+
+    def __init__(self) -> None:
+        self.calls: list[asyncio.Event] = []
+        self.entered = asyncio.Condition()
+
+    async def reply(self, turn: Turn) -> pb.Message | None:
+        go = asyncio.Event()
+        async with self.entered:
+            self.calls.append(go)
+            self.entered.notify_all()
+        await go.wait()
+        return await super().reply(turn)
+
+
+async def test_a_retry_sent_while_the_first_is_with_the_agent_gets_its_task(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    """Both copies pass the first retry lookup before either made a task; the second
+    looks again once its agent hook returns, and finds the task the first made."""
+    agent = _HeldReplies()
+    engine = new_engine(agent)
+
+    async def calls(count: int) -> None:
+        async with agent.entered:
+            await agent.entered.wait_for(lambda: len(agent.calls) >= count)
+
+    async with asyncio.timeout(WAIT_S):
+        first = asyncio.create_task(send(engine, **_send_kwargs({})))
+        await calls(1)
+        second = asyncio.create_task(send(engine, **_send_kwargs({})))
+        await calls(2)
+        agent.calls[0].set()
+        made = await first
+        agent.calls[1].set()
+        again = await second
+    assert again.id == made.id
+    assert len((await engine.list_tasks(pb.ListTasksRequest(), ctx())).tasks) == 1
