@@ -66,25 +66,24 @@ def _chunks(arg: str) -> int:
         return 1
 
 
+def _bounded(arg: str, default: float, cap: float) -> float:
+    """``arg`` as a number clamped to 0..cap (not a number, or NaN: ``default``)."""
+    try:
+        value = float(arg)
+    except ValueError:
+        return default
+    if value != value:  # NaN
+        return default
+    return max(0.0, min(value, cap))
+
+
 def _chunk_gap_s(arg: str) -> float:
     """The pause between paced chunks (``chunks:N:MS``), in seconds."""
-    try:
-        ms = float(arg)
-    except ValueError:
-        return 0.0
-    if ms != ms:  # NaN
-        return 0.0
-    return max(0.0, min(ms, CHUNK_GAP_CAP_MS)) / 1000
+    return _bounded(arg, 0.0, CHUNK_GAP_CAP_MS) / 1000
 
 
 def _hold_seconds(arg: str) -> float:
-    try:
-        seconds = float(arg)
-    except ValueError:
-        return 1.0
-    if seconds != seconds:  # NaN
-        return 1.0
-    return max(0.0, min(seconds, HOLD_CAP_S))
+    return _bounded(arg, 1.0, HOLD_CAP_S)
 
 
 def generated_file(arg: str) -> File:
