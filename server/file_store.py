@@ -309,6 +309,9 @@ class WorkspaceTaskStore(TaskStore):
         # loads take them without a second stat on the event loop (in a folder of a
         # million entries a stat is a directory lookup, ~25 us warm, a disk read cold).
         self._read_ahead: dict[str, float] = {}
+        # One set per read-ahead under way: the tasks written or removed meanwhile,
+        # whose file it may have read before the change (it keeps none of those).
+        self._changed_during: list[set[str]] = []
         self.index = TaskIndex.shared(
             self.workspace / ".a2a" / INDEX_NAME,
             self.folder,
@@ -491,13 +494,20 @@ class WorkspaceTaskStore(TaskStore):
                 done.append((*job, self._parse_file(*job, budget)))
 
         readers = min(READ_THREADS, len(wanted))
-        await asyncio.gather(*(loop.run_in_executor(pool, read_files) for _ in range(readers)))
+        changed: set[str] = set()
+        self._changed_during.append(changed)
+        try:
+            await asyncio.gather(*(loop.run_in_executor(pool, read_files) for _ in range(readers)))
+        finally:
+            self._changed_during.remove(changed)
         now = time.monotonic()
         if len(self._read_ahead) > 4 * READ_THREADS:  # drop what no page took
             self._read_ahead = {
                 t: at for t, at in self._read_ahead.items() if now - at < READ_AHEAD_FRESH_S
             }
         for task_id, path, result in done:
+            if task_id in changed:  # what it read may be older than the file now
+                continue
             if result is not None and self._keep(task_id, path, *result) is not None:
                 self._read_ahead[task_id] = now
 
@@ -571,7 +581,7 @@ class WorkspaceTaskStore(TaskStore):
         removed = await index.in_worker(lambda: self._remove_files(candidates, files))
         for task_id, stamp in removed:
             index.delete_if(task_id, stamp)
-            self._cache.pop(task_id)
+            self._forget(task_id)
         index.wrote_folder()
         index.commit()
         return len(removed)
@@ -641,11 +651,19 @@ class WorkspaceTaskStore(TaskStore):
         written.add_done_callback(landed)
         await asyncio.shield(written)
 
+    def _forget(self, task_id: str) -> None:
+        """The task's file was just written or removed: drop its cached record, and
+        tell each read-ahead under way that what it read of the file may be stale."""
+        self._cache.pop(task_id)
+        self._read_ahead.pop(task_id, None)
+        for changed in self._changed_during:
+            changed.add(task_id)
+
     def _wrote(self, task_id: str, owner: Caller, summary: TaskSummary, stamp: _Stamp) -> None:
         """A task file was written: its index row follows it."""
         # Not cached: most tasks written are never read back, and the next read fills
         # the record cache (stat-validated like any other read).
-        self._cache.pop(task_id)
+        self._forget(task_id)
         index = self._start() if not self._started else self.index
         index.put(owner, summary, stamp)
         index.wrote_folder()

@@ -11,6 +11,7 @@ import shutil
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
+from a2a_gateway.server import file_store
 from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine
 from a2a_gateway.server.file_store import (
     WorkspaceTaskStore,
@@ -537,5 +539,80 @@ async def test_a_file_read_ahead_is_trusted_for_one_load_then_read_fresh(tmp_pat
         path.write_bytes(path.read_bytes().replace(b"TASK_STATE_COMPLETED", b"TASK_STATE_FAILED"))
         again = await store.load(ALICE, "t-1")  # any later load checks the file again
         assert again is not None and again.task.status.state == pb.TASK_STATE_FAILED
+    finally:
+        await store.aclose()
+
+
+class HeldReadStore(WorkspaceTaskStore):
+    """The real workspace store whose reader thread, once it has read ``held``'s file,
+    says so and waits to be let go: a save or a removal can then come in between."""
+
+    def __init__(self, workspace: Path, held: str) -> None:
+        super().__init__(workspace)
+        self.held = held
+        self.read = threading.Event()
+        self.release = threading.Event()
+
+    def _parse_file(self, task_id: str, path: str, budget: object = None) -> object:  # type: ignore[override]
+        result = super()._parse_file(task_id, path, budget)  # type: ignore[arg-type]
+        if task_id == self.held:
+            self.read.set()
+            assert self.release.wait(30)
+        return result
+
+
+async def _read_ahead_with(store: HeldReadStore, ids: list[str], change: Any) -> None:
+    """Read ``ids`` ahead while ``change`` (a coroutine function) runs between the reader
+    thread's read of the held file and the end of the read-ahead."""
+    reading = asyncio.create_task(store.prefetch(ids, max_bytes=1 << 20))
+    try:
+        assert await asyncio.to_thread(store.read.wait, 30)
+        await change()
+    finally:
+        store.release.set()
+        await reading
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+async def test_a_save_during_a_read_ahead_is_what_the_next_load_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    """A task saved while a page's read-ahead holds its older file is loaded as saved
+    (the read-ahead's copy is not trusted without a stat), however soon the load comes."""
+    monkeypatch.setattr(file_store, "READ_AHEAD_FRESH_S", 3600.0)
+    writer = WorkspaceTaskStore(tmp_path)
+    for task_id in ("t-1", "t-2"):
+        await writer.save(_versioned(task_id, pb.TASK_STATE_WORKING, "w"))
+    await writer.aclose()
+    store = HeldReadStore(tmp_path, "t-1")
+    store.fsync = fsync
+    try:
+
+        async def save_completed() -> None:
+            await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "done"))
+
+        await _read_ahead_with(store, ["t-1", "t-2"], save_completed)
+        loaded = await store.load(ALICE, "t-1")
+        assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await store.aclose()
+
+
+async def test_a_task_removed_during_a_read_ahead_is_not_found_by_the_next_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_store, "READ_AHEAD_FRESH_S", 3600.0)
+    writer = WorkspaceTaskStore(tmp_path)
+    await writer.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "old"))
+    await writer.save(_versioned("t-2", pb.TASK_STATE_COMPLETED, "old"))
+    await writer.aclose()
+    store = HeldReadStore(tmp_path, "t-1")
+    try:
+
+        async def expire_all() -> None:
+            assert await store.expire(1 << 62, 10) == 2
+
+        await _read_ahead_with(store, ["t-1", "t-2"], expire_all)
+        assert await store.load(ALICE, "t-1") is None
     finally:
         await store.aclose()
