@@ -87,7 +87,9 @@ is cancelled.
 
 A save is one statement (the task row, the push configs of a task it creates, the
 retry keys remembered for it since its last save), so it is atomic without a
-transaction block. A ListTasks
+transaction block. The saves of one task by this process are chained (each statement
+starts when the task's previous one ended; a cancelled save still lands in its place),
+so they land in call order as the file store's do; different tasks' saves run at once. A ListTasks
 page is one statement too (page, count and the named rows: one snapshot). Every wait
 is bounded: taking a pooled connection (``acquire_timeout_s``) and every statement
 (``command_timeout_s``). Errors never carry the URL; its password is registered with
@@ -122,6 +124,7 @@ from .task_store import (
     UNSTORED,
     Listing,
     PushAdded,
+    StatusKey,
     StoredPush,
     TaskFilter,
     TaskRecord,
@@ -407,6 +410,8 @@ class PostgresTaskStore(TaskStore):
         self._starting = asyncio.Lock()
         # Retry keys remembered since their task's last save: written with the next one.
         self._pending: dict[str, list[tuple[str, str]]] = {}
+        # Each task's latest save still on its way: the next save of it starts after.
+        self._saving: dict[str, asyncio.Task[None]] = {}
         # The keys this process wrote or read: find_message (synchronous) answers from
         # here; lookup_message asks the database on a miss.
         self._recent: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
@@ -467,6 +472,9 @@ class PostgresTaskStore(TaskStore):
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
+        saving = list(self._saving.values())
+        if saving:  # the saves on their way land first (each is bounded)
+            await asyncio.wait(saving, timeout=self.acquire_timeout_s + self.command_timeout_s)
         follows, self._follows = list(self._follows.values()), {}
         self._delivered.clear()
         for _, follower in follows:
@@ -715,27 +723,65 @@ class PostgresTaskStore(TaskStore):
             self._leased.add(task_id)
         else:
             self._leased.discard(task_id)
+        args = (
+            task_id,
+            owner.workspace,
+            owner.name,
+            summary.context_id,
+            summary.state,
+            _clamp(summary.timestamp_ns),
+            data,
+            [c.id for c in sealed],
+            [versions.get(c.id, "") for c in sealed],
+            [c.SerializeToString() for c in sealed],
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            runner,
+            lease_until,
+            record.held_elsewhere,
+            summary.state not in ACTIVE,
+            event_seq,
+        )
+        # Saves of one task are chained: each statement starts once the one before
+        # has ended, so they land in call order (on separate pooled connections they
+        # could overtake each other: a background save of WORKING still waiting for a
+        # new connection while the run's FAILED found an open one). Each runs in a
+        # task of its own, so a cancelled save still lands in its place and the chain
+        # never waits on a statement nobody runs; different tasks stay concurrent.
+        before = self._saving.get(task_id)
+        write = asyncio.get_running_loop().create_task(
+            self._write(before, record, args, keys, unstored, saved_status),
+            name=f"a2a-pg-save-{task_id}",
+        )
+        self._saving[task_id] = write
+        write.add_done_callback(lambda done: self._saved(task_id, done))
+        await asyncio.shield(write)
+
+    def _saved(self, task_id: str, write: asyncio.Task[None]) -> None:
+        """A save's statement ended: forget it unless a later save of the task follows
+        (nothing stays per task), and take its error (its caller may be gone)."""
+        if self._saving.get(task_id) is write:
+            del self._saving[task_id]
+        if not write.cancelled():
+            write.exception()
+
+    async def _write(
+        self,
+        before: asyncio.Task[None] | None,
+        record: TaskRecord,
+        args: tuple[Any, ...],
+        keys: list[tuple[str, str]],
+        unstored: bool,
+        saved_status: StatusKey,
+    ) -> None:
+        """One save's statement, once the task's previous save ended (that one is
+        itself bounded: a pooled connection within ``acquire_timeout_s``, the statement
+        within ``command_timeout_s``)."""
+        task_id = args[0]
+        if before is not None and not before.done():
+            await asyncio.wait({before})
         try:
-            rows = await self._fetch(
-                _SAVE,
-                task_id,
-                owner.workspace,
-                owner.name,
-                summary.context_id,
-                summary.state,
-                _clamp(summary.timestamp_ns),
-                data,
-                [c.id for c in sealed],
-                [versions.get(c.id, "") for c in sealed],
-                [c.SerializeToString() for c in sealed],
-                [k[0] for k in keys],
-                [k[1] for k in keys],
-                runner,
-                lease_until,
-                record.held_elsewhere,
-                summary.state not in ACTIVE,
-                event_seq,
-            )
+            rows = await self._fetch(_SAVE, *args)
         except BaseException:
             if keys:  # the next save of the task writes them
                 self._pending.setdefault(task_id, []).extend(keys)

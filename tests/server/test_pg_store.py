@@ -196,3 +196,33 @@ async def test_a_run_lease_held_elsewhere_until_it_expires(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_saves_of_one_task_land_in_call_order(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A save started while an earlier save of the task is still on its way (the
+    flusher's background save of WORKING, then the run's FAILED) lands after it, even
+    when the earlier one waits for a new pooled connection and the later one finds an
+    open one (here: freed by a read meanwhile)."""
+    url = await fresh_database(postgres)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), pool_size=4)
+    try:
+        for round_ in range(8):
+            await store.start()  # one open connection
+            task_id = f"t-order-{round_}"
+            live = record(task_id)
+            live.task.status.state = pb.TASK_STATE_WORKING
+            await store.save(live)
+            reading = asyncio.ensure_future(store.load(ALICE, task_id))  # holds it
+            working = asyncio.ensure_future(store.save(live))  # opens a new one
+            await reading
+            live.task.status.state = pb.TASK_STATE_FAILED
+            await store.save(live)  # finds the read's connection free
+            await working
+            loaded = await store.load(ALICE, task_id)
+            assert loaded is not None
+            assert pb.TaskState.Name(loaded.task.status.state) == "TASK_STATE_FAILED", round_
+            await store.aclose()  # the next round starts with one connection again
+    finally:
+        await store.aclose()
