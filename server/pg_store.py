@@ -499,6 +499,9 @@ class PostgresTaskStore(TaskStore):
         listener = await asyncpg.connect(
             self._url,
             timeout=self.acquire_timeout_s,
+            # Its LISTENs bounded like the pool's statements: one never answered (a
+            # connection gone silent) fails, and the start or the reconnect goes on.
+            command_timeout=self.command_timeout_s,
             server_settings={"application_name": LISTENER_NAME},
         )
         try:

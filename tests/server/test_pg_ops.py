@@ -330,3 +330,73 @@ async def test_a_later_subscriber_whose_snapshot_is_ahead_of_the_follow_skips_wh
     for events in (seen_first, seen_second):
         assert streamed_text(events) == "c0-c1-c2-c3-"
         assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+class SilencingProxy:
+    """A TCP proxy in front of the database that forwards both ways, except that once a
+    client sends bytes holding ``silence`` on a connection, nothing more it sends there
+    reaches the database: that connection's statement is never answered, as over a
+    connection that went silent (a peer gone without a word)."""
+
+    def __init__(self, host: str, port: int, silence: bytes) -> None:
+        self.host, self.port, self.silence = host, port, silence
+        self.silenced = asyncio.Event()
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        for pipe in (self._pipe(reader, up_writer, True), self._pipe(up_reader, writer, False)):
+            task = asyncio.get_running_loop().create_task(pipe)
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+    async def _pipe(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, upward: bool
+    ) -> None:
+        silent = False
+        try:
+            while data := await source.read(1 << 16):
+                if upward and self.silence in data:
+                    silent = True
+                    self.silenced.set()
+                if not silent:
+                    sink.write(data)
+                    await sink.drain()
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._pipes):
+            task.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+async def test_a_listen_that_is_never_answered_is_bounded_and_unavailable(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """The LISTEN connection's statements are bounded like the pool's: a start whose
+    LISTEN gets no answer ends StoreUnavailable within the statement bound, not never."""
+    url = await fresh_database(postgres)
+    head, _, rest = url.rpartition("@")
+    address, _, database = rest.partition("/")
+    host, _, port = address.rpartition(":")
+    proxy = SilencingProxy(host, int(port), b"LISTEN")
+    proxied = f"{head}@127.0.0.1:{await proxy.start()}/{database}"
+    store = PostgresTaskStore(proxied, box=SecretBox(tmp_path), command_timeout_s=1.0)
+    try:
+        async with asyncio.timeout(WAIT_S):
+            with pytest.raises(StoreUnavailable, match="not usable: TimeoutError"):
+                await store.start()
+        assert proxy.silenced.is_set()
+    finally:
+        await store.aclose()
+        await proxy.aclose()
