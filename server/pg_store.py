@@ -40,8 +40,11 @@ while the task stays active here; a settled save clears it. A process loading an
 active task whose lease another runner still holds marks the record
 ``held_elsewhere``, so the engine leaves it alone instead of failing it "server
 restarted"; once the lease has expired (its process died) the first reader fails it,
-the file store's lazy recovery made cluster-wide. Clocks of the processes are assumed
-within a small fraction of the lease of each other.
+the file store's lazy recovery made cluster-wide. Leases are on the database's clock,
+so replicas whose clocks disagree still agree on them: when its pool opens, a process
+reads the database's time (``clock_timestamp()``, taken as the middle of the round
+trip) and keeps its offset from its own monotonic clock; every ``lease_until`` it
+writes and every lease it compares is that clock plus the offset.
 
 One run per (caller, context) across processes: before a run starts, its process
 claims the context in ``a2a_contexts`` (a primary key; taken over only when the
@@ -380,13 +383,18 @@ class PostgresTaskStore(TaskStore):
         retry_bytes: int = DEFAULT_RETRY_BYTES,
         lease_s: float = DEFAULT_LEASE_S,
         event_keep_s: float = DEFAULT_EVENT_KEEP_S,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self._url = url
         #: This process's name in ``runner``: the runs it leases.
         self.replica = uuid.uuid4().hex
         self.lease_s = lease_s
-        self._clock = clock
+        # Wall time (push configs' ``added_ns``, the events' pruning cutoff), and the
+        # ticks that, plus the database's offset, are the database's time (leases).
+        # Tests inject one clock for both.
+        self._clock = clock or time.time_ns
+        self._ticks = clock or time.monotonic_ns
+        self._db_offset = 0  # the database's time minus _ticks(), read when the pool opens
         self._leased: set[str] = set()  # tasks saved submitted/working by this process
         self._renewer: asyncio.Task[None] | None = None
         self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel, a2a_events
@@ -448,6 +456,7 @@ class PostgresTaskStore(TaskStore):
             try:  # nothing opened here outlives a failed start
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)
+                    await self._read_db_offset(conn)
                 self._page_key = await self._read_page_key(pool)
                 listener = await self._listen()  # the last step: closes itself on failure
             except BaseException as exc:
@@ -619,7 +628,7 @@ class PostgresTaskStore(TaskStore):
         task = pb.Task.FromString(row["task"])
         configs, versions = self._open_configs(task_id, row["configs"], row["versions"])
         held = bool(row["runner"]) and row["runner"] != self.replica
-        held = held and row["lease_until"] > self._clock()
+        held = held and row["lease_until"] > self._db_now()
         return TaskRecord(
             task, owner, configs, versions, held_elsewhere=held, event_seq=row["event_seq"]
         )
@@ -702,6 +711,8 @@ class PostgresTaskStore(TaskStore):
         task_id = task.id
         if not valid_id(task_id):
             raise ValueError(f"invalid task id {task_id!r}")
+        if self._pool is None:  # a first use: the lease below needs the database's time
+            await self._ready()
         # Everything is captured before the first suspension (the engine goes on
         # changing a live task).
         owner = record.owner
@@ -856,8 +867,22 @@ class PostgresTaskStore(TaskStore):
 
     # --- run leases -----------------------------------------------------------------
 
+    def _db_now(self) -> int:
+        """The database's time now, in ns (leases are on its clock, not this host's)."""
+        return self._ticks() + self._db_offset
+
     def _lease_until(self) -> int:
-        return self._clock() + int(self.lease_s * 1e9)
+        return self._db_now() + int(self.lease_s * 1e9)
+
+    async def _read_db_offset(self, conn: asyncpg.Connection | PoolConnectionProxy) -> None:
+        """Keep the database's time minus this process's ticks (the middle of the round
+        trip; its error is half of it, nothing next to a lease)."""
+        before = self._ticks()
+        db_ns = await conn.fetchval(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+        )
+        after = self._ticks()
+        self._db_offset = int(db_ns) - (before + after) // 2
 
     async def _renew_leases(self) -> None:
         """Every third of the lease: extend the leases of the runs saved submitted or
@@ -873,6 +898,7 @@ class PostgresTaskStore(TaskStore):
         if not self._leased:
             return
         try:
+            await self._ready()  # the database's time is known
             await self._fetch(
                 "WITH c AS (UPDATE a2a_contexts SET lease_until = $1"
                 " WHERE runner = $2 AND task_id = ANY($3::text[]))"
@@ -882,7 +908,7 @@ class PostgresTaskStore(TaskStore):
                 self.replica,
                 list(self._leased),
             )
-        except _DB_ERRORS as exc:
+        except (StoreUnavailable, *_DB_ERRORS) as exc:
             log.warning("could not renew run leases: %s", _why(exc))
 
     # --- events across processes ------------------------------------------------------
@@ -1023,7 +1049,7 @@ class PostgresTaskStore(TaskStore):
         state, runner, lease_until = rows[0]
         if state in INTERRUPTED:
             return True
-        return state in ACTIVE and bool(runner) and lease_until > self._clock()
+        return state in ACTIVE and bool(runner) and lease_until > self._db_now()
 
     # --- retention ---------------------------------------------------------------------
 
@@ -1061,9 +1087,10 @@ class PostgresTaskStore(TaskStore):
     async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
         """Claim the context for ``task_id``: taken when no claim exists, the existing
         one is this task's, or its lease expired (its process died)."""
+        await self._ready()  # the database's time is known
         rows = await self._fetch(
             _CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,
-            self._lease_until(), self._clock(),
+            self._lease_until(), self._db_now(),
         )  # fmt: skip
         if rows:
             self._leased.add(task_id)

@@ -6,6 +6,7 @@ cancel on the other stops it; one run per context across both."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -125,3 +126,37 @@ async def test_a_subscriber_on_the_other_engine_gets_every_event_in_order(
             text += "".join(p.text for p in event.artifact_update.artifact.parts)
     assert text == "".join(f"c{n}-" for n in range(40))
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+@pytest.mark.parametrize("skew_s", [-600, 600])
+async def test_leases_hold_across_replicas_whose_clocks_disagree(
+    postgres: LocalPostgres, tmp_path: Path, skew_s: int
+) -> None:
+    """A's clock 10 minutes behind or ahead of B's: leases are on the database's clock,
+    so B neither fails A's live run (A behind: its lease looked long gone to B) nor
+    keeps it alive past the lease once A stops renewing (A ahead: its lease looked
+    10 minutes long to B)."""
+    url = await fresh_database(postgres)
+    clock_b = Clock()
+    clock_b.now = time.time_ns()
+
+    def clock_a() -> int:
+        return time.time_ns() + skew_s * 10**9
+
+    a = TaskEngine(
+        FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_a)
+    )
+    b = TaskEngine(
+        FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_b)
+    )
+    try:
+        task = await send(a, "hold:60", return_immediately=True)
+        seen = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(seen) in ("SUBMITTED", "WORKING")
+        clock_b.now += int(2 * LEASE_S * 1e9)  # B's view: two leases without a renewal
+        failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(failed) == "FAILED"
+        assert failed.status.message.parts[0].text == "server restarted"
+    finally:
+        await a.aclose()
+        await b.aclose()
