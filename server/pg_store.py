@@ -92,7 +92,13 @@ A save is one statement (the task row, the push configs of a task it creates, th
 retry keys remembered for it since its last save), so it is atomic without a
 transaction block. The saves of one task by this process are chained (each statement
 starts when the task's previous one ended; a cancelled save still lands in its place),
-so they land in call order as the file store's do; different tasks' saves run at once. A ListTasks
+so they land in call order as the file store's do; different tasks' saves run at once.
+Across processes a stored terminal state is final: no later save replaces it (the run
+of a process that stalled past its lease cannot revive a task another process failed
+"server restarted" meanwhile; a warning names the save not stored). The other writers
+of a task row cannot bring back an older state: lease renewals change only
+``lease_until`` of rows this process still runs, cancel requests only the context
+claim, and retention removes only settled rows. A ListTasks
 page is one statement too (page, count and the named rows: one snapshot). Every wait
 is bounded: taking a pooled connection (``acquire_timeout_s``) and every statement
 (``command_timeout_s``). Errors never carry the URL; its password is registered with
@@ -237,7 +243,10 @@ MIGRATIONS: tuple[str, ...] = (
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
-_SAVE = """
+# A stored terminal state is final: no save replaces it (say, the run of a process
+# that stalled past its lease settling a task another process already failed "server
+# restarted", or a continuation's save landing after a cancel from another process).
+_SAVE = f"""
 WITH t AS (
   INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task, runner,
     lease_until, event_seq)
@@ -248,6 +257,7 @@ WITH t AS (
     runner = CASE WHEN $15 THEN a2a_tasks.runner ELSE excluded.runner END,
     lease_until = CASE WHEN $15 THEN a2a_tasks.lease_until ELSE excluded.lease_until END,
     event_seq = coalesce($17, a2a_tasks.event_seq)
+  WHERE NOT a2a_tasks.{_SETTLED_SQL}
   RETURNING task_id),
 push AS (
   INSERT INTO a2a_push_configs(task_id, position, config_id, version, config)
@@ -260,10 +270,12 @@ settled AS (
     AND context_id = $4 AND task_id = $1),
 retry AS (
   INSERT INTO a2a_retry_keys(workspace, caller, message_id, fingerprint, task_id)
-  SELECT $2, $3, k.message_id, k.fingerprint, (SELECT task_id FROM t)
+  SELECT $2, $3, k.message_id, k.fingerprint, coalesce((SELECT task_id FROM t), $1)
   FROM unnest($11::text[], $12::text[]) AS k(message_id, fingerprint)
   ON CONFLICT DO NOTHING)
 SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
+  EXISTS (SELECT 1 FROM t) AS written,
+  (SELECT state FROM a2a_tasks WHERE task_id = $1) AS stored_state,
   ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $6
         ORDER BY p.position) AS configs,
   ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $6
@@ -803,6 +815,13 @@ class PostgresTaskStore(TaskStore):
                 record.push_as_of = UNSTORED
             raise
         row = rows[0]
+        if not row["written"] and row["stored_state"] != args[4]:  # settled elsewhere
+            log.warning(
+                "task %s is stored %s, which is final: its save as %s is not stored",
+                task_id,
+                pb.TaskState.Name(row["stored_state"]),
+                pb.TaskState.Name(args[4]),
+            )
         if not row["created"]:  # the configs every process changes, as of this save
             configs, opened = self._open_configs(task_id, row["configs"], row["versions"])
             record.push_configs[:] = configs

@@ -226,3 +226,36 @@ async def test_saves_of_one_task_land_in_call_order(
             await store.aclose()  # the next round starts with one connection again
     finally:
         await store.aclose()
+
+
+async def test_a_stored_final_state_is_not_replaced(
+    postgres: LocalPostgres, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B failed A's run after its lease ran out (A stalled); A's run then settles:
+    the first final state stays, on both, and its retry keys still land."""
+    url = await fresh_database(postgres)
+    a = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    b = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    try:
+        live = record("t-final")
+        live.task.status.state = pb.TASK_STATE_WORKING
+        await a.save(live)
+        recovered = await b.load(ALICE, "t-final")
+        assert recovered is not None
+        recovered.task.status.state = pb.TASK_STATE_FAILED
+        await b.save(recovered)
+        a.remember_message(ALICE, "m-late", "fp", "t-final")
+        live.task.status.state = pb.TASK_STATE_COMPLETED
+        await a.save(live)
+        for store in (a, b):
+            loaded = await store.load(ALICE, "t-final")
+            assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_FAILED
+        assert await b.lookup_message(ALICE, "m-late", "fp") == "t-final"
+        assert "t-final is stored TASK_STATE_FAILED, which is final" in caplog.text
+        # The same final state saved again (a repeated write) is no news.
+        caplog.clear()
+        await b.save(recovered)
+        assert "which is final" not in caplog.text
+    finally:
+        await a.aclose()
+        await b.aclose()
