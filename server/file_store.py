@@ -124,17 +124,18 @@ class _ReadBudget:
     """Bytes of task files a prefetch may still read, shared by its reader threads:
     the first file is always admitted, later ones only while they fit."""
 
-    __slots__ = ("_left", "_lock", "_started")
+    __slots__ = ("_left", "_lock", "_started", "spent")
 
     def __init__(self, max_bytes: int) -> None:
         self._left = max_bytes
         self._started = False
         self._lock = threading.Lock()
+        self.spent = False  # a file did not fit: the page's answer stops about here
 
     def admit(self, size: int) -> bool:
         with self._lock:
-            if self._started and size > self._left:
-                self._left = 0  # the page's answer stops about here: read no further
+            if self._started and (self.spent or size > self._left):
+                self.spent = True
                 return False
             self._started = True
             self._left -= size
@@ -486,7 +487,7 @@ class WorkspaceTaskStore(TaskStore):
         def read_files() -> None:
             # (reader thread) Takes the next file until none is left: a few hand-offs
             # per page, not one future per file (~30 us each on the loop).
-            while True:
+            while not budget.spent:  # then the rest is not even opened
                 with taking:
                     job = next(jobs, None)
                 if job is None:

@@ -22,6 +22,7 @@ from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.server import file_store
 from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine
 from a2a_gateway.server.file_store import (
+    READ_THREADS,
     WorkspaceTaskStore,
     WorkspaceTaskStores,
     decode_record,
@@ -478,8 +479,10 @@ class ParseCountingStore(WorkspaceTaskStore):
     def __init__(self, workspace: Path) -> None:
         super().__init__(workspace)
         self.parsed: list[str] = []
+        self.opened: list[str] = []
 
     def _parse_file(self, task_id: str, path: str, budget: object = None) -> object:  # type: ignore[override]
+        self.opened.append(task_id)
         result = super()._parse_file(task_id, path, budget)  # type: ignore[arg-type]
         if result is not None:
             self.parsed.append(task_id)  # list.append is atomic
@@ -504,6 +507,8 @@ async def test_reading_ahead_stops_at_the_byte_budget_and_loads_still_read_the_r
     try:
         await store.prefetch(ids, max_bytes=2 * size + size // 2)
         assert len(store.parsed) == 2  # two files fit; the third would not
+        # Once one did not fit, no thread opens another (those under way finish).
+        assert len(store.opened) <= 3 + READ_THREADS - 1 < len(ids)
         for task_id in ids:
             loaded = await store.load(ALICE, task_id)
             assert loaded is not None and loaded.task.id == task_id
