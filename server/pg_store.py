@@ -237,6 +237,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE a2a_contexts ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
     """,
+    # Not CONCURRENTLY, on purpose: migrations run in one transaction (under the
+    # migration lock), where CREATE INDEX CONCURRENTLY is refused, and a plain CREATE
+    # INDEX holds a SHARE lock on a2a_tasks (saves wait) for the build. That costs
+    # nothing here: the PostgreSQL store is new and no deployed database predates
+    # schema 8, so this index is built at a database's first start, on an empty
+    # table. A later migration that indexes a table already holding rows (a2a_tasks,
+    # a2a_events) must build CONCURRENTLY outside the migration transaction (under a
+    # session-level advisory lock, dropping an INVALID leftover of an interrupted
+    # build first).
     f"""
     CREATE INDEX a2a_tasks_settled_by_age ON a2a_tasks(ts) WHERE {_SETTLED_SQL};
     """,
