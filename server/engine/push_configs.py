@@ -146,7 +146,8 @@ class PushConfigs:
     ) -> pb.ListTaskPushNotificationConfigsResponse:
         self._require_push()
         caller = context.caller
-        stored = await self._configs(caller, request.task_id)
+        # The request is checked whole before the store is asked (a round trip on
+        # PostgreSQL).
         if request.page_size < 0 or request.page_size > MAX_PAGE_SIZE:
             raise invalid("pageSize", f"must be between 1 and {MAX_PAGE_SIZE}")
         page_size = request.page_size or MAX_PAGE_SIZE
@@ -154,6 +155,7 @@ class PushConfigs:
         start = 0
         if request.page_token:
             start = int(self._state.tokens.read(request.page_token, query))
+        stored = await self._configs(caller, request.task_id)
         configs = stored[start : start + page_size]
         next_token = ""
         if start + page_size < len(stored):

@@ -333,3 +333,17 @@ async def test_a_message_id_over_the_limit_is_invalid_params(engine: TaskEngine)
     assert "256" in caught.value.violations[0].description
     assert (await list_tasks(engine)).total_size == 0  # nothing stored
     await send(engine, "hi", message_id="m" * 256)  # the limit itself is fine
+
+
+async def test_a_bad_push_config_page_is_invalid_before_the_task_is_looked_up(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    engine = new_engine(push_enabled=True)
+    for page_size in (-1, 101):
+        with pytest.raises(errors.InvalidParamsError, match="pageSize"):
+            await engine.list_task_push_notification_configs(
+                pb.ListTaskPushNotificationConfigsRequest(
+                    task_id="no-such-task", page_size=page_size
+                ),
+                ctx(),
+            )
