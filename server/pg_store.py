@@ -809,12 +809,13 @@ class PostgresTaskStore(TaskStore):
         unstored: bool,
         saved_status: StatusKey,
     ) -> None:
-        """One save's statement, once the task's previous save ended (that one is
-        itself bounded: a pooled connection within ``acquire_timeout_s``, the statement
-        within ``command_timeout_s``)."""
+        """One save's statement, once the task's previous save ended. That one is
+        bounded itself (a pooled connection within ``acquire_timeout_s``, the statement
+        within ``command_timeout_s``); should it take longer still (waiting in turn on
+        its own predecessor), this one goes ahead rather than wait without end."""
         task_id = args[0]
         if before is not None and not before.done():
-            await asyncio.wait({before})
+            await asyncio.wait({before}, timeout=self.acquire_timeout_s + self.command_timeout_s)
         try:
             rows = await self._fetch(_SAVE, *args)
         except BaseException:
