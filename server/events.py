@@ -14,11 +14,23 @@ UnavailableError, so its client knows to resubscribe (a clean close would mean "
 Closing rules are per subscriber: every stream ends after a terminal state's event;
 SendStreamingMessage streams (``until_interrupted``) also end after an
 input-required/auth-required one, SubscribeToTask streams do not.
+
+With a store shared by several processes, the events of a run in another process come
+from the task's event log, numbered; a subscriber of such a task keeps ``seq``, the
+number of the last event it holds (its snapshot's to start with), so an event it
+already holds is dropped, not repeated. A subscriber that joins later than the
+process's follow of the log has events to catch up on: those are not queued but read
+from the log a page (:data:`LOG_PAGE`) at a time as its stream drains them
+(:meth:`Subscriber.catch_up`), and the follow's later events extend that range while
+it lasts; so a joining subscriber costs a page of memory however far behind it starts,
+and is never taken for a slow reader. Only events queued in memory count against
+:data:`MAX_BACKLOG`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from a2a_gateway.protocol.errors import A2AError, UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -28,13 +40,27 @@ from .lifecycle import INTERRUPTED, TERMINAL
 HIGH_WATER = 64
 MAX_BACKLOG = 1024
 SLOW_CONSUMER = "The stream fell behind and was closed; resubscribe with SubscribeToTask."
+LOG_PAGE = 256  # events a catching-up subscriber reads from the log at a time
+
+#: Reads the logged events numbered after the first number, up to the second, in order.
+LogReader = Callable[[int, int], Awaitable[list[pb.StreamResponse]]]
 
 
 class Subscriber:
     """One stream's queue. The stream takes the whole ``events`` list at a time
     (:meth:`next_batch`, which waits while it is empty)."""
 
-    __slots__ = ("done", "error", "events", "skip", "until_interrupted", "waiter")
+    __slots__ = (
+        "done",
+        "error",
+        "events",
+        "log_at",
+        "log_end",
+        "read_log",
+        "seq",
+        "until_interrupted",
+        "waiter",
+    )
 
     def __init__(self, *, until_interrupted: bool) -> None:
         # A list, swapped out whole by take(): cheaper than a deque (800 bytes empty)
@@ -44,14 +70,32 @@ class Subscriber:
         self.done = False
         self.error: A2AError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        #: Events still to drop: those its snapshot already reflects (a subscriber
-        #: that joined another process's run with a snapshot newer than the hub).
-        self.skip = 0
+        #: (A task followed from a shared event log) the number of the last event this
+        #: stream holds: its snapshot's, then the last one it queued or has to read.
+        self.seq = 0
+        #: Events numbered ``log_at + 1`` to ``log_end`` are still to be read from the
+        #: log (with ``read_log``), before the queued ones.
+        self.log_at = 0
+        self.log_end = 0
+        self.read_log: LogReader | None = None
 
-    def push(self, event: pb.StreamResponse) -> None:
-        if self.skip:
-            self.skip -= 1
-            return
+    def catch_up(self, upto_seq: int, read_log: LogReader) -> None:
+        """The events after ``seq`` up to ``upto_seq`` (logged, and already delivered
+        to the others) are read from the log as the stream drains, not queued."""
+        if upto_seq > self.seq:
+            self.log_at, self.log_end, self.seq = self.seq, upto_seq, upto_seq
+            self.read_log = read_log
+
+    def push(self, event: pb.StreamResponse, seq: int = 0) -> None:
+        """Queue ``event``; ``seq`` is its number in the task's shared event log (0 for
+        an event of a run in this process)."""
+        if seq:
+            if seq <= self.seq:
+                return  # its snapshot reflects it
+            self.seq = seq
+            if self.log_at < self.log_end and not self.events:
+                self.log_end = seq  # catching up: it is read from the log in turn
+                return
         self.events.append(event)
         self._wake()
 
@@ -61,12 +105,13 @@ class Subscriber:
         return events
 
     def finish(self, error: A2AError | None = None) -> None:
-        """No more events; the stream ends after the queued ones (or with ``error``,
-        which also drops the queue)."""
+        """No more events; the stream ends after the queued ones and those it still
+        reads from the log (or with ``error``, which drops them)."""
         self.done = True
         if error is not None:
             self.error = error
             self.events = []
+            self.log_end = self.log_at
         self._wake()
 
     def _wake(self) -> None:
@@ -79,6 +124,14 @@ class Subscriber:
         stream is done (raising its error, if it ended with one). Streams loop on
         this directly: no extra generator hop per event."""
         while True:
+            if self.log_at < self.log_end and self.read_log is not None:
+                after = self.log_at
+                upto = min(after + LOG_PAGE, self.log_end)
+                page = await self.read_log(after, upto)
+                if self.error is not None:  # ended meanwhile (dropped, the run lost)
+                    raise self.error
+                self.log_at = upto
+                return page
             if self.events:
                 return self.take()
             if self.done:
@@ -114,12 +167,13 @@ class Hub:
         if subscriber in self.subscribers:
             self.subscribers.remove(subscriber)
 
-    def publish(self, event: pb.StreamResponse, state: int | None = None) -> None:
+    def publish(self, event: pb.StreamResponse, state: int | None = None, seq: int = 0) -> None:
         """Queue ``event`` for every subscriber; ``state`` is set for status events and
-        decides who is closed after it."""
+        decides who is closed after it; ``seq`` is the event's number in a shared event
+        log (see :meth:`Subscriber.push`)."""
         dropped: list[Subscriber] = []
         for subscriber in self.subscribers:
-            subscriber.push(event)
+            subscriber.push(event, seq)
             backlog = len(subscriber.events)
             if backlog > HIGH_WATER:
                 if backlog >= MAX_BACKLOG:

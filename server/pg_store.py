@@ -58,7 +58,10 @@ batch with one ``NOTIFY a2a_events`` per task. A row's ``event_seq`` is the numb
 events its task reflects (a settling save counts the status event that follows it),
 so a subscriber elsewhere starts from its snapshot's number and reads the rest, in
 order, when a NOTIFY names the task (:meth:`follow`); once a lease without news it
-checks that the run still has a live runner. Events of tasks settled more than
+checks that the run still has a live runner. When the run moves to this process (a
+continuation claims the context of a task it follows), the follow first delivers every
+event numbered up to the claim's, then ends (:meth:`hand_over`): the run's own events
+come next. Events of tasks settled more than
 ``event_keep_s`` ago are pruned with the lease renewals.
 
 ListTasks page tokens are signed with a key kept in ``a2a_keys`` (made by the first
@@ -431,6 +434,7 @@ class PostgresTaskStore(TaskStore):
         self._writer: asyncio.Task[None] | None = None
         self._follows: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         self._delivered: dict[str, int] = {}  # followed tasks: the last event delivered
+        self._last: dict[str, int] = {}  # followed tasks handed over: the last to deliver
         self.box = box
         self.pool_size = pool_size
         self.acquire_timeout_s = acquire_timeout_s
@@ -507,6 +511,7 @@ class PostgresTaskStore(TaskStore):
             await asyncio.wait(saving, timeout=self.acquire_timeout_s + self.command_timeout_s)
         follows, self._follows = list(self._follows.values()), {}
         self._delivered.clear()
+        self._last.clear()
         for _, follower in follows:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -989,7 +994,7 @@ class PostgresTaskStore(TaskStore):
         self,
         task_id: str,
         after_seq: int,
-        deliver: Callable[[list[pb.StreamResponse] | None], bool],
+        deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
     ) -> None:
         if task_id in self._follows:
             return
@@ -1009,21 +1014,27 @@ class PostgresTaskStore(TaskStore):
         self,
         task_id: str,
         next_seq: int,
-        deliver: Callable[[list[pb.StreamResponse] | None], bool],
+        deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
         poke: asyncio.Event,
     ) -> None:
         """Read the task's events from ``next_seq`` on whenever a NOTIFY names it
-        (and once a lease, to notice a run whose process died)."""
+        (and once a lease, to notice a run whose process died); once handed over
+        (:meth:`hand_over`), up to the last event before this process's run."""
         try:
             while True:
                 poke.clear()
+                last = self._last.get(task_id, _INT64_MAX)
+                if next_seq > last:
+                    return
                 rows = await self._fetch(
                     "SELECT seq, event FROM a2a_events WHERE task_id = $1 AND seq >= $2"
-                    " ORDER BY seq LIMIT $3",
+                    " AND seq <= $4 ORDER BY seq LIMIT $3",
                     task_id,
                     next_seq,
                     _EVENT_BATCH,
+                    last,
                 )
+                first_seq = next_seq
                 events: list[pb.StreamResponse] = []
                 for seq, data in rows:
                     if seq != next_seq:
@@ -1032,26 +1043,49 @@ class PostgresTaskStore(TaskStore):
                     next_seq += 1
                 if events:
                     self._delivered[task_id] = next_seq - 1
-                    if not deliver(events):
+                    if not deliver(events, first_seq):
                         return
-                if len(events) == _EVENT_BATCH:
+                if len(events) == _EVENT_BATCH or next_seq > self._last.get(task_id, _INT64_MAX):
                     continue
                 try:
                     await asyncio.wait_for(poke.wait(), self.lease_s)
                 except TimeoutError:
                     if not await self._still_running(task_id):
-                        deliver(None)
+                        deliver(None, 0)
                         return
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("following task %s's events failed: %s", task_id, _why(exc))
-            deliver(None)
+            deliver(None, 0)
         finally:
             followed = self._follows.get(task_id)
             if followed is not None and followed[1] is asyncio.current_task():
                 del self._follows[task_id]
                 self._delivered.pop(task_id, None)
+
+    async def hand_over(self, task_id: str) -> int | None:
+        followed = self._follows.get(task_id)
+        last = self._seq.get(task_id)  # the claim's: its run's events follow
+        if followed is None or last is None:
+            return None
+        poke, follower = followed
+        self._last[task_id] = last
+        poke.set()  # the events before the claim are read now, not at the next NOTIFY
+        try:
+            # Those not committed yet (the other process's last writes) are announced
+            # as usual; their writes are bounded by the same statement bound.
+            done, _ = await asyncio.wait({follower}, timeout=self.command_timeout_s)
+        except BaseException:
+            self._last.pop(task_id, None)  # the run does not start: the follow goes on
+            raise
+        if not done:
+            log.warning("task %s: the events logged before its run came here were late", task_id)
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await follower
+        self._last.pop(task_id, None)
+        return last
 
     def followed_seq(self, task_id: str) -> int | None:
         return self._delivered.get(task_id) if task_id in self._follows else None
@@ -1123,11 +1157,8 @@ class PostgresTaskStore(TaskStore):
         )  # fmt: skip
         if rows:
             self._leased.add(task_id)
-            self._seq[task_id] = int(rows[0]["event_seq"] or 0)  # the run's events follow
-            followed = self._follows.pop(task_id, None)
-            self._delivered.pop(task_id, None)
-            if followed is not None:  # the run is here now: its events reach the hub directly
-                followed[1].cancel()
+            # The run's events follow (a follow of the task here hands over: hand_over).
+            self._seq[task_id] = int(rows[0]["event_seq"] or 0)
         return bool(rows)
 
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:

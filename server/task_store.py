@@ -258,11 +258,20 @@ class TaskStore(abc.ABC):
         self,
         task_id: str,
         after_seq: int,
-        deliver: Callable[[list[pb.StreamResponse] | None], bool],
+        deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
     ) -> None:
-        """(``shares_events`` stores) Call ``deliver`` with the events of ``task_id``
-        after ``after_seq``, in order, as another process logs them, until it returns
-        False; ``deliver(None)`` when the run's process is gone (its lease expired)."""
+        """(``shares_events`` stores) Call ``deliver(events, first_seq)`` with the
+        events of ``task_id`` after ``after_seq``, in order, as another process logs
+        them (``first_seq``: the number of the first), until it returns False;
+        ``deliver(None, 0)`` when the run's process is gone (its lease expired)."""
+
+    async def hand_over(self, task_id: str) -> int | None:
+        """(``shares_events`` stores) This process claimed the context of ``task_id``
+        to run it (a continuation): its :meth:`follow`, if any, first delivers every
+        event logged before the claim (waiting a bounded time for those not committed
+        yet), then ends. The number of the last event before this process's run when
+        the task was followed (a subscriber short of it missed events), else None."""
+        return None
 
     def followed_seq(self, task_id: str) -> int | None:
         """(``shares_events`` stores) The number of the last event of ``task_id`` its

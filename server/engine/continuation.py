@@ -318,6 +318,9 @@ class Intake:
                 if self._state.task_limiter is not None:
                     self._state.task_limiter.close_context(caller, task.context_id)
                 return task
+            # Streams here that followed the task's earlier run elsewhere get its last
+            # events before this run's.
+            await self._state.hand_over(task_id)
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)

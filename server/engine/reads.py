@@ -4,6 +4,7 @@ and SubscribeToTask."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -15,11 +16,19 @@ from ..lifecycle import KNOWN_STATES, TERMINAL, task_view, timestamp_ns, valid_i
 from ..task_store import Position, TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length
-from .state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, EngineState, invalid, not_found
+from .state import (
+    DEFAULT_PAGE_SIZE,
+    EVENTS_GONE,
+    MAX_PAGE_SIZE,
+    EngineState,
+    invalid,
+    not_found,
+)
+
+log = logging.getLogger(__name__)
 
 #: Why a subscription to a run in another process ended: that process stopped.
 RUN_LOST = "The gateway running this task stopped; resubscribe to read its outcome."
-EVENTS_GONE = "The task's recent events could not be read; resubscribe with SubscribeToTask."
 
 
 class Reads:
@@ -136,9 +145,12 @@ class Reads:
                 for event in batch:
                     yield event
 
-    def _deliver(self, task_id: str, events: list[pb.StreamResponse] | None) -> bool:
-        """Events of a run in another process (a shared store), to this process's
-        subscribers of the task; False once nobody here listens (or the run is here)."""
+    def _deliver(
+        self, task_id: str, events: list[pb.StreamResponse] | None, first_seq: int
+    ) -> bool:
+        """Events of a run in another process (a shared store), numbered from
+        ``first_seq``, to this process's subscribers of the task; False once nobody
+        here listens (or the run is here)."""
         hub = self._state.hubs.get(task_id)
         if hub is None or not hub.subscribers or task_id in self._state.runs:
             return False
@@ -146,37 +158,38 @@ class Reads:
             hub.close(UnavailableError(RUN_LOST))
             del self._state.hubs[task_id]
             return False
-        for event in events:
+        for seq, event in enumerate(events, first_seq):
             state = event.status_update.status.state if event.HasField("status_update") else None
-            hub.publish(event, state)
+            hub.publish(event, state, seq)
             if state in TERMINAL:
                 hub.close()
                 del self._state.hubs[task_id]
                 return False
         return True
 
-    async def _line_up(self, task_id: str, snapshot_seq: int, subscriber: Subscriber) -> None:
+    def _line_up(self, task_id: str, snapshot_seq: int, subscriber: Subscriber) -> None:
         """A subscriber joining the follow of another process's run, already under way:
         its snapshot (the stored task) may reflect fewer events than the follow has
         delivered (the row is written less often than events) or more (the follow is
-        behind). Its stream goes on right after its snapshot: the missing events first,
-        read from the log, or the ones it already reflects skipped."""
-        store = self._state.store
-        delivered = store.followed_seq(task_id)  # in the same step as the subscribe
-        if delivered is None or delivered == snapshot_seq:
-            return
-        if delivered < snapshot_seq:
-            subscriber.skip = snapshot_seq - delivered
-            return
+        behind). Its stream goes on right after its snapshot: the events it already
+        reflects are dropped (``seq``), the missing ones read from the log a page at a
+        time as it drains them (never queued all at once, nor counted as a backlog)."""
+        subscriber.seq = snapshot_seq
+        delivered = self._state.store.followed_seq(task_id)  # in the same step as the subscribe
+        if delivered is not None and delivered > snapshot_seq:
+            subscriber.catch_up(delivered, lambda after, upto: self._read_log(task_id, after, upto))
+
+    async def _read_log(self, task_id: str, after: int, upto: int) -> list[pb.StreamResponse]:
+        """Logged events of the task a catching-up subscriber missed; UnavailableError
+        (resubscribe) when they cannot be read or are gone (pruned)."""
         try:
-            missed = await store.read_events(task_id, snapshot_seq, delivered)
-        except BaseException:
-            self._state.leave(task_id, subscriber)
-            raise
-        if len(missed) != delivered - snapshot_seq:  # pruned meanwhile: cannot line up
-            self._state.leave(task_id, subscriber)
+            events = await self._state.store.read_events(task_id, after, upto)
+        except Exception as exc:
+            log.warning("could not read task %s's logged events: %s", task_id, exc)
+            raise UnavailableError(EVENTS_GONE) from None
+        if len(events) != upto - after:
             raise UnavailableError(EVENTS_GONE)
-        subscriber.events[:0] = missed
+        return events
 
     async def _join(
         self, caller: Caller, task_id: str, subscriber: Subscriber
@@ -196,11 +209,14 @@ class Reads:
                     followed = task_id in self._state.hubs
                     self._state.subscribe(task_id, subscriber)
                     if self._state.shared_events and not followed:
+                        subscriber.seq = record.event_seq
                         self._state.store.follow(
-                            task_id, record.event_seq, lambda events: self._deliver(task_id, events)
+                            task_id,
+                            record.event_seq,
+                            lambda events, seq: self._deliver(task_id, events, seq),
                         )
                     elif self._state.shared_events:
-                        await self._line_up(task_id, record.event_seq, subscriber)
+                        self._line_up(task_id, record.event_seq, subscriber)
                     return pb.StreamResponse(task=task_view(record.task))
         check_not_terminal(run.record.task)
         self._state.subscribe(task_id, subscriber)

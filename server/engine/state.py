@@ -12,7 +12,12 @@ from typing import Any
 
 from a2a_gateway.agent.base import Agent, Signal, Turn
 from a2a_gateway.protocol.context import CallContext, Caller
-from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError, TaskNotFoundError
+from a2a_gateway.protocol.errors import (
+    FieldViolation,
+    InvalidParamsError,
+    TaskNotFoundError,
+    UnavailableError,
+)
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Hub, Subscriber
@@ -36,6 +41,7 @@ DEFAULT_LIST_MAX_BYTES = 8 * 1024 * 1024  # one ListTasks answer's tasks, encode
 MAX_PUSH_CONFIGS = 10
 FLUSH_DELAY_S = 0.05  # how long a live task's status may stay in memory only
 SAVED_AS_KEY = "a2a-gateway.savedAs"  # Part.metadata: where a received file was saved
+EVENTS_GONE = "The task's recent events could not be read; resubscribe with SubscribeToTask."
 
 ContextKey = tuple[str, str, str]  # (caller workspace, caller name, context or message id)
 
@@ -171,6 +177,21 @@ class EngineState:
         hub.remove(subscriber)
         if not hub.subscribers and task_id not in self.runs:
             del self.hubs[task_id]
+
+    async def hand_over(self, task_id: str) -> None:
+        """This process claimed the task's context to run it (a continuation): the
+        streams here that followed its run in another process first get the events
+        logged there (the store's follow delivers them); one still short of them
+        (not read in time) ends with UnavailableError, so its client resubscribes."""
+        if not self.shared_events:
+            return
+        last = await self.store.hand_over(task_id)
+        hub = self.hubs.get(task_id)
+        if last is None or hub is None:
+            return
+        for subscriber in [s for s in hub.subscribers if s.seq < last]:
+            subscriber.finish(UnavailableError(EVENTS_GONE))
+            self.leave(task_id, subscriber)
 
     async def follow(
         self,

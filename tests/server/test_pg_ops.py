@@ -14,9 +14,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from a2a_gateway.agent.base import Completed, Output, TextChunk, Turn
+from a2a_gateway.agent.base import Completed, InputRequired, Output, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.events import HIGH_WATER, MAX_BACKLOG
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import MIGRATION_LOCK, PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.secret_box import SecretBox
@@ -151,7 +152,7 @@ async def test_a_follower_reads_the_events_its_lost_listener_missed_once_it_list
     db = await asyncpg.connect(url)  # opened before the database refuses connections
     got: list[str] = []
 
-    def deliver(events: list[pb.StreamResponse] | None) -> bool:
+    def deliver(events: list[pb.StreamResponse] | None, _first_seq: int) -> bool:
         assert events is not None, "the follow ended"
         got.extend(e.artifact_update.artifact.parts[0].text for e in events)
         return True
@@ -403,3 +404,160 @@ async def test_a_listen_that_is_never_answered_is_bounded_and_unavailable(
     finally:
         await store.aclose()
         await proxy.aclose()
+
+
+def trace(events: list[pb.StreamResponse]) -> list[str]:
+    """A subscriber's stream as text: its snapshot's state and artifact text, then each
+    artifact update's text and each status update's state."""
+    snapshot = events[0].task
+    out = [f"[{state_name(snapshot)}]"] + [p.text for a in snapshot.artifacts for p in a.parts]
+    for event in events[1:]:
+        if event.HasField("artifact_update"):
+            out += [p.text for p in event.artifact_update.artifact.parts]
+        elif event.HasField("status_update"):
+            state = pb.TaskState.Name(event.status_update.status.state)
+            out.append(f"[{state.removeprefix('TASK_STATE_')}]")
+    return out
+
+
+async def test_subscribers_see_every_event_once_when_the_run_moves_to_their_gateway(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A run on A asks for input while B's follow of its events is held back (B's
+    LISTEN connection is down); the continuation is sent to B. B's subscribers, one that
+    followed from the start and one that joined with a snapshot ahead of the follow,
+    each get every event once, in order: A's last ones, then B's run's."""
+    url = await fresh_database(postgres)
+    gates = [asyncio.Event() for _ in range(2)]
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        if turn.text() == "go":
+            yield TextChunk("c0-")
+            await gates[0].wait()
+            yield TextChunk("c1-")
+            await gates[1].wait()
+            yield TextChunk("c2-")
+            yield InputRequired("more?")
+        else:
+            yield TextChunk("d0-")
+            yield TextChunk("d1-")
+            yield Completed("done")
+
+    store_a = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    a, b = TaskEngine(Scripted(script), store_a), TaskEngine(Scripted(script), store_b)
+    admin = await asyncpg.connect(postgres.url)
+    db = await asyncpg.connect(url)  # opened before the database refuses connections
+    try:
+        task = await send(a, "go", return_immediately=True)
+
+        async def asked() -> bool:  # A stored INPUT_REQUIRED and logged all its events
+            row = await db.fetchrow(
+                "SELECT state, event_seq, (SELECT count(*) FROM a2a_events e"
+                " WHERE e.task_id = t.task_id) AS logged FROM a2a_tasks t WHERE task_id = $1",
+                task.id,
+            )
+            return bool(
+                row is not None
+                and row["state"] == pb.TASK_STATE_INPUT_REQUIRED
+                and row["logged"] == row["event_seq"]
+            )
+
+        first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen_first = [await anext(first)]
+            while "c0-" not in trace(seen_first):
+                seen_first.append(await anext(first))
+            gates[0].set()
+            while "c1-" not in trace(seen_first):  # B's follow delivered c1-
+                seen_first.append(await anext(first))
+        # Pooled connections open on both sides: the database refuses new ones below.
+        for store in (store_a, store_b):
+            await asyncio.gather(*(store._fetch("SELECT pg_sleep(0.05)") for _ in range(4)))
+        async with listener_killed(admin, store_b):
+            gates[1].set()
+            await until(asked)  # logged and announced while B did not listen
+            # A later subscriber on B: its snapshot (INPUT_REQUIRED) is ahead of B's follow.
+            second = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+            async with asyncio.timeout(WAIT_S):
+                seen_second = [await anext(second)]
+            done = await send(b, "more", task_id=task.id)
+            assert state_name(done) == "COMPLETED"
+        seen_first += await collect(first)
+        seen_second += await collect(second)
+    finally:
+        await a.aclose()
+        await b.aclose()
+        await db.close()
+        await admin.close()
+    after_c0 = trace(seen_first)
+    after_c0 = after_c0[after_c0.index("c0-") :]
+    assert after_c0 == [
+        "c0-", "c1-", "c2-", "[INPUT_REQUIRED]", "[WORKING]", "d0-", "d1-", "[COMPLETED]"
+    ]  # fmt: skip
+    assert trace(seen_second) == [
+        "[INPUT_REQUIRED]", "c0-", "c1-", "c2-", "[WORKING]", "d0-", "d1-", "[COMPLETED]"
+    ]  # fmt: skip
+
+
+async def test_a_late_subscriber_missing_more_than_the_backlog_is_not_dropped(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A subscriber joining B's follow with a snapshot MAX_BACKLOG + 100 events behind
+    it, whose client has not read a thing yet while the run goes on: it is not taken for
+    a slow reader; it reads the events it missed from the log, then the later ones.
+    The run's process is driven by hand (a store, no engine)."""
+    url = await fresh_database(postgres)
+    runner = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    b = TaskEngine(FauxAgent(), store_b)
+    task = pb.Task(id="t-1", context_id="ctx-1")
+    task.status.state = pb.TASK_STATE_WORKING
+    missed = MAX_BACKLOG + 100
+    seen_first: list[pb.StreamResponse] = []
+
+    async def read_first(stream: AsyncIterator[pb.StreamResponse]) -> None:
+        async for event in stream:  # a reader that keeps up
+            seen_first.append(event)
+
+    def first_saw(count: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return len(seen_first) >= count
+
+        return check
+
+    try:
+        await runner.start()
+        await store_b.start()
+        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+        await runner.save(TaskRecord(task, ALICE))  # the row reflects no event
+        first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen_first.append(await anext(first))
+        reading = asyncio.create_task(read_first(first))
+        for n in range(missed):
+            runner.log_event("t-1", chunk(f"c{n}-"), None)
+        await until(first_saw(1 + missed))  # B's follow delivered them all
+        second = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen_second = [await anext(second)]  # its snapshot; nothing more read yet
+        for n in range(missed, missed + 10):
+            runner.log_event("t-1", chunk(f"c{n}-"), None)
+        await until(first_saw(1 + missed + 10))
+        # Nothing the late subscriber missed is queued in memory: it reads from the log.
+        assert all(len(s.events) <= HIGH_WATER for s in b._state.hubs["t-1"].subscribers)
+        task.status.state = pb.TASK_STATE_COMPLETED
+        await runner.save(TaskRecord(task, ALICE))
+        done = pb.StreamResponse()
+        done.status_update.task_id = "t-1"
+        done.status_update.status.state = pb.TASK_STATE_COMPLETED
+        runner.log_event("t-1", done, pb.TASK_STATE_COMPLETED)
+        await asyncio.wait_for(reading, WAIT_S)
+        seen_second += await collect(second)
+    finally:
+        await b.aclose()
+        await runner.aclose()
+    expected = "".join(f"c{n}-" for n in range(missed + 10))
+    for events in (seen_first, seen_second):
+        assert streamed_text(events) == expected
+        assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
