@@ -16,6 +16,7 @@ import pytest
 
 from a2a_gateway.agent.base import Completed, InputRequired, Output, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.events import HIGH_WATER, MAX_BACKLOG
 from a2a_gateway.server.pg_local import LocalPostgres
@@ -561,3 +562,43 @@ async def test_a_late_subscriber_missing_more_than_the_backlog_is_not_dropped(
     for events in (seen_first, seen_second):
         assert streamed_text(events) == expected
         assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_a_subscriber_the_hand_over_cannot_line_up_is_told_to_resubscribe(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """The process that asked for input stored the task but its last event never
+    reached the log (its write failed): B's continuation waits for it a statement bound,
+    then runs; B's subscriber, short of that event, ends UnavailableError."""
+    url = await fresh_database(postgres)
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        yield TextChunk("d0-")
+        yield Completed("done")
+
+    runner = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path), command_timeout_s=2.0)
+    b = TaskEngine(Scripted(script), store_b)
+    task = pb.Task(id="t-1", context_id="ctx-1")
+    task.history.add(message_id="m-0", role=pb.ROLE_USER, parts=[pb.Part(text="go")])
+    task.status.state = pb.TASK_STATE_WORKING
+    try:
+        await runner.start()
+        await store_b.start()
+        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+        await runner.save(TaskRecord(task, ALICE))
+        first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen = [await anext(first)]
+            runner.log_event("t-1", chunk("c0-"), None)
+            seen.append(await anext(first))
+        task.status.state = pb.TASK_STATE_INPUT_REQUIRED
+        await runner.save(TaskRecord(task, ALICE))  # reflects its status event, not logged
+        done = await send(b, "more", task_id="t-1")
+        assert state_name(done) == "COMPLETED"
+        with pytest.raises(UnavailableError, match="resubscribe"):
+            await collect(first)
+    finally:
+        await b.aclose()
+        await runner.aclose()
+    assert streamed_text(seen) == "c0-"
