@@ -978,8 +978,10 @@ class PostgresTaskStore(TaskStore):
                 log.warning("%d stream events not logged: %s", len(batch), _why(exc))
 
     async def prune_events(self) -> None:
-        """Remove the events of tasks settled more than ``event_keep_s`` ago."""
-        cutoff = self._clock() - int(self.event_keep_s * 1e9)
+        """Remove the events of tasks settled more than ``event_keep_s`` ago (by the
+        database's clock: a process whose clock runs ahead does not prune the events
+        of a task settled a moment ago, which late subscribers elsewhere still read)."""
+        cutoff = self._db_now() - int(self.event_keep_s * 1e9)
         try:
             await self._fetch(
                 "DELETE FROM a2a_events e USING a2a_tasks t WHERE e.task_id = t.task_id"

@@ -5,6 +5,7 @@ on it is tests/server/engine, parametrised over every store)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import asyncpg
@@ -258,4 +259,33 @@ async def test_a_stored_final_state_is_not_replaced(
         assert "which is final" not in caplog.text
     finally:
         await a.aclose()
+        await b.aclose()
+
+
+async def test_a_store_whose_clock_runs_ahead_keeps_fresh_events(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """Events of a task settled a moment ago stay for ``event_keep_s`` whatever the
+    pruning process's clock says (B's is 10 minutes ahead); older ones go."""
+    url = await fresh_database(postgres)
+    b = PostgresTaskStore(url, box=SecretBox(tmp_path), clock=lambda: time.time_ns() + 600 * 10**9)
+    try:
+        await b.start()
+        fresh, old = record("t-fresh"), record("t-old")
+        fresh.task.status.timestamp.FromNanoseconds(time.time_ns())
+        old.task.status.timestamp.FromNanoseconds(time.time_ns() - 120 * 10**9)
+        await b.save(fresh)
+        await b.save(old)
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                "INSERT INTO a2a_events(task_id, seq, event) VALUES ('t-fresh', 1, ''),"
+                " ('t-old', 1, '')"
+            )
+            await b.prune_events()
+            left = await conn.fetch("SELECT task_id FROM a2a_events")
+        finally:
+            await conn.close()
+        assert [r[0] for r in left] == ["t-fresh"]
+    finally:
         await b.aclose()
