@@ -45,6 +45,11 @@ so replicas whose clocks disagree still agree on them: when its pool opens, a pr
 reads the database's time (``clock_timestamp()``, taken as the middle of the round
 trip) and keeps its offset from its own monotonic clock; every ``lease_until`` it
 writes and every lease it compares is that clock plus the offset.
+A change made where no run exists (that recovery, CancelTask of a task waiting for
+input) is stored by :meth:`replace`: only if the row still has the state and status
+time it was read with, no other live process holds its lease, and none holds a claim
+of its context for it; so of two processes making it at once exactly one stores it
+(and announces it to webhooks).
 
 One run per (caller, context) across processes: before a run starts, its process
 claims the context in ``a2a_contexts`` (a primary key; taken over only when the
@@ -294,6 +299,26 @@ SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
         ORDER BY p.position) AS versions
 """
 
+# A change where no run exists: only if the row is as loaded ($7 state, $8 ts), and
+# no other live process holds its run's lease or a claim of its context for it.
+_REPLACE = """
+WITH t AS (
+  UPDATE a2a_tasks SET state = $4, ts = $5, task = $6, runner = '', lease_until = 0
+  WHERE task_id = $1 AND workspace = $2 AND caller = $3 AND state = $7 AND ts = $8
+    AND (runner = '' OR runner = $9 OR lease_until < $10)
+    AND NOT EXISTS (SELECT 1 FROM a2a_contexts c WHERE c.task_id = $1 AND c.runner <> $9
+                    AND c.lease_until >= $10)
+  RETURNING context_id),
+settled AS (
+  DELETE FROM a2a_contexts c USING t WHERE $11 AND c.workspace = $2 AND c.caller = $3
+    AND c.context_id = t.context_id AND c.task_id = $1)
+SELECT EXISTS (SELECT 1 FROM t) AS replaced,
+  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $5
+        ORDER BY p.position) AS configs,
+  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $5
+        ORDER BY p.position) AS versions
+"""
+
 _READ_PUSH = """
 SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER BY position
 """
@@ -311,7 +336,7 @@ SELECT t.task,
         ORDER BY p.position) AS configs,
   ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = t.task_id
         ORDER BY p.position) AS versions,
-  t.runner, t.lease_until, t.event_seq
+  t.runner, t.lease_until, t.event_seq, t.state, t.ts
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 """
 
@@ -656,7 +681,13 @@ class PostgresTaskStore(TaskStore):
         held = bool(row["runner"]) and row["runner"] != self.replica
         held = held and row["lease_until"] > self._db_now()
         return TaskRecord(
-            task, owner, configs, versions, held_elsewhere=held, event_seq=row["event_seq"]
+            task,
+            owner,
+            configs,
+            versions,
+            held_elsewhere=held,
+            event_seq=row["event_seq"],
+            loaded_as=(row["state"], row["ts"]),
         )
 
     def _open_configs(
@@ -838,11 +869,46 @@ class PostgresTaskStore(TaskStore):
                 pb.TaskState.Name(args[4]),
             )
         if not row["created"]:  # the configs every process changes, as of this save
-            configs, opened = self._open_configs(task_id, row["configs"], row["versions"])
-            record.push_configs[:] = configs
-            record.push_versions.clear()
-            record.push_versions.update(opened)
+            self._answered_configs(record, row)
         record.push_as_of = saved_status
+        record.loaded_as = (args[4], args[5])  # (state, ts) as stored
+
+    async def replace(self, record: TaskRecord) -> bool:
+        task = record.task
+        if record.loaded_as is None:  # not read from this database: nothing to compare
+            await self.save(record)
+            return True
+        summary = TaskSummary.of(task)
+        saved_status = status_key(task)
+        record.push_as_of = None
+        rows = await self._fetch(
+            _REPLACE,
+            task.id,
+            record.owner.workspace,
+            record.owner.name,
+            summary.state,
+            _clamp(summary.timestamp_ns),
+            task.SerializeToString(),
+            record.loaded_as[0],
+            record.loaded_as[1],
+            self.replica,
+            self._db_now(),
+            summary.state not in ACTIVE,
+        )
+        row = rows[0]
+        if not row["replaced"]:
+            return False
+        self._answered_configs(record, row)
+        record.push_as_of = saved_status
+        record.loaded_as = (summary.state, _clamp(summary.timestamp_ns))
+        return True
+
+    def _answered_configs(self, record: TaskRecord, row: asyncpg.Record) -> None:
+        """The push configs a save answered, into the record."""
+        configs, opened = self._open_configs(record.task.id, row["configs"], row["versions"])
+        record.push_configs[:] = configs
+        record.push_versions.clear()
+        record.push_versions.update(opened)
 
     # --- push configs: rows any process changes ----------------------------------------
 

@@ -100,6 +100,10 @@ class TaskRecord:
     #: for a task never stored (no other process can know it), None when unknown (a
     #: status change reads them from the store).
     push_as_of: StatusKey | None = None
+    #: (stores shared by several processes) The stored (state, status time in ns) the
+    #: record was loaded with: :meth:`TaskStore.replace` stores a change only if the
+    #: task is still so.
+    loaded_as: tuple[int, int] | None = None
 
 
 #: A place in the listing order: (status timestamp in ns, task id).
@@ -184,6 +188,15 @@ class TaskStore(abc.ABC):
     @abc.abstractmethod
     async def save(self, record: TaskRecord) -> None:
         """Create or replace ``record.task.id``."""
+
+    async def replace(self, record: TaskRecord) -> bool:
+        """Store a change made where no run of the task exists (restart recovery,
+        CancelTask of a task waiting for input), unless the stored task changed since
+        ``record`` was loaded (a store shared by several processes: another one
+        recovered, cancelled or started running it meanwhile). False when it was not
+        stored: the change is someone else's to make, and to announce."""
+        await self.save(record)
+        return True
 
     # --- listing ---------------------------------------------------------------------
 

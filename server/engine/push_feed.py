@@ -23,7 +23,10 @@ Which process sends (issue 15: "once per status change, by the replica that runs
 task"): the engine calls :meth:`PushFeed.notify` only where it changes a task: the
 process running the task, for each status change of its run, and a process where no
 run exists, for a change it makes itself (restart recovery of a task whose run's lease
-expired, CancelTask of a task waiting for input, the hop guard).
+expired, CancelTask of a task waiting for input, the hop guard). Such a change is
+stored only if the task is still as that process read it and no live process holds
+its run (``TaskStore.replace``), so of two processes making one at once, one stores
+and announces it; the other reads the task again (and answers from what it finds).
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ Persistence (the hot path matters: the bench sends thousands of ``hi`` per secon
   per store folder: two processes on one workspace would "recover" each other's runs.
   A store shared by several processes (PostgreSQL) leases each run to the process
   running it; a task whose lease is held elsewhere is not recovered
-  (``TaskRecord.held_elsewhere``), one whose lease expired is.
+  (``TaskRecord.held_elsewhere``), one whose lease expired is, by one process only:
+  the recovery is stored only if the task is still as that process read it
+  (``TaskStore.replace``), and only the process that stored it notifies its webhooks.
 - Live tasks are served from memory; finished ones from the store (serialized bytes).
 """
 
@@ -130,9 +132,25 @@ class Records:
                     SERVER_RESTARTED, context_id=task.context_id, task_id=task_id
                 )
                 apply_status(task, pb.TASK_STATE_FAILED, message)
-                await self.save(record)
+                try:
+                    recovered = await self._state.store.replace(record)
+                except Exception:
+                    # Served failed all the same; the next reader tries again.
+                    log.exception("could not store task %s", task_id)
+                    recovered = True
+                if not recovered:  # another process recovered (or resumed) it first
+                    return await self._state.store.load(caller, task_id)
                 self._state.notify(record)
             return record
+
+    async def replace_or_fail(self, record: TaskRecord) -> bool:
+        """:meth:`save_or_fail` for a change to a task no run has here, stored only if
+        no other process changed the task since it was loaded (False then)."""
+        try:
+            return await self._state.store.replace(record)
+        except Exception:
+            log.exception("could not store task %s", record.task.id)
+            raise InternalError(f"Task {record.task.id} could not be stored") from None
 
     async def view_or_not_found(self, caller: Caller, task_id: str) -> TaskRecord:
         run = self._state.live(caller, task_id)

@@ -371,15 +371,28 @@ class Runner:
             log.exception("cancelling task %s for another gateway failed", run.record.task.id)
 
     async def _cancel_stored(self, caller: Caller, task_id: str) -> pb.Task:
-        record = await self._records.load(caller, task_id)
-        if record is None:
-            raise not_found(task_id)
-        task = record.task
-        check_cancelable(task)
-        if record.held_elsewhere and await self._state.store.request_cancel(task_id):
-            return await self._cancelled_elsewhere(caller, task_id)
-        apply_status(task, pb.TASK_STATE_CANCELED, None)
-        await self._records.save_or_fail(record)
+        """Cancel a task with no run here. With a store shared by several processes,
+        the cancel is stored only if no other process changed the task meanwhile (it
+        cancelled it too, or started running it): then it is read again and decided
+        anew, for at most the cancel grace."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._state.cancel_grace_s
+        while True:
+            record = await self._records.load(caller, task_id)
+            if record is None:
+                raise not_found(task_id)
+            task = record.task
+            check_cancelable(task)
+            if record.held_elsewhere and await self._state.store.request_cancel(task_id):
+                return await self._cancelled_elsewhere(caller, task_id)
+            apply_status(task, pb.TASK_STATE_CANCELED, None)
+            if await self._records.replace_or_fail(record):
+                break
+            if loop.time() >= deadline:
+                raise UnavailableError(
+                    f"Task {task_id} is being changed on another gateway: retry the cancel"
+                )
+            await asyncio.sleep(REMOTE_CANCEL_CHECK_S)
         self._state.publish_status(record)
         if self._state.task_limiter is not None:
             self._state.task_limiter.close_context(caller, task.context_id)

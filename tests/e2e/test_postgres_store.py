@@ -246,10 +246,11 @@ def test_an_unreachable_database_never_shows_the_url_or_its_password(tmp_path: P
 
 @contextlib.asynccontextmanager
 async def two_processes(
-    tmp_path: Path, database: str
+    tmp_path: Path, database: str, *flags: str
 ) -> AsyncIterator[tuple[Driver, Driver, Driver]]:
-    """Gateways A and B as real processes on one database and workspace: a JSON-RPC
-    driver for A, then a JSON-RPC and a gRPC driver for B."""
+    """Gateways A and B as real processes on one database and workspace (``serve``
+    with ``flags`` besides): a JSON-RPC driver for A, then a JSON-RPC and a gRPC driver
+    for B."""
     workspace = alices_workspace(tmp_path)
     ports = free_ports(4)
 
@@ -257,7 +258,7 @@ async def two_processes(
         return [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
                 "--workspace", str(workspace), "--port", str(http_port),
                 "--grpc-port", str(grpc_port), "--store", "postgres", "--database-url", database,
-                "--database-pool-size", "2"]  # fmt: skip
+                "--database-pool-size", "2", *flags]  # fmt: skip
 
     gateways = [
         ServerProcess(

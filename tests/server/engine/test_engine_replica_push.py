@@ -24,11 +24,12 @@ from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.secret_box import SecretBox
+from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ...conftest import use_secret
-from ...pg_support import fresh_database
-from .engine_helpers import WAIT_S, Scripted, ctx, send, state_name
+from ...pg_support import Clock, fresh_database
+from .engine_helpers import ALICE, WAIT_S, Scripted, ctx, send, state_name
 
 TOKEN = "replica-push-token-8c1d4e"
 use_secret(TOKEN)
@@ -76,10 +77,10 @@ class Hooks:
 class Replica:
     """An engine on the shared database with its own dispatcher and outbound client."""
 
-    def __init__(self, url: str, box_dir: Path, agent: object) -> None:
+    def __init__(self, url: str, box_dir: Path, agent: object, clock: Clock | None = None) -> None:
         self.outbound = OutboundClient(allow_private_urls=True)
         self.push = PushDispatcher(self.outbound)
-        self.store = PostgresTaskStore(url, box=SecretBox(box_dir))
+        self.store = PostgresTaskStore(url, box=SecretBox(box_dir), lease_s=10, clock=clock)
         self.engine = TaskEngine(
             agent,  # type: ignore[arg-type]
             self.store,
@@ -100,6 +101,19 @@ async def hooks() -> AsyncIterator[Hooks]:
     await receiver.start()
     yield receiver
     await receiver.close()
+
+
+@pytest.fixture
+async def pair(postgres: LocalPostgres, tmp_path: Path) -> AsyncIterator[tuple[Replica, Replica]]:
+    """Two faux engines on a fresh database."""
+    url = await fresh_database(postgres)
+    a = Replica(url, tmp_path, FauxAgent())
+    b = Replica(url, tmp_path, FauxAgent())
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
 
 
 def config(task_id: str, name: str, hooks: Hooks) -> pb.TaskPushNotificationConfig:
@@ -190,46 +204,91 @@ async def _state(engine: TaskEngine, task_id: str) -> str:
 
 
 async def test_the_cap_of_ten_configs_holds_across_engines(
+    pair: tuple[Replica, Replica], hooks: Hooks
+) -> None:
+    a, b = pair
+    task = await send(a.engine, "ask:Which city?")
+    assert state_name(task) == "INPUT_REQUIRED"
+    # Twelve new configs at once, six through each engine: exactly ten are kept.
+    adds = [
+        engine.create_task_push_notification_config(config(task.id, f"c{n}", hooks), ctx())
+        for n in range(12)
+        for engine in [(a.engine, b.engine)[n % 2]]
+    ]
+    outcomes = await asyncio.gather(*adds, return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, errors.InvalidParamsError)]
+    assert len(refused) == 2, outcomes
+    assert all("at most 10" in str(o) for o in refused)
+    kept = await listed(b.engine, task.id)
+    assert len(kept) == 10 and kept == await listed(a.engine, task.id)
+    # Replacing a kept one is not adding one.
+    replaced = config(task.id, kept[0], hooks)
+    replaced.url = hooks.url("replaced")
+    await b.engine.create_task_push_notification_config(replaced, ctx())
+    assert await listed(a.engine, task.id) == kept
+    # A continuation's inline config over the cap changes nothing, on either engine.
+    answer = pb.SendMessageRequest(
+        message=pb.Message(message_id="m-over", role=pb.ROLE_USER, parts=[pb.Part(text="Lisbon")])
+    )
+    answer.message.task_id = task.id
+    answer.configuration.task_push_notification_config.url = hooks.url("more")
+    with pytest.raises(errors.InvalidParamsError, match="at most 10"):
+        await a.engine.send_message(answer, ctx())
+    assert await _state(b.engine, task.id) == "INPUT_REQUIRED"
+    answer.message.message_id = "m-fits"
+    answer.configuration.task_push_notification_config.id = kept[1]  # a replacement
+    done = await a.engine.send_message(answer, ctx())
+    assert state_name(done.task) == "COMPLETED"
+
+
+# --- changes where no run exists: made, stored and announced by one engine only ----------
+
+
+async def test_a_lost_run_recovered_by_two_engines_at_once_is_announced_once(
     postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
 ) -> None:
     url = await fresh_database(postgres)
-    a = Replica(url, tmp_path, FauxAgent())
-    b = Replica(url, tmp_path, FauxAgent())
+    # A gateway that wrote a working task with a webhook, then died (no more renewals).
+    dead = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=10, clock=Clock())
+    task = pb.Task(id="t-lost", context_id="c-lost")
+    task.status.state = pb.TASK_STATE_WORKING
+    await dead.save(TaskRecord(task, ALICE, [config(task.id, "hook", hooks)]))
+    await dead.aclose()
+    later = Clock()
+    b = Replica(url, tmp_path, FauxAgent(), clock=later)
+    c = Replica(url, tmp_path, FauxAgent(), clock=later)
     try:
-        task = await send(a.engine, "ask:Which city?")
-        assert state_name(task) == "INPUT_REQUIRED"
-        # Twelve new configs at once, six through each engine: exactly ten are kept.
-        adds = [
-            engine.create_task_push_notification_config(config(task.id, f"c{n}", hooks), ctx())
-            for n in range(12)
-            for engine in [(a.engine, b.engine)[n % 2]]
-        ]
-        outcomes = await asyncio.gather(*adds, return_exceptions=True)
-        refused = [o for o in outcomes if isinstance(o, errors.InvalidParamsError)]
-        assert len(refused) == 2, outcomes
-        assert all("at most 10" in str(o) for o in refused)
-        kept = await listed(b.engine, task.id)
-        assert len(kept) == 10 and kept == await listed(a.engine, task.id)
-        # Replacing a kept one is not adding one.
-        replaced = config(task.id, kept[0], hooks)
-        replaced.url = hooks.url("replaced")
-        await b.engine.create_task_push_notification_config(replaced, ctx())
-        assert await listed(a.engine, task.id) == kept
-        # A continuation's inline config over the cap changes nothing, on either engine.
-        answer = pb.SendMessageRequest(
-            message=pb.Message(
-                message_id="m-over", role=pb.ROLE_USER, parts=[pb.Part(text="Lisbon")]
-            )
+        await b.store.start()  # leases are on the database's clock, read at start
+        await c.store.start()
+        later.now += 60 * 10**9  # past the lease
+        seen = await asyncio.gather(
+            *(r.engine.get_task(pb.GetTaskRequest(id=task.id), ctx()) for r in (b, c, b, c))
         )
-        answer.message.task_id = task.id
-        answer.configuration.task_push_notification_config.url = hooks.url("more")
-        with pytest.raises(errors.InvalidParamsError, match="at most 10"):
-            await a.engine.send_message(answer, ctx())
-        assert await _state(b.engine, task.id) == "INPUT_REQUIRED"
-        answer.message.message_id = "m-fits"
-        answer.configuration.task_push_notification_config.id = kept[1]  # a replacement
-        done = await a.engine.send_message(answer, ctx())
-        assert state_name(done.task) == "COMPLETED"
+        assert {state_name(t) for t in seen} == {"FAILED"}
+        assert {t.status.message.message_id for t in seen} != {""}
+        assert len({t.status.message.message_id for t in seen}) == 1  # one recovery stored
+        await hooks.wait_for("hook", 1)
+        assert await b.push.wait_idle(WAIT_S) and await c.push.wait_idle(WAIT_S)
     finally:
-        await a.close()
         await b.close()
+        await c.close()
+    assert hooks.got == {"hook": [("FAILED", "server restarted")]}
+
+
+async def test_a_waiting_task_cancelled_on_two_engines_at_once_is_announced_once(
+    pair: tuple[Replica, Replica], hooks: Hooks
+) -> None:
+    a, b = pair
+    task = await send(a.engine, "ask:Which city?")
+    await b.engine.create_task_push_notification_config(config(task.id, "hook", hooks), ctx())
+    outcomes = await asyncio.gather(
+        *(r.engine.cancel_task(pb.CancelTaskRequest(id=task.id), ctx()) for r in (a, b)),
+        return_exceptions=True,
+    )
+    cancelled = [o for o in outcomes if isinstance(o, pb.Task)]
+    refused = [o for o in outcomes if isinstance(o, errors.TaskNotCancelableError)]
+    assert (len(cancelled), len(refused)) == (1, 1), outcomes
+    assert state_name(cancelled[0]) == "CANCELED"
+    await hooks.wait_for("hook", 1)
+    assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
+    assert hooks.got == {"hook": [("CANCELED", "")]}
