@@ -861,7 +861,9 @@ class PostgresTaskStore(TaskStore):
                 record.push_as_of = UNSTORED
             raise
         row = rows[0]
-        if not row["written"] and row["stored_state"] != args[4]:  # settled elsewhere
+        if not row["written"]:  # settled elsewhere: its end was announced there
+            record.settled_elsewhere = True
+        if not row["written"] and row["stored_state"] != args[4]:
             log.warning(
                 "task %s is stored %s, which is final: its save as %s is not stored",
                 task_id,

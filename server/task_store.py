@@ -104,6 +104,11 @@ class TaskRecord:
     #: record was loaded with: :meth:`TaskStore.replace` stores a change only if the
     #: task is still so.
     loaded_as: tuple[int, int] | None = None
+    #: Set by a shared store when a save was not stored because another process had
+    #: already settled the task (it failed the run "server restarted" once the lease
+    #: ran out): that process announced the task's end, so this one's later status
+    #: changes go to no webhook.
+    settled_elsewhere: bool = False
 
 
 #: A place in the listing order: (status timestamp in ns, task id).

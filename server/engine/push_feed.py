@@ -27,6 +27,9 @@ expired, CancelTask of a task waiting for input, the hop guard). Such a change i
 stored only if the task is still as that process read it and no live process holds
 its run (``TaskStore.replace``), so of two processes making one at once, one stores
 and announces it; the other reads the task again (and answers from what it finds).
+A runner that lost its lease while still alive (another process failed its task
+"server restarted") finds its saves refused (``TaskRecord.settled_elsewhere``) and
+announces nothing more of that task.
 """
 
 from __future__ import annotations

@@ -280,7 +280,10 @@ class EngineState:
 
     def notify(self, record: TaskRecord) -> None:
         """Queue the task as it is now for each of its webhooks (with a shared store,
-        those the store holds now: ``push_feed``)."""
+        those the store holds now: ``push_feed``); not when another process settled
+        the task (and announced it)."""
+        if record.settled_elsewhere:
+            return
         if self.push_feed is not None:
             self.push_feed.notify(record)
         elif self.push is not None and record.push_configs:

@@ -292,3 +292,31 @@ async def test_a_waiting_task_cancelled_on_two_engines_at_once_is_announced_once
     await hooks.wait_for("hook", 1)
     assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
     assert hooks.got == {"hook": [("CANCELED", "")]}
+
+
+async def test_a_run_settled_elsewhere_after_its_lease_ran_out_is_not_announced_again(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    """A runner that lost its lease (it could not renew in time) but lives on: the engine
+    that failed the task "server restarted" announced its end; the runner's own end is
+    not stored over it, nor announced."""
+    url = await fresh_database(postgres)
+    later = Clock()
+    a = Replica(url, tmp_path, FauxAgent())
+    b = Replica(url, tmp_path, FauxAgent(), clock=later)
+    try:
+        task = await send(a.engine, "hold:60", return_immediately=True)
+        await until(lambda: _state(a.engine, task.id), "WORKING")
+        await a.engine.create_task_push_notification_config(config(task.id, "hook", hooks), ctx())
+        await until(lambda: _state(b.engine, task.id), "WORKING")  # A's lazy save is in
+        later.now += 60 * 10**9  # to B, A's lease ran out
+        failed = await b.engine.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(failed) == "FAILED"
+        await hooks.wait_for("hook", 1)
+        await a.engine.cancel_task(pb.CancelTaskRequest(id=task.id), ctx())  # A's run ends
+        assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
+        assert await _state(b.engine, task.id) == "FAILED"
+    finally:
+        await a.close()
+        await b.close()
+    assert hooks.got == {"hook": [("FAILED", "server restarted")]}
