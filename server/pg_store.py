@@ -53,8 +53,10 @@ of its context for it; so of two processes making it at once exactly one stores 
 
 One run per (caller, context) across processes: before a run starts, its process
 claims the context in ``a2a_contexts`` (a primary key; taken over only when the
-holder's lease expired); the save that settles or interrupts the task removes the
-claim, and the claim's lease is renewed with the task's.
+holder's lease expired; never for a task stored settled, so a continuation does not
+run a task another process cancelled after this one read it); the save that settles
+or interrupts the task removes the claim, and the claim's lease is renewed with the
+task's.
 
 Stream events cross processes through ``a2a_events``: every event of a run of this
 process is numbered per task (continuing from the number the task's row holds when
@@ -340,9 +342,11 @@ SELECT t.task,
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 """
 
-_CLAIM = """
+# Not for a task another process settled since it was read (a CancelTask there).
+_CLAIM = f"""
 INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
-VALUES ($1, $2, $3, $4, $5, $6)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint
+WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4 AND t.{_SETTLED_SQL})
 ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
   runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
   WHERE c.lease_until < $7 OR c.task_id = excluded.task_id
@@ -1219,7 +1223,8 @@ class PostgresTaskStore(TaskStore):
 
     async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
         """Claim the context for ``task_id``: taken when no claim exists, the existing
-        one is this task's, or its lease expired (its process died)."""
+        one is this task's, or its lease expired (its process died); never for a task
+        stored settled (another process cancelled it after this one read it)."""
         await self._ready()  # the database's time is known
         rows = await self._fetch(
             _CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,

@@ -206,6 +206,13 @@ class Intake:
             await store.release_context(caller, context_id, task_id)
             raise
 
+    async def _refuse_if_settled(self, caller: Caller, task_id: str) -> None:
+        """A continuation's claim was refused: when the task is now stored terminal
+        (another gateway cancelled it since it was read), say that instead."""
+        stored = await self._state.store.load(caller, task_id)
+        if stored is not None and stored.task.status.state in TERMINAL:
+            raise _terminal(task_id, stored.task.status.state)
+
     async def _unclaim(
         self, caller: Caller, context_id: str, task_id: str, slot: RunSlot | None
     ) -> None:
@@ -281,9 +288,7 @@ class Intake:
                 raise invalid("message.contextId", "does not match the task's contextId")
             state = task.status.state
             if state in TERMINAL:
-                raise UnsupportedOperationError(
-                    f"Task {task_id} is in a terminal state ({pb.TaskState.Name(state)})"
-                )
+                raise _terminal(task_id, state)
             if run is not None or state not in INTERRUPTED:
                 raise UnsupportedOperationError(
                     f"Task {task_id} is not waiting for input ({pb.TaskState.Name(state)})"
@@ -295,7 +300,11 @@ class Intake:
                 check_push_room(record.push_configs, inline_push)
             slot = None
             if hops <= self._state.max_hops:
-                slot = await self._claim_and_admit(caller, task.context_id, task_id, busy_key)
+                try:
+                    slot = await self._claim_and_admit(caller, task.context_id, task_id, busy_key)
+                except UnsupportedOperationError:
+                    await self._refuse_if_settled(caller, task_id)
+                    raise
             if inline_push is not None:
                 inline_push.task_id = task_id
                 try:
@@ -337,6 +346,12 @@ class Intake:
         if configuration.history_length < 0:
             raise invalid("configuration.historyLength", "must not be negative")
         return configuration.history_length
+
+
+def _terminal(task_id: str, state: pb.TaskState.ValueType) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"Task {task_id} is in a terminal state ({pb.TaskState.Name(state)})"
+    )
 
 
 def _check_no_file_parts(message: pb.Message) -> None:

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 from a2a_gateway.agent.base import Completed, Output, Progress, Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import errors
+from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pg_local import LocalPostgres
@@ -77,10 +78,17 @@ class Hooks:
 class Replica:
     """An engine on the shared database with its own dispatcher and outbound client."""
 
-    def __init__(self, url: str, box_dir: Path, agent: object, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        box_dir: Path,
+        agent: object,
+        clock: Clock | None = None,
+        kind: type[PostgresTaskStore] = PostgresTaskStore,
+    ) -> None:
         self.outbound = OutboundClient(allow_private_urls=True)
         self.push = PushDispatcher(self.outbound)
-        self.store = PostgresTaskStore(url, box=SecretBox(box_dir), lease_s=10, clock=clock)
+        self.store = kind(url, box=SecretBox(box_dir), lease_s=10, clock=clock)
         self.engine = TaskEngine(
             agent,  # type: ignore[arg-type]
             self.store,
@@ -320,3 +328,39 @@ async def test_a_run_settled_elsewhere_after_its_lease_ran_out_is_not_announced_
         await a.close()
         await b.close()
     assert hooks.got == {"hook": [("FAILED", "server restarted")]}
+
+
+class CancelledBeforeClaim(PostgresTaskStore):
+    """The real store; ``before_claim`` (once) runs just before its next context claim:
+    the moment between a continuation's read of the task and its claim."""
+
+    before_claim: Callable[[], Awaitable[object]] | None = None
+
+    async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
+        hook, self.before_claim = self.before_claim, None
+        if hook is not None:
+            await hook()
+        return await super().claim_context(owner, context_id, task_id)
+
+
+async def test_a_continuation_of_a_task_cancelled_elsewhere_meanwhile_does_not_run(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    url = await fresh_database(postgres)
+    a = Replica(url, tmp_path, FauxAgent(), kind=CancelledBeforeClaim)
+    b = Replica(url, tmp_path, FauxAgent())
+    try:
+        task = await send(a.engine, "ask:Which city?")
+        await b.engine.create_task_push_notification_config(config(task.id, "hook", hooks), ctx())
+        assert isinstance(a.store, CancelledBeforeClaim)
+        a.store.before_claim = lambda: b.engine.cancel_task(pb.CancelTaskRequest(id=task.id), ctx())
+        with pytest.raises(errors.UnsupportedOperationError, match="terminal state"):
+            await send(a.engine, "Lisbon", task_id=task.id)
+        assert a.engine.live_task_ids() == []
+        await hooks.wait_for("hook", 1)
+        assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
+        assert await _state(a.engine, task.id) == "CANCELED"
+    finally:
+        await a.close()
+        await b.close()
+    assert hooks.got == {"hook": [("CANCELED", "")]}
