@@ -21,8 +21,8 @@ process killed within that window loses those rows, never a file: an index not c
 cleanly is reconciled at the next start. Page queries and counts run on a reader
 thread with its own connection; reconciling, rebuilding and retention scans read on a
 maintenance thread, and their changes go through the writer with compare-and-set on
-the file stamp (a newer write always wins); WAL checkpoints run on a thread of their
-own. An owner's id is a hash of its name, so no write waits to learn it.
+the file stamp (a newer write always wins); the writer also checkpoints the WAL. An
+owner's id is a hash of its name, so no write waits to learn it.
 
 Keeping it in step with the folder:
 
@@ -70,7 +70,7 @@ INDEX_NAME = "index.sqlite3"
 CACHE_KIB = 4096  # SQLite page cache per connection
 BATCH = 500  # files per reconcile batch, rows per applied batch
 COMMIT_DELAY_S = 0.01  # how long index writes may wait for their commit
-CHECKPOINT_EVERY = 200  # commits between two WAL checkpoints (on their own thread)
+CHECKPOINT_PAGES = 4096  # the writer checkpoints the WAL once it holds this many pages
 WAL_KEEP_BYTES = 64 << 20  # a checkpointed WAL is cut back to this
 #: In a folder of up to about this many files, a ListTasks that finds a reconcile
 #: running (started by its own cheap check, the periodic one, or the one after an
@@ -161,7 +161,7 @@ def _connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run on their own thread
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # only the writer's connection checkpoints
     conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
     conn.execute("PRAGMA temp_store=FILE")
     return conn
@@ -216,12 +216,9 @@ class TaskIndex:
         self._pending_retry: dict[_RetryKey, str] = {}  # retry keys not yet committed
         self._unsent_retry: list[_RetryKey] = []
         self._writer: ThreadPoolExecutor | None = None
-        self._commits = 0
         self._local = threading.local()
         self._reader: ThreadPoolExecutor | None = None
         self._worker: ThreadPoolExecutor | None = None
-        self._checkpointer: ThreadPoolExecutor | None = None
-        self._checkpointing = False
         self._reconcile: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
         self._reconcile_again = False
@@ -328,13 +325,18 @@ class TaskIndex:
         if future.cancelled() or future.exception() is not None or not future.result():
             self.request_reconcile()
             return
-        self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0:
-            self._checkpoint()
 
     def _run_batch(self, batch: list[tuple[str, Any, bool]]) -> bool:
         """(writer thread) One transaction; False (logged) when it failed."""
         db = self._thread_db()
+        if not getattr(self._local, "writes", False):
+            # The WAL is checkpointed by the one connection that writes, right after a
+            # commit once it holds CHECKPOINT_PAGES (SQLite's automatic checkpoint),
+            # so no append can overtake it and the next write starts the WAL over.
+            # On another thread a checkpoint never caught up with a busy writer: the
+            # WAL reached 2-9 GB while a million files were indexed.
+            db.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
+            self._local.writes = True
         try:
             db.execute("BEGIN")
             for sql, params, many in batch:
@@ -357,20 +359,6 @@ class TaskIndex:
         if inflight is not None and not inflight.done():
             # Shielded: a cancelled waiter must not cancel the batch itself.
             await asyncio.shield(asyncio.wrap_future(inflight))
-
-    def _checkpoint(self) -> None:
-        if self._checkpointing or self._closed:
-            return
-        self._checkpointing = True
-        # Its own thread: on the maintenance thread a rebuild (minutes at a million
-        # files) kept it from running and the WAL grew past 2 GB; on the writer it
-        # would hold back the commits that reads wait for.
-        future = self._pool("checkpoint").submit(self._checkpoint_in_thread)
-        future.add_done_callback(lambda _: setattr(self, "_checkpointing", False))
-
-    def _checkpoint_in_thread(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._thread_db().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def owner_id(self, owner: Caller) -> int:
         """The owner's id in this index: a 64-bit hash of (workspace, name), so that
@@ -447,10 +435,6 @@ class TaskIndex:
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-read")
             return self._reader
-        if which == "checkpoint":
-            if self._checkpointer is None:
-                self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-ckpt")
-            return self._checkpointer
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="a2a-index-work")
         return self._worker
@@ -684,7 +668,7 @@ class TaskIndex:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.flushed()
-        for pool in (self._reader, self._worker, self._writer, self._checkpointer):
+        for pool in (self._reader, self._worker, self._writer):
             if pool is not None:
                 await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
         with contextlib.suppress(sqlite3.Error):

@@ -6,6 +6,7 @@ back, retry keys across restarts; and the bounded caches (``ByteLRU``, the memor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from a2a_gateway.protocol.context import Caller
+from a2a_gateway.server import task_index
 from a2a_gateway.server.byte_lru import ByteLRU
 from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.task_index import RECONCILE_WAIT_ROWS
@@ -327,3 +329,36 @@ def test_index_file_is_wal_and_in_the_workspace(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / ".a2a" / "index.sqlite3") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert json.loads("{}") == {}
+
+
+async def _wal_frames_after_a_rebuild(workspace: Path) -> int:
+    """Rebuild the index of ``workspace`` from its files; the frames its WAL then holds."""
+    (workspace / ".a2a" / "index.sqlite3").unlink()
+    store = WorkspaceTaskStore(workspace)
+    try:
+        await store.listing(ALICE, TaskFilter(), Window(None, 1))
+        await store.index.wait_reconciled()
+        await store.index.flushed()
+        with contextlib.closing(sqlite3.connect(workspace / ".a2a" / "index.sqlite3")) as db:
+            _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert (await store.listing(ALICE, TaskFilter(), Window(None, 1)))[1] == 3000
+    finally:
+        await store.aclose()
+    return int(frames)
+
+
+async def test_the_writer_checkpoints_so_a_rebuild_keeps_the_wal_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild writes rows as fast as it can: the writer's own checkpoints keep the
+    WAL to about the last transaction (checkpoints from another thread never caught
+    up, and a million files left a WAL of gigabytes); SQLite's "never" (0) keeps all."""
+    store = WorkspaceTaskStore(tmp_path)
+    for n in range(3000):
+        await store.save(record(n))
+    await store.aclose()
+    monkeypatch.setattr(task_index, "CHECKPOINT_PAGES", 0)
+    unchecked = await _wal_frames_after_a_rebuild(tmp_path)
+    monkeypatch.setattr(task_index, "CHECKPOINT_PAGES", 8)
+    checked = await _wal_frames_after_a_rebuild(tmp_path)
+    assert checked * 3 < unchecked, (checked, unchecked)
