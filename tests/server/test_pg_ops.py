@@ -274,6 +274,24 @@ async def test_a_later_subscriber_of_a_followed_run_goes_on_from_its_own_snapsho
         assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
 
 
+async def run_by_hand(runner: PostgresTaskStore, store_b: PostgresTaskStore, task: pb.Task) -> None:
+    """Start both stores; ``runner`` runs ``task`` (t-1 of alice): claimed and saved."""
+    await runner.start()
+    await store_b.start()
+    assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+    await runner.save(TaskRecord(task, ALICE))
+
+
+async def complete_by_hand(runner: PostgresTaskStore, task: pb.Task) -> None:
+    """The run of :func:`run_by_hand` completes: stored, then its status event logged."""
+    task.status.state = pb.TASK_STATE_COMPLETED
+    await runner.save(TaskRecord(task, ALICE))
+    done = pb.StreamResponse()
+    done.status_update.task_id = "t-1"
+    done.status_update.status.state = pb.TASK_STATE_COMPLETED
+    runner.log_event("t-1", done, pb.TASK_STATE_COMPLETED)
+
+
 async def test_a_later_subscriber_whose_snapshot_is_ahead_of_the_follow_skips_what_it_holds(
     postgres: LocalPostgres, tmp_path: Path
 ) -> None:
@@ -298,10 +316,7 @@ async def test_a_later_subscriber_whose_snapshot_is_ahead_of_the_follow_skips_wh
         return bool(await db.fetchval("SELECT count(*) FROM a2a_events") == 3)
 
     try:
-        await runner.start()
-        await store_b.start()
-        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
-        await runner.save(TaskRecord(task, ALICE))
+        await run_by_hand(runner, store_b, task)
         first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
         async with asyncio.timeout(WAIT_S):
             seen_first = [await anext(first)]
@@ -319,12 +334,7 @@ async def test_a_later_subscriber_whose_snapshot_is_ahead_of_the_follow_skips_wh
                 seen_second = [await anext(second)]
             assert streamed_text(seen_second) == "c0-c1-c2-"
             await add_chunk(3)
-            task.status.state = pb.TASK_STATE_COMPLETED
-            await runner.save(TaskRecord(task, ALICE))
-            done = pb.StreamResponse()
-            done.status_update.task_id = "t-1"
-            done.status_update.status.state = pb.TASK_STATE_COMPLETED
-            runner.log_event("t-1", done, pb.TASK_STATE_COMPLETED)
+            await complete_by_hand(runner, task)
         seen_first += await collect(first)
         seen_second += await collect(second)
     finally:
@@ -527,11 +537,9 @@ async def test_a_late_subscriber_missing_more_than_the_backlog_is_not_dropped(
 
         return check
 
+    reading: asyncio.Task[None] | None = None
     try:
-        await runner.start()
-        await store_b.start()
-        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
-        await runner.save(TaskRecord(task, ALICE))  # the row reflects no event
+        await run_by_hand(runner, store_b, task)  # the row reflects no event
         first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
         async with asyncio.timeout(WAIT_S):
             seen_first.append(await anext(first))
@@ -547,15 +555,14 @@ async def test_a_late_subscriber_missing_more_than_the_backlog_is_not_dropped(
         await until(first_saw(1 + missed + 10))
         # Nothing the late subscriber missed is queued in memory: it reads from the log.
         assert all(len(s.events) <= HIGH_WATER for s in b._state.hubs["t-1"].subscribers)
-        task.status.state = pb.TASK_STATE_COMPLETED
-        await runner.save(TaskRecord(task, ALICE))
-        done = pb.StreamResponse()
-        done.status_update.task_id = "t-1"
-        done.status_update.status.state = pb.TASK_STATE_COMPLETED
-        runner.log_event("t-1", done, pb.TASK_STATE_COMPLETED)
+        await complete_by_hand(runner, task)
         await asyncio.wait_for(reading, WAIT_S)
         seen_second += await collect(second)
     finally:
+        if reading is not None:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
         await b.aclose()
         await runner.aclose()
     expected = "".join(f"c{n}-" for n in range(missed + 10))
@@ -583,10 +590,7 @@ async def test_a_subscriber_the_hand_over_cannot_line_up_is_told_to_resubscribe(
     task.history.add(message_id="m-0", role=pb.ROLE_USER, parts=[pb.Part(text="go")])
     task.status.state = pb.TASK_STATE_WORKING
     try:
-        await runner.start()
-        await store_b.start()
-        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
-        await runner.save(TaskRecord(task, ALICE))
+        await run_by_hand(runner, store_b, task)
         first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-1"), ctx())
         async with asyncio.timeout(WAIT_S):
             seen = [await anext(first)]
