@@ -1019,10 +1019,10 @@ class PostgresTaskStore(TaskStore):
 
     # --- events across processes ------------------------------------------------------
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> None:
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
         seq = self._seq.get(task_id)
         if seq is None:
-            return  # not a run of this process
+            return None  # not a run of this process
         seq += 1
         if state is not None and state not in ACTIVE:
             self._seq.pop(task_id, None)  # the run's last event (settled or interrupted)
@@ -1033,6 +1033,7 @@ class PostgresTaskStore(TaskStore):
             self._writer = asyncio.get_running_loop().create_task(
                 self._write_events(), name="a2a-pg-events"
             )
+        return seq
 
     async def _write_events(self) -> None:
         """Write what the outbox holds, a batch per statement, one statement at a time

@@ -268,9 +268,11 @@ class TaskStore(abc.ABC):
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:  # noqa: B027
         """Give back a claim whose run did not start."""
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> None:  # noqa: B027
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
         """(``shares_events`` stores) An event of a run of this process, for the
-        subscribers of other processes; ``state`` is set for status events."""
+        subscribers of other processes; ``state`` is set for status events. Its number
+        in the task's log (None when not logged)."""
+        return None
 
     def follow(  # noqa: B027
         self,

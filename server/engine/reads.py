@@ -12,7 +12,7 @@ from a2a_gateway.protocol.errors import UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
-from ..lifecycle import KNOWN_STATES, TERMINAL, task_view, timestamp_ns, valid_id
+from ..lifecycle import KNOWN_STATES, task_view, timestamp_ns, valid_id
 from ..task_store import Position, TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length
@@ -26,9 +26,6 @@ from .state import (
 )
 
 log = logging.getLogger(__name__)
-
-#: Why a subscription to a run in another process ended: that process stopped.
-RUN_LOST = "The gateway running this task stopped; resubscribe to read its outcome."
 
 
 class Reads:
@@ -145,28 +142,6 @@ class Reads:
                 for event in batch:
                     yield event
 
-    def _deliver(
-        self, task_id: str, events: list[pb.StreamResponse] | None, first_seq: int
-    ) -> bool:
-        """Events of a run in another process (a shared store), numbered from
-        ``first_seq``, to this process's subscribers of the task; False once nobody
-        here listens (or the run is here)."""
-        hub = self._state.hubs.get(task_id)
-        if hub is None or not hub.subscribers or task_id in self._state.runs:
-            return False
-        if events is None:  # its process is gone: a resubscribe reads the recovered task
-            hub.close(UnavailableError(RUN_LOST))
-            del self._state.hubs[task_id]
-            return False
-        for seq, event in enumerate(events, first_seq):
-            state = event.status_update.status.state if event.HasField("status_update") else None
-            hub.publish(event, state, seq)
-            if state in TERMINAL:
-                hub.close()
-                del self._state.hubs[task_id]
-                return False
-        return True
-
     def _line_up(self, task_id: str, snapshot_seq: int, subscriber: Subscriber) -> None:
         """A subscriber joining the follow of another process's run, already under way:
         its snapshot (the stored task) may reflect fewer events than the follow has
@@ -210,11 +185,7 @@ class Reads:
                     self._state.subscribe(task_id, subscriber)
                     if self._state.shared_events and not followed:
                         subscriber.seq = record.event_seq
-                        self._state.store.follow(
-                            task_id,
-                            record.event_seq,
-                            lambda events, seq: self._deliver(task_id, events, seq),
-                        )
+                        self._state.follow_log(task_id, record.event_seq)
                     elif self._state.shared_events:
                         self._line_up(task_id, record.event_seq, subscriber)
                     return pb.StreamResponse(task=task_view(record.task))

@@ -42,6 +42,8 @@ MAX_PUSH_CONFIGS = 10
 FLUSH_DELAY_S = 0.05  # how long a live task's status may stay in memory only
 SAVED_AS_KEY = "a2a-gateway.savedAs"  # Part.metadata: where a received file was saved
 EVENTS_GONE = "The task's recent events could not be read; resubscribe with SubscribeToTask."
+#: Why a subscription to a run in another process ended: that process stopped.
+RUN_LOST = "The gateway running this task stopped; resubscribe to read its outcome."
 
 ContextKey = tuple[str, str, str]  # (caller workspace, caller name, context or message id)
 
@@ -178,6 +180,46 @@ class EngineState:
         if not hub.subscribers and task_id not in self.runs:
             del self.hubs[task_id]
 
+    def follow_log(self, task_id: str, after_seq: int) -> None:
+        """(A shared store) Give the task's subscribers here the events another
+        process logs for it after ``after_seq``, until none is left or its run is here."""
+        self.store.follow(
+            task_id, after_seq, lambda events, seq: self._deliver(task_id, events, seq)
+        )
+
+    def _deliver(
+        self, task_id: str, events: list[pb.StreamResponse] | None, first_seq: int
+    ) -> bool:
+        """Events of a run in another process, numbered from ``first_seq``, to this
+        process's subscribers of the task; False once nobody here listens (or the run
+        is here)."""
+        hub = self.hubs.get(task_id)
+        if hub is None or not hub.subscribers or task_id in self.runs:
+            return False
+        if events is None:  # its process is gone: a resubscribe reads the recovered task
+            hub.close(UnavailableError(RUN_LOST))
+            del self.hubs[task_id]
+            return False
+        for seq, event in enumerate(events, first_seq):
+            state = event.status_update.status.state if event.HasField("status_update") else None
+            hub.publish(event, state, seq)
+            if state in TERMINAL:
+                hub.close()
+                del self.hubs[task_id]
+                return False
+        return True
+
+    def keep_following(self, task_id: str, last_seq: int | None) -> None:
+        """A run here was interrupted (input-required) with ``last_seq`` its last logged
+        event: the task's subscribers here, which stay, follow its next run, which may
+        be another process's."""
+        hub = self.hubs.get(task_id)
+        if last_seq is None or hub is None or not hub.subscribers:
+            return
+        for subscriber in hub.subscribers:  # each holds every event so far
+            subscriber.seq = max(subscriber.seq, last_seq)
+        self.follow_log(task_id, last_seq)
+
     async def hand_over(self, task_id: str) -> None:
         """This process claimed the task's context to run it (a continuation): the
         streams here that followed its run in another process first get the events
@@ -243,26 +285,28 @@ class EngineState:
         client = self.outbound or (self.push.client if self.push is not None else None)
         return client is not None and client.allow_private_urls
 
-    def publish_status(self, record: TaskRecord) -> None:
+    def publish_status(self, record: TaskRecord) -> int | None:
         """Show the task's new status to its streams (a terminal one ends them all)
-        and to its webhooks."""
+        and to its webhooks. Its event's number in a shared event log, if logged."""
         task = record.task
         if record.push_configs or self.push_feed is not None:
             self.notify(record)
         hub = self.hubs.get(task.id)
         if hub is None and not self.shared_events:
-            return
+            return None
         state = task.status.state
+        seq = None
         if self.listened(task.id):
             event = pb.StreamResponse()
             update = event.status_update
             update.task_id = task.id
             update.context_id = task.context_id
             update.status.CopyFrom(task.status)
-            self.emit(task.id, event, state)
+            seq = self.emit(task.id, event, state)
         if hub is not None and state in TERMINAL:
             hub.close()
             del self.hubs[task.id]
+        return seq
 
     def listened(self, task_id: str) -> bool:
         """Whether an event of the task reaches anyone: a stream here or, with a shared
@@ -270,13 +314,14 @@ class EngineState:
         hub = self.hubs.get(task_id)
         return self.shared_events or (hub is not None and bool(hub.subscribers))
 
-    def emit(self, task_id: str, event: pb.StreamResponse, state: int | None = None) -> None:
-        """Give the event to the shared event log (if any) and to the streams here."""
-        if self.shared_events:
-            self.store.log_event(task_id, event, state)
+    def emit(self, task_id: str, event: pb.StreamResponse, state: int | None = None) -> int | None:
+        """Give the event to the shared event log (if any) and to the streams here;
+        its number in the log, if logged."""
+        seq = self.store.log_event(task_id, event, state) if self.shared_events else None
         hub = self.hubs.get(task_id)
         if hub is not None and hub.subscribers:
             hub.publish(event, state)
+        return seq
 
     def notify(self, record: TaskRecord) -> None:
         """Queue the task as it is now for each of its webhooks (with a shared store,

@@ -311,12 +311,14 @@ class Runner:
         finally:
             if run.slot is not None:
                 run.slot.finish(keep_context_open=state in INTERRUPTED)
-            self._state.publish_status(run.record)
+            last_seq = self._state.publish_status(run.record)
             run.settled.set()
             task_id = task.id
             del self._state.runs[task_id]
             if self._state.busy.get(run.busy_key) == task_id:
                 del self._state.busy[run.busy_key]
+            if state in INTERRUPTED:  # its next run may be in another process
+                self._state.keep_following(task_id, last_seq)
             hub = self._state.hubs.get(task_id)  # terminal: already gone (_publish_status)
             if hub is not None and not hub.subscribers:
                 del self._state.hubs[task_id]

@@ -606,3 +606,42 @@ async def test_a_subscriber_the_hand_over_cannot_line_up_is_told_to_resubscribe(
         await b.aclose()
         await runner.aclose()
     assert streamed_text(seen) == "c0-"
+
+
+async def test_a_subscriber_gets_the_next_run_when_it_moves_away_from_its_gateway(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """B runs a task until it asks for input, with a subscriber of B's (which does not
+    end there); the continuation is sent to A: B's subscriber gets A's run too."""
+    url = await fresh_database(postgres)
+    gate = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        if turn.text() == "go":
+            yield TextChunk("c0-")
+            await gate.wait()
+            yield InputRequired("more?")
+        else:
+            yield TextChunk("d0-")
+            yield Completed("done")
+
+    a = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    b = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    try:
+        task = await send(b, "go", return_immediately=True)
+        first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+        async with asyncio.timeout(WAIT_S):
+            seen = [await anext(first)]
+            gate.set()
+            while "[INPUT_REQUIRED]" not in trace(seen):
+                seen.append(await anext(first))
+        done = await send(a, "more", task_id=task.id)
+        assert state_name(done) == "COMPLETED"
+        seen += await collect(first)
+    finally:
+        await a.aclose()
+        await b.aclose()
+    after_c0 = trace(seen)
+    assert after_c0[after_c0.index("c0-") :] == [
+        "c0-", "[INPUT_REQUIRED]", "[WORKING]", "d0-", "[COMPLETED]"
+    ]  # fmt: skip
