@@ -1,17 +1,18 @@
 """``serve --store postgres``: gateways on one PostgreSQL database.
 
-Two gateways (in this process, each with its own pool) on one database and one
+Two gateways in this process (each with its own pool) on one database and one
 workspace: a task sent to one is read, listed and found again by its messageId on the
-other, and cancelled from the other; the task lives in the database, not in task
-files. With gateway A a real process: a subscriber on B sees A's run to its end; A
-killed with SIGKILL mid-run: the other reports the run working while the lease lasts, then
-failed "server restarted". With both gateways real processes: a paced ``chunks:``
-stream sent to A and subscribed on B (JSON-RPC and gRPC) mid-run gives B every chunk
-once, in order, then completed; a task sent to A is read, listed (identical pages,
-tokens read by either), found by its messageId, subscribed to and cancelled on B; two
-sends to one context at once on A and B start one run; four replicas started together
-migrate the schema once. Start-up mistakes through the real command exit 2 with one
-line that never holds the URL or its password.
+other, and cancelled from the other; the task lives in the database, not in task files.
+
+Both gateways real processes, on one database and workspace: a subscriber on B sees A's
+run to its end; A killed with SIGKILL mid-run: B reports the run working while the lease
+lasts, then failed "server restarted"; a paced ``chunks:`` stream sent to A and
+subscribed on B (JSON-RPC and gRPC) mid-run gives B every chunk once, in order, then
+completed; a task sent to A is read, listed (identical pages, tokens read by either),
+found by its messageId, subscribed to and cancelled on B; two sends to one context at
+once on A and B start one run. Four replicas started together migrate the schema once.
+Start-up mistakes through the real command exit 2 with one line that never holds the
+URL or its password.
 """
 
 from __future__ import annotations
@@ -145,34 +146,37 @@ async def test_cancel_on_one_gateway_stops_the_run_on_the_other(
 async def process_and_gateway(
     tmp_path: Path, database: str, lease_s: float
 ) -> AsyncIterator[tuple[ServerProcess, Driver, Driver]]:
-    """Gateway A as a real process, gateway B in this one, on one database and workspace;
-    a JSON-RPC driver for each."""
+    """Gateways A and B as real processes on one database and workspace, with run
+    leases of ``lease_s``: A's process, and a JSON-RPC driver for each."""
     workspace = alices_workspace(tmp_path)
-    (port,) = free_ports(1)
-    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
-               "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
-               "--store", "postgres", "--database-url", database,
-               "--database-lease", str(lease_s)]  # fmt: skip
-    card = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
-    a = ServerProcess("pg-replica-a", command, tmp_path, card, grpc_port=None)
-    b = Gateway(resolve({**settings(workspace, database), "database_lease": lease_s}, environ={}))
-    a.start()
+    ports = free_ports(2)
+    processes = []
+    for name, port in zip("ab", ports, strict=True):
+        command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+                   "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
+                   "--store", "postgres", "--database-url", database,
+                   "--database-lease", str(lease_s)]  # fmt: skip
+        card = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
+        processes.append(
+            ServerProcess(f"pg-replica-{name}", command, tmp_path, card, grpc_port=None)
+        )
+    a, b = processes
     try:
-        await b.start()
+        a.start()
+        b.start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{b.grpc_port}")
+            channel = grpc.aio.insecure_channel("127.0.0.1:1")  # unused: no gRPC here
             try:
                 yield (
                     a,
-                    Driver("jsonrpc", http, f"http://127.0.0.1:{port}", channel),
-                    Driver("jsonrpc", http, f"http://127.0.0.1:{b.http_port}", channel),
+                    Driver("jsonrpc", http, f"http://127.0.0.1:{ports[0]}", channel),
+                    Driver("jsonrpc", http, f"http://127.0.0.1:{ports[1]}", channel),
                 )
             finally:
                 await channel.close()
     finally:
-        complaint = a.stop()
-        await b.stop()
-    assert complaint is None, complaint
+        complaints = [a.stop(), b.stop()]
+    assert complaints == [None, None], complaints
 
 
 async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(
