@@ -44,7 +44,11 @@ the file store's lazy recovery made cluster-wide. Leases are on the database's c
 so replicas whose clocks disagree still agree on them: when its pool opens, a process
 reads the database's time (``clock_timestamp()``, taken as the middle of the round
 trip) and keeps its offset from its own monotonic clock; every ``lease_until`` it
-writes and every lease it compares is that clock plus the offset.
+writes and every lease it compares is that clock plus the offset. So is a push config's
+``added_ns``, which the status time of a change (the runner's wall clock) is compared
+with: that time is moved onto the database's clock by the runner (its wall clock's
+distance from the database's now), so a config added on a replica whose clock is off
+gets the runner's next status change, neither none nor ones before it.
 A change made where no run exists (that recovery, CancelTask of a task waiting for
 input) is stored by :meth:`replace`: only if the row still has the state and status
 time it was read with, no other live process holds its lease, and none holds a claim
@@ -295,9 +299,9 @@ retry AS (
 SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
   EXISTS (SELECT 1 FROM t) AS written,
   (SELECT state FROM a2a_tasks WHERE task_id = $1) AS stored_state,
-  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $6
+  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $18
         ORDER BY p.position) AS configs,
-  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $6
+  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $18
         ORDER BY p.position) AS versions
 """
 
@@ -315,9 +319,9 @@ settled AS (
   DELETE FROM a2a_contexts c USING t WHERE $11 AND c.workspace = $2 AND c.caller = $3
     AND c.context_id = t.context_id AND c.task_id = $1)
 SELECT EXISTS (SELECT 1 FROM t) AS replaced,
-  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $5
+  ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $12
         ORDER BY p.position) AS configs,
-  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $5
+  ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $12
         ORDER BY p.position) AS versions
 """
 
@@ -442,10 +446,8 @@ class PostgresTaskStore(TaskStore):
         #: This process's name in ``runner``: the runs it leases.
         self.replica = uuid.uuid4().hex
         self.lease_s = lease_s
-        # Wall time (push configs' ``added_ns``, the events' pruning cutoff), and the
-        # ticks that, plus the database's offset, are the database's time (leases).
-        # Tests inject one clock for both.
-        self._clock = clock or time.time_ns
+        # The ticks that, plus the database's offset, are the database's time (leases,
+        # push configs' ``added_ns``, the events' pruning cutoff); tests inject them.
         self._ticks = clock or time.monotonic_ns
         self._db_offset = 0  # the database's time minus _ticks(), read when the pool opens
         self._leased: set[str] = set()  # tasks saved submitted/working by this process
@@ -816,6 +818,7 @@ class PostgresTaskStore(TaskStore):
             record.held_elsewhere,
             summary.state not in ACTIVE,
             event_seq,
+            self._db_time(summary.timestamp_ns),  # $18: the configs it answers
         )
         # Saves of one task are chained: each statement starts once the one before
         # has ended, so they land in call order (on separate pooled connections they
@@ -900,6 +903,7 @@ class PostgresTaskStore(TaskStore):
             self.replica,
             self._db_now(),
             summary.state not in ACTIVE,
+            self._db_time(summary.timestamp_ns),
         )
         row = rows[0]
         if not row["replaced"]:
@@ -951,7 +955,7 @@ class PostgresTaskStore(TaskStore):
             if not held["replacing"] and held["n"] >= most:
                 return "full"
             await conn.execute(
-                _PUT_PUSH, task_id, held["next"], config.id, version, sealed, self._clock()
+                _PUT_PUSH, task_id, held["next"], config.id, version, sealed, self._db_now()
             )
         return "stored"
 
@@ -965,10 +969,12 @@ class PostgresTaskStore(TaskStore):
 
     async def read_push_configs(self, task_id: str) -> list[StoredPush]:
         stored: list[StoredPush] = []
-        for data, version, added_ns in await self._fetch(_READ_PUSH, task_id):
+        rows = await self._fetch(_READ_PUSH, task_id)
+        ahead = self._db_now() - time.time_ns()  # this host's status times to the database's
+        for data, version, added_ns in rows:
             config = self._open(task_id, data)
-            if config is not None:
-                stored.append(StoredPush(config, version, added_ns))
+            if config is not None:  # when it was added, on this host's clock
+                stored.append(StoredPush(config, version, added_ns and added_ns - ahead))
         return stored
 
     # --- run leases -----------------------------------------------------------------
@@ -976,6 +982,13 @@ class PostgresTaskStore(TaskStore):
     def _db_now(self) -> int:
         """The database's time now, in ns (leases are on its clock, not this host's)."""
         return self._ticks() + self._db_offset
+
+    def _db_time(self, wall_ns: int) -> int:
+        """``wall_ns``, a time of this host's wall clock (a status timestamp the engine
+        stamped), on the database's clock (push configs' ``added_ns`` are on it, so a
+        config added on a replica whose clock is off still gets the runner's next
+        status change, and not one that came before it)."""
+        return _clamp(wall_ns + self._db_now() - time.time_ns())
 
     def _lease_until(self) -> int:
         return self._db_now() + int(self.lease_s * 1e9)

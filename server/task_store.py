@@ -63,8 +63,9 @@ PushAdded = Literal["stored", "full", "missing"]
 
 class StoredPush(NamedTuple):
     """A push config as a ``push_rows`` store holds it: the config (secrets opened), the
-    A2A version it was registered over (``""``: 1.0), and when it was added (ns, the
-    adding process's clock; 0: with the task's creation)."""
+    A2A version it was registered over (``""``: 1.0), and when it was added (ns, on the
+    reading process's wall clock, which stamps its status times; 0: with the task's
+    creation)."""
 
     config: pb.TaskPushNotificationConfig
     version: str

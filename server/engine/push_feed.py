@@ -4,11 +4,12 @@ processes (``TaskStore.push_rows``: PostgreSQL).
 Any process may add or remove a config of a task while another runs it, so a status
 change goes to the configs the store holds when it happens, not to those the runner
 loaded. Each status change reads them and goes to those stored then that were added
-by its status timestamp (each row notes when it was added; the processes' clocks agree
-as the run leases already assume), so a config added just after a change gets the
-next one, not that one. No read is made where the engine already knows the answer
-(``TaskRecord.push_as_of``): for the status a save just stored (the save answers the
-configs as of its commit, so a run's final state costs no read), and for a task never
+by its status timestamp (each row notes when it was added, on the database's clock;
+the store answers it on this process's clock, so replicas whose clocks disagree still
+agree on it), so a config added just after a change gets the next one, not that one.
+No read is made where the engine already knows the answer (``TaskRecord.push_as_of``):
+for the status a save just stored (the save answers the configs as of its commit, so a
+run's final state costs no read), and for a task never
 stored (no other process can know its id: its configs are the record's own, so a
 quick run's WORKING costs no read either). One read serves every change of the task
 queued while it was on its way, and the changes of one task reach the dispatcher in

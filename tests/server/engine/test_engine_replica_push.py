@@ -7,6 +7,7 @@ once, by the engine that runs the task, and the cap of 10 configs holds across b
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class Replica:
         url: str,
         box_dir: Path,
         agent: object,
-        clock: Clock | None = None,
+        clock: Callable[[], int] | None = None,
         kind: type[PostgresTaskStore] = PostgresTaskStore,
     ) -> None:
         self.outbound = OutboundClient(allow_private_urls=True)
@@ -364,3 +365,73 @@ async def test_a_continuation_of_a_task_cancelled_elsewhere_meanwhile_does_not_r
         await a.close()
         await b.close()
     assert hooks.got == {"hook": [("CANCELED", "")]}
+
+
+# --- replicas whose clocks disagree ------------------------------------------------------
+
+
+class Skewed:
+    """This host's clock ``ahead_s`` ahead (negative: behind), for one replica."""
+
+    def __init__(self, ahead_s: float) -> None:
+        self.ahead_ns = int(ahead_s * 1e9)
+
+    def __call__(self) -> int:
+        return time.time_ns() + self.ahead_ns
+
+
+async def test_a_config_added_on_a_replica_whose_clock_is_ahead_gets_the_runs_next_changes(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    """B's clock 10 minutes ahead of the runner A's (A's 10 minutes behind the database):
+    the config B adds while A runs the task gets A's next status changes, the one the
+    push feed reads configs for and the final one the save answers them with."""
+    url = await fresh_database(postgres)
+    steps = [asyncio.Event() for _ in range(2)]
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        await steps[0].wait()
+        yield Progress("one")
+        await steps[1].wait()
+        yield Completed("done")
+
+    a = Replica(url, tmp_path, Scripted(script), clock=Skewed(-600))
+    b = Replica(url, tmp_path, FauxAgent(), clock=Skewed(600))
+    try:
+        task = await send(a.engine, "go", return_immediately=True)
+        await until(lambda: _state(a.engine, task.id), "WORKING")
+        await b.engine.create_task_push_notification_config(config(task.id, "on-b", hooks), ctx())
+        steps[0].set()
+        await hooks.wait_for("on-b", 1)
+        steps[1].set()
+        await hooks.wait_for("on-b", 2)
+        assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
+    finally:
+        await a.close()
+        await b.close()
+    assert hooks.got == {"on-b": [("WORKING", "one"), ("COMPLETED", "done")]}
+
+
+async def test_a_config_added_on_a_replica_whose_clock_is_ahead_gets_its_recovery(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    """The recovery B stores where no run exists answers the configs added before it,
+    one added on B itself (10 minutes ahead) included."""
+    url = await fresh_database(postgres)
+    ahead = Skewed(600)
+    a = Replica(url, tmp_path, FauxAgent())
+    b = Replica(url, tmp_path, FauxAgent(), clock=ahead)
+    try:
+        task = await send(a.engine, "hold:60", return_immediately=True)
+        await until(lambda: _state(b.engine, task.id), "WORKING")  # A's lazy save is in
+        await b.engine.create_task_push_notification_config(config(task.id, "hook", hooks), ctx())
+        ahead.ahead_ns += 60 * 10**9  # to B, A's lease ran out
+        failed = await b.engine.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(failed) == "FAILED"
+        await hooks.wait_for("hook", 1)
+        await a.engine.cancel_task(pb.CancelTaskRequest(id=task.id), ctx())  # A's run ends
+        assert await a.push.wait_idle(WAIT_S) and await b.push.wait_idle(WAIT_S)
+    finally:
+        await a.close()
+        await b.close()
+    assert hooks.got == {"hook": [("FAILED", "server restarted")]}
