@@ -22,6 +22,8 @@ Persistence (the hot path matters: the bench sends thousands of ``hi`` per secon
   (``TaskRecord.held_elsewhere``), one whose lease expired is, by one process only:
   the recovery is stored only if the task is still as that process read it
   (``TaskStore.replace``), and only the process that stored it notifies its webhooks.
+  A refused one reads the task again: failed or held elsewhere now, it is answered so;
+  still lost (a late save of its dead runner's landed in between), it is recovered.
 - Live tasks are served from memory; finished ones from the store (serialized bytes).
 """
 
@@ -42,6 +44,10 @@ from .rules import apply_status
 from .state import FLUSH_DELAY_S, SERVER_RESTARTED, EngineState, Run, not_found
 
 log = logging.getLogger(__name__)
+
+#: Recoveries tried in one read of a lost run, each refused because the task changed
+#: since it was read (a live process's change ends the tries: its lease is held).
+RECOVERY_TRIES = 3
 
 
 class Records:
@@ -120,12 +126,14 @@ class Records:
         async with self._state.locks.hold(task_id):
             if task_id in self._state.runs:  # a run started while we waited
                 return await self._state.store.load(caller, task_id)
-            record = await self._state.store.load(caller, task_id)
-            if (
-                record is not None
-                and record.task.status.state in ACTIVE
-                and not record.held_elsewhere
-            ):
+            for _ in range(RECOVERY_TRIES):
+                record = await self._state.store.load(caller, task_id)
+                if (
+                    record is None
+                    or record.task.status.state not in ACTIVE
+                    or record.held_elsewhere
+                ):
+                    return record
                 task = record.task
                 log.info("task %s had no live run (server restarted): marking it failed", task_id)
                 message = agent_message(
@@ -138,10 +146,13 @@ class Records:
                     # Served failed all the same; the next reader tries again.
                     log.exception("could not store task %s", task_id)
                     recovered = True
-                if not recovered:  # another process recovered (or resumed) it first
-                    return await self._state.store.load(caller, task_id)
-                self._state.notify(record)
-            return record
+                if recovered:
+                    self._state.notify(record)
+                    return record
+                # Changed since it was read: another process recovered it, resumed it
+                # (its lease is held now), or its late runner's save landed with a
+                # lease already run out (still lost: recovered on the next turn).
+            return await self._state.store.load(caller, task_id)
 
     async def replace_or_fail(self, record: TaskRecord) -> bool:
         """:meth:`save_or_fail` for a change to a task no run has here, stored only if

@@ -7,22 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from a2a_gateway.agent.base import Completed, Output, TextChunk, Turn
+from a2a_gateway.agent.base import Completed, Output, Progress, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol.errors import UnsupportedOperationError
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
+from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ...pg_support import Clock, fresh_database
-from .engine_helpers import WAIT_S, Scripted, collect, ctx, request, send, state_name
+from .engine_helpers import ALICE, WAIT_S, Scripted, collect, ctx, request, send, state_name
 
 LEASE_S = 10.0
 
@@ -55,6 +56,69 @@ async def test_a_run_held_by_one_engine_is_failed_by_the_other_only_after_its_le
     assert state_name(listed.tasks[0]) in ("SUBMITTED", "WORKING")  # not recovered
     clock_b.now += int(2 * LEASE_S * 1e9)  # A stopped renewing (as if killed)
     failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
+    assert state_name(failed) == "FAILED"
+    assert failed.status.message.parts[0].text == "server restarted"
+
+
+class ChangedBeforeReplace(PostgresTaskStore):
+    """The real store; ``before_replace`` (once) runs just before its next replace: the
+    moment between a recovery's read of the task and its conditional write."""
+
+    before_replace: Callable[[], Awaitable[object]] | None = None
+
+    async def replace(self, record: TaskRecord) -> bool:
+        hook, self.before_replace = self.before_replace, None
+        if hook is not None:
+            await hook()
+        return await super().replace(record)
+
+
+async def test_a_lost_run_whose_late_save_lands_during_its_recovery_is_still_failed(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A's save of a new status lands between B's read of the task (lease run out) and
+    B's conditional recovery write, with a lease that has run out too by B's clock: B's
+    write is refused (the task changed), and B reads it again and fails it, rather than
+    answer a lost run as working (the order the background save and the recovery meet
+    in is not fixed: ~2 in 25 runs of the test above met this way under load)."""
+    url = await fresh_database(postgres)
+    step = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        await step.wait()
+        yield Progress("later")
+        await asyncio.Event().wait()  # held until cancelled
+        yield Completed("never")
+
+    store_a = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=Clock())
+    clock_b = Clock()
+    store_b = ChangedBeforeReplace(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_b)
+    a, b = TaskEngine(Scripted(script), store_a), TaskEngine(FauxAgent(), store_b)
+
+    async def stored_text() -> str:
+        record = await store_a.load(ALICE, task.id)
+        assert record is not None
+        return "".join(p.text for p in record.task.status.message.parts)
+
+    async def late_save() -> None:  # A's next status, saved while B recovers
+        step.set()
+        async with asyncio.timeout(WAIT_S):
+            while await stored_text() != "later":  # noqa: ASYNC110 (the database: polled)
+                await asyncio.sleep(0.01)
+
+    try:
+        task = await send(a, "go", return_immediately=True)
+        request_b = pb.GetTaskRequest(id=task.id)
+        async with asyncio.timeout(WAIT_S):  # A's lazy save is in (the database: polled)
+            while state_name(await b.get_task(request_b, ctx())) != "WORKING":  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        store_b.before_replace = late_save
+        clock_b.now += int(2 * LEASE_S * 1e9)  # A's leases, the late one too, ran out
+        failed = await b.get_task(request_b, ctx())
+        assert await stored_text() == "server restarted"
+    finally:
+        await a.aclose()
+        await b.aclose()
     assert state_name(failed) == "FAILED"
     assert failed.status.message.parts[0].text == "server restarted"
 
