@@ -44,11 +44,11 @@ the file store's lazy recovery made cluster-wide. Leases are on the database's c
 so replicas whose clocks disagree still agree on them: when its pool opens, a process
 reads the database's time (``clock_timestamp()``, taken as the middle of the round
 trip) and keeps its offset from its own monotonic clock; every ``lease_until`` it
-writes and every lease it compares is that clock plus the offset. So is a push config's
-``added_ns``, which the status time of a change (the runner's wall clock) is compared
-with: that time is moved onto the database's clock by the runner (its wall clock's
-distance from the database's now), so a config added on a replica whose clock is off
-gets the runner's next status change, neither none nor ones before it.
+writes and every lease it compares is that clock plus the offset. A push config's
+``added_ns`` is the database's own time of its insert; the status time of a change (the
+runner's wall clock) is moved onto that clock by the runner before they are compared
+(:meth:`PostgresTaskStore._status_to_db`), so a config added on a replica whose clock
+is off gets the runner's next status change, neither none nor ones long before it.
 A change made where no run exists (that recovery, CancelTask of a task waiting for
 input) is stored by :meth:`replace`: only if the row still has the state and status
 time it was read with, no other live process holds its lease, and none holds a claim
@@ -331,7 +331,7 @@ SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER 
 
 _PUT_PUSH = """
 INSERT INTO a2a_push_configs AS p(task_id, position, config_id, version, config, added_ns)
-VALUES ($1, $2, $3, $4, $5, $6)
+VALUES ($1, $2, $3, $4, $5, (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint)
 ON CONFLICT (task_id, config_id) DO UPDATE SET version = excluded.version,
   config = excluded.config
 """
@@ -401,6 +401,10 @@ class StoreUnavailable(Exception):
     neither the URL nor its password)."""
 
 
+#: Status times are stamped to the millisecond (rounded down).
+_STAMP_NS = 1_000_000
+
+
 def _clamp(value: int) -> int:
     return max(min(value, _INT64_MAX), -_INT64_MAX)
 
@@ -450,6 +454,7 @@ class PostgresTaskStore(TaskStore):
         # push configs' ``added_ns``, the events' pruning cutoff); tests inject them.
         self._ticks = clock or time.monotonic_ns
         self._db_offset = 0  # the database's time minus _ticks(), read when the pool opens
+        self._db_error = 0  # how far off that may be: half the round trip it was read in
         self._leased: set[str] = set()  # tasks saved submitted/working by this process
         self._renewer: asyncio.Task[None] | None = None
         self._listener: asyncpg.Connection | None = None  # LISTEN a2a_cancel, a2a_events
@@ -955,7 +960,7 @@ class PostgresTaskStore(TaskStore):
             if not held["replacing"] and held["n"] >= most:
                 return "full"
             await conn.execute(
-                _PUT_PUSH, task_id, held["next"], config.id, version, sealed, self._db_now()
+                _PUT_PUSH, task_id, held["next"], config.id, version, sealed
             )
         return "stored"
 
@@ -970,7 +975,7 @@ class PostgresTaskStore(TaskStore):
     async def read_push_configs(self, task_id: str) -> list[StoredPush]:
         stored: list[StoredPush] = []
         rows = await self._fetch(_READ_PUSH, task_id)
-        ahead = self._db_now() - time.time_ns()  # this host's status times to the database's
+        ahead = self._status_to_db()
         for data, version, added_ns in rows:
             config = self._open(task_id, data)
             if config is not None:  # when it was added, on this host's clock
@@ -984,11 +989,18 @@ class PostgresTaskStore(TaskStore):
         return self._ticks() + self._db_offset
 
     def _db_time(self, wall_ns: int) -> int:
-        """``wall_ns``, a time of this host's wall clock (a status timestamp the engine
-        stamped), on the database's clock (push configs' ``added_ns`` are on it, so a
-        config added on a replica whose clock is off still gets the runner's next
-        status change, and not one that came before it)."""
-        return _clamp(wall_ns + self._db_now() - time.time_ns())
+        """``wall_ns``, a status time this host's wall clock stamped, on the database's
+        clock, where push configs' ``added_ns`` are (so a config added on a replica whose
+        clock is off still gets the runner's next status change, and none before it)."""
+        return _clamp(wall_ns + self._status_to_db())
+
+    def _status_to_db(self) -> int:
+        """What moves a status time of this host onto the database's clock: the latest
+        it may stand for there (stamped to the millisecond, rounded down, and the offset
+        known to half a round trip), so a config added before a status change always
+        counts as added by it (one added within that margin after it does too: the
+        webhook gets the status current when it was registered, never misses one)."""
+        return self._db_now() - time.time_ns() + _STAMP_NS + self._db_error
 
     def _lease_until(self) -> int:
         return self._db_now() + int(self.lease_s * 1e9)
@@ -1002,6 +1014,7 @@ class PostgresTaskStore(TaskStore):
         )
         after = self._ticks()
         self._db_offset = int(db_ns) - (before + after) // 2
+        self._db_error = (after - before) // 2 + 1
 
     async def _renew_leases(self) -> None:
         """Every third of the lease: extend the leases of the runs saved submitted or
