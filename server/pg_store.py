@@ -959,9 +959,7 @@ class PostgresTaskStore(TaskStore):
             assert held is not None  # an aggregate always answers one row
             if not held["replacing"] and held["n"] >= most:
                 return "full"
-            await conn.execute(
-                _PUT_PUSH, task_id, held["next"], config.id, version, sealed
-            )
+            await conn.execute(_PUT_PUSH, task_id, held["next"], config.id, version, sealed)
         return "stored"
 
     async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
