@@ -2,7 +2,7 @@
 
 The copy holds the repository's files (``git ls-files``) and a link to this venv as its
 ``.venv``; it sits alone in a temporary folder, so a test that reads anything outside
-the repository (a ``../shared`` folder, say) fails here. In it:
+the repository (a sibling folder of the clone, say) fails here. In it:
 
 - the schema checks (tests/test_generated.py) run as in any clone;
 - every ``sh`` block of the README's runnable sections runs verbatim, in order
