@@ -27,7 +27,17 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
 from ..pg_support import fresh_database
-from .engine.engine_helpers import ALICE, WAIT_S, Scripted, collect, ctx, send, state_name
+from .engine.engine_helpers import (
+    ALICE,
+    WAIT_S,
+    Scripted,
+    collect,
+    ctx,
+    pg_engine,
+    send,
+    state_name,
+    streamed_text,
+)
 
 GONE_WAIT_S = 10.0  # bound on a closed connection's backend leaving pg_stat_activity
 
@@ -226,15 +236,6 @@ async def test_a_cancel_requested_while_the_runner_did_not_listen_still_stops_th
         await admin.close()
 
 
-def streamed_text(events: list[pb.StreamResponse]) -> str:
-    """A subscriber's text: its snapshot's artifacts, then each artifact update's."""
-    text = "".join(p.text for art in events[0].task.artifacts for p in art.parts)
-    for event in events[1:]:
-        if event.HasField("artifact_update"):
-            text += "".join(p.text for p in event.artifact_update.artifact.parts)
-    return text
-
-
 async def test_a_later_subscriber_of_a_followed_run_goes_on_from_its_own_snapshot(
     postgres: LocalPostgres, tmp_path: Path
 ) -> None:
@@ -248,8 +249,8 @@ async def test_a_later_subscriber_of_a_followed_run_goes_on_from_its_own_snapsho
             yield TextChunk(f"c{n}-")
         yield Completed("done")
 
-    a = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
-    b = TaskEngine(FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    a = pg_engine(url, tmp_path, Scripted(script))
+    b = pg_engine(url, tmp_path, FauxAgent())
     try:
         task = await send(a, "go", return_immediately=True)
         first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
@@ -625,8 +626,8 @@ async def test_a_subscriber_gets_the_next_run_when_it_moves_away_from_its_gatewa
             yield TextChunk("d0-")
             yield Completed("done")
 
-    a = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
-    b = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    a = pg_engine(url, tmp_path, Scripted(script))
+    b = pg_engine(url, tmp_path, Scripted(script))
     try:
         task = await send(b, "go", return_immediately=True)
         first = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from a2a_gateway.agent.base import Agent, Output, Turn
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.pg_store import PostgresTaskStore
+from a2a_gateway.server.secret_box import SecretBox
 from lf.a2a.v1 import a2a_pb2 as pb
 
 ALICE = Caller(name="alice", workspace="/ws/one")
@@ -96,6 +99,20 @@ async def eventually(predicate: Callable[[], object]) -> None:
 
 def state_name(task: pb.Task) -> str:
     return pb.TaskState.Name(task.status.state).removeprefix("TASK_STATE_")
+
+
+def streamed_text(events: list[pb.StreamResponse]) -> str:
+    """A subscriber's text: its snapshot's artifacts, then each artifact update's."""
+    text = "".join(p.text for art in events[0].task.artifacts for p in art.parts)
+    for event in events[1:]:
+        if event.HasField("artifact_update"):
+            text += "".join(p.text for p in event.artifact_update.artifact.parts)
+    return text
+
+
+def pg_engine(url: str, box_dir: Path, agent: Agent) -> TaskEngine:
+    """An engine on the PostgreSQL database at ``url`` (one gateway process's worth)."""
+    return TaskEngine(agent, PostgresTaskStore(url, box=SecretBox(box_dir)))
 
 
 def status_text(task: pb.Task | pb.TaskStatusUpdateEvent) -> str:

@@ -23,7 +23,18 @@ from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ...pg_support import Clock, fresh_database
-from .engine_helpers import ALICE, WAIT_S, Scripted, collect, ctx, request, send, state_name
+from .engine_helpers import (
+    ALICE,
+    WAIT_S,
+    Scripted,
+    collect,
+    ctx,
+    pg_engine,
+    request,
+    send,
+    state_name,
+    streamed_text,
+)
 
 LEASE_S = 10.0
 
@@ -171,8 +182,8 @@ async def test_a_subscriber_on_the_other_engine_gets_every_event_in_order(
             yield TextChunk(f"c{n}-")
         yield Completed("done")
 
-    a = TaskEngine(Scripted(script), PostgresTaskStore(url, box=SecretBox(tmp_path)))
-    b = TaskEngine(FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path)))
+    a = pg_engine(url, tmp_path, Scripted(script))
+    b = pg_engine(url, tmp_path, FauxAgent())
     try:
         task = await send(a, "go", return_immediately=True)
         stream = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
@@ -184,11 +195,7 @@ async def test_a_subscriber_on_the_other_engine_gets_every_event_in_order(
         await a.aclose()
         await b.aclose()
     assert events[0].HasField("task")
-    text = "".join(p.text for art in events[0].task.artifacts for p in art.parts)
-    for event in events[1:]:
-        if event.HasField("artifact_update"):
-            text += "".join(p.text for p in event.artifact_update.artifact.parts)
-    assert text == "".join(f"c{n}-" for n in range(40))
+    assert streamed_text(events) == "".join(f"c{n}-" for n in range(40))
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
 
 
