@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
+import pytest
 from google.protobuf import empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 
@@ -28,6 +30,9 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.server.auth import AllowAnonymous
+from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.grpc_server import build_grpc_server
 
 ERRORS_BY_NAME: dict[str, type[errors.A2AError]] = {e.__name__: e for e in errors.ALL_ERRORS}
 SECRET_DETAIL = "s3cret-internal-detail"
@@ -167,6 +172,29 @@ class EchoService(A2AService):
 
 
 # --- wire helpers ---------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def serving(service: A2AService, config: ServerConfig) -> AsyncIterator[int]:
+    """The gRPC server for ``service`` on ``config``, open to anyone, started; its port."""
+    server, port = await build_grpc_server(service, config, AllowAnonymous())
+    await server.start()
+    try:
+        yield port
+    finally:
+        await server.stop(None)
+
+
+async def stream_until_error(
+    call: AsyncIterator[Any], bound: float
+) -> tuple[list[Any], grpc.aio.AioRpcError]:
+    """Reads a server stream that must end in an error: the events before it, and it."""
+    received: list[Any] = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async with asyncio.timeout(bound):
+            async for event in call:
+                received.append(event)
+    return received, caught.value
 
 
 def rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status:

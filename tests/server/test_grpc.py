@@ -31,6 +31,7 @@ from .grpc_conftest_helpers import (
     error_info,
     field_violations,
     rich_status,
+    stream_until_error,
 )
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
@@ -370,28 +371,20 @@ async def test_stream_error_before_the_first_event_is_a_plain_status(anon: Serve
     call = anon.stub.SubscribeToTask(
         pb.SubscribeToTaskRequest(id="error:UnsupportedOperationError"), metadata=V1
     )
-    received: list[pb.StreamResponse] = []
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async with asyncio.timeout(BOUND):
-            async for event in call:
-                received.append(event)
+    received, error = await stream_until_error(call, BOUND)
     assert received == []
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error_info(rich_status(caught.value)).reason == "UNSUPPORTED_OPERATION"
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(rich_status(error)).reason == "UNSUPPORTED_OPERATION"
 
 
 async def test_stream_error_after_events_ends_the_stream_with_it(anon: Served) -> None:
     call = anon.stub.SubscribeToTask(
         pb.SubscribeToTaskRequest(id="midstream:TaskNotFoundError"), metadata=V1
     )
-    received: list[pb.StreamResponse] = []
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async with asyncio.timeout(BOUND):
-            async for event in call:
-                received.append(event)
+    received, error = await stream_until_error(call, BOUND)
     assert [e.WhichOneof("payload") for e in received] == ["task"]
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-    assert error_info(rich_status(caught.value)).reason == "TASK_NOT_FOUND"
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert error_info(rich_status(error)).reason == "TASK_NOT_FOUND"
 
 
 async def test_client_cancel_closes_the_service_stream(anon: Served) -> None:

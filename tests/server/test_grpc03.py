@@ -39,6 +39,7 @@ from .grpc_conftest_helpers import (
     error_info,
     field_violations,
     rich_status,
+    stream_until_error,
 )
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
@@ -423,16 +424,12 @@ async def test_errors_before_and_during_a_stream(anon: Served) -> None:
     )
     assert before.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert (before.details() or "").startswith("TaskNotCancelableError: ")
-    events: list[pb03.StreamResponse] = []
     call = anon.stub.TaskSubscription(
         pb03.TaskSubscriptionRequest(name="tasks/midstream:UnsupportedOperationError")
     )
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async with asyncio.timeout(BOUND):
-            async for event in call:
-                events.append(event)
+    events, error = await stream_until_error(call, BOUND)
     assert [e.WhichOneof("payload") for e in events] == ["task"]
-    assert (caught.value.details() or "").startswith("UnsupportedOperationError: ")
+    assert (error.details() or "").startswith("UnsupportedOperationError: ")
 
 
 @pytest.mark.server_fault

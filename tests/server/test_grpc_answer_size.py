@@ -19,11 +19,16 @@ import lf.a2a.v0_3.a2a_pb2_grpc as a2a03_grpc
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_grpc
 from a2a_gateway.protocol.context import CallContext
-from a2a_gateway.server.auth import AllowAnonymous
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server, max_answer_bytes
+from a2a_gateway.server.grpc_server import max_answer_bytes
 
-from .grpc_conftest_helpers import EchoService, error_info, rich_status
+from .grpc_conftest_helpers import (
+    EchoService,
+    error_info,
+    rich_status,
+    serving,
+    stream_until_error,
+)
 from .h2_raw import RawH2
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
@@ -78,12 +83,8 @@ async def served() -> AsyncIterator[tuple[BigAnswers, int]]:
         host="127.0.0.1", grpc_port=0, max_body_bytes=BODY_CAP, body_read_timeout_s=2.0
     )
     assert max_answer_bytes(config) == ANSWER_CAP
-    server, port = await build_grpc_server(service, config, AllowAnonymous())
-    await server.start()
-    try:
+    async with serving(service, config) as port:
         yield service, port
-    finally:
-        await server.stop(None)
 
 
 async def _failure(call: object) -> grpc.aio.AioRpcError:
@@ -124,13 +125,9 @@ async def test_a_stream_event_over_the_cap_ends_the_stream_after_the_events_befo
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = a2a_grpc.A2AServiceStub(channel)
         call = stub.SubscribeToTask(pb.SubscribeToTaskRequest(id=task_id), metadata=V1)
-        received: list[pb.StreamResponse] = []
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            async with asyncio.timeout(BOUND):
-                async for event in call:
-                    received.append(event)
+        received, error = await stream_until_error(call, BOUND)
     assert [e.WhichOneof("payload") for e in received] == ["task"]
-    _assert_refused(caught.value, caplog)
+    _assert_refused(error, caplog)
     assert service.closed[task_id].is_set()  # the service's stream was closed
 
 

@@ -28,7 +28,7 @@ from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.settings import resolve
 
-from .grpc_conftest_helpers import EchoService
+from .grpc_conftest_helpers import EchoService, serving
 from .h2_raw import RawH2, grpc_frame
 
 REQUEST_S = 0.3  # the request bound these tests configure
@@ -78,12 +78,8 @@ FRAMES: dict[str, tuple[Callable[[RawH2, int], None] | None, str]] = {
 async def served() -> AsyncIterator[tuple[EchoService, int]]:
     service = EchoService()
     config = ServerConfig(host="127.0.0.1", grpc_port=0, body_read_timeout_s=REQUEST_S)
-    server, port = await build_grpc_server(service, config, AllowAnonymous())
-    await server.start()
-    try:
+    async with serving(service, config) as port:
         yield service, port
-    finally:
-        await server.stop(None)
 
 
 @pytest.mark.parametrize("rpc", RPCS)
