@@ -11,7 +11,6 @@ import pytest
 
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server.file_store import SAVED_AS_KEY
 from a2a_gateway.server.pg_local import LocalPostgres, free_port
 from a2a_gateway.server.pg_store import RETENTION_LOCK, PostgresTaskStore
 from a2a_gateway.server.retention import Retention
@@ -21,7 +20,7 @@ from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..pg_support import fresh_database
-from .engine.test_retention import DAY, NOW, aged
+from .engine.test_retention import DAY, NOW, aged, with_saved_files
 
 ALICE = Caller(name="alice", workspace="/ws/one")
 BOB = Caller(name="bob", workspace="/ws/one")
@@ -129,11 +128,7 @@ async def test_inbox_files_go_only_when_asked(
     owner = Caller(name="alice", workspace=str(workspace))
     try:
         rec = aged("with-file", pb.TASK_STATE_COMPLETED, 60, owner)
-        message = rec.task.history.add(message_id="m", role=pb.ROLE_USER)
-        for relative in ("inbox/alice/report.pdf", "inbox/../notes.txt"):
-            part = message.parts.add(url="file:///x")
-            part.metadata[SAVED_AS_KEY] = relative
-        await store.save(rec)
+        await store.save(with_saved_files(rec, "inbox/alice/report.pdf", "inbox/../notes.txt"))
         retention = Retention(lambda: [store], DAY, files=remove_files, clock=lambda: NOW)
         assert await retention.run_once() == 1
         assert (inbox / "report.pdf").exists() is not remove_files

@@ -28,6 +28,15 @@ def aged(task_id: str, state: int, age_days: float, owner: object = ALICE) -> Ta
     return TaskRecord(task, owner)  # type: ignore[arg-type]
 
 
+def with_saved_files(rec: TaskRecord, *relatives: str) -> TaskRecord:
+    """``rec`` with a user message whose file parts were saved at ``relatives``."""
+    message = rec.task.history.add(message_id="m", role=pb.ROLE_USER)
+    for relative in relatives:
+        part = message.parts.add(url="file:///x")
+        part.metadata[SAVED_AS_KEY] = relative
+    return rec
+
+
 def task_path(workspace: Path, task_id: str) -> Path:
     return workspace / ".a2a" / "tasks" / f"{task_id}.json"
 
@@ -79,11 +88,8 @@ async def test_inbox_files_go_only_when_asked(tmp_path: Path, remove_files: bool
     (inbox / "link.txt").symlink_to(outside)
     try:
         rec = aged("with-file", pb.TASK_STATE_COMPLETED, 60)
-        message = rec.task.history.add(message_id="m", role=pb.ROLE_USER)
-        for relative in ("inbox/alice/report.pdf", "inbox/../notes.txt", "inbox/alice/link.txt"):
-            part = message.parts.add(url="file:///x")
-            part.metadata[SAVED_AS_KEY] = relative
-        await store.save(rec)
+        saved = ("inbox/alice/report.pdf", "inbox/../notes.txt", "inbox/alice/link.txt")
+        await store.save(with_saved_files(rec, *saved))
         retention = Retention(lambda: [store], DAY, files=remove_files, clock=lambda: NOW)
         assert await retention.run_once() == 1
         assert (inbox / "report.pdf").exists() is not remove_files
