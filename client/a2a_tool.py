@@ -117,7 +117,7 @@ class A2ATool(Tool):
         redact = Redactor([entry.key])
         try:
             if action == "send":
-                return ToolResult(await self._send(entry, arguments, context))
+                return ToolResult(await self._send(entry, arguments, context, redact))
             task_id = _text(arguments, "taskId", required=True)
             if action == "status":
                 return ToolResult(await self._status(entry, task_id, context))
@@ -144,7 +144,11 @@ class A2ATool(Tool):
         return "\n".join(lines)
 
     async def _send(
-        self, entry: AgentEntry, arguments: Mapping[str, Any], context: ToolContext
+        self,
+        entry: AgentEntry,
+        arguments: Mapping[str, Any],
+        context: ToolContext,
+        redact: Redactor,
     ) -> str:
         text = _text(arguments, "message")
         parts: list[pb.Part] = [pb.Part(text=text)] if text else []
@@ -163,7 +167,6 @@ class A2ATool(Tool):
             if reply.WhichOneof("payload") == "message":
                 return message_result(entry.name, reply.message)
             task = reply.task
-            redact = Redactor([entry.key])
             try:
                 task = await self._wait(service, task, redact)
             except (A2AError, TimeoutError) as exc:
