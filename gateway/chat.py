@@ -46,6 +46,7 @@ from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.push_receiver import build_push_app
 
 from .assistant_host import build_runtime
+from .chat_settings import TURN_TIMEOUT_S
 from .settings import Settings
 from .startup import StartupError
 
@@ -54,8 +55,6 @@ log = logging.getLogger("a2a_gateway.chat")
 SCOPE = "local-owner"
 #: Where files the assistant sends (send_file) land in the workspace.
 OUTBOX = ("inbox", "chat")
-#: How long one turn may run (``--turn-timeout``; the engine's bound of an agent's run).
-TURN_TIMEOUT_S = 3600.0
 
 
 @dataclass

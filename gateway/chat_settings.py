@@ -38,12 +38,16 @@ _FROM_SERVE = frozenset(
     }
 )
 
+#: How long one chat turn may run by default (``--turn-timeout``; the engine's bound of
+#: an agent's run).
+TURN_TIMEOUT_S = 3600.0
+
 CHAT_SETTINGS: tuple[Setting, ...] = (
     Setting("workspace", str, "", "the owner's workspace folder (required)"),
     Setting(
         "turn_timeout",
         float,
-        3600.0,
+        TURN_TIMEOUT_S,
         "seconds one turn (a message, or a delivered result) may run before it is stopped",
         above=0,
     ),
