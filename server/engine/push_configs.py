@@ -25,13 +25,10 @@ configs stored when it happens (``push_feed``).
 
 from __future__ import annotations
 
-import logging
-
 from google.protobuf import empty_pb2
 
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext, Caller
 from a2a_gateway.protocol.errors import (
-    InternalError,
     InvalidParamsError,
     PushNotificationNotSupportedError,
     TaskNotFoundError,
@@ -42,9 +39,14 @@ from ..lifecycle import new_id, valid_id
 from ..push import check_push_destination, validate_push_config
 from ..task_store import TaskRecord
 from .records import Records
-from .state import MAX_PAGE_SIZE, MAX_PUSH_CONFIGS, EngineState, invalid, not_found
-
-log = logging.getLogger(__name__)
+from .state import (
+    MAX_PAGE_SIZE,
+    MAX_PUSH_CONFIGS,
+    EngineState,
+    invalid,
+    not_found,
+    store_failure_as_internal,
+)
 
 
 class PushConfigs:
@@ -117,13 +119,10 @@ class PushConfigs:
             return
         task_id = record.task.id
         stored_version = "" if version == PROTOCOL_VERSION else version
-        try:
+        with store_failure_as_internal(f"The push config of task {task_id} could not be stored"):
             added = await self._state.store.add_push_config(
                 record.owner, task_id, config, stored_version, MAX_PUSH_CONFIGS
             )
-        except Exception:
-            log.exception("could not store a push config of task %s", task_id)
-            raise InternalError(f"The push config of task {task_id} could not be stored") from None
         if added == "missing":
             raise not_found(task_id)
         if added == "full":
@@ -171,13 +170,9 @@ class PushConfigs:
         store = self._state.store
         if store.push_rows:
             await self._records.view_or_not_found(context.caller, request.task_id)
-            try:
+            failed = f"The push config of task {request.task_id} could not be removed"
+            with store_failure_as_internal(failed):
                 await store.remove_push_config(context.caller, request.task_id, request.id)
-            except Exception:
-                log.exception("could not remove a push config of task %s", request.task_id)
-                raise InternalError(
-                    f"The push config of task {request.task_id} could not be removed"
-                ) from None
         else:
             async with self._records.mutable_record(context.caller, request.task_id) as record:
                 kept = [c for c in record.push_configs if c.id != request.id]
@@ -192,13 +187,8 @@ class PushConfigs:
         store holds them now (another process may have changed them)."""
         record = await self._records.view_or_not_found(caller, task_id)
         if self._state.store.push_rows and self._state.live(caller, task_id) is not None:
-            try:
+            with store_failure_as_internal(f"The push configs of task {task_id} could not be read"):
                 stored = await self._state.store.read_push_configs(task_id)
-            except Exception:
-                log.exception("could not read the push configs of task %s", task_id)
-                raise InternalError(
-                    f"The push configs of task {task_id} could not be read"
-                ) from None
             return [row.config for row in stored]
         return record.push_configs
 

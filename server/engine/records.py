@@ -35,13 +35,19 @@ import logging
 from collections.abc import AsyncIterator
 
 from a2a_gateway.protocol.context import Caller
-from a2a_gateway.protocol.errors import InternalError
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import ACTIVE, agent_message, valid_id
 from ..task_store import TaskRecord
 from .rules import apply_status
-from .state import FLUSH_DELAY_S, SERVER_RESTARTED, EngineState, Run, not_found
+from .state import (
+    FLUSH_DELAY_S,
+    SERVER_RESTARTED,
+    EngineState,
+    Run,
+    not_found,
+    store_failure_as_internal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +111,8 @@ class Records:
     async def save_or_fail(self, record: TaskRecord) -> None:
         """Store a change to a task with no live run: nothing would retry the write,
         so the caller is told it failed (without the server's details)."""
-        try:
+        with store_failure_as_internal(f"Task {record.task.id} could not be stored"):
             await self._state.store.save(record)
-        except Exception:
-            log.exception("could not store task %s", record.task.id)
-            raise InternalError(f"Task {record.task.id} could not be stored") from None
 
     async def load(self, caller: Caller, task_id: str) -> TaskRecord | None:
         """The caller's stored task, after lazy restart recovery."""
@@ -157,11 +160,8 @@ class Records:
     async def replace_or_fail(self, record: TaskRecord) -> bool:
         """:meth:`save_or_fail` for a change to a task no run has here, stored only if
         no other process changed the task since it was loaded (False then)."""
-        try:
+        with store_failure_as_internal(f"Task {record.task.id} could not be stored"):
             return await self._state.store.replace(record)
-        except Exception:
-            log.exception("could not store task %s", record.task.id)
-            raise InternalError(f"Task {record.task.id} could not be stored") from None
 
     async def view_or_not_found(self, caller: Caller, task_id: str) -> TaskRecord:
         run = self._state.live(caller, task_id)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from a2a_gateway.agent.base import Agent, Signal, Turn
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import (
     FieldViolation,
+    InternalError,
     InvalidParamsError,
     TaskNotFoundError,
     UnavailableError,
@@ -47,6 +49,8 @@ RUN_LOST = "The gateway running this task stopped; resubscribe to read its outco
 
 ContextKey = tuple[str, str, str]  # (caller workspace, caller name, context or message id)
 
+log = logging.getLogger(__name__)
+
 
 def invalid(field: str, description: str) -> InvalidParamsError:
     return InvalidParamsError(
@@ -56,6 +60,18 @@ def invalid(field: str, description: str) -> InvalidParamsError:
 
 def not_found(task_id: str) -> TaskNotFoundError:
     return TaskNotFoundError(f"Task {task_id} not found", metadata={"taskId": task_id})
+
+
+@contextlib.contextmanager
+def store_failure_as_internal(what: str) -> Iterator[None]:
+    """A store call whose caller waits on it and nothing retries: a failure is logged
+    with its traceback and answered InternalError("``what``", without the server's
+    details)."""
+    try:
+        yield
+    except Exception:
+        log.exception("store call failed: %s", what)
+        raise InternalError(what) from None
 
 
 class Run:
