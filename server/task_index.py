@@ -30,6 +30,8 @@ Keeping it in step with the folder:
   background (the first pass of :meth:`reconcile` over an empty index); requests are
   served meanwhile from what is indexed so far; an index whose last process did not
   close it cleanly, or whose folder changed while the server was down, is reconciled;
+  a close while a reconcile is owed (not started, cancelled, failed) leaves the index
+  marked unclean, so the next start does it;
 - :meth:`check_folder` is the cheap check each ListTasks makes: one ``stat`` of the
   folder, whose mtime moves when a file is added, removed or renamed in; the store
   remembers the mtime its own writes left, so a difference means a change behind the
@@ -228,6 +230,10 @@ class TaskIndex:
         self.rebuilding = False  # True until the first full pass over a new index ends
         self._wanted_at_start = False
         self._db = self._open()
+        # A reconcile is owed (wanted at open, requested, or a batch failed) and no
+        # pass has done it since: the close then leaves the index marked unclean, so
+        # the next start reconciles (a close never forgets one).
+        self._unreconciled = self._wanted_at_start
 
     # --- opening ---------------------------------------------------------------------
 
@@ -562,6 +568,7 @@ class TaskIndex:
 
     def request_reconcile(self) -> asyncio.Task[None] | None:
         """Start a reconcile (or have the running one run again); the task."""
+        self._unreconciled = True
         if self._closed:
             return None
         running = self._reconcile
@@ -594,11 +601,14 @@ class TaskIndex:
     async def _reconcile_loop(self) -> None:
         while True:
             self._reconcile_again = False
+            self._unreconciled = False  # a request from here on sets it again
             try:
                 await self.reconcile()
             except asyncio.CancelledError:
+                self._unreconciled = True
                 raise
             except Exception:
+                self._unreconciled = True
                 log.exception("task index reconcile failed")
                 return
             if not self._reconcile_again:
@@ -674,7 +684,10 @@ class TaskIndex:
         with contextlib.suppress(sqlite3.Error):
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [("clean", 0 if self.rebuilding else 1), ("mtime", self._folder_mtime())],
+                [
+                    ("clean", 0 if self.rebuilding or self._unreconciled else 1),
+                    ("mtime", self._folder_mtime()),
+                ],
             )
         self._db.close()
 

@@ -226,6 +226,31 @@ async def test_files_added_changed_or_removed_by_hand_are_noticed(
     assert await store.count(ALICE, TaskFilter()) == len(now) - 1
 
 
+@pytest.mark.parametrize("closed", ["never started", "reconcile cancelled"])
+async def test_a_reconcile_not_done_by_close_is_done_at_the_next_start(
+    tmp_path: Path, closed: str
+) -> None:
+    first = WorkspaceTaskStore(tmp_path)
+    records = await fill(first, 3)
+    await first.index.wait_reconciled()  # the first pass over a new index
+    await first.aclose()
+    added = record(100, ms=500, state=pb.TASK_STATE_COMPLETED)
+    write_by_hand(tmp_path, added)  # while no server runs
+    touch_folder(tmp_path)
+    second = WorkspaceTaskStore(tmp_path)  # wants a reconcile: the folder changed
+    if closed == "reconcile cancelled":
+        second.index.start()  # the reconcile is cancelled by the close before it ends
+    await second.aclose()
+    third = WorkspaceTaskStore(tmp_path)
+    try:
+        await third.before_listing(ALICE)
+        await third.index.wait_reconciled()
+        now = [*records, added]
+        assert await walk(third, ALICE, TaskFilter(), 10) == expected(now, TaskFilter())
+    finally:
+        await third.aclose()
+
+
 async def test_the_periodic_reconcile_runs_on_its_own(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path, reconcile_interval_s=0.01)
     try:
