@@ -346,14 +346,17 @@ SELECT t.task,
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 """
 
-# Not for a task another process settled since it was read (a CancelTask there).
+# Not for a task another process settled since it was read (a CancelTask there). A
+# live claim is taken over only by its own process (one whose release was lost): the
+# same task's claim held by another process is that process's run of it (a
+# continuation there since this one read the task), not one to run twice.
 _CLAIM = f"""
 INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
 SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint
 WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4 AND t.{_SETTLED_SQL})
 ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
   runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
-  WHERE c.lease_until < $7 OR c.task_id = excluded.task_id
+  WHERE c.lease_until < $7 OR (c.task_id = excluded.task_id AND c.runner = excluded.runner)
 RETURNING task_id, (SELECT event_seq FROM a2a_tasks WHERE task_id = $4) AS event_seq
 """
 
@@ -1248,8 +1251,9 @@ class PostgresTaskStore(TaskStore):
 
     async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
         """Claim the context for ``task_id``: taken when no claim exists, the existing
-        one is this task's, or its lease expired (its process died); never for a task
-        stored settled (another process cancelled it after this one read it)."""
+        one is this process's for this task, or its lease expired (its process died);
+        never for a task stored settled (another process cancelled it after this one
+        read it), nor over another live process's claim of the same task (its run)."""
         await self._ready()  # the database's time is known
         rows = await self._fetch(
             _CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,

@@ -35,6 +35,7 @@ from .engine_helpers import (
     state_name,
     streamed_text,
 )
+from .test_engine_replica_push import CancelledBeforeClaim
 
 LEASE_S = 10.0
 
@@ -228,6 +229,33 @@ async def test_leases_hold_across_replicas_whose_clocks_disagree(
         failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
         assert state_name(failed) == "FAILED"
         assert failed.status.message.parts[0].text == "server restarted"
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_waiting_task_continued_on_both_engines_at_once_runs_once(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """B read the task waiting for input; before B claims its context, A continues it
+    (A's claim, A's run saved working). B's claim names the same task, but A's run
+    holds it: B answers context busy and runs nothing, rather than run the task a
+    second time beside A's run (with the other message)."""
+    url = await fresh_database(postgres)
+    a = pg_engine(url, tmp_path, FauxAgent())
+    store_b = CancelledBeforeClaim(url, box=SecretBox(tmp_path), lease_s=LEASE_S)
+    b = TaskEngine(FauxAgent(), store_b)
+    try:
+        task = await send(a, "ask:Which city?")
+        assert state_name(task) == "INPUT_REQUIRED"
+        store_b.before_claim = lambda: send(a, "hold:60", task_id=task.id, return_immediately=True)
+        with pytest.raises(UnsupportedOperationError, match="context busy"):
+            await b.send_message(request("Lisbon", task_id=task.id), ctx())
+        assert b.live_task_ids() == []
+        assert a.live_task_ids() == [task.id]
+        stored = await store_b.load(ALICE, task.id)
+        assert stored is not None
+        assert [m.parts[0].text for m in stored.task.history][-1] == "hold:60"
     finally:
         await a.aclose()
         await b.aclose()
