@@ -35,7 +35,8 @@ Keeping it in step with the folder:
 - :meth:`check_folder` is the cheap check each ListTasks makes: one ``stat`` of the
   folder, whose mtime moves when a file is added, removed or renamed in; the store
   remembers the mtime its own writes left, so a difference means a change behind the
-  server's back, and a reconcile starts;
+  server's back (from the open on, also before the first ListTasks), and a reconcile
+  starts; a close after one no ListTasks noticed leaves the index marked unclean;
 - a periodic reconcile (``reconcile_interval_s``) also catches in-place edits.
 
 Memory: nothing here holds an entry per stored task. SQLite's page cache is bounded per
@@ -251,6 +252,9 @@ class TaskIndex:
                 self._wanted_at_start = (
                     self.rebuilding or meta.get("clean") != 1 or meta.get("mtime") != folder_mtime
                 )
+                # The folder as it is now is indexed (or about to be): a change from here
+                # on is one behind the server's back, also before the first ListTasks.
+                self._known_until_ns = folder_mtime
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', 0)")
                 return conn
             except sqlite3.DatabaseError as exc:
@@ -551,9 +555,9 @@ class TaskIndex:
 
     def check_folder(self) -> bool:
         """The cheap check of every ListTasks (one ``stat``): True, and a reconcile
-        started, when the folder changed after this process's last write to it or the
-        last reconcile. A change within a clock tick of one of our writes can pass
-        unseen; the periodic reconcile catches it."""
+        started, when the folder changed after the index was opened, this process's
+        last write to it or the last reconcile. A change within a clock tick of one of
+        our writes can pass unseen; the periodic reconcile catches it."""
         mtime = self._folder_mtime()
         if mtime is None:
             return False
@@ -681,12 +685,17 @@ class TaskIndex:
         for pool in (self._reader, self._worker, self._writer):
             if pool is not None:
                 await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
+        mtime = self._folder_mtime()
+        # A folder changed behind our back that no ListTasks noticed: not indexed.
+        unseen = mtime is not None and (
+            self._known_until_ns is None or mtime > self._known_until_ns
+        )
         with contextlib.suppress(sqlite3.Error):
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                 [
-                    ("clean", 0 if self.rebuilding or self._unreconciled else 1),
-                    ("mtime", self._folder_mtime()),
+                    ("clean", 0 if self.rebuilding or self._unreconciled or unseen else 1),
+                    ("mtime", mtime),
                 ],
             )
         self._db.close()

@@ -251,6 +251,29 @@ async def test_a_reconcile_not_done_by_close_is_done_at_the_next_start(
         await third.aclose()
 
 
+@pytest.mark.parametrize("noticed_by", ["the first listing", "the next start"])
+async def test_files_added_by_hand_before_the_first_listing_are_noticed(
+    tmp_path: Path, noticed_by: str
+) -> None:
+    first = WorkspaceTaskStore(tmp_path)
+    records = await fill(first, 3)
+    await first.index.wait_reconciled()  # the first pass over a new index
+    await first.aclose()
+    store = WorkspaceTaskStore(tmp_path)  # a clean index, as the folder is
+    added = record(100, ms=500, state=pb.TASK_STATE_COMPLETED)
+    write_by_hand(tmp_path, added)  # after the open, before any listing
+    touch_folder(tmp_path)
+    if noticed_by == "the next start":
+        await store.aclose()
+        store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.before_listing(ALICE)  # the cheap check: a small index waits for it
+        now = [*records, added]
+        assert await walk(store, ALICE, TaskFilter(), 10) == expected(now, TaskFilter())
+    finally:
+        await store.aclose()
+
+
 async def test_the_periodic_reconcile_runs_on_its_own(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path, reconcile_interval_s=0.01)
     try:
