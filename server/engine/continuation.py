@@ -329,7 +329,11 @@ class Intake:
                 return task
             # Streams here that followed the task's earlier run elsewhere get its last
             # events before this run's.
-            await self._state.hand_over(task_id)
+            try:
+                await self._state.hand_over(task_id)
+            except BaseException:  # the call was cancelled: the run does not start
+                await self._unclaim(caller, task.context_id, task_id, slot)
+                raise
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)

@@ -259,3 +259,44 @@ async def test_a_waiting_task_continued_on_both_engines_at_once_runs_once(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+class HeldInHandOver(PostgresTaskStore):
+    """The real store; its next hand-over (a continuation's, after its claim) waits
+    until the test cancels the call that made it."""
+
+    handing_over: asyncio.Event | None = None
+
+    async def hand_over(self, task_id: str) -> int | None:
+        entered, self.handing_over = self.handing_over, None
+        if entered is not None:
+            entered.set()
+            await asyncio.Event().wait()
+        return await super().hand_over(task_id)
+
+
+async def test_a_continuation_cancelled_after_its_claim_leaves_the_context_free(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A continuation on B whose call is cancelled (its client left) after B claimed the
+    context, before the run started: the claim goes, so the context is not busy for
+    every other gateway for as long as B lives (B would renew it)."""
+    url = await fresh_database(postgres)
+    a = pg_engine(url, tmp_path, FauxAgent())
+    store_b = HeldInHandOver(url, box=SecretBox(tmp_path), lease_s=LEASE_S)
+    b = TaskEngine(FauxAgent(), store_b)
+    try:
+        task = await send(a, "ask:Which city?", context_id="ctx-left")
+        entered = store_b.handing_over = asyncio.Event()
+        call = asyncio.create_task(b.send_message(request("Lisbon", task_id=task.id), ctx()))
+        async with asyncio.timeout(WAIT_S):
+            await entered.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert b.live_task_ids() == []
+        done = await send(a, "hi", context_id="ctx-left")
+        assert state_name(done) == "COMPLETED"
+    finally:
+        await a.aclose()
+        await b.aclose()
