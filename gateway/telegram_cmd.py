@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from a2a_gateway.agent.assistant import AssistantAgent
 from a2a_gateway.agent.runtime import Runtime
@@ -33,7 +34,7 @@ from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.status import status_report
 
 from .assistant_host import build_assistant, build_runtime
-from .logs import register_secret
+from .logs import redact, register_secret
 from .serve import Gateway, until_signalled
 from .settings import SETTINGS, Settings
 from .startup import StartupError
@@ -231,6 +232,16 @@ def _serve_settings(settings: Settings, config: TelegramConfig) -> Settings:
     return Settings(values)
 
 
+def bot_api_problem(exc: TelegramError, base_url: str) -> str:
+    """Why the Bot API would not start the bot, in one line without the token
+    (python-telegram-bot's own texts quote it: InvalidToken does, whole)."""
+    if isinstance(exc, InvalidToken):
+        return f"the Telegram Bot API at {base_url} rejected the token in {TOKEN_VARIABLE}"
+    if isinstance(exc, NetworkError):  # also TimedOut
+        return f"cannot reach the Telegram Bot API at {base_url}: {redact(exc.message)}"
+    return f"the Telegram Bot API refused to start the bot: {redact(exc.message)}"
+
+
 async def run_telegram(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
     config = check(settings)
     app = TelegramApp(settings, config)
@@ -239,6 +250,9 @@ async def run_telegram(settings: Settings, *, stop: asyncio.Event | None = None)
     except OSError as exc:
         await app.stop()
         raise StartupError(f"cannot start: {exc.strerror or exc}") from None
+    except TelegramError as exc:
+        await app.stop()
+        raise StartupError(bot_api_problem(exc, config.base_url)) from None
     try:
         await until_signalled(stop)
     finally:

@@ -207,6 +207,32 @@ def test_start_up_mistakes_are_one_line(
     assert BOT_TOKEN not in result.stderr
 
 
+@pytest.mark.parametrize("reachable", [True, False])
+async def test_a_bot_api_that_refuses_the_token_or_cannot_be_reached_is_one_line(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path, reachable: bool
+) -> None:
+    # python-telegram-bot's InvalidToken quotes the token whole: a traceback of it put
+    # the token on stderr.
+    wrong = "4243:another-bot-token-9876543210fedcba"
+    base = bot_api.base_url if reachable else f"http://127.0.0.1:{free_ports(1)[0]}"
+    command = telegram_command(tmp_path, bot_api, llm)
+    command[command.index(bot_api.base_url)] = base
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        env={**clean, "TELEGRAM_BOT_TOKEN": wrong},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    text = out.decode() + err.decode()
+    assert process.returncode == 2, text
+    assert wrong not in text and "4243:" not in text and "Traceback" not in text
+    last = err.decode().strip().splitlines()[-1]
+    expected = "rejected the token" if reachable else "cannot reach the Telegram Bot API"
+    assert last.startswith("a2a-gateway: ") and expected in last, text
+
+
 # --- delegation: the owner's assistant hands work to another gateway ------------------
 
 REMOTE_KEY = "k-remote-4b8e2f7a1c9d"
