@@ -211,15 +211,23 @@ async def test_fsync_writes_run_off_the_event_loop_in_order(
 async def test_a_cancelled_fsync_save_still_lands_with_its_index_row(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path, fsync=True)
     try:
+        await store.before_listing(ALICE)  # the first pass over the new, empty index
+        await store.index.wait_reconciled()  # (so no reconcile indexes a file for it)
         saving = asyncio.create_task(store.save(_versioned("t-2", pb.TASK_STATE_WORKING, "w")))
         await asyncio.sleep(0)  # the write is on the writer thread now
         saving.cancel()
         with pytest.raises(asyncio.CancelledError):
             await saving
+        # A save asked later returns after the cancelled one landed (one writer thread):
+        # the cancelled one's row is in, as its file is.
+        await store.save(_versioned("t-3", pb.TASK_STATE_COMPLETED, "c"))
+        rows = {s.task_id: s.state for s in await store.summaries(ALICE)}
+        assert rows == {"t-2": pb.TASK_STATE_WORKING, "t-3": pb.TASK_STATE_COMPLETED}
         await store.save(_versioned("t-2", pb.TASK_STATE_FAILED, "f"))  # asked later: wins
         on_disk, _, _ = decode_record(task_file(tmp_path, "t-2").read_bytes(), "t-2")
         assert on_disk.status.state == pb.TASK_STATE_FAILED
-        assert [s.state for s in await store.summaries(ALICE)] == [pb.TASK_STATE_FAILED]
+        rows = {s.task_id: s.state for s in await store.summaries(ALICE)}
+        assert rows == {"t-2": pb.TASK_STATE_FAILED, "t-3": pb.TASK_STATE_COMPLETED}
     finally:
         await store.aclose()
 
