@@ -1120,7 +1120,8 @@ class PostgresTaskStore(TaskStore):
         poke: asyncio.Event,
     ) -> None:
         """Read the task's events from ``next_seq`` on whenever a NOTIFY names it
-        (and once a lease, to notice a run whose process died); once handed over
+        (and once a lease, to notice a run whose process died, or that nobody here
+        listens any more: ``deliver`` of no events is False); once handed over
         (:meth:`hand_over`), up to the last event before this process's run."""
         try:
             while True:
@@ -1152,6 +1153,8 @@ class PostgresTaskStore(TaskStore):
                 try:
                     await asyncio.wait_for(poke.wait(), self.lease_s)
                 except TimeoutError:
+                    if not deliver([], next_seq):  # nobody here listens any more
+                        return
                     if not await self._still_running(task_id):
                         deliver(None, 0)
                         return

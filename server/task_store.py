@@ -283,7 +283,8 @@ class TaskStore(abc.ABC):
     ) -> None:
         """(``shares_events`` stores) Call ``deliver(events, first_seq)`` with the
         events of ``task_id`` after ``after_seq``, in order, as another process logs
-        them (``first_seq``: the number of the first), until it returns False;
+        them (``first_seq``: the number of the first), until it returns False (an
+        empty ``events`` asks whether anyone still listens);
         ``deliver(None, 0)`` when the run's process is gone (its lease expired)."""
 
     async def hand_over(self, task_id: str) -> int | None:

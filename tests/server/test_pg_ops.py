@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -646,3 +646,30 @@ async def test_a_subscriber_gets_the_next_run_when_it_moves_away_from_its_gatewa
     assert after_c0[after_c0.index("c0-") :] == [
         "c0-", "[INPUT_REQUIRED]", "[WORKING]", "d0-", "[COMPLETED]"
     ]  # fmt: skip
+
+
+async def test_a_follow_nobody_listens_to_any_more_ends_though_the_run_goes_on(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """B's only subscriber of A's silent run leaves: B's follow of the run ends at its
+    next check (a lease without news), not at the run's end, which for a task waiting
+    for input may be never (a task and a query every lease, for as long as B lives)."""
+    url = await fresh_database(postgres)
+    a = pg_engine(url, tmp_path, FauxAgent())
+    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=0.3)
+    b = TaskEngine(FauxAgent(), store_b)
+    try:
+        task = await send(a, "hold:60", return_immediately=True)
+        stream = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+        assert isinstance(stream, AsyncGenerator)
+        async with asyncio.timeout(WAIT_S):
+            assert (await anext(stream)).HasField("task")
+        assert store_b.followed_seq(task.id) is not None
+        await stream.aclose()
+        async with asyncio.timeout(WAIT_S):
+            while store_b.followed_seq(task.id) is not None:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert task.id in a.live_task_ids()
+    finally:
+        await a.aclose()
+        await b.aclose()
