@@ -117,15 +117,19 @@ class A2ATool(Tool):
         redact = Redactor([entry.key])
         try:
             if action == "send":
-                return ToolResult(await self._send(entry, arguments, context, redact))
-            task_id = _text(arguments, "taskId", required=True)
-            if action == "status":
-                return ToolResult(await self._status(entry, task_id, context))
-            return ToolResult(await self._cancel(entry, task_id, context))
+                text = await self._send(entry, arguments, context, redact)
+            elif action == "status":
+                task_id = _text(arguments, "taskId", required=True)
+                text = await self._status(entry, task_id, context)
+            else:
+                task_id = _text(arguments, "taskId", required=True)
+                text = await self._cancel(entry, task_id, context)
         except ToolError as exc:
             raise ToolError(redact(str(exc))) from None
         except A2AError as exc:
             raise ToolError(redact(_explain(entry.name, exc))) from None
+        # The agent's answers, questions and file names pass the redactor as errors do.
+        return ToolResult(redact(text))
 
     # --- actions ------------------------------------------------------------------------
 

@@ -72,7 +72,8 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def describe(result: AgentCardResult) -> str:
-    """The tool's listing of one agent: several lines, or one with ``unreachable``."""
+    """The tool's listing of one agent: several lines, or one with ``unreachable``;
+    the card's texts pass the entry's redactor (an extended card is fetched with the key)."""
     entry = result.entry
     card = result.card
     if card is None:
@@ -91,4 +92,4 @@ def describe(result: AgentCardResult) -> str:
         examples = [one_line(e, 200) for e in list(skill.examples)[:MAX_EXAMPLES]]
         if examples:
             lines.append("    examples: " + " | ".join(examples))
-    return "\n".join(lines)
+    return Redactor([entry.key])("\n".join(lines))

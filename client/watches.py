@@ -56,6 +56,7 @@ from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
 
 from .agents_file import AgentEntry, read_agents
 from .clock import SYSTEM_CLOCK, Clock
+from .errors import Redactor
 from .guarded_http import open_agent
 from .pending import PendingFiles, PendingRecord
 from .remote import RemoteService
@@ -657,4 +658,6 @@ class WatchRegistry:
                     record.watchId,
                     getattr(exc, "message", None) or type(exc).__name__,
                 )
-        return delivery_text(record.agent, task, files)
+        # A prompt to the owner's model: the agent's text passes the entry's redactor.
+        redact = Redactor([watch.entry.key if watch.entry is not None else None])
+        return redact(delivery_text(record.agent, task, files))

@@ -445,3 +445,27 @@ async def test_a_key_the_agent_echoes_is_never_logged(
     # agents.json keys are registered with the log redaction: any line that would still
     # carry one (whatever logged it) leaves the log handler without it.
     assert redact(f"saw {ECHOED_KEY} here") == "saw *** here"
+
+
+async def test_a_key_the_agent_echoes_never_reaches_the_model(
+    tool: A2ATool, workspace: Path, tmp_path: Path
+) -> None:
+    # Every text from the agent's side passes the entry's redactor, answers as errors.
+    said = f"your key is {REMOTE_KEY}"
+    text = await call(tool, workspace, action="send", agent="assistant-a", message=said)
+    assert text.endswith("\nyour key is [redacted]") and REMOTE_KEY not in text
+    status = await call(tool, workspace, action="status", agent="assistant-a", taskId=ids(text)[0])
+    assert status == text
+    reply = await call(
+        tool, workspace, action="send", agent="assistant-a", message=f"message:{said}"
+    )
+    assert reply.endswith("\nyour key is [redacted]") and REMOTE_KEY not in reply
+    asking = await call(
+        tool, workspace, action="send", agent="assistant-a", message=f"ask:Is {REMOTE_KEY} yours?"
+    )
+    assert "\nIs [redacted] yours?\n" in asking and REMOTE_KEY not in asking
+    async with faux_gateway(tmp_path / "c", card_description=f"Uses {REMOTE_KEY}") as other:
+        entry = {"name": "other", "url": base_url(other), "key": REMOTE_KEY}
+        write_agents(workspace, [{**entry, "allow_private": True}])
+        listing = await call(tool, workspace, action="agents")
+    assert "- other: Uses [redacted]" in listing and REMOTE_KEY not in listing

@@ -342,6 +342,24 @@ async def test_undelivered_results_are_kept_and_delivered_when_the_target_regist
         await registry.aclose()
 
 
+async def test_a_key_the_agent_echoes_never_reaches_the_delivered_text(
+    workspace: Path, remote: Gateway
+) -> None:
+    # The delivery is a prompt to the owner's model (and printed by chat): the agent's
+    # text passes the entry's redactor, as the a2a tool's results do.
+    registry = WatchRegistry(clock=ManualClock())
+    inbox = Inbox()
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), f"ask:Is {REMOTE_KEY} yours?")
+        await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=STREAM_CARD)
+        await eventually(lambda: bool(inbox.texts))
+        text = inbox.texts[0][1]
+        assert "Is [redacted] yours?" in text and REMOTE_KEY not in text
+    finally:
+        await registry.aclose()
+
+
 async def test_restore_rearms_and_delivers_and_shutdown_keeps_records(
     workspace: Path, remote: Gateway
 ) -> None:
