@@ -333,6 +333,9 @@ class TaskIndex:
         for key in retry_keys:
             self._pending_retry.pop(key, None)
         if future.cancelled() or future.exception() is not None or not future.result():
+            # The owners rows it carried are not in: the next write naming each owner
+            # queues its row again (retention finds owners there).
+            self._owners.clear()
             self.request_reconcile()
             return
 

@@ -4,6 +4,8 @@ interrupted and running tasks never expire by age."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,36 @@ async def test_a_task_written_since_it_was_indexed_is_left_for_the_next_pass(
         path.write_bytes(path.read_bytes() + b" ")  # changed behind the index's back
         assert await store.expire(int(NOW * 1e9), 10) == 0  # considered, not removed
         assert path.exists()
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.server_fault  # the failed index write is logged with its traceback
+async def test_an_owner_whose_index_write_failed_still_has_its_tasks_expired(
+    tmp_path: Path,
+) -> None:
+    """A failed index write (disk full, a lock held too long) is repaired by the
+    reconcile it starts, the owner's row included: retention finds its tasks."""
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.before_listing(ALICE)
+        await store.index.wait_reconciled()  # the first pass over the new, empty index
+        index = tmp_path / ".a2a" / "index.sqlite3"
+        with contextlib.closing(sqlite3.connect(index)) as db:
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON owners"
+                " BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+            db.commit()
+        await store.save(aged("old", pb.TASK_STATE_COMPLETED, 60))
+        await store.index.flushed()  # its batch (owner and task rows) failed: a reconcile
+        with contextlib.closing(sqlite3.connect(index)) as db:
+            db.execute("DROP TRIGGER refuse")  # before the reconcile writes (no await yet)
+            db.commit()
+        await store.index.wait_reconciled()
+        assert await store.count(ALICE, TaskFilter()) == 1
+        assert await store.expire(int(NOW * 1e9) - 30 * DAY * 10**9, 10) == 1
+        assert not task_path(tmp_path, "old").exists()
     finally:
         await store.aclose()
 
