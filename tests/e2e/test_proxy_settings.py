@@ -224,10 +224,18 @@ async def test_slow_upstream_is_deadline_exceeded(transport: str, start: Start) 
     proxy = await start(
         upstream=base_url(upstream), upstream_transport=transport, upstream_timeout=2.0
     )
+    # Answered within BOUND, long before the 30 s hold ends: the bound was applied.
     reply = await call(proxy, "SendMessage", message("hold:30"))
-    assert reply["error"]["code"] == -32603
-    assert reason(reply["error"]) == "DEADLINE_EXCEEDED"
-    assert reply["error"]["message"] == UPSTREAM_TIMEOUT
+    if transport == "grpc" and "result" in reply:
+        # gRPC carries the bound to the upstream as the call's deadline, and our
+        # gateway answers a blocking send at its deadline with the task as it is then:
+        # that answer and the proxy's own timer race (the answer won once in a loaded
+        # CI run). Either outcome shows the bound; only a task still working is right.
+        assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+    else:
+        assert reply["error"]["code"] == -32603
+        assert reason(reply["error"]) == "DEADLINE_EXCEEDED"
+        assert reply["error"]["message"] == UPSTREAM_TIMEOUT
     # A quick call within the same bound still goes through.
     quick = await call(proxy, "SendMessage", message("quick"))
     assert quick["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
