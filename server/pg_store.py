@@ -50,10 +50,10 @@ runner's wall clock) is moved onto that clock by the runner before they are comp
 (:meth:`PostgresTaskStore._status_to_db`), so a config added on a replica whose clock
 is off gets the runner's next status change, neither none nor ones long before it.
 A change made where no run exists (that recovery, CancelTask of a task waiting for
-input) is stored by :meth:`replace`: only if the row still has the state and status
-time it was read with, no other live process holds its lease, and none holds a claim
-of its context for it; so of two processes making it at once exactly one stores it
-(and announces it to webhooks).
+input, the hop guard failing one) is stored by :meth:`replace`: only if the row still
+has the state and status time it was read with, no other live process holds its
+lease, and none holds a claim of its context for it; so of two processes making it at
+once exactly one stores it (and announces it to webhooks).
 
 One run per (caller, context) across processes: before a run starts, its process
 claims the context in ``a2a_contexts`` (a primary key; taken over only when the
@@ -306,7 +306,8 @@ SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
 """
 
 # A change where no run exists: only if the row is as loaded ($7 state, $8 ts), and
-# no other live process holds its run's lease or a claim of its context for it.
+# no other live process holds its run's lease or a claim of its context for it; with
+# the retry keys remembered for it since its last save ($13, $14).
 _REPLACE = """
 WITH t AS (
   UPDATE a2a_tasks SET state = $4, ts = $5, task = $6, runner = '', lease_until = 0
@@ -317,7 +318,13 @@ WITH t AS (
   RETURNING context_id),
 settled AS (
   DELETE FROM a2a_contexts c USING t WHERE $11 AND c.workspace = $2 AND c.caller = $3
-    AND c.context_id = t.context_id AND c.task_id = $1)
+    AND c.context_id = t.context_id AND c.task_id = $1),
+retry AS (
+  INSERT INTO a2a_retry_keys(workspace, caller, message_id, fingerprint, task_id)
+  SELECT $2, $3, k.message_id, k.fingerprint, $1
+  FROM unnest($13::text[], $14::text[]) AS k(message_id, fingerprint)
+  WHERE EXISTS (SELECT 1 FROM t)
+  ON CONFLICT DO NOTHING)
 SELECT EXISTS (SELECT 1 FROM t) AS replaced,
   ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $12
         ORDER BY p.position) AS configs,
@@ -898,23 +905,32 @@ class PostgresTaskStore(TaskStore):
         summary = TaskSummary.of(task)
         saved_status = status_key(task)
         record.push_as_of = None
-        rows = await self._fetch(
-            _REPLACE,
-            task.id,
-            record.owner.workspace,
-            record.owner.name,
-            summary.state,
-            _clamp(summary.timestamp_ns),
-            task.SerializeToString(),
-            record.loaded_as[0],
-            record.loaded_as[1],
-            self.replica,
-            self._db_now(),
-            summary.state not in ACTIVE,
-            self._db_time(summary.timestamp_ns),
-        )
-        row = rows[0]
-        if not row["replaced"]:
+        keys = self._pending.pop(task.id, [])
+        replaced = False
+        try:
+            rows = await self._fetch(
+                _REPLACE,
+                task.id,
+                record.owner.workspace,
+                record.owner.name,
+                summary.state,
+                _clamp(summary.timestamp_ns),
+                task.SerializeToString(),
+                record.loaded_as[0],
+                record.loaded_as[1],
+                self.replica,
+                self._db_now(),
+                summary.state not in ACTIVE,
+                self._db_time(summary.timestamp_ns),
+                [k[0] for k in keys],
+                [k[1] for k in keys],
+            )
+            row = rows[0]
+            replaced = bool(row["replaced"])
+        finally:
+            if keys and not replaced:  # the next save of the task writes them
+                self._pending.setdefault(task.id, []).extend(keys)
+        if not replaced:
             return False
         self._answered_configs(record, row)
         record.push_as_of = saved_status

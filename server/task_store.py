@@ -197,10 +197,11 @@ class TaskStore(abc.ABC):
 
     async def replace(self, record: TaskRecord) -> bool:
         """Store a change made where no run of the task exists (restart recovery,
-        CancelTask of a task waiting for input), unless the stored task changed since
-        ``record`` was loaded (a store shared by several processes: another one
-        recovered, cancelled or started running it meanwhile). False when it was not
-        stored: the change is someone else's to make, and to announce."""
+        CancelTask of a task waiting for input, the hop guard failing one), unless
+        the stored task changed since ``record`` was loaded (a store shared by
+        several processes: another one recovered, cancelled or started running it
+        meanwhile). False when it was not stored: the change is someone else's to
+        make, and to announce."""
         await self.save(record)
         return True
 

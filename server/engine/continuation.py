@@ -322,7 +322,11 @@ class Intake:
             if hops > self._state.max_hops:
                 self._state.remember_message(seen_key, task_id)
                 apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
-                await self._records.save(record)
+                # No run of it exists: stored only if no other process continued or
+                # cancelled the task since it was read (a shared store).
+                if not await self._records.replace_or_fail(record):
+                    await self._refuse_if_settled(caller, task_id)
+                    raise UnsupportedOperationError(CONTEXT_BUSY)
                 self._state.publish_status(record)
                 if self._state.task_limiter is not None:
                     self._state.task_limiter.close_context(caller, task.context_id)

@@ -300,3 +300,60 @@ async def test_a_continuation_cancelled_after_its_claim_leaves_the_context_free(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+class ChangedBeforeWrite(PostgresTaskStore):
+    """The real store; ``before_write`` (once) runs just before its next save or
+    replace: the moment between a change's read of the task and its write."""
+
+    before_write: Callable[[], Awaitable[object]] | None = None
+
+    async def _hook(self) -> None:
+        hook, self.before_write = self.before_write, None
+        if hook is not None:
+            await hook()
+
+    async def save(self, record: TaskRecord) -> None:
+        await self._hook()
+        await super().save(record)
+
+    async def replace(self, record: TaskRecord) -> bool:
+        await self._hook()
+        return await super().replace(record)
+
+
+async def test_a_hop_limited_answer_does_not_fail_a_run_started_elsewhere_meanwhile(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """B read the task waiting for input to answer a message over the hop limit (which
+    fails it, with no run); meanwhile A continued the task and runs it. B's failure is
+    not stored over A's run (whose end would then be refused and lost): B answers
+    context busy, as a continuation finding the task's context claimed does."""
+    url = await fresh_database(postgres)
+    a = pg_engine(url, tmp_path, FauxAgent())
+    store_b = ChangedBeforeWrite(url, box=SecretBox(tmp_path), lease_s=LEASE_S)
+    b = TaskEngine(FauxAgent(), store_b)
+    try:
+        task = await send(a, "ask:Which city?")
+        store_b.before_write = lambda: send(a, "hold:60", task_id=task.id, return_immediately=True)
+        looping = request("Lisbon", task_id=task.id, metadata={"a2a-gateway.hops": 9})
+        with pytest.raises(UnsupportedOperationError, match="context busy"):
+            await b.send_message(looping, ctx())
+        assert a.live_task_ids() == [task.id]
+        seen = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(seen) == "WORKING"
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_hop_limited_answer_retried_on_the_other_engine_gets_the_same_task(
+    replicas: tuple[TaskEngine, TaskEngine, Clock],
+) -> None:
+    a, b, _ = replicas
+    task = await send(a, "ask:Which city?")
+    looping = request("Lisbon", task_id=task.id, metadata={"a2a-gateway.hops": 9})
+    failed = (await b.send_message(looping, ctx())).task
+    assert state_name(failed) == "FAILED"
+    retried = (await a.send_message(looping, ctx())).task  # its retry key is stored
+    assert (retried.id, state_name(retried)) == (task.id, "FAILED")
