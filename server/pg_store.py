@@ -299,6 +299,7 @@ retry AS (
 SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
   EXISTS (SELECT 1 FROM t) AS written,
   (SELECT state FROM a2a_tasks WHERE task_id = $1) AS stored_state,
+  (SELECT ts FROM a2a_tasks WHERE task_id = $1) AS stored_ts,
   ARRAY(SELECT p.config FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $18
         ORDER BY p.position) AS configs,
   ARRAY(SELECT p.version FROM a2a_push_configs p WHERE p.task_id = $1 AND p.added_ns <= $18
@@ -883,7 +884,10 @@ class PostgresTaskStore(TaskStore):
                 record.push_as_of = UNSTORED
             raise
         row = rows[0]
-        if not row["written"]:  # settled elsewhere: its end was announced there
+        # Not written, and not this very status written before (a write tried again
+        # after an error that came after its commit): settled elsewhere, and
+        # announced there.
+        if not row["written"] and (row["stored_state"], row["stored_ts"]) != args[4:6]:
             record.settled_elsewhere = True
         if not row["written"] and row["stored_state"] != args[4]:
             log.warning(

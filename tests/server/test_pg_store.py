@@ -289,3 +289,31 @@ async def test_a_store_whose_clock_runs_ahead_keeps_fresh_events(
         assert [r[0] for r in left] == ["t-fresh"]
     finally:
         await b.aclose()
+
+
+async def test_a_final_state_written_again_is_not_taken_for_another_process(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A save of the final state this process already stored (a write tried again after
+    an error that came after its commit) is not refused as settled elsewhere, which
+    would keep its webhooks from hearing of it; a different final state stored
+    meanwhile is."""
+    url = await fresh_database(postgres)
+    a = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    b = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    try:
+        live = record("t-again")
+        live.task.status.state = pb.TASK_STATE_WORKING
+        await a.save(live)
+        live.task.status.state = pb.TASK_STATE_COMPLETED
+        await a.save(live)
+        await a.save(live)
+        assert not live.settled_elsewhere
+        recovered = await b.load(ALICE, "t-again")
+        assert recovered is not None
+        recovered.task.status.timestamp.FromNanoseconds(1_700_000_001_000_000_000)
+        await b.save(recovered)  # the same state, another status
+        assert recovered.settled_elsewhere
+    finally:
+        await a.aclose()
+        await b.aclose()
