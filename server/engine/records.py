@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 #: Recoveries tried in one read of a lost run, each refused because the task changed
 #: since it was read (a live process's change ends the tries: its lease is held).
 RECOVERY_TRIES = 3
+#: The pauses before the writes of a run's final state tried again after a failure
+#: (nothing writes that state later: a shared store would fail the run as lost).
+FINAL_RETRY_PAUSES_S = (0.1, 1.0)
 
 
 class Records:
@@ -99,6 +102,27 @@ class Records:
     async def persist(self, run: Run) -> None:
         run.dirty = False
         self._dirty.pop(run.record.task.id, None)
+        await self.save(run.record)
+
+    async def persist_final(self, run: Run) -> None:
+        """:meth:`persist` of the run's final (terminal or interrupted) state: no later
+        write would store it, so a failed write is tried again after each of
+        :data:`FINAL_RETRY_PAUSES_S` before it is given up (logged)."""
+        run.dirty = False
+        self._dirty.pop(run.record.task.id, None)
+        for pause in FINAL_RETRY_PAUSES_S:
+            try:
+                await self._state.store.save(run.record)
+                return
+            except Exception as exc:
+                log.warning(
+                    "could not store task %s (trying again in %gs): %s: %s",
+                    run.record.task.id,
+                    pause,
+                    type(exc).__name__,
+                    str(exc)[:200],
+                )
+            await asyncio.sleep(pause)
         await self.save(run.record)
 
     async def save(self, record: TaskRecord) -> None:

@@ -307,7 +307,7 @@ class Runner:
             message.parts.add().data.struct_value.update({"schema": run.status_data})
         apply_status(task, state, message)
         try:
-            await self._records.persist(run)  # on disk before anyone can see the final state
+            await self._records.persist_final(run)  # stored before anyone sees it
         finally:
             if run.slot is not None:
                 run.slot.finish(keep_context_open=state in INTERRUPTED)

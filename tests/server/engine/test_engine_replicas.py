@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from a2a_gateway.agent.base import Completed, Output, Progress, TextChunk, Turn
@@ -357,3 +358,43 @@ async def test_a_hop_limited_answer_retried_on_the_other_engine_gets_the_same_ta
     assert state_name(failed) == "FAILED"
     retried = (await a.send_message(looping, ctx())).task  # its retry key is stored
     assert (retried.id, state_name(retried)) == (task.id, "FAILED")
+
+
+async def test_a_final_state_whose_first_write_fails_is_stored_all_the_same(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """The database refuses the first write of the run's final state (a trigger fails
+    it once, as a dropped pooled connection would): nothing would write that state
+    later, so the run tries again, rather than leave the task working until it is
+    taken for a lost run and failed "server restarted"."""
+    url = await fresh_database(postgres)
+    gate = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        await gate.wait()
+        yield Completed("done")
+
+    a = pg_engine(url, tmp_path, Scripted(script))
+    try:
+        task = await send(a, "go", return_immediately=True)  # stored working
+        admin = await asyncpg.connect(url)
+        try:
+            await admin.execute(
+                "CREATE SEQUENCE fail_once;"
+                " CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+                " BEGIN IF nextval('fail_once') = 1 THEN RAISE EXCEPTION 'injected'; END IF;"
+                " RETURN NEW; END $$;"
+                " CREATE TRIGGER fail_once BEFORE UPDATE ON a2a_tasks FOR EACH ROW"
+                f" WHEN (NEW.state = {pb.TASK_STATE_COMPLETED}) EXECUTE FUNCTION fail_once()"
+            )
+            gate.set()
+            async with asyncio.timeout(WAIT_S):
+                while a.live_task_ids():  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            assert await admin.fetchval("SELECT last_value FROM fail_once") >= 1  # it failed
+        finally:
+            await admin.close()
+        stored = await a.get_task(pb.GetTaskRequest(id=task.id), ctx())
+    finally:
+        await a.aclose()
+    assert state_name(stored) == "COMPLETED"
