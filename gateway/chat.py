@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -55,6 +56,9 @@ log = logging.getLogger("a2a_gateway.chat")
 SCOPE = "local-owner"
 #: Where files the assistant sends (send_file) land in the workspace.
 OUTBOX = ("inbox", "chat")
+#: The longest line read from stdin as one message (a longer one is not sent).
+MAX_LINE_BYTES = 1024 * 1024
+READ_CHUNK = 64 * 1024
 
 
 @dataclass
@@ -180,11 +184,47 @@ async def _start_push_receiver(settings: Settings, watches: WatchRegistry) -> we
     return runner
 
 
-async def _lines(stream: TextIO) -> asyncio.StreamReader:
+class _TooLong(Exception):
+    """A line over :data:`MAX_LINE_BYTES` (read to its end and dropped)."""
+
+
+class _Lines:
+    """The owner's lines from ``read(n)`` (bytes, b"" at the end of input), each at most
+    :data:`MAX_LINE_BYTES`: a longer one is read to its end and dropped (:class:`_TooLong`),
+    so the next line is read as usual (asyncio's own readline gives up at 64 KiB)."""
+
+    def __init__(self, read: Callable[[int], Awaitable[bytes]]) -> None:
+        self._read = read
+        self._buffer = bytearray()
+        self._eof = False
+
+    async def next(self) -> bytes | None:
+        """The next line without its end of line; None at the end of input."""
+        too_long = False
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0 or (self._eof and (self._buffer or too_long)):
+                end = len(self._buffer) if end < 0 else end
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                if too_long or len(line) > MAX_LINE_BYTES:
+                    raise _TooLong
+                return line
+            if self._eof:
+                return None
+            if len(self._buffer) > MAX_LINE_BYTES:
+                too_long = True
+                self._buffer.clear()
+            chunk = await self._read(READ_CHUNK)
+            self._eof = not chunk
+            self._buffer += chunk
+
+
+async def _lines(stream: TextIO) -> _Lines:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
-    return reader
+    return _Lines(reader.read)
 
 
 def _workspace(text: str) -> Path:
@@ -242,10 +282,14 @@ async def run_chat(
                 await asyncio.wait_for(asyncio.shield(restoring), CALL_TIMEOUT_S)
             await watches.quiesce(workspace, bound=2 * CALL_TIMEOUT_S)
             return 0 if await host.ask(message) else 1
-        reader = await _lines(stdin or sys.stdin)
+        lines = await _lines(stdin or sys.stdin)
         while True:
-            line = await reader.readline()
-            if not line:
+            try:
+                line = await lines.next()
+            except _TooLong:
+                host._print(f"[not sent: the line is longer than {MAX_LINE_BYTES} bytes]\n")
+                continue
+            if line is None:
                 return 0
             text = line.decode("utf-8", "replace").strip()
             if text:

@@ -23,7 +23,7 @@ import pytest
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import connect
 
-from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
+from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually
 from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 
@@ -329,3 +329,23 @@ def test_chat_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "--llm-model is required" in capsys.readouterr().err
     assert main(["chat", "--workspace", str(tmp_path), "--a2a-wait", "-1"]) == 2
     assert "a2a_wait" in capsys.readouterr().err
+
+
+async def test_a_line_over_the_cap_is_skipped_and_the_chat_goes_on(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    # asyncio's line reader raised ValueError for a line over 64 KiB: a pasted document
+    # ended the chat with a traceback. Now a line up to the cap is a message; a longer
+    # one is not sent (said on stdout) and the next line is read as usual.
+    from a2a_gateway.chat import MAX_LINE_BYTES
+
+    process = await start_chat(llm, tmp_path / "w")
+    assert process.stdin is not None
+    pasted = "p" * (100 * 1024)
+    process.stdin.write(f"{pasted}\n{'x' * (MAX_LINE_BYTES + 10)}\nhello\n".encode())
+    await end_chat(process)  # every line is answered before the end of input ends it
+    assert process.stdout is not None
+    out = (await process.stdout.read()).decode()
+    assert f"[not sent: the line is longer than {MAX_LINE_BYTES} bytes]" in out
+    texts = [user_texts(request)[-1] for request in llm.requests]
+    assert [len(text) for text in texts] == [len(pasted), len("hello")]
