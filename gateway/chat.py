@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import stat
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -221,6 +223,13 @@ class _Lines:
 
 
 async def _lines(stream: TextIO) -> _Lines:
+    """The lines of ``stream``: read by the event loop from a pipe, a socket or a
+    terminal; otherwise (a file, /dev/null: the loop's pipe reader refuses them, uvloop's
+    by aborting the process) in a worker thread, where such reads never wait long."""
+    fd = stream.fileno()
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
+        return _Lines(lambda size: asyncio.to_thread(os.read, fd, size))
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)

@@ -349,3 +349,25 @@ async def test_a_line_over_the_cap_is_skipped_and_the_chat_goes_on(
     assert f"[not sent: the line is longer than {MAX_LINE_BYTES} bytes]" in out
     texts = [user_texts(request)[-1] for request in llm.requests]
     assert [len(text) for text in texts] == [len(pasted), len("hello")]
+
+
+@pytest.mark.parametrize("source", ["file", "devnull"])
+async def test_stdin_from_a_file_or_dev_null(llm: FakeLLM, tmp_path: Path, source: str) -> None:
+    # The event loop's pipe reader takes pipes, sockets and terminals only: with
+    # ``chat < lines.txt`` (or stdin on /dev/null, as a service manager gives it) the
+    # chat was killed by SIGABRT (uvloop), saying nothing.
+    lines = tmp_path / "lines.txt"
+    lines.write_text("hello\nagain")
+    with (lines if source == "file" else Path(os.devnull)).open("rb") as stdin:
+        process = await asyncio.create_subprocess_exec(
+            *chat_command(llm, tmp_path / "w"),
+            stdin=stdin,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=chat_env(),
+        )
+        out, err = await asyncio.wait_for(process.communicate(), CHAT_BOUND_S)
+    assert process.returncode == 0, err.decode()[-3000:]
+    texts = [user_texts(request)[-1] for request in llm.requests]
+    assert texts == (["hello", "again"] if source == "file" else [])
+    assert out.decode().count("ok\n") == len(texts)
