@@ -673,3 +673,49 @@ async def test_a_follow_nobody_listens_to_any_more_ends_though_the_run_goes_on(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_events_whose_first_write_fails_still_reach_the_other_gateway(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """The database refuses one write of A's stream events (a trigger fails it once,
+    as a dropped pooled connection would): the events are written again, so B's
+    subscriber gets them all and the run's end, rather than stall at the gap until the
+    run is over and then be told the run was lost."""
+    url = await fresh_database(postgres)
+    gate = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        yield TextChunk("c0-")
+        await gate.wait()
+        yield TextChunk("c1-")
+        yield Completed("done")
+
+    a = pg_engine(url, tmp_path, Scripted(script))
+    b = TaskEngine(FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=1.0))
+    admin = await asyncpg.connect(url)
+    try:
+        task = await send(a, "go", return_immediately=True)
+        async with asyncio.timeout(WAIT_S):  # WORKING and c0- are logged (polled)
+            while await admin.fetchval("SELECT count(*) FROM a2a_events") < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        stream = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
+        async with asyncio.timeout(WAIT_S):
+            first = await anext(stream)
+        await admin.execute(
+            "CREATE SEQUENCE fail_once;"
+            " CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF nextval('fail_once') = 1 THEN RAISE EXCEPTION 'injected'; END IF;"
+            " RETURN NEW; END $$;"
+            " CREATE TRIGGER fail_once BEFORE INSERT ON a2a_events FOR EACH ROW"
+            " EXECUTE FUNCTION fail_once()"
+        )
+        gate.set()
+        events = [first, *await collect(stream)]
+        assert await admin.fetchval("SELECT is_called FROM fail_once")  # it failed once
+    finally:
+        await admin.close()
+        await a.aclose()
+        await b.aclose()
+    assert streamed_text(events) == "c0-c1-"
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
