@@ -525,8 +525,14 @@ class PostgresTaskStore(TaskStore):
                 )
             except _DB_ERRORS as exc:
                 raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
-            except ValueError as exc:  # a URL asyncpg cannot parse (say, a port not a number)
-                raise StoreUnavailable(f"the database URL is not usable: {_why(exc)}") from None
+            except ValueError:  # a URL asyncpg cannot parse (say, a port not a number)
+                # Not its text: it quotes the URL's pieces, which for a ``/``, ``?`` or
+                # ``#`` left unencoded in the password are pieces of the password.
+                raise StoreUnavailable(
+                    "the database URL is not usable: it does not parse (a port that is not"
+                    " a number; or a / ? # @ or : in the user name or password, which must"
+                    " be percent-encoded)"
+                ) from None
             try:  # nothing opened here outlives a failed start
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)

@@ -159,6 +159,25 @@ async def test_a_malformed_url_is_an_error_without_the_url(tmp_path: Path) -> No
     assert "postgresql://" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("password", "parts"),
+    [("pw-3a2b/c1d0e9", ["pw-3a2b", "c1d0e9"]), ("pw-8f7e?d6c5b4", ["pw-8f7e", "d6c5b4"])],
+)
+async def test_a_password_the_url_cannot_hold_is_not_echoed(
+    tmp_path: Path, password: str, parts: list[str]
+) -> None:
+    """A ``/`` or ``?`` left unencoded in the password ends the URL's host part there:
+    asyncpg's error then quotes a piece of the password as the port or a query field,
+    which the log redaction (of the whole password) does not catch."""
+    url = f"postgresql://a2a:{password}@127.0.0.1:{free_port()}/postgres"
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), acquire_timeout_s=5)
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.start()
+    for part in parts:
+        assert part not in str(caught.value)
+    assert "percent-encoded" in str(caught.value)
+
+
 async def test_a_run_lease_held_elsewhere_until_it_expires(
     postgres: LocalPostgres, tmp_path: Path
 ) -> None:
