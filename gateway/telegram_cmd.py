@@ -151,8 +151,12 @@ class TelegramApp:
 
     def _deliverer(self, chat_id: int) -> Deliver:
         async def deliver(scope: str, text: str) -> None:
-            if not self.host.follow_up(chat_id, text, label="a2a result"):
+            # Taken once its turn has run: a bot stopped before keeps the record.
+            ran = self.host.follow_up(chat_id, text, label="a2a result")
+            if ran is None:
                 raise RuntimeError(f"chat {chat_id} cannot take a follow-up now")
+            if not await ran:
+                raise RuntimeError(f"chat {chat_id}: the bot stopped before the follow-up ran")
 
         return deliver
 

@@ -114,6 +114,8 @@ class TelegramHost:
         self._now = now
         self._allowed = AllowedUsers(config.allowed_users)
         self._chats: dict[int, ChatQueue] = {}
+        self._follow_ups: set[asyncio.Future[bool]] = set()  # not run yet
+        self._stopping = False
         self.webhook_secret = secrets.token_urlsafe(32)
         _quiet_token_loggers()  # before the Bot exists: it logs its URLs when built
         base = config.base_url.rstrip("/")
@@ -165,9 +167,13 @@ class TelegramHost:
         )
 
     async def stop(self) -> None:
+        self._stopping = True
         for chat in list(self._chats.values()):
             await chat.aclose()  # running turns end here; the runtime is the caller's
         self._chats.clear()
+        for ran in list(self._follow_ups):  # queued, never run
+            if not ran.done():
+                ran.set_result(False)
         updater = self.application.updater
         if updater is not None and updater.running:
             await updater.stop()
@@ -219,16 +225,31 @@ class TelegramHost:
         """An inbound caller's ``notify_owner``: ``<caller>: <text>`` in the chat."""
         await self._send_text(chat_id, f"{caller}: {text}")
 
-    def follow_up(self, chat_id: int, text: str, *, label: str = "follow-up") -> bool:
+    def follow_up(
+        self, chat_id: int, text: str, *, label: str = "follow-up"
+    ) -> asyncio.Future[bool] | None:
         """Run ``text`` as a turn of the chat's session, behind the running turn, with
-        the chat's local time as a header. False when the chat is not allowed (the
-        caller keeps the text) or its queue is full."""
+        the chat's local time as a header. None when the chat is not allowed or its
+        queue is full (the caller keeps the text); else a future that becomes True once
+        the turn has run (or ``/stop`` ended it), False when the host stops first (the
+        turn never ran, or was cut short): the caller keeps the text then too."""
         if chat_id not in self.config.allowed_users:
-            return False
+            return None
         prompt_text = f"{self._time_header(chat_id)}\n{text}"
-        return self._queue(chat_id).put(
-            Job(lambda: self._run_turn(chat_id, prompt_text, (), follow_up=True), label)
-        )
+        ran: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                await self._run_turn(chat_id, prompt_text, (), follow_up=True)
+            finally:
+                if not ran.done():
+                    ran.set_result(not self._stopping)
+
+        if not self._queue(chat_id).put(Job(run, label)):
+            return None
+        self._follow_ups.add(ran)
+        ran.add_done_callback(self._follow_ups.discard)
+        return ran
 
     async def wait_idle(self, chat_id: int) -> None:
         """Wait until the chat has no queued or running job (tests)."""

@@ -18,7 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.agent.fake_llm import Calls, FakeLLM, Reply, Say, tool_results, user_texts
+from a2a_gateway.client.pending import PendingRecord, write_pending
+from tests.agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, tool_results, user_texts
 from tests.interop.conftest import free_ports
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
@@ -338,3 +339,26 @@ async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
     for log in ("telegram-1.log", "telegram-2.log", "remote.log"):
         text = (tmp_path / log).read_text()
         assert REMOTE_KEY not in text and BOT_TOKEN not in text and "Traceback" not in text
+
+
+async def test_a_result_whose_follow_up_turn_the_stop_cut_short_is_kept(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    # The record of a finished watch went as soon as the follow-up was queued in the
+    # chat: a bot stopped before (or while) that turn ran lost the result for good.
+    root = tmp_path / "chats"
+    text = '[A2A result from "remote", task t-1 (completed)]\nContext: c-1\nall done'
+    record = PendingRecord(
+        "w-1", f"telegram-{OWNER}", "remote", "t-1", "c-1", None,
+        "2026-12-01T12:00:00+00:00", "poll", undelivered=text,
+    )  # fmt: skip
+    write_pending(root / str(OWNER), [record])
+    endless = Stall(every=0.05)
+    llm.script(endless)
+    async with running(telegram_command(root, bot_api, llm), tmp_path / "telegram.log"):
+        async with asyncio.timeout(30):
+            while not llm.requests:  # noqa: ASYNC110 - another process's turn
+                await asyncio.sleep(0.05)
+        assert "all done" in user_texts(llm.requests[0])[-1]
+    await asyncio.wait_for(endless.closed.wait(), 30)  # the turn was cut short
+    assert [r["undelivered"] for r in pending_records(root)] == [text]
