@@ -3,6 +3,7 @@ command line never imports python-telegram-bot)."""
 
 from __future__ import annotations
 
+from .chat_settings import DELEGATION_SETTINGS
 from .settings import SETTINGS, Setting
 
 #: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
@@ -51,20 +52,7 @@ TELEGRAM_SETTINGS: tuple[Setting, ...] = (
         True,
         "give the owner's chats the a2a tool (call the agents of the chat's agents.json)",
     ),
-    Setting(
-        "a2a_wait",
-        float,
-        60.0,
-        "seconds the a2a tool waits for a result before a watch takes over (0: at once)",
-        0,
-    ),
-    Setting(
-        "watch_timeout",
-        float,
-        86400.0,
-        "seconds after which a watch gives up (from its start)",
-        above=0,
-    ),
+    *DELEGATION_SETTINGS,
     Setting(
         "time_zone",
         str,
