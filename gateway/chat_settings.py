@@ -42,15 +42,18 @@ _FROM_SERVE = frozenset(
 #: an agent's run).
 TURN_TIMEOUT_S = 3600.0
 
+#: ``--turn-timeout`` of the owner hosts (chat and the Telegram host).
+TURN_TIMEOUT_SETTING = Setting(
+    "turn_timeout",
+    float,
+    TURN_TIMEOUT_S,
+    "seconds one turn (a message, or a delivered result) may run before it is stopped",
+    above=0,
+)
+
 CHAT_SETTINGS: tuple[Setting, ...] = (
     Setting("workspace", str, "", "the owner's workspace folder (required)"),
-    Setting(
-        "turn_timeout",
-        float,
-        TURN_TIMEOUT_S,
-        "seconds one turn (a message, or a delivered result) may run before it is stopped",
-        above=0,
-    ),
+    TURN_TIMEOUT_SETTING,
     *DELEGATION_SETTINGS,
     *(s for s in SETTINGS if s.name in _FROM_SERVE or (s.name.startswith("llm_"))),
 )

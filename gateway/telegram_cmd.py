@@ -81,6 +81,7 @@ def check(settings: Settings, environ: Mapping[str, str] | None = None) -> Teleg
         webhook_url=webhook,
         time_zone=settings["time_zone"],
         max_file_bytes=settings["max_file_bytes"],
+        turn_timeout_s=settings["turn_timeout"],
     )
 
 

@@ -3,7 +3,7 @@ command line never imports python-telegram-bot)."""
 
 from __future__ import annotations
 
-from .chat_settings import DELEGATION_SETTINGS
+from .chat_settings import DELEGATION_SETTINGS, TURN_TIMEOUT_SETTING
 from .settings import SETTINGS, Setting
 
 #: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
@@ -52,6 +52,7 @@ TELEGRAM_SETTINGS: tuple[Setting, ...] = (
         True,
         "give the owner's chats the a2a tool (call the agents of the chat's agents.json)",
     ),
+    TURN_TIMEOUT_SETTING,
     *DELEGATION_SETTINGS,
     Setting(
         "time_zone",

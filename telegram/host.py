@@ -40,6 +40,7 @@ from a2a_gateway.agent.runtime import (
     TurnFailed,
 )
 from a2a_gateway.agent.tools import ToolRegistry
+from a2a_gateway.chat_settings import TURN_TIMEOUT_S
 from a2a_gateway.server.files import INBOX_FOLDER as INBOX
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from telegram import Bot, Message, Update
@@ -93,6 +94,9 @@ class TelegramConfig:
     time_zone: str = "UTC"
     max_file_bytes: int = 10 * 1024 * 1024
     poll_timeout_s: float = 30.0
+    #: How long one turn may run (``--turn-timeout``; as chat's) before it is stopped
+    #: and the chat told so.
+    turn_timeout_s: float = TURN_TIMEOUT_S
 
 
 class TelegramHost:
@@ -353,8 +357,9 @@ class TelegramHost:
         turn = self._runtime.run_turn(
             self.scope(chat_id), workspace, text, files=files, tools=tools, cancelled=cancelled
         )
+        bound = asyncio.timeout(self.config.turn_timeout_s)
         try:
-            async with contextlib.aclosing(turn) as events:
+            async with bound, contextlib.aclosing(turn) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
                         await reply.add(event.text)
@@ -372,6 +377,16 @@ class TelegramHost:
             cancelled.set()
             await reply.close()
             raise
+        except TimeoutError:
+            if not bound.expired():
+                raise  # a Bot API call's own bound
+            cancelled.set()
+            await reply.close()
+            seconds = self.config.turn_timeout_s
+            log.warning("chat %s: turn stopped after %g s", chat_id, seconds)
+            await self._send_text(
+                chat_id, f"Sorry, that took longer than {seconds:g} s, so I stopped it."
+            )
         finally:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -268,3 +268,21 @@ async def test_failing_edits_do_not_end_the_turn_or_the_chat(
     # stop the turn (the model was asked both times) nor the next one.
     assert bot_api.chat_text(OWNER)[0] == "first"
     assert len(llm.requests) == 2
+
+
+async def test_a_turn_over_the_bound_is_stopped_and_the_chat_goes_on(
+    bot_api: FakeBotApi, llm: FakeLLM, runtime: Runtime, tmp_path: Path
+) -> None:
+    # A model that streams forever (never silent: the provider's own bound never fires)
+    # held the chat, and every follow-up queued behind it, until the owner sent /stop.
+    endless = Stall(first="working", every=0.05)
+    llm.script(endless, Say("fresh answer"))
+    async with host(bot_api, tmp_path, runtime, turn_timeout_s=0.5) as running:
+        await bot_api.push_text(OWNER, "talk forever")
+        stopped = "Sorry, that took longer than 0.5 s, so I stopped it."
+        await bot_api.wait_for(lambda api: stopped in api.chat_text(OWNER))
+        async with asyncio.timeout(10):
+            await endless.closed.wait()  # the provider's stream was closed
+        await bot_api.push_text(OWNER, "again")
+        await bot_api.wait_for(lambda api: "fresh answer" in api.chat_text(OWNER))
+        await running.wait_idle(OWNER)
