@@ -1047,12 +1047,17 @@ class PostgresTaskStore(TaskStore):
 
     async def _renew_leases(self) -> None:
         """Every third of the lease: extend the leases of the runs saved submitted or
-        working by this process (until a later save settles them)."""
+        working by this process (until a later save settles them). Whatever one round
+        raises, the next one runs: were this task to end, every other process would
+        fail this one's runs "server restarted" a lease later."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
-            await self.renew_leases()
-            await self.prune_events()
-            await self._check_listener()
+            try:
+                await self.renew_leases()
+                await self.prune_events()
+                await self._check_listener()
+            except Exception:
+                log.exception("lease renewal failed unexpectedly (retried next round)")
 
     async def renew_leases(self) -> None:
         """One renewal (a failure is logged: the next one retries)."""

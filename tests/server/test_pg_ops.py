@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -719,3 +720,49 @@ async def test_events_whose_first_write_fails_still_reach_the_other_gateway(
         await b.aclose()
     assert streamed_text(events) == "c0-c1-"
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+class FailingOnce:
+    """A store clock that raises once when armed (an error the renewal does not expect)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def __call__(self) -> int:
+        if self.armed:
+            self.armed = False
+            raise RuntimeError("injected")
+        return time.monotonic_ns()
+
+
+@pytest.mark.server_fault
+async def test_lease_renewal_goes_on_after_an_unexpected_error(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """One renewal fails with an error that is not the database's: the next renewals
+    still run (the renewal task does not end, which would let every other gateway fail
+    this one's runs "server restarted" a lease later)."""
+    url = await fresh_database(postgres)
+    clock = FailingOnce()
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=0.3, clock=clock)
+    admin = await asyncpg.connect(url)
+    try:
+        await store.start()
+        assert await store.claim_context(ALICE, "ctx-1", "t-1")
+        working = pb.Task(id="t-1", context_id="ctx-1")
+        working.status.state = pb.TASK_STATE_WORKING
+        await store.save(TaskRecord(working, ALICE))
+
+        async def lease() -> int:
+            return int(await admin.fetchval("SELECT lease_until FROM a2a_tasks"))
+
+        clock.armed = True
+        async with asyncio.timeout(WAIT_S):
+            while clock.armed:  # noqa: ASYNC110 (the renewal's next tick)
+                await asyncio.sleep(0.01)
+            after_error = await lease()
+            while await lease() == after_error:  # noqa: ASYNC110 (renewed again: polled)
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+        await store.aclose()
