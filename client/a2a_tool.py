@@ -12,7 +12,7 @@ One tool with an ``action``:
   (also when the turn is aborted or the agent stops answering once the task exists);
 - ``status`` reads a task (the same result shape as ``send``);
 - ``cancel`` stops this conversation's watch of the task, then cancels it; when the agent
-  cannot be reached the watch is re-armed.
+  cannot be reached (or rejects the key, or its card is unusable) the watch is re-armed.
 
 Only owner sessions get this tool (a host never adds it to an inbound caller's session,
 and a call with a caller in its context is refused). Every remote call is bounded by
@@ -207,7 +207,9 @@ class A2ATool(Tool):
                     why = _explain_short(refused)
                     return f'Agent "{entry.name}" refused to cancel: {why}\n{outcome}'
                 return await self._outcome(entry, task, service.card, context)
-        except (Unreachable, Timeout) as exc:
+        except (Unreachable, Timeout, AuthRejected, CardError) as exc:
+            # Nothing reached the task (unreachable, key rejected, card unusable): it
+            # may still be running, so its watch goes on.
             if record is None:
                 raise
             await self.watches.rearm(context.workspace, record)

@@ -323,6 +323,34 @@ async def test_cancel_when_unreachable_rearms_the_watch(workspace: Path, tmp_pat
             await registry.aclose()
 
 
+async def test_cancel_whose_key_is_rejected_keeps_the_watch(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Only an unreachable agent re-armed the watch: a cancel refused for its key (or a
+    # broken card) dropped the watch and its record of a task still running.
+    registry = WatchRegistry(clock=ManualClock())
+    tool = A2ATool(registry, wait_s=0)
+    async with faux_gateway(tmp_path / "c") as other:
+        entry = {"name": "c", "url": base_url(other), "allow_private": True}
+        write_agents(workspace, [{**entry, "key": REMOTE_KEY}])
+        text = await call(tool, workspace, action="send", agent="c", message="hold:100")
+        task_id, _ = ids(text)
+        watch_id = registry.watches()[0].record.watchId
+        write_agents(workspace, [{**entry, "key": "k-rotated-0123456789"}])
+        try:
+            with pytest.raises(ToolError) as failed:
+                await tool.call(
+                    {"action": "cancel", "agent": "c", "taskId": task_id}, ctx(workspace)
+                )
+            assert str(failed.value) == (
+                'Agent "c" rejected the key (401). The task is still watched.'
+            )
+            assert [w.record.watchId for w in registry.watches()] == [watch_id]
+            assert [r.watchId for r in read_pending(workspace)] == [watch_id]
+        finally:
+            await registry.aclose()
+
+
 async def test_errors(tool: A2ATool, workspace: Path, remote: Gateway) -> None:
     async def error(**arguments: Any) -> str:
         with pytest.raises(ToolError) as failed:
