@@ -57,8 +57,9 @@ once exactly one stores it (and announces it to webhooks).
 
 One run per (caller, context) across processes: before a run starts, its process
 claims the context in ``a2a_contexts`` (a primary key; taken over only when the
-holder's lease expired; never for a task stored settled, so a continuation does not
-run a task another process cancelled after this one read it); the save that settles
+holder's lease expired; never for a task stored otherwise than a continuation read
+it, so it does not run a task another process cancelled, or ran a turn of, after
+this one read it); the save that settles
 or interrupts the task removes the claim, and the claim's lease is renewed with the
 task's.
 
@@ -356,14 +357,18 @@ SELECT t.task,
 FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 """
 
-# Not for a task another process settled since it was read (a CancelTask there). A
-# live claim is taken over only by its own process (one whose release was lost): the
-# same task's claim held by another process is that process's run of it (a
-# continuation there since this one read the task), not one to run twice.
+# Not for a task another process settled since it was read (a CancelTask there), nor,
+# for a task read as ($8 state, $9 ts), one stored otherwise now (a turn of it ran
+# elsewhere since: a run from the task as read would drop that turn). A live claim is
+# taken over only by its own process (one whose release was lost): the same task's
+# claim held by another process is that process's run of it (a continuation there
+# since this one read the task), not one to run twice.
 _CLAIM = f"""
 INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
 SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint
 WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4 AND t.{_SETTLED_SQL})
+  AND ($8::smallint IS NULL OR EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4
+                                       AND t.state = $8 AND t.ts = $9::bigint))
 ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
   runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
   WHERE c.lease_until < $7 OR (c.task_id = excluded.task_id AND c.runner = excluded.runner)
@@ -1302,15 +1307,23 @@ class PostgresTaskStore(TaskStore):
 
     # --- one run per context across processes ---------------------------------------
 
-    async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
+    async def claim_context(
+        self,
+        owner: Caller,
+        context_id: str,
+        task_id: str,
+        loaded_as: tuple[int, int] | None = None,
+    ) -> bool:
         """Claim the context for ``task_id``: taken when no claim exists, the existing
         one is this process's for this task, or its lease expired (its process died);
         never for a task stored settled (another process cancelled it after this one
-        read it), nor over another live process's claim of the same task (its run)."""
+        read it) or no longer stored as ``loaded_as`` (a turn of it ran elsewhere),
+        nor over another live process's claim of the same task (its run)."""
         await self._ready()  # the database's time is known
+        state, ts = loaded_as if loaded_as is not None else (None, None)
         rows = await self._fetch(
             _CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,
-            self._lease_until(), self._db_now(),
+            self._lease_until(), self._db_now(), state, ts,
         )  # fmt: skip
         if rows:
             self._leased.add(task_id)

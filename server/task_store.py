@@ -260,10 +260,18 @@ class TaskStore(abc.ABC):
         """A store shared by several processes calls ``handler(task_id)`` when another
         process asks for the cancellation of a run (nothing to do for one process)."""
 
-    async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
+    async def claim_context(
+        self,
+        owner: Caller,
+        context_id: str,
+        task_id: str,
+        loaded_as: tuple[int, int] | None = None,
+    ) -> bool:
         """Before a run of ``task_id`` starts in ``context_id``: whether no other process
         on a shared store runs one there (then the context is this run's until its task
-        is saved settled or interrupted, or :meth:`release_context`). Always True for a
+        is saved settled or interrupted, or :meth:`release_context`), and, for a stored
+        task read as ``loaded_as`` (``TaskRecord.loaded_as``), whether it is still
+        stored so (no other process ran or cancelled it since). Always True for a
         store of one process: the engine's own table of busy contexts decides."""
         return True
 

@@ -190,13 +190,19 @@ class Intake:
         return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
 
     async def _claim_and_admit(
-        self, caller: Caller, context_id: str, task_id: str, busy_key: ContextKey
+        self,
+        caller: Caller,
+        context_id: str,
+        task_id: str,
+        busy_key: ContextKey,
+        loaded_as: tuple[int, int] | None = None,
     ) -> RunSlot | None:
         """The context's run for ``task_id`` across every process on the store (a
-        shared store's claim; CONTEXT_BUSY when another process runs one), then the
-        caller's task-cap slot. Nothing waits after the last busy check."""
+        shared store's claim; CONTEXT_BUSY when another process runs one, or changed
+        the stored task since it was read as ``loaded_as``), then the caller's
+        task-cap slot. Nothing waits after the last busy check."""
         store = self._state.store
-        if not await store.claim_context(caller, context_id, task_id):
+        if not await store.claim_context(caller, context_id, task_id, loaded_as):
             raise UnsupportedOperationError(CONTEXT_BUSY)
         try:
             if busy_key in self._state.busy:  # a run started here while we waited
@@ -301,7 +307,9 @@ class Intake:
             slot = None
             if hops <= self._state.max_hops:
                 try:
-                    slot = await self._claim_and_admit(caller, task.context_id, task_id, busy_key)
+                    slot = await self._claim_and_admit(
+                        caller, task.context_id, task_id, busy_key, record.loaded_as
+                    )
                 except UnsupportedOperationError:
                     await self._refuse_if_settled(caller, task_id)
                     raise

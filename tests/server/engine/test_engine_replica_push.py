@@ -337,11 +337,17 @@ class CancelledBeforeClaim(PostgresTaskStore):
 
     before_claim: Callable[[], Awaitable[object]] | None = None
 
-    async def claim_context(self, owner: Caller, context_id: str, task_id: str) -> bool:
+    async def claim_context(
+        self,
+        owner: Caller,
+        context_id: str,
+        task_id: str,
+        loaded_as: tuple[int, int] | None = None,
+    ) -> bool:
         hook, self.before_claim = self.before_claim, None
         if hook is not None:
             await hook()
-        return await super().claim_context(owner, context_id, task_id)
+        return await super().claim_context(owner, context_id, task_id, loaded_as)
 
 
 async def test_a_continuation_of_a_task_cancelled_elsewhere_meanwhile_does_not_run(

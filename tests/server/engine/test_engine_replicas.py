@@ -398,3 +398,33 @@ async def test_a_final_state_whose_first_write_fails_is_stored_all_the_same(
     finally:
         await a.aclose()
     assert state_name(stored) == "COMPLETED"
+
+
+async def test_a_continuation_of_a_task_another_turn_changed_meanwhile_does_not_run(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """B read the task waiting for input; before B claims its context, a whole turn of
+    it runs on A (and waits for input again, its claim gone). B's run would start from
+    the task as B read it, and its saves would drop A's turn: B answers context busy
+    (a retry reads the task anew)."""
+    url = await fresh_database(postgres)
+    a = pg_engine(url, tmp_path, FauxAgent())
+    store_b = CancelledBeforeClaim(url, box=SecretBox(tmp_path), lease_s=LEASE_S)
+    b = TaskEngine(FauxAgent(), store_b)
+    try:
+        task = await send(a, "ask:Which city?")
+        store_b.before_claim = lambda: send(a, "ask:Which street?", task_id=task.id)
+        with pytest.raises(UnsupportedOperationError, match="context busy"):
+            await b.send_message(request("Lisbon", task_id=task.id), ctx())
+        assert b.live_task_ids() == []
+        stored = await a.get_task(pb.GetTaskRequest(id=task.id), ctx())
+        assert state_name(stored) == "INPUT_REQUIRED"
+        assert [m.parts[0].text for m in stored.history if m.role == pb.ROLE_USER] == [
+            "ask:Which city?",
+            "ask:Which street?",
+        ]
+        done = await send(b, "Lisbon", task_id=task.id)  # read anew: it runs
+        assert state_name(done) == "COMPLETED"
+    finally:
+        await a.aclose()
+        await b.aclose()
