@@ -682,7 +682,7 @@ async def test_events_whose_first_write_fails_still_reach_the_other_gateway(
     """The database refuses one write of A's stream events (a trigger fails it once,
     as a dropped pooled connection would): the events are written again, so B's
     subscriber gets them all and the run's end, rather than stall at the gap until the
-    run is over and then be told the run was lost."""
+    run is over and a lease has passed, then be told the run was lost."""
     url = await fresh_database(postgres)
     gate = asyncio.Event()
 
@@ -693,7 +693,7 @@ async def test_events_whose_first_write_fails_still_reach_the_other_gateway(
         yield Completed("done")
 
     a = pg_engine(url, tmp_path, Scripted(script))
-    b = TaskEngine(FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=1.0))
+    b = pg_engine(url, tmp_path, FauxAgent())
     admin = await asyncpg.connect(url)
     try:
         task = await send(a, "go", return_immediately=True)
