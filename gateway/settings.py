@@ -31,6 +31,7 @@ class Setting:
     help: str
     minimum: float | None = None  # numbers only: the smallest accepted value
     above: float | None = None  # numbers only: accepted values are greater than this
+    maximum: float | None = None  # numbers only: the largest accepted value
     choices: tuple[str, ...] = ()  # strings only: the accepted values (empty: any)
 
     @property
@@ -44,8 +45,15 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("host", str, "127.0.0.1", "address to listen on (HTTP and gRPC)"),
-    Setting("port", int, 8080, "HTTP port (JSON-RPC, HTTP+JSON, card)"),
-    Setting("grpc_port", int, 8081, "gRPC port; 0 picks a free port, -1 disables gRPC"),
+    Setting("port", int, 8080, "HTTP port (JSON-RPC, HTTP+JSON, card)", 0, maximum=65535),
+    Setting(
+        "grpc_port",
+        int,
+        8081,
+        "gRPC port; 0 picks a free port, -1 disables gRPC",
+        -1,
+        maximum=65535,
+    ),
     Setting("public_url", str, "", "external base URL for the card's interfaces"),
     Setting("workspace", list, [], "workspace folder (repeatable)"),
     Setting("workspaces_root", str, "", "each subfolder of this folder is one workspace"),
@@ -313,6 +321,8 @@ def _convert(setting: Setting, value: Any, source: str) -> Any:
             raise SettingsError(f"{where} must be more than {setting.above:g}")
         if setting.minimum is not None and number < setting.minimum:
             raise SettingsError(f"{where} must be at least {setting.minimum:g}")
+        if setting.maximum is not None and number > setting.maximum:
+            raise SettingsError(f"{where} must be at most {setting.maximum:g}")
         return number
     if not isinstance(value, str):
         raise SettingsError(f"{where} must be a string")

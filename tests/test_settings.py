@@ -31,6 +31,12 @@ def test_precedence_flag_then_environment_then_file(tmp_path: Path) -> None:
         ({}, {"A2A_GATEWAY_STORE": "disk"}, "store must be one of: workspace, memory"),
         ({}, {"A2A_GATEWAY_PORT": "eighty"}, "port must be a number"),
         ({}, {"A2A_GATEWAY_FAUX": "maybe"}, "faux must be true or false"),
+        # A port past 65535 was taken modulo 65536 (99999 served on 34463), a negative
+        # one failed at bind time with a resolver error that named no setting.
+        ({"port": 99999}, {}, "--port: port must be at most 65535"),
+        ({"port": -5}, {}, "--port: port must be at least 0"),
+        ({}, {"A2A_GATEWAY_GRPC_PORT": "70000"}, "grpc_port must be at most 65535"),
+        ({"grpc_port": -2}, {}, "--grpc-port: grpc_port must be at least -1"),
     ],
 )
 def test_bad_values_name_their_source(
