@@ -394,7 +394,10 @@ class WatchRegistry:
             return None
         if started.tzinfo is None:
             return None
-        return started + timedelta(seconds=self.watch_timeout_s)
+        try:
+            return started + timedelta(seconds=self.watch_timeout_s)
+        except OverflowError:  # past year 9999: never reached
+            return None
 
     def _remaining(self, record: PendingRecord) -> float:
         deadline = self._deadline(record)

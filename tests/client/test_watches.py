@@ -360,6 +360,23 @@ async def test_a_key_the_agent_echoes_never_reaches_the_delivered_text(
         await registry.aclose()
 
 
+async def test_a_timeout_past_the_calendar_never_ends_the_watch(
+    workspace: Path, remote: Gateway
+) -> None:
+    # --watch-timeout 1e12 (a way to say "never") put the deadline past year 9999: every
+    # watch failed on its first check with an OverflowError and was dropped.
+    registry = WatchRegistry(clock=ManualClock(), watch_timeout_s=1e12)
+    inbox = Inbox()
+    registry.register_target(workspace, SCOPE, inbox)
+    try:
+        task = await start_remote_task(base_url(remote), "ask:Which city?")
+        await registry.watch(workspace, SCOPE, "assistant-a", task.id, "c", card=STREAM_CARD)
+        await eventually(lambda: bool(inbox.texts))
+        assert f"task {task.id} (input-required)]" in inbox.texts[0][1]
+    finally:
+        await registry.aclose()
+
+
 async def test_restore_rearms_and_delivers_and_shutdown_keeps_records(
     workspace: Path, remote: Gateway
 ) -> None:
