@@ -170,9 +170,10 @@ class Records:
                 try:
                     recovered = await self._state.store.replace(record)
                 except Exception:
-                    # Served failed all the same; the next reader tries again.
+                    # Served failed all the same; the next reader tries again, and the
+                    # webhooks hear of it from the recovery that is stored (not twice).
                     log.exception("could not store task %s", task_id)
-                    recovered = True
+                    return record
                 if recovered:
                     self._state.notify(record)
                     return record

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 import orjson
 import pytest
 from aiohttp import web
@@ -281,6 +282,45 @@ async def test_a_lost_run_recovered_by_two_engines_at_once_is_announced_once(
     finally:
         await b.close()
         await c.close()
+    assert hooks.got == {"hook": [("FAILED", "server restarted")]}
+
+
+@pytest.mark.server_fault  # the recovery's failed write is logged with its traceback
+async def test_a_recovery_whose_write_fails_is_announced_once_it_is_stored(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    """B's first recovery of a lost run cannot be stored (a trigger fails its write
+    once): B answers it failed, but announces it only with the recovery that is
+    stored (the next read's), not with both."""
+    url = await fresh_database(postgres)
+    dead = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=10, clock=Clock())
+    task = pb.Task(id="t-lost", context_id="c-lost")
+    task.status.state = pb.TASK_STATE_WORKING
+    await dead.save(TaskRecord(task, ALICE, [config(task.id, "hook", hooks)]))
+    await dead.aclose()
+    admin = await asyncpg.connect(url)
+    await admin.execute(
+        "CREATE SEQUENCE fail_once;"
+        " CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF nextval('fail_once') = 1 THEN RAISE EXCEPTION 'injected'; END IF;"
+        " RETURN NEW; END $$;"
+        " CREATE TRIGGER fail_once BEFORE UPDATE ON a2a_tasks FOR EACH ROW"
+        f" WHEN (NEW.state = {pb.TASK_STATE_FAILED}) EXECUTE FUNCTION fail_once()"
+    )
+    later = Clock()
+    b = Replica(url, tmp_path, FauxAgent(), clock=later)
+    try:
+        await b.store.start()  # leases are on the database's clock, read at start
+        later.now += 60 * 10**9  # past the lease
+        for _ in range(2):  # the first recovery is not stored, the second is
+            seen = await b.engine.get_task(pb.GetTaskRequest(id=task.id), ctx())
+            assert state_name(seen) == "FAILED"
+        assert await admin.fetchval("SELECT is_called FROM fail_once")
+        await hooks.wait_for("hook", 1)
+        assert await b.push.wait_idle(WAIT_S)
+    finally:
+        await admin.close()
+        await b.close()
     assert hooks.got == {"hook": [("FAILED", "server restarted")]}
 
 
