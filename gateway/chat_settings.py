@@ -3,6 +3,8 @@ share: ``--a2a-wait``, ``--watch-timeout``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .settings import SETTINGS, Setting
 
 DELEGATION_SETTINGS: tuple[Setting, ...] = (
@@ -51,9 +53,22 @@ TURN_TIMEOUT_SETTING = Setting(
     above=0,
 )
 
+#: What those settings mean for chat, where serve's help would say card and gRPC.
+_CHAT_HELP = {
+    "host": "address the push receiver listens on (only with --public-url)",
+    "port": "port the push receiver listens on (only with --public-url)",
+    "public_url": "external base URL of the push receiver: with it, watches of agents"
+    " that push are woken by their pushes",
+    "llm_model": "model name (required)",
+}
+
 CHAT_SETTINGS: tuple[Setting, ...] = (
     Setting("workspace", str, "", "the owner's workspace folder (required)"),
     TURN_TIMEOUT_SETTING,
     *DELEGATION_SETTINGS,
-    *(s for s in SETTINGS if s.name in _FROM_SERVE or (s.name.startswith("llm_"))),
+    *(
+        replace(s, help=_CHAT_HELP.get(s.name, s.help))
+        for s in SETTINGS
+        if s.name in _FROM_SERVE or s.name.startswith("llm_")
+    ),
 )

@@ -371,3 +371,16 @@ async def test_stdin_from_a_file_or_dev_null(llm: FakeLLM, tmp_path: Path, sourc
     texts = [user_texts(request)[-1] for request in llm.requests]
     assert texts == (["hello", "again"] if source == "file" else [])
     assert out.decode().count("ok\n") == len(texts)
+
+
+def test_chat_help_says_what_its_listener_is(capsys: pytest.CaptureFixture[str]) -> None:
+    # serve's texts said card, gRPC and "required with --llm", none of which chat has.
+    from a2a_gateway.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["chat", "--help"])
+    assert ended.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--host HOST address the push receiver listens on (only with --public-url)" in text
+    assert "--llm-model LLM_MODEL model name (required)" in text
+    assert "card" not in text and "gRPC" not in text and "--llm " not in text
