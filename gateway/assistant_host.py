@@ -17,6 +17,7 @@ from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
 
+from .logs import register_secret
 from .settings import Settings
 from .startup import StartupError
 
@@ -38,11 +39,13 @@ def build_runtime(settings: Settings) -> Runtime:
     settings (StartupError when no model is named)."""
     if not settings["llm_model"]:
         raise StartupError("--llm needs --llm-model (the model name the provider knows)")
+    api_key = llm_api_key()
+    register_secret(api_key)
     provider = ChatProvider(
         ProviderConfig(
             model=settings["llm_model"],
             base_url=settings["llm_base_url"],
-            api_key=llm_api_key(),
+            api_key=api_key,
             timeout_s=settings["llm_timeout"],
             max_tokens=settings["llm_max_tokens"],
             temperature=settings["llm_temperature"],

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from a2a_gateway.agent.provider import DEFAULT_BASE_URL
-from a2a_gateway.assistant_host import build_assistant, llm_api_key
+from a2a_gateway.assistant_host import build_assistant, build_runtime, llm_api_key
+from a2a_gateway.logs import redact
 from a2a_gateway.settings import BY_NAME, LLM_BASE_URL, SettingsError, resolve
 from a2a_gateway.startup import StartupError
 
@@ -100,3 +101,12 @@ def test_readme_model_section_names_real_settings() -> None:
     assert {"llm", "llm-model", "session-mode", "message-template"} <= flags
     unknown = {f for f in flags if f.replace("-", "_") not in BY_NAME}
     assert unknown == set()
+
+
+def test_the_key_is_registered_with_the_log_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every other secret the process learns is (logs.register_secret): a log line that
+    # would carry the model provider's key, whatever logs it, leaves without it.
+    key = "sk-registered-llm-key-5d2e8f"
+    monkeypatch.setenv("A2A_GATEWAY_LLM_API_KEY", key)
+    build_runtime(resolve({"llm": True, "llm_model": "m"}, environ={}))
+    assert redact(f"Authorization: Bearer {key}") == "Authorization: Bearer ***"
