@@ -211,9 +211,6 @@ class WatchRegistry:
         self._targets[(workspace, scope)] = deliver
         self._spawn(self._deliver_kept(workspace, scope, DELIVER_AFTER_REGISTER_S))
 
-    def unregister_target(self, workspace: Path, scope: str) -> None:
-        self._targets.pop((workspace.resolve(), scope), None)
-
     def restore(self, workspace: Path) -> asyncio.Task[None]:
         """Re-arm ``workspace``'s pending watches and deliver its kept results, in the
         background (the returned task; the caller need not wait for it)."""
