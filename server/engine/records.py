@@ -107,23 +107,31 @@ class Records:
     async def persist_final(self, run: Run) -> None:
         """:meth:`persist` of the run's final (terminal or interrupted) state: no later
         write would store it, so a failed write is tried again after each of
-        :data:`FINAL_RETRY_PAUSES_S` before it is given up (logged)."""
+        :data:`FINAL_RETRY_PAUSES_S` before it is given up (logged); not once the
+        engine is closing (its store is closed next: a write after that would open
+        it anew)."""
         run.dirty = False
         self._dirty.pop(run.record.task.id, None)
-        for pause in FINAL_RETRY_PAUSES_S:
+        failure: Exception | None = None
+        for pause in (*FINAL_RETRY_PAUSES_S, None):
             try:
                 await self._state.store.save(run.record)
                 return
             except Exception as exc:
-                log.warning(
-                    "could not store task %s (trying again in %gs): %s: %s",
-                    run.record.task.id,
-                    pause,
-                    type(exc).__name__,
-                    str(exc)[:200],
-                )
+                failure = exc
+            if pause is None or self._state.closing:
+                break
+            log.warning(
+                "could not store task %s (trying again in %gs): %s: %s",
+                run.record.task.id,
+                pause,
+                type(failure).__name__,
+                str(failure)[:200],
+            )
             await asyncio.sleep(pause)
-        await self.save(run.record)
+            if self._state.closing:
+                break
+        log.error("could not store task %s", run.record.task.id, exc_info=failure)
 
     async def save(self, record: TaskRecord) -> None:
         try:

@@ -428,3 +428,47 @@ async def test_a_continuation_of_a_task_another_turn_changed_meanwhile_does_not_
     finally:
         await a.aclose()
         await b.aclose()
+
+
+@pytest.mark.server_fault  # the write given up is logged with its traceback
+async def test_a_final_write_failing_while_the_engine_closes_is_not_tried_again(
+    postgres: LocalPostgres, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CancelTask's write of the final state fails while the engine is closing: it is
+    not tried again, which would open the store's pool anew after its close (a pool,
+    a LISTEN connection and their tasks that nothing closes)."""
+    url = await fresh_database(postgres)
+    database = url.rsplit("/", 1)[1]
+    a = pg_engine(url, tmp_path, FauxAgent())
+    admin = await asyncpg.connect(url)
+    try:
+        task = await send(a, "hold:60", return_immediately=True)  # stored working
+        holder = await asyncpg.connect(url)
+        blocked = "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'"
+        try:
+            async with holder.transaction():
+                await holder.execute("SELECT 1 FROM a2a_tasks FOR UPDATE")  # the row, held
+                cancel = asyncio.create_task(a.cancel_task(pb.CancelTaskRequest(id=task.id), ctx()))
+                async with asyncio.timeout(WAIT_S):  # the final write waits for the row
+                    while await admin.fetchval(blocked, database) is None:  # noqa: ASYNC110
+                        await asyncio.sleep(0.01)
+                closing = asyncio.create_task(a.aclose())
+                await asyncio.sleep(0)  # the engine is closing now
+                await admin.execute(f"SELECT pg_cancel_backend(pid) FROM ({blocked}) b", database)
+                async with asyncio.timeout(WAIT_S):
+                    await closing
+        finally:
+            await holder.close()
+        async with asyncio.timeout(WAIT_S):
+            await cancel
+        others = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()"
+        )
+        async with asyncio.timeout(WAIT_S):  # closed connections' backends leave (polled)
+            while (left := await admin.fetchval(others, database)) != 0:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+        await a.aclose()
+    assert left == 0
+    assert "could not store task" in caplog.text
