@@ -309,8 +309,7 @@ class WatchRegistry:
     async def aclose(self) -> None:
         """Stop every watch; their records stay for the next start."""
         self._closed = True
-        tasks = [w.runner for w in self._watches.values() if w.runner is not None]
-        tasks += list(self._background)
+        tasks = list(self._background)  # every runner, delivering or not, and spawned work
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -343,9 +342,13 @@ class WatchRegistry:
     def _start(self, watch: Watch, *, fresh: bool) -> None:
         if self._closed:
             return
-        watch.runner = asyncio.get_running_loop().create_task(
+        runner = asyncio.get_running_loop().create_task(
             self._run(watch, fresh), name=f"a2a-watch-{watch.record.watchId}"
         )
+        watch.runner = runner
+        # Owned until it ends: a finished watch leaves the list before it delivers.
+        self._background.add(runner)
+        runner.add_done_callback(self._background.discard)
 
     async def _restore(self, workspace: Path) -> None:
         records = await self.pending.read(workspace)

@@ -416,6 +416,31 @@ async def test_restore_rearms_and_delivers_and_shutdown_keeps_records(
     await cancel_remote_task(base_url(remote), task.id)
 
 
+async def test_shutdown_stops_a_delivery_that_waits_on_its_turn(
+    workspace: Path, remote: Gateway
+) -> None:
+    # A finished watch leaves the registry's list before it delivers, and a delivery
+    # waits until its follow-up turn has run: aclose did not stop it, so it outlived
+    # the registry (to the end of the event loop) waiting for a turn that never comes.
+    taken = asyncio.Event()
+
+    async def never_runs(scope: str, text: str) -> None:
+        taken.set()
+        await asyncio.Event().wait()  # the turn, queued behind one that never ends
+
+    registry = WatchRegistry(clock=ManualClock())
+    registry.register_target(workspace, SCOPE, never_runs)
+    task = await start_remote_task(base_url(remote), "ask:Which city?")
+    watch = await registry.watch(
+        workspace, SCOPE, "assistant-a", task.id, task.context_id, card=STREAM_CARD
+    )
+    await asyncio.wait_for(taken.wait(), 20)
+    await registry.aclose()
+    assert watch.runner is not None and watch.runner.done()
+    (record,) = read_pending(workspace)  # kept for the next start
+    assert record.watchId == watch.record.watchId and "Which city?" in (record.undelivered or "")
+
+
 async def test_stop_removes_the_record_and_rearm_restores_it(
     workspace: Path, remote: Gateway
 ) -> None:
