@@ -84,6 +84,9 @@ MAX_STREAM_FAILURES = 3
 STREAM_REOPEN_S = DAY_S
 #: Push mode: the safety GetTask interval.
 PUSH_SAFETY_S = 600.0
+#: Any mode: agents.json is read again this soon while no good reading of the entry
+#: exists yet (a watch restored while the file is being edited).
+NO_ENTRY_RETRY_S = 1.0
 #: A target that registers gets its kept results this long after.
 DELIVER_AFTER_REGISTER_S = 1.0
 PUSH_PATH = "/a2a/push/"
@@ -522,7 +525,9 @@ class WatchRegistry:
                     return await self._settled(watch, task, connection.service)
             watch.first_check.set()
             # The next wait.
-            if source == "subscribe":
+            if entry is None:  # nothing to check with yet: read the file again soon
+                delay = NO_ENTRY_RETRY_S
+            elif source == "subscribe":
                 if failures >= MAX_STREAM_FAILURES:
                     await self._set_source(watch, "poll")
                     polls = poll_delays()
@@ -530,8 +535,8 @@ class WatchRegistry:
                     failures = 0
                 elif failures:
                     delay = RESUBSCRIBE_DELAYS_S[failures - 1]
-                else:  # a stream to reopen at once, or no entry to check with yet
-                    delay = 0.0 if entry is not None else RESUBSCRIBE_DELAYS_S[0]
+                else:  # a stream to reopen at once
+                    delay = 0.0
             elif source == "push":
                 delay = PUSH_SAFETY_S
             else:

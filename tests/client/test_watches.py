@@ -284,13 +284,17 @@ async def test_a_half_written_file_keeps_the_watch_and_only_a_valid_file_stops_i
         await registry.aclose()
 
 
+@pytest.mark.parametrize("source", ["subscribe", "poll", "push"])
 async def test_a_restored_watch_with_an_unreadable_file_waits_without_checking(
-    home: Path,
+    home: Path, source: str
 ) -> None:
+    # Every mode reads the file again a second later: a poll watch waited out its
+    # schedule (15 s, 30 s, ...) and a push watch 10 minutes, with nothing checked.
     workspace = home
     write_agents(workspace, "{being edited")
     clock = ManualClock()
-    registry = WatchRegistry(clock=clock)
+    push = source == "push"
+    registry = WatchRegistry(clock=clock, public_url="http://127.0.0.1:9" if push else None)
     try:
         record = PendingRecord(
             watchId="w" * 32,
@@ -298,9 +302,9 @@ async def test_a_restored_watch_with_an_unreadable_file_waits_without_checking(
             agent="assistant-a",
             taskId="t-1",
             contextId="c-1",
-            pushToken=None,
+            pushToken="p" * 43 if push else None,
             startedAt=clock.now().isoformat(),
-            source="subscribe",
+            source=source,
         )
         watch = await registry.rearm(workspace, record)
         # No entry to check with: no check, and no busy loop (a subscribe watch would
