@@ -650,7 +650,13 @@ class PostgresTaskStore(TaskStore):
                 self._listener = listener
                 self._listener_lost.clear()
                 self.relistens += 1
-                if await self._catch_up():
+                try:
+                    caught_up = await self._catch_up()
+                except Exception:  # were this task to end, nothing would listen again
+                    log.exception("catching up after listening again failed (retrying)")
+                    self._listener_lost.set()
+                    caught_up = False
+                if caught_up:
                     delay = LISTEN_RETRY_FIRST_S
                     log.info("listening again for cancels and events of other gateways")
                     continue

@@ -766,3 +766,49 @@ async def test_lease_renewal_goes_on_after_an_unexpected_error(
     finally:
         await admin.close()
         await store.aclose()
+
+
+@pytest.mark.server_fault  # the failed catch-up is logged with its traceback
+async def test_listening_goes_on_after_a_catch_up_fails_unexpectedly(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """The catch-up after a lost LISTEN connection fails with an error that is not the
+    database's (here the cancel handler's, once): the connection is still watched and
+    opened again when lost, and the missed cancel request is handled on the next
+    catch-up (the watching task does not end, which would leave the process deaf to
+    other gateways' cancels and events for the rest of its life)."""
+    url = await fresh_database(postgres)
+    runner = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=60)
+    other = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=60)
+    handled: list[str] = []
+
+    def handler(task_id: str) -> None:
+        handled.append(task_id)
+        if len(handled) == 1:
+            raise RuntimeError("injected")
+
+    runner.on_cancel_request(handler)
+    admin = await asyncpg.connect(postgres.url)
+    try:
+        await runner.start()
+        await other.start()
+        assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+        async with listener_killed(admin, runner):
+            await other.request_cancel("t-1")  # missed: caught up when it listens again
+
+        async def handled_twice() -> bool:
+            return len(handled) >= 2
+
+        await until(handled_twice)
+        async with listener_killed(admin, runner):
+            pass
+
+        async def listening() -> bool:
+            return runner.listening
+
+        await until(listening)
+        assert set(handled) == {"t-1"}
+    finally:
+        await admin.close()
+        await runner.aclose()
+        await other.aclose()
