@@ -182,11 +182,13 @@ async def process_and_gateway(
 async def test_a_run_of_a_killed_gateway_is_failed_by_the_other_after_its_lease(
     tmp_path: Path, database: str
 ) -> None:
-    async with process_and_gateway(tmp_path, database, 1.0) as (a, on_a, on_b):
+    # A 2 s lease, renewed every 0.67 s: A may stall 1.3 s (a loaded CI machine)
+    # before B could take its live run for a lost one.
+    async with process_and_gateway(tmp_path, database, 2.0) as (a, on_a, on_b):
         request = {**send("hold:60"), "configuration": {"returnImmediately": True}}
         task = (await on_a.call("SendMessage", request))["task"]
         # Longer than the lease: A renews it, so B leaves the run alone.
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(2.5)
         seen = await on_b.call("GetTask", {"id": task["id"]})
         assert seen["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
         assert a.proc is not None
