@@ -285,7 +285,7 @@ class Intake:
             if run is not None:
                 record = run.record
             else:
-                loaded = await self._records.load(caller, task_id)
+                loaded = await self._records.load(caller, task_id, locked=True)
                 if loaded is None:
                     raise not_found(task_id)
                 record = loaded

@@ -177,7 +177,7 @@ class Reads:
             async with self._state.locks.hold(task_id):
                 run = self._state.live(caller, task_id)
                 if run is None:
-                    record = await self._records.load(caller, task_id)
+                    record = await self._records.load(caller, task_id, locked=True)
                     if record is None:
                         raise not_found(task_id)
                     check_not_terminal(record.task)

@@ -146,8 +146,12 @@ class Records:
         with store_failure_as_internal(f"Task {record.task.id} could not be stored"):
             await self._state.store.save(record)
 
-    async def load(self, caller: Caller, task_id: str) -> TaskRecord | None:
-        """The caller's stored task, after lazy restart recovery."""
+    async def load(
+        self, caller: Caller, task_id: str, *, locked: bool = False
+    ) -> TaskRecord | None:
+        """The caller's stored task, after lazy restart recovery. ``locked``: the
+        caller holds the task's lock already (the recovery takes it otherwise; the
+        lock is not reentrant)."""
         if not valid_id(task_id):
             return None
         record = await self._state.store.load(caller, task_id)
@@ -158,37 +162,37 @@ class Records:
             or record.held_elsewhere  # another process runs it (a shared store's lease)
         ):
             return record
+        if locked:
+            return await self._recover(caller, task_id)
         async with self._state.locks.hold(task_id):
-            if task_id in self._state.runs:  # a run started while we waited
-                return await self._state.store.load(caller, task_id)
-            for _ in range(RECOVERY_TRIES):
-                record = await self._state.store.load(caller, task_id)
-                if (
-                    record is None
-                    or record.task.status.state not in ACTIVE
-                    or record.held_elsewhere
-                ):
-                    return record
-                task = record.task
-                log.info("task %s had no live run (server restarted): marking it failed", task_id)
-                message = agent_message(
-                    SERVER_RESTARTED, context_id=task.context_id, task_id=task_id
-                )
-                apply_status(task, pb.TASK_STATE_FAILED, message)
-                try:
-                    recovered = await self._state.store.replace(record)
-                except Exception:
-                    # Served failed all the same; the next reader tries again, and the
-                    # webhooks hear of it from the recovery that is stored (not twice).
-                    log.exception("could not store task %s", task_id)
-                    return record
-                if recovered:
-                    self._state.notify(record)
-                    return record
-                # Changed since it was read: another process recovered it, resumed it
-                # (its lease is held now), or its late runner's save landed with a
-                # lease already run out (still lost: recovered on the next turn).
+            return await self._recover(caller, task_id)
+
+    async def _recover(self, caller: Caller, task_id: str) -> TaskRecord | None:
+        """(holding the task's lock) Fail a stored active task no run has here."""
+        if task_id in self._state.runs:  # a run started while we waited
             return await self._state.store.load(caller, task_id)
+        for _ in range(RECOVERY_TRIES):
+            record = await self._state.store.load(caller, task_id)
+            if record is None or record.task.status.state not in ACTIVE or record.held_elsewhere:
+                return record
+            task = record.task
+            log.info("task %s had no live run (server restarted): marking it failed", task_id)
+            message = agent_message(SERVER_RESTARTED, context_id=task.context_id, task_id=task_id)
+            apply_status(task, pb.TASK_STATE_FAILED, message)
+            try:
+                recovered = await self._state.store.replace(record)
+            except Exception:
+                # Served failed all the same; the next reader tries again, and the
+                # webhooks hear of it from the recovery that is stored (not twice).
+                log.exception("could not store task %s", task_id)
+                return record
+            if recovered:
+                self._state.notify(record)
+                return record
+            # Changed since it was read: another process recovered it, resumed it
+            # (its lease is held now), or its late runner's save landed with a
+            # lease already run out (still lost: recovered on the next turn).
+        return await self._state.store.load(caller, task_id)
 
     async def replace_or_fail(self, record: TaskRecord) -> bool:
         """:meth:`save_or_fail` for a change to a task no run has here, stored only if
@@ -221,7 +225,7 @@ class Records:
                 yield run.record
                 await self.persist(run)
                 return
-            record = await self.load(caller, task_id)
+            record = await self.load(caller, task_id, locked=True)
             if record is None:
                 raise not_found(task_id)
             yield record

@@ -373,14 +373,14 @@ class Runner:
             log.exception("cancelling task %s for another gateway failed", run.record.task.id)
 
     async def _cancel_stored(self, caller: Caller, task_id: str) -> pb.Task:
-        """Cancel a task with no run here. With a store shared by several processes,
-        the cancel is stored only if no other process changed the task meanwhile (it
-        cancelled it too, or started running it): then it is read again and decided
-        anew, for at most the cancel grace."""
+        """(holding the task's lock) Cancel a task with no run here. With a store
+        shared by several processes, the cancel is stored only if no other process
+        changed the task meanwhile (it cancelled it too, or started running it): then
+        it is read again and decided anew, for at most the cancel grace."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._state.cancel_grace_s
         while True:
-            record = await self._records.load(caller, task_id)
+            record = await self._records.load(caller, task_id, locked=True)
             if record is None:
                 raise not_found(task_id)
             task = record.task
@@ -406,7 +406,7 @@ class Runner:
         deadline = asyncio.get_running_loop().time() + self._state.cancel_grace_s + 5.0
         while asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(REMOTE_CANCEL_CHECK_S)
-            record = await self._records.load(caller, task_id)
+            record = await self._records.load(caller, task_id, locked=True)
             if record is None:
                 raise not_found(task_id)
             if record.task.status.state not in ACTIVE:

@@ -285,6 +285,43 @@ async def test_restart_recovery_is_lazy_and_spares_input_required(tmp_path: Path
         await before.aclose()
 
 
+@pytest.mark.parametrize("call", ["CancelTask", "SubscribeToTask", "SendMessage", "push config"])
+async def test_a_call_that_locks_a_task_with_a_lost_run_recovers_it(
+    tmp_path: Path, call: str
+) -> None:
+    """After a restart, a task stored working has no run: the first call to lock it
+    (to cancel it, follow it, continue it, change its push configs) finds it failed,
+    as GetTask would (these held the task's lock and waited for it again: forever,
+    and every later call on the task with them)."""
+    store = WorkspaceTaskStore(tmp_path)
+    lost = _versioned("t-lost", pb.TASK_STATE_WORKING, "half")  # a run of a dead process
+    await store.save(lost)
+    engine = TaskEngine(FauxAgent(), store, push_enabled=True)
+    try:
+        async with asyncio.timeout(10):  # a bound on a hang, not a timing
+            if call == "CancelTask":
+                with pytest.raises(errors.TaskNotCancelableError):
+                    await engine.cancel_task(pb.CancelTaskRequest(id="t-lost"), ctx())
+            elif call == "SubscribeToTask":
+                with pytest.raises(errors.UnsupportedOperationError):
+                    await collect(
+                        engine.subscribe_to_task(pb.SubscribeToTaskRequest(id="t-lost"), ctx())
+                    )
+            elif call == "SendMessage":
+                with pytest.raises(errors.UnsupportedOperationError):
+                    await send(engine, "go on", task_id="t-lost")
+            else:
+                config = pb.TaskPushNotificationConfig(
+                    task_id="t-lost", url="https://hooks.example/a2a"
+                )
+                await engine.create_task_push_notification_config(config, ctx())
+            recovered = await engine.get_task(pb.GetTaskRequest(id="t-lost"), ctx())
+        assert state_name(recovered) == "FAILED"
+        assert status_text(recovered) == SERVER_RESTARTED
+    finally:
+        await engine.aclose()
+
+
 async def test_store_round_trips_records(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path)
     task = pb.Task(id="t-1", context_id="c-1")
