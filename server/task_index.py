@@ -629,7 +629,8 @@ class TaskIndex:
         pool = self._pool("worker")
         started_ns = time.time_ns()
         await self.flushed()
-        scan = _Scan(self.path, self.folder, self._parse)
+        # Made on its thread too: its connection, temporary table and folder handle.
+        scan = await loop.run_in_executor(pool, _Scan, self.path, self.folder, self._parse)
         try:
             for step in (scan.next_batch, scan.gone):
                 while (changes := await loop.run_in_executor(pool, step)) is not None:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -270,6 +271,34 @@ async def test_files_added_by_hand_before_the_first_listing_are_noticed(
         await store.before_listing(ALICE)  # the cheap check: a small index waits for it
         now = [*records, added]
         assert await walk(store, ALICE, TaskFilter(), 10) == expected(now, TaskFilter())
+    finally:
+        await store.aclose()
+
+
+async def test_a_reconcile_opens_no_database_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconcile (a ListTasks noticed a change) reads on the maintenance thread,
+    its connection and temporary table included: nothing of it on the loop's thread."""
+    store = WorkspaceTaskStore(tmp_path)  # opening the index is the loop's own, once
+    try:
+        await fill(store, 3)
+        await store.index.wait_reconciled()
+        real_connect = sqlite3.connect
+        opened_on: list[int] = []
+
+        def watched_connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+            opened_on.append(threading.get_ident())
+            return real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(sqlite3, "connect", watched_connect)
+        write_by_hand(tmp_path, record(100, ms=500))
+        touch_folder(tmp_path)
+        await store.before_listing(ALICE)  # starts the reconcile (and waits: small)
+        await store.index.wait_reconciled()
+        assert await store.count(ALICE, TaskFilter()) == 4
+        assert opened_on  # the reconcile's scan has a connection of its own
+        assert threading.get_ident() not in opened_on
     finally:
         await store.aclose()
 
