@@ -31,6 +31,7 @@ from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.watches import Deliver, WatchRegistry
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.access import parse_user_ids
+from a2a_gateway.telegram.host import valid_zone
 from a2a_gateway.telegram.status import status_report
 
 from .assistant_host import build_assistant, build_runtime
@@ -65,6 +66,11 @@ def check(settings: Settings, environ: Mapping[str, str] | None = None) -> Teleg
         raise StartupError("--workspaces-root is required (one folder per chat is made there)")
     if not settings["llm_model"]:
         raise StartupError("--llm-model is required (the model name the provider knows)")
+    if not valid_zone(settings["time_zone"]):
+        raise StartupError(
+            f"--time-zone: unknown time zone {settings['time_zone']!r}"
+            " (an IANA name such as Europe/Lisbon)"
+        )
     webhook = settings["telegram_webhook_url"]
     if webhook and urlsplit(webhook).scheme != "https":
         raise StartupError("--telegram-webhook-url must be an https URL (Telegram requires it)")

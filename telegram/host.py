@@ -414,9 +414,9 @@ class TelegramHost:
         path = self.config.workspaces_root / str(chat_id) / CHAT_SETTINGS_FILE
         with contextlib.suppress(OSError, ValueError, AttributeError):
             chosen = json.loads(path.read_text(encoding="utf-8")).get("time_zone")
-            if isinstance(chosen, str) and _valid_zone(chosen):
+            if isinstance(chosen, str) and valid_zone(chosen):
                 return chosen
-        return self.config.time_zone if _valid_zone(self.config.time_zone) else "UTC"
+        return self.config.time_zone if valid_zone(self.config.time_zone) else "UTC"
 
     async def _set_time_zone(self, chat_id: int, text: str) -> None:
         parts = text.split(maxsplit=1)
@@ -425,7 +425,7 @@ class TelegramHost:
             await self._send_text(chat_id, f"Time zone: {zone}. Change it with /tz Area/City.")
             return
         zone = parts[1].strip()
-        if not _valid_zone(zone):
+        if not valid_zone(zone):
             await self._send_text(chat_id, f"Unknown time zone {zone!r}: try e.g. Europe/Lisbon.")
             return
         path = self.workspace(chat_id) / CHAT_SETTINGS_FILE
@@ -455,7 +455,7 @@ def _quiet_token_loggers() -> None:
             logger.setLevel(level)
 
 
-def _valid_zone(name: str) -> bool:
+def valid_zone(name: str) -> bool:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

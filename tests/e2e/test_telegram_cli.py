@@ -189,6 +189,12 @@ async def test_without_a2a_no_port_is_opened(
             ("--allowed-users", "1", "--telegram-webhook-url", "http://bot.example/hook"),
             "https",
         ),
+        # It was taken, then every follow-up header silently said UTC.
+        (
+            {"TELEGRAM_BOT_TOKEN": BOT_TOKEN},
+            ("--allowed-users", "1", "--time-zone", "Europe/Lisbn"),
+            "--time-zone: unknown time zone 'Europe/Lisbn'",
+        ),
     ],
 )
 def test_start_up_mistakes_are_one_line(
