@@ -120,9 +120,22 @@ def test_help_shows_defaults_without_markup(tmp_path: Path) -> None:
 
 def test_a_workspace_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
     """As root every permission check passes, so the folder is made read-only the way
-    root feels it: a read-only bind mount, in a mount namespace of this command only."""
+    root feels it: a read-only bind mount, in a mount namespace of this command only.
+    Any other user can make no mount namespace (the test failed there): the folder's
+    mode does it."""
     workspace = tmp_path / "read-only"
     workspace.mkdir()
+    if os.geteuid() != 0:
+        workspace.chmod(0o500)
+        try:
+            result = _serve(
+                tmp_path, "serve", "--workspace", str(workspace), "--port", "0",
+                "--grpc-port", "-1",
+            )  # fmt: skip
+        finally:
+            workspace.chmod(0o700)
+        _one_line_exit_2(result, f"workspace {workspace} is not readable and writable")
+        return
     serve = " ".join(
         [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--workspace", str(workspace),
          "--port", "0", "--grpc-port", "-1"]
