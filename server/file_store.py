@@ -87,7 +87,13 @@ from .byte_lru import ByteLRU
 from .files import INBOX_FOLDER
 from .lifecycle import valid_id
 from .secret_box import SecretBox, SecretBoxError
-from .task_index import INDEX_NAME, RECONCILE_WAIT_ROWS, Parsed, TaskIndex
+from .task_index import (
+    INDEX_NAME,
+    RECONCILE_WAIT_ROWS,
+    Parsed,
+    TaskIndex,
+    unreadable_for_now,
+)
 from .task_store import Listing, TaskFilter, TaskRecord, TaskStore, TaskSummary, Window
 
 log = logging.getLogger(__name__)
@@ -540,10 +546,14 @@ class WorkspaceTaskStore(TaskStore):
 
     async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:
         """Listed tasks that did not load (removed, malformed or handed to another
-        owner by hand): their index rows follow their files now."""
+        owner by hand): their index rows follow their files now; a file that could
+        not be read just now but is there keeps its row."""
         index = self._start()
         for task_id in task_ids:
-            parsed = self._parse_summary(task_id, f"{self._dir}/{task_id}.json")
+            path = f"{self._dir}/{task_id}.json"
+            parsed = self._parse_summary(task_id, path)
+            if parsed is None and unreadable_for_now(path):
+                continue  # not read just now, but there: a later listing tries again
             if parsed is None or parsed[1] is None:
                 index.remove(task_id)
             else:

@@ -52,6 +52,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -705,6 +706,16 @@ class TaskIndex:
         self._db.close()
 
 
+def unreadable_for_now(path: str) -> bool:
+    """Whether a task file the parse could not open or read (its None) is still there
+    as a regular file: a passing failure (the process at its file limit, EMFILE; no
+    memory), not a removal. Its row, and with it the task's retry keys, stays."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _where(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
     if flt.context_id:
         sql.append("AND context_id = ?")
@@ -779,6 +790,8 @@ class _Scan:
             if stamp is not None and indexed == stamp:
                 continue
             parsed = self.parse(task_id, path)
+            if parsed is None and unreadable_for_now(path):
+                continue  # the next pass reads it
             if parsed is None or parsed[1] is None:
                 if indexed is not None:
                     changes.append(_Change(task_id, indexed, None))

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import shutil
 import threading
 from collections.abc import AsyncIterator
@@ -140,6 +141,35 @@ async def test_task_ids_are_validated_before_they_touch_a_path(
     for task_id in ("../outside", "../../outside", "/etc/passwd", "linked", "a\x00b", ".", ""):
         with pytest.raises(errors.TaskNotFoundError):
             await get(files, task_id)
+
+
+async def test_a_listed_task_unread_for_lack_of_file_descriptors_keeps_its_row(
+    tmp_path: Path,
+) -> None:
+    """ListTasks refreshes the rows of listed tasks that did not load: one whose file
+    could not be opened just now (the process at its file limit) but is there keeps
+    its row and retry keys; one whose file is gone loses them."""
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        done = pb.TASK_STATE_COMPLETED
+        kept, gone = _versioned("t-kept", done, "k"), _versioned("t-gone", done, "g")
+        for rec in (kept, gone):
+            await store.save(rec)
+            store.remember_message(ALICE, f"m-{rec.task.id}", "fp", rec.task.id)
+        task_file(tmp_path, "t-gone").unlink()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lowest_free = os.open("/", os.O_RDONLY)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # EMFILE from here
+        try:
+            await store.refresh(ALICE, ["t-kept", "t-gone"])  # no await inside: no other work
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert [s.task_id for s in await store.summaries(ALICE)] == ["t-kept"]
+        assert store.find_message(ALICE, "m-t-kept", "fp") == "t-kept"
+        assert store.find_message(ALICE, "m-t-gone", "fp") is None
+    finally:
+        await store.aclose()
 
 
 async def test_stale_temp_files_are_removed_by_the_first_reconcile(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server import task_index
 from a2a_gateway.server.byte_lru import ByteLRU
 from a2a_gateway.server.file_store import WorkspaceTaskStore
-from a2a_gateway.server.task_index import RECONCILE_WAIT_ROWS
+from a2a_gateway.server.task_index import INDEX_NAME, RECONCILE_WAIT_ROWS
 from a2a_gateway.server.task_store import (
     MemoryTaskStore,
     TaskFilter,
@@ -301,6 +301,38 @@ async def test_a_reconcile_opens_no_database_on_the_event_loop(
         assert threading.get_ident() not in opened_on
     finally:
         await store.aclose()
+
+
+async def test_a_file_that_cannot_be_read_for_now_keeps_its_row_and_retry_keys(
+    tmp_path: Path,
+) -> None:
+    """A reconcile whose read of a task file fails for a passing reason (the process at
+    its file limit, EMFILE: the parse's None) while the file is there leaves its row,
+    and with it the task's retry keys; a file that is gone loses them."""
+    first = WorkspaceTaskStore(tmp_path)
+    kept, gone = record(1), record(2)
+    for rec in (kept, gone):
+        await first.save(rec)
+        first.remember_message(ALICE, f"m-{rec.task.id}", "fp", rec.task.id)
+    await first.index.wait_reconciled()
+    await first.aclose()
+    folder = tmp_path / ".a2a" / "tasks"
+    path = folder / f"{kept.task.id}.json"
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # read again
+    (folder / f"{gone.task.id}.json").unlink()
+
+    def cannot_read_now(task_id: str, path: str) -> task_index.Parsed:
+        return None  # "cannot be opened or read" (ParseFn)
+
+    index = task_index.TaskIndex.shared(tmp_path / ".a2a" / INDEX_NAME, folder, cannot_read_now)
+    try:
+        await index.reconcile()
+        assert set(index_rows(tmp_path)) == {kept.task.id}
+        assert index.find_message(ALICE, f"m-{kept.task.id}", "fp") == kept.task.id
+        assert index.find_message(ALICE, f"m-{gone.task.id}", "fp") is None
+    finally:
+        await index.aclose()
 
 
 async def test_the_periodic_reconcile_runs_on_its_own(tmp_path: Path) -> None:
