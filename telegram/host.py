@@ -235,19 +235,24 @@ class TelegramHost:
         """Run ``text`` as a turn of the chat's session, behind the running turn, with
         the chat's local time as a header. None when the chat is not allowed or its
         queue is full (the caller keeps the text); else a future that becomes True once
-        the turn has run (or ``/stop`` ended it), False when the host stops first (the
-        turn never ran, or was cut short): the caller keeps the text then too."""
+        the turn has answered (or ``/stop`` ended it), False when it failed, ran over
+        its bound, or the host stopped first: the caller keeps the text then too (the
+        owner sees only the model's answer, never the text itself)."""
         if chat_id not in self.config.allowed_users:
             return None
         prompt_text = f"{self._time_header(chat_id)}\n{text}"
         ran: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         async def run() -> None:
+            ok = False
             try:
-                await self._run_turn(chat_id, prompt_text, (), follow_up=True)
+                ok = await self._run_turn(chat_id, prompt_text, (), follow_up=True)
+            except asyncio.CancelledError:
+                ok = not self._stopping  # /stop: the owner ended it, so it was taken
+                raise
             finally:
                 if not ran.done():
-                    ran.set_result(not self._stopping)
+                    ran.set_result(ok)
 
         if not self._queue(chat_id).put(Job(run, label)):
             return None
@@ -348,7 +353,9 @@ class TelegramHost:
 
     async def _run_turn(
         self, chat_id: int, text: str, files: tuple[Path, ...], *, follow_up: bool
-    ) -> None:
+    ) -> bool:
+        """One turn, its answer written to the chat; True when the model answered."""
+        answered = False
         workspace = self.workspace(chat_id).resolve()
         tools = self._tools_for(chat_id, workspace) if self._tools_for is not None else None
         reply = LiveReply(_ChatSink(self, chat_id))
@@ -368,8 +375,10 @@ class TelegramHost:
                         await self._send_file(chat_id, event)
                     elif isinstance(event, Finished):
                         await reply.finish(event.text)
+                        answered = True
                     elif isinstance(event, Asked):  # owner sessions get no request_input
                         await reply.finish(event.question)
+                        answered = True
                     elif isinstance(event, TurnFailed):
                         await reply.finish()
                         await self._send_text(chat_id, f"Sorry, that did not work: {event.text}")
@@ -387,10 +396,12 @@ class TelegramHost:
             await self._send_text(
                 chat_id, f"Sorry, that took longer than {seconds:g} s, so I stopped it."
             )
+            return False
         finally:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
+        return answered
 
     async def _keep_typing(self, chat_id: int) -> None:
         while True:

@@ -19,7 +19,19 @@ import aiohttp
 import pytest
 
 from a2a_gateway.client.pending import PendingRecord, write_pending
-from tests.agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, tool_results, user_texts
+from a2a_gateway.settings import resolve
+from a2a_gateway.telegram_cmd import TelegramApp, check
+from a2a_gateway.telegram_settings import TELEGRAM_SETTINGS
+from tests.agent.fake_llm import (
+    Calls,
+    FakeLLM,
+    Reply,
+    Say,
+    Stall,
+    Status,
+    tool_results,
+    user_texts,
+)
 from tests.interop.conftest import free_ports
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
@@ -347,18 +359,26 @@ async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
         assert REMOTE_KEY not in text and BOT_TOKEN not in text and "Traceback" not in text
 
 
+KEPT_TEXT = '[A2A result from "remote", task t-1 (completed)]\nContext: c-1\nall done'
+
+
+def keep_a_result(root: Path) -> None:
+    """A finished watch's result kept in the owner chat's pending.json."""
+    record = PendingRecord(
+        "w-1", f"telegram-{OWNER}", "remote", "t-1", "c-1", None,
+        "2026-12-01T12:00:00+00:00", "poll", undelivered=KEPT_TEXT,
+    )  # fmt: skip
+    write_pending(root / str(OWNER), [record])
+
+
 async def test_a_result_whose_follow_up_turn_the_stop_cut_short_is_kept(
     bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
 ) -> None:
     # The record of a finished watch went as soon as the follow-up was queued in the
     # chat: a bot stopped before (or while) that turn ran lost the result for good.
     root = tmp_path / "chats"
-    text = '[A2A result from "remote", task t-1 (completed)]\nContext: c-1\nall done'
-    record = PendingRecord(
-        "w-1", f"telegram-{OWNER}", "remote", "t-1", "c-1", None,
-        "2026-12-01T12:00:00+00:00", "poll", undelivered=text,
-    )  # fmt: skip
-    write_pending(root / str(OWNER), [record])
+    text = KEPT_TEXT
+    keep_a_result(root)
     endless = Stall(every=0.05)
     llm.script(endless)
     async with running(telegram_command(root, bot_api, llm), tmp_path / "telegram.log"):
@@ -368,3 +388,33 @@ async def test_a_result_whose_follow_up_turn_the_stop_cut_short_is_kept(
         assert "all done" in user_texts(llm.requests[0])[-1]
     await asyncio.wait_for(endless.closed.wait(), 30)  # the turn was cut short
     assert [r["undelivered"] for r in pending_records(root)] == [text]
+
+
+async def test_a_result_whose_follow_up_turn_failed_is_kept(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    # The owner never sees a delivered result itself, only the model's answer to it: a
+    # turn that failed (the provider down) lost the result when its record went.
+    # In-process, so the end of the delivery can be waited for (quiesce).
+    root = tmp_path / "chats"
+    keep_a_result(root)
+    llm.script(Status(400))
+    flags = {
+        "workspaces_root": str(root),
+        "allowed_users": str(OWNER),
+        "telegram_base_url": bot_api.base_url,
+        "llm_model": "fake-model",
+        "llm_base_url": llm.base_url,
+    }
+    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
+    await app.start()
+    try:
+        await bot_api.wait_for(
+            lambda api: any("Sorry, that did not work" in t for t in api.chat_text(OWNER)), 30
+        )
+        await app.watches.quiesce(root / str(OWNER), bound=30)
+        assert "all done" in user_texts(llm.requests[0])[-1]
+        assert [r["undelivered"] for r in pending_records(root)] == [KEPT_TEXT]
+    finally:
+        await app.stop()
