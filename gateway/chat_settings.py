@@ -53,13 +53,16 @@ TURN_TIMEOUT_SETTING = Setting(
     above=0,
 )
 
+#: ``--llm-model`` in the owner hosts (chat, telegram): always the assistant, no --llm.
+LLM_MODEL_HELP = "model name (required)"
+
 #: What those settings mean for chat, where serve's help would say card and gRPC.
 _CHAT_HELP = {
     "host": "address the push receiver listens on (only with --public-url)",
     "port": "port the push receiver listens on (only with --public-url)",
     "public_url": "external base URL of the push receiver: with it, watches of agents"
     " that push are woken by their pushes",
-    "llm_model": "model name (required)",
+    "llm_model": LLM_MODEL_HELP,
 }
 
 CHAT_SETTINGS: tuple[Setting, ...] = (

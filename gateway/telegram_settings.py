@@ -3,7 +3,9 @@ command line never imports python-telegram-bot)."""
 
 from __future__ import annotations
 
-from .chat_settings import DELEGATION_SETTINGS, TURN_TIMEOUT_SETTING
+from dataclasses import replace
+
+from .chat_settings import DELEGATION_SETTINGS, LLM_MODEL_HELP, TURN_TIMEOUT_SETTING
 from .settings import SETTINGS, Setting
 
 #: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
@@ -64,7 +66,7 @@ TELEGRAM_SETTINGS: tuple[Setting, ...] = (
 #: The bot's own settings, then every ``serve`` setting that applies to it (a name the
 #: bot defines itself is not taken twice).
 TELEGRAM_SETTINGS = TELEGRAM_SETTINGS + tuple(
-    s
+    replace(s, help=LLM_MODEL_HELP) if s.name == "llm_model" else s
     for s in SETTINGS
     if s.name not in _SERVE_ONLY
     and not s.name.startswith("upstream")

@@ -226,6 +226,18 @@ def test_start_up_mistakes_are_one_line(
     assert BOT_TOKEN not in result.stderr
 
 
+def test_telegram_help_says_the_model_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    # serve's text said "required with --llm", a flag the bot does not have.
+    from a2a_gateway.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["telegram", "--help"])
+    assert ended.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--llm-model LLM_MODEL model name (required)" in text
+    assert "--llm " not in text and "with --llm)" not in text
+
+
 @pytest.mark.parametrize("reachable", [True, False])
 async def test_a_bot_api_that_refuses_the_token_or_cannot_be_reached_is_one_line(
     bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path, reachable: bool
