@@ -1,5 +1,5 @@
-"""The cards of the agents in agents.json, fetched concurrently (10 s each), for the a2a
-tool's ``agents`` action and ``a2a-gateway agents list``."""
+"""The cards of the agents in agents.json, fetched concurrently (10 s each, 16 at a
+time), for the a2a tool's ``agents`` action and ``a2a-gateway agents list``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from .guarded_http import open_agent
 
 #: Seconds allowed for one agent's card (and extended card).
 CARD_TIMEOUT_S = 10.0
+#: Cards fetched at once: agents.json may list thousands of agents (up to 1 MiB).
+CARD_FETCHES_AT_ONCE = 16
 #: Examples shown per skill.
 MAX_EXAMPLES = 3
 
@@ -55,15 +57,16 @@ async def fetch_agent_cards(
     allow_private_urls: bool,
     timeout: float = CARD_TIMEOUT_S,  # noqa: ASYNC109
 ) -> list[AgentCardResult]:
-    """Every entry's card, concurrently, in the entries' order."""
-    return list(
-        await asyncio.gather(
-            *(
-                fetch_agent_card(e, allow_private_urls=allow_private_urls, timeout=timeout)
-                for e in entries
+    """Every entry's card, in the entries' order, :data:`CARD_FETCHES_AT_ONCE` at a time."""
+    gate = asyncio.Semaphore(CARD_FETCHES_AT_ONCE)
+
+    async def fetch(entry: AgentEntry) -> AgentCardResult:
+        async with gate:
+            return await fetch_agent_card(
+                entry, allow_private_urls=allow_private_urls, timeout=timeout
             )
-        )
-    )
+
+    return list(await asyncio.gather(*(fetch(e) for e in entries)))
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -9,7 +9,12 @@ import pytest
 
 from a2a_gateway.client import Unreachable
 from a2a_gateway.client.agents_file import AgentEntry, key_hint, read_agents
-from a2a_gateway.client.directory import describe, fetch_agent_card
+from a2a_gateway.client.directory import (
+    CARD_FETCHES_AT_ONCE,
+    describe,
+    fetch_agent_card,
+    fetch_agent_cards,
+)
 from a2a_gateway.client.guarded_http import open_agent
 from a2a_gateway.logs import redact
 
@@ -138,3 +143,33 @@ async def test_redirects_are_not_followed(tmp_path: Path) -> None:
             AgentEntry("r", url, allow_private=True), allow_private_urls=False
         )
     assert result.card is None and "302" in (result.problem or "")
+
+
+async def test_a_long_agents_file_is_fetched_a_bounded_number_at_a_time() -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from .client_support import serving
+
+    in_flight = 0
+    most = 0
+
+    async def card(request: web.Request) -> web.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.2)  # held, so the fetches overlap
+        finally:
+            in_flight -= 1
+        raise web.HTTPNotFound()
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    async with serving(app) as url:
+        entries = [AgentEntry(f"a{n}", url, allow_private=True) for n in range(40)]
+        results = await fetch_agent_cards(entries, allow_private_urls=False)
+    assert [r.entry.name for r in results] == [e.name for e in entries]
+    assert all(r.card is None for r in results)
+    assert 1 < most <= CARD_FETCHES_AT_ONCE
