@@ -32,6 +32,8 @@ What the proxy decides itself (nothing else is changed on the way):
   incremented and written under both keys, and a message that has already passed more
   than ``max_hops`` gateways is refused: two proxies pointing at each other fail fast
   instead of looping, and so does a loop through a peer that speaks only the other key.
+- A push config is answered (create, get, list) without its token and credentials, as
+  our own engine answers it: upstreams such as the a2a-sdk return the stored config whole.
 - Our card shows the upstream's name, description, version, skills, modes and
   capabilities with OUR interfaces and security schemes (:class:`ProxyCardProvider`).
   The upstream's card is read when the gateway starts, or on the first call that reaches
@@ -65,6 +67,7 @@ from a2a_gateway.protocol.hops import read_hops, stamp_hops
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.engine.push_configs import public_push
 from a2a_gateway.server.paging import PageTokens
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -352,19 +355,27 @@ class UpstreamProxy(A2AService):
         self, request: pb.TaskPushNotificationConfig, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
         self.owners.check(context.caller, request.task_id)
-        return await self._call(lambda r: r.create_task_push_notification_config(request, context))
+        created = await self._call(
+            lambda r: r.create_task_push_notification_config(request, context)
+        )
+        return public_push(created)  # the upstream may answer its token and credentials
 
     async def get_task_push_notification_config(
         self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
         self.owners.check(context.caller, request.task_id)
-        return await self._call(lambda r: r.get_task_push_notification_config(request, context))
+        config = await self._call(lambda r: r.get_task_push_notification_config(request, context))
+        return public_push(config)
 
     async def list_task_push_notification_configs(
         self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
         self.owners.check(context.caller, request.task_id)
-        return await self._call(lambda r: r.list_task_push_notification_configs(request, context))
+        listed = await self._call(lambda r: r.list_task_push_notification_configs(request, context))
+        configs = [public_push(config) for config in listed.configs]
+        del listed.configs[:]
+        listed.configs.extend(configs)
+        return listed
 
     async def delete_task_push_notification_config(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
