@@ -20,10 +20,12 @@ Bounds (:class:`GrpcBounds`, from ``serve`` settings): the request message must 
 within ``request_s``; a unary call whose client set no deadline gets ``unary_s`` as
 its deadline (the service sees it in :class:`CallContext`; a blocking SendMessage
 answers with the task as it is then), and is ended with DEADLINE_EXCEEDED shortly after
-it if the service ignores it; a stream that sends no event for ``stream_idle_s`` is
-ended with DEADLINE_EXCEEDED (subscribe again to go on). An answer or stream event over
-``max_answer_bytes`` (twice the request cap, as our client reads) is not sent: the call
-ends with InternalError naming both sizes (a stream, after the events before it).
+it if the service ignores it; a client's own deadline reaches the service a margin
+earlier (:func:`_deadline`), so an answer made at it arrives in time; a stream that
+sends no event for ``stream_idle_s`` is ended with DEADLINE_EXCEEDED (subscribe again
+to go on). An answer or stream event over ``max_answer_bytes`` (twice the request
+cap, as our client reads) is not sent: the call ends with InternalError naming both
+sizes (a stream, after the events before it).
 
 A stream write waits for the client (HTTP/2 flow control); one that stays stuck for
 :data:`WRITE_TIMEOUT_S` (a client that stopped reading) ends the handler: the service's
@@ -261,14 +263,24 @@ class WriteWatch:
             handle.cancel()
 
 
+#: A client's deadline is when its answer must have arrived, so the service is given
+#: this share of the time left less, at most :data:`ANSWER_MARGIN_MAX_S`, to send it in
+#: (a blocking SendMessage answered at the deadline itself lost the race with the
+#: client's timer: DEADLINE_EXCEEDED, and the client never learnt its task's id).
+ANSWER_MARGIN_SHARE = 0.2
+ANSWER_MARGIN_MAX_S = 1.0
+
+
 def _deadline(context: grpc.aio.ServicerContext[Any, Any], default_s: float | None) -> float | None:
-    """The call's deadline as loop time: the client's, else ``default_s`` from now."""
+    """When the service must answer, as loop time: ahead of the client's deadline by
+    the answer's margin, else ``default_s`` from now (no client timer to beat)."""
     # Stubs say float; with no deadline grpc returns None or a huge value.
     remaining: float | None = context.time_remaining()
     now = asyncio.get_running_loop().time()
     if remaining is None or not math.isfinite(remaining) or remaining > 10 * 365 * 86400:
         return None if default_s is None else now + default_s
-    return now + max(0.0, remaining)
+    remaining = max(0.0, remaining)
+    return now + remaining - min(ANSWER_MARGIN_MAX_S, remaining * ANSWER_MARGIN_SHARE)
 
 
 async def _close(events: AsyncIterator[message.Message], rpc: str) -> None:

@@ -207,3 +207,40 @@ async def test_a_blocking_send_answers_at_the_default_deadline(tmp_path: Path) -
             await stub.CancelTask(pb.CancelTaskRequest(id=answer.task.id), metadata=V1)
     finally:
         await gateway.stop()
+
+
+@pytest.mark.parametrize("deadline_s", [1.0, 2.5])
+async def test_a_blocking_send_answers_before_the_clients_deadline(
+    tmp_path: Path, deadline_s: float
+) -> None:
+    """A client's own deadline: the task as it is comes back before it, not after (an
+    answer at the deadline itself races the client's timer and is mostly lost, and with
+    it the task's id, as DEADLINE_EXCEEDED)."""
+    settings = resolve(
+        {
+            "workspace": [str(tmp_path / "ws")],
+            "allow_anonymous": True,
+            "port": 0,
+            "grpc_port": 0,
+            "faux": True,
+        },
+        environ={},
+    )
+    gateway = Gateway(settings)
+    await gateway.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            answers = []
+            for n in range(2):
+                message = pb.Message(
+                    message_id=f"m-d{n}", role=pb.ROLE_USER, parts=[pb.Part(text="hold:30")]
+                )
+                answer = await stub.SendMessage(
+                    pb.SendMessageRequest(message=message), metadata=V1, timeout=deadline_s
+                )
+                answers.append(answer.task.status.state)
+                await stub.CancelTask(pb.CancelTaskRequest(id=answer.task.id), metadata=V1)
+            assert answers == [pb.TASK_STATE_WORKING] * 2
+    finally:
+        await gateway.stop()
