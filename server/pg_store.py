@@ -145,6 +145,7 @@ from .secret_box import SecretBox, SecretBoxError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
     DEFAULT_RETRY_KEYS,
+    STORE_RETRY_PAUSES_S,
     UNSTORED,
     Listing,
     PushAdded,
@@ -177,8 +178,6 @@ EVENTS_CHANNEL = "a2a_events"
 #: Events of a settled task are kept this long (late subscribers' reads), then pruned.
 DEFAULT_EVENT_KEEP_S = 60.0
 _EVENT_BATCH = 1000
-#: The pauses before a batch of events whose write failed is written again (then dropped).
-EVENT_RETRY_PAUSES_S = (0.1, 1.0)
 #: ``application_name`` of the LISTEN connection (to tell it apart in pg_stat_activity).
 LISTENER_NAME = "a2a-gateway listen"
 #: Reconnecting a lost LISTEN connection: the first retry's delay, doubled up to the last.
@@ -1110,8 +1109,8 @@ class PostgresTaskStore(TaskStore):
         """Write what the outbox holds, a batch per statement, one statement at a time
         (so a task's events are committed in their order), with one NOTIFY per task.
         A batch whose write fails is written again after each of
-        :data:`EVENT_RETRY_PAUSES_S` (a lost event would stop every follower of its
-        task at the gap), then dropped."""
+        :data:`.task_store.STORE_RETRY_PAUSES_S` (a lost event would stop every follower
+        of its task at the gap), then dropped."""
         tries = 0
         while self._outbox:
             batch = self._outbox[:_EVENT_BATCH]  # new events are only ever appended
@@ -1123,8 +1122,8 @@ class PostgresTaskStore(TaskStore):
                     [b[2] for b in batch],
                 )
             except _DB_ERRORS as exc:
-                if tries < len(EVENT_RETRY_PAUSES_S):
-                    pause = EVENT_RETRY_PAUSES_S[tries]
+                if tries < len(STORE_RETRY_PAUSES_S):
+                    pause = STORE_RETRY_PAUSES_S[tries]
                     tries += 1
                     log.warning(
                         "%d stream events not logged yet (trying again in %gs): %s",

@@ -50,6 +50,10 @@ DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
 DEFAULT_RETRY_KEYS = 100_000
 DEFAULT_RETRY_BYTES = 32 * 1024 * 1024
 _RETRY_KEY_OVERHEAD = 200  # bytes an entry costs beyond its strings (tuple, dict slot)
+#: The pauses before a store operation that failed is tried again, where nothing would
+#: make up for its loss (a run's final state, a batch of stream events, the push configs
+#: read for a status change), then given up.
+STORE_RETRY_PAUSES_S = (0.1, 1.0)
 
 
 #: A status of a task as :func:`status_key` names it: (state, seconds, nanos, message id).

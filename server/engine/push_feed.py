@@ -43,7 +43,14 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import timestamp_ns
 from ..push import PushDispatcher
-from ..task_store import UNSTORED, TaskRecord, TaskStore, status_key
+from ..task_store import (
+    STORE_RETRY_PAUSES_S,
+    UNSTORED,
+    StoredPush,
+    TaskRecord,
+    TaskStore,
+    status_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,7 @@ class PushFeed:
         self._push = push
         self._queues: dict[str, list[pb.Task]] = {}  # per task: changes awaiting a read
         self._workers: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()  # set by aclose: failed reads are not tried again
 
     def notify(self, record: TaskRecord) -> None:
         """A status change of ``record``'s task (snapshotted now)."""
@@ -83,17 +91,8 @@ class PushFeed:
             while queue:
                 changes = queue[:]
                 queue.clear()
-                try:
-                    stored = await self._store.read_push_configs(task_id)
-                except Exception as exc:
-                    log.warning(
-                        "%d push notification(s) of task %s not sent: its push configs"
-                        " could not be read (%s: %s)",
-                        len(changes),
-                        task_id,
-                        type(exc).__name__,
-                        str(exc)[:200],
-                    )
+                stored = await self._read(task_id, len(changes))
+                if stored is None:
                     continue
                 for task in changes:
                     # Those added by the time of the change (a later one gets the next).
@@ -105,8 +104,34 @@ class PushFeed:
         finally:
             del self._queues[task_id]
 
+    async def _read(self, task_id: str, changes: int) -> list[StoredPush] | None:
+        """The task's stored configs; a failed read is tried again after each of
+        :data:`.task_store.STORE_RETRY_PAUSES_S` (nothing else would announce these
+        changes), not once the feed is closing; None (logged) when it is given up."""
+        failure: Exception | None = None
+        for pause in (*STORE_RETRY_PAUSES_S, None):
+            try:
+                return await self._store.read_push_configs(task_id)
+            except Exception as exc:
+                failure = exc
+            if pause is None or self._closing.is_set():
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), pause)
+        assert failure is not None
+        log.warning(
+            "%d push notification(s) of task %s not sent: its push configs"
+            " could not be read (%s: %s)",
+            changes,
+            task_id,
+            type(failure).__name__,
+            str(failure)[:200],
+        )
+        return None
+
     async def aclose(self, grace_s: float) -> None:
         """Let the queued changes be read and handed over for ``grace_s``, then stop."""
+        self._closing.set()
         workers = list(self._workers)
         if workers:
             await asyncio.wait(workers, timeout=grace_s)

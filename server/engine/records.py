@@ -38,7 +38,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import ACTIVE, agent_message, valid_id
-from ..task_store import TaskRecord
+from ..task_store import STORE_RETRY_PAUSES_S, TaskRecord
 from .rules import apply_status
 from .state import (
     FLUSH_DELAY_S,
@@ -54,9 +54,6 @@ log = logging.getLogger(__name__)
 #: Recoveries tried in one read of a lost run, each refused because the task changed
 #: since it was read (a live process's change ends the tries: its lease is held).
 RECOVERY_TRIES = 3
-#: The pauses before the writes of a run's final state tried again after a failure
-#: (nothing writes that state later: a shared store would fail the run as lost).
-FINAL_RETRY_PAUSES_S = (0.1, 1.0)
 
 
 class Records:
@@ -107,13 +104,14 @@ class Records:
     async def persist_final(self, run: Run) -> None:
         """:meth:`persist` of the run's final (terminal or interrupted) state: no later
         write would store it, so a failed write is tried again after each of
-        :data:`FINAL_RETRY_PAUSES_S` before it is given up (logged); not once the
+        :data:`.task_store.STORE_RETRY_PAUSES_S` before it is given up (logged; a shared
+        store would fail the run as lost); not once the
         engine is closing (its store is closed next: a write after that would open
         it anew)."""
         run.dirty = False
         self._dirty.pop(run.record.task.id, None)
         failure: Exception | None = None
-        for pause in (*FINAL_RETRY_PAUSES_S, None):
+        for pause in (*STORE_RETRY_PAUSES_S, None):
             try:
                 await self._state.store.save(run.record)
                 return

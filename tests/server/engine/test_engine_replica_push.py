@@ -23,8 +23,8 @@ from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.outbound import OutboundClient
-from a2a_gateway.server.pg_local import LocalPostgres
-from a2a_gateway.server.pg_store import PostgresTaskStore
+from a2a_gateway.server.pg_local import USER, LocalPostgres
+from a2a_gateway.server.pg_store import PostgresTaskStore, migrate
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import TaskRecord
@@ -481,3 +481,62 @@ async def test_a_config_added_on_a_replica_whose_clock_is_ahead_gets_its_recover
         await a.close()
         await b.close()
     assert hooks.got == {"hook": [("FAILED", "server restarted")]}
+
+
+# --- a failed read of the configs ----------------------------------------------------------
+
+#: Fails the first read of a task's configs for a status change (the push feed's
+#: statement, by its text) that finds a row, once; the sequence remembers it was done
+#: (it is not rolled back with the failed statement).
+_READ_FAULT = """
+CREATE SEQUENCE a2a_test_read_faults;
+CREATE FUNCTION a2a_test_read_ok() RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+  IF current_query() LIKE '%SELECT config, version, added_ns FROM a2a_push_configs%' THEN
+    IF nextval('a2a_test_read_faults') = 1 THEN
+      RAISE EXCEPTION 'push configs unreadable (injected once)';
+    END IF;
+  END IF;
+  RETURN true;
+END $$;
+ALTER TABLE a2a_push_configs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rows ON a2a_push_configs USING (true) WITH CHECK (true);
+CREATE POLICY read_fault ON a2a_push_configs AS RESTRICTIVE FOR SELECT
+  USING (a2a_test_read_ok());
+"""
+
+
+async def test_a_status_change_whose_config_read_fails_once_is_still_announced(
+    postgres: LocalPostgres, tmp_path: Path, hooks: Hooks
+) -> None:
+    """The push feed's read of a task's configs for a status change fails once (a row
+    level security policy of the database raises on it; the gateway connects as a role
+    that is not the tables' owner, so the policy applies): the read is tried again and
+    the change is announced, not dropped."""
+    url = await fresh_database(postgres)
+    role = "gw_" + url.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(url)
+    try:
+        await migrate(conn)
+        await conn.execute(_READ_FAULT)
+        await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{postgres.password}'")
+        await conn.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+        await conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        a = Replica(url.replace("//" + USER + ":", f"//{role}:", 1), tmp_path, FauxAgent())
+        try:
+            task = await send(a.engine, "ask:Which city?")
+            assert state_name(task) == "INPUT_REQUIRED"
+            await a.engine.create_task_push_notification_config(
+                config(task.id, "hook", hooks), ctx()
+            )
+            done = await send(a.engine, "Lisbon", task_id=task.id)
+            assert state_name(done) == "COMPLETED"
+            await hooks.wait_for("hook", 2)
+            assert await a.push.wait_idle(WAIT_S)
+        finally:
+            await a.close()
+        injected = await conn.fetchval("SELECT is_called FROM a2a_test_read_faults")
+    finally:
+        await conn.close()
+    assert injected  # the read did fail once
+    assert hooks.got == {"hook": [("WORKING", ""), ("COMPLETED", "")]}
