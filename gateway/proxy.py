@@ -32,6 +32,12 @@ What the proxy decides itself (nothing else is changed on the way):
   incremented and written under both keys, and a message that has already passed more
   than ``max_hops`` gateways is refused: two proxies pointing at each other fail fast
   instead of looping, and so does a loop through a peer that speaks only the other key.
+- A webhook URL (CreateTaskPushNotificationConfig, a SendMessage's inline config) is
+  checked by our outbound guard before it is forwarded, as our own engine checks it
+  (https only and no private or loopback address, unless ``--allow-private-urls``; the
+  host's addresses as resolved now): InvalidParams naming the field, and the upstream
+  is not called. The upstream delivers from its own network, and the a2a-sdk checks
+  nothing, so a caller could otherwise have it POST to its private addresses.
 - A push config is answered (create, get, list) without its token and credentials, as
   our own engine answers it: upstreams such as the a2a-sdk return the stored config whole.
 - Our card shows the upstream's name, description, version, skills, modes and
@@ -68,7 +74,9 @@ from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.engine.push_configs import public_push
+from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.paging import PageTokens
+from a2a_gateway.server.push import check_push_destination, validate_push_config
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret
@@ -146,6 +154,7 @@ class UpstreamProxy(A2AService):
         max_hops: int = 3,
         owners: TaskOwners | None = None,
         signing_secret: str | None = None,
+        allow_private_urls: bool = False,
     ) -> None:
         if transport:
             binding_for(transport)  # ValueError now rather than on the first call
@@ -165,6 +174,8 @@ class UpstreamProxy(A2AService):
         self.upstream_extended_card: pb.AgentCard | None = None
         self.extended_card: Callable[[CallContext], pb.AgentCard] | None = None
         self._remote: RemoteService | None = None
+        # Judges webhook URLs (resolves their hosts); it sends nothing.
+        self._guard = OutboundClient(allow_private_urls=allow_private_urls)
         self._connecting = asyncio.Lock()
         self._closed = False
 
@@ -186,6 +197,7 @@ class UpstreamProxy(A2AService):
         remote, self._remote = self._remote, None
         if remote is not None:
             await remote.aclose()
+        await self._guard.aclose()
 
     async def _upstream(self) -> RemoteService:
         if self._remote is not None:
@@ -285,12 +297,29 @@ class UpstreamProxy(A2AService):
         stamp_hops(forwarded, hops)
         return forwarded
 
+    async def _check_webhook(self, config: pb.TaskPushNotificationConfig, prefix: str) -> None:
+        """InvalidParams naming the field unless our guard allows ``config``'s URL (and
+        its token and credentials fit in a header), as the engine checks it."""
+        validate_push_config(
+            config, allow_private_urls=self._guard.allow_private_urls, prefix=prefix
+        )
+        await check_push_destination(config, self._guard, prefix=prefix)
+
+    async def _check_inline_webhook(self, request: pb.SendMessageRequest) -> None:
+        configuration = request.configuration
+        if configuration.HasField("task_push_notification_config"):
+            await self._check_webhook(
+                configuration.task_push_notification_config,
+                "configuration.taskPushNotificationConfig",
+            )
+
     # --- the service ----------------------------------------------------------------------
 
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
         self.owners.check(context.caller, request.message.task_id)
+        await self._check_inline_webhook(request)
         forwarded = self._forwarded(request)
         reply = await self._call(lambda r: r.send_message(forwarded, context))
         if reply.WhichOneof("payload") == "task":
@@ -307,6 +336,7 @@ class UpstreamProxy(A2AService):
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         # Checks run on the first __anext__, so bindings answer them as plain errors.
         self.owners.check(context.caller, request.message.task_id)
+        await self._check_inline_webhook(request)
         forwarded = self._forwarded(request)
         events = self._relay(
             lambda r: r.send_streaming_message(forwarded, context), context.caller, creates=True
@@ -355,6 +385,7 @@ class UpstreamProxy(A2AService):
         self, request: pb.TaskPushNotificationConfig, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
         self.owners.check(context.caller, request.task_id)
+        await self._check_webhook(request, "")
         created = await self._call(
             lambda r: r.create_task_push_notification_config(request, context)
         )
@@ -478,6 +509,7 @@ def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy
         stream_idle_timeout=settings["upstream_idle_timeout"],
         max_hops=config.max_hops,
         owners=task_owners(settings, config),
+        allow_private_urls=config.allow_private_urls,
     )
     cards = ProxyCardProvider(config, proxy)
     proxy.extended_card = cards.extended_card

@@ -1,6 +1,8 @@
-"""Proxy mode never hands a push config's token or credentials back to our caller,
-whatever the upstream answers: the a2a-sdk (and other peers) return the stored config
-whole, while our own engine answers only its public part (``public_push``).
+"""Push configs through the proxy. It never hands a push config's token or credentials
+back to our caller, whatever the upstream answers: the a2a-sdk (and other peers) return
+the stored config whole, while our own engine answers only its public part
+(``public_push``). And it judges webhook URLs with our outbound guard before the
+upstream (which delivers from its own network, and may check nothing) sees them.
 
 The upstream here is a small JSON-RPC peer on a real port that answers like the SDK:
 the config it was given, secrets included. Calls reach the proxy over JSON-RPC and
@@ -24,6 +26,7 @@ VERSION = {"A2A-Version": "1.0"}
 TOKEN = "push-token-5f1e9a7c3b"
 CREDENTIALS = "push-credentials-8d2c4e6a"
 CONFIGS: web.AppKey[dict[str, Any]] = web.AppKey("configs")
+CALLS: web.AppKey[list[str]] = web.AppKey("calls")
 TASK = {
     "id": "task-1",
     "contextId": "context-1",
@@ -35,6 +38,7 @@ async def _upstream_rpc(request: web.Request) -> web.Response:
     body = await request.json()
     method, params = body["method"], body.get("params") or {}
     configs = request.app[CONFIGS]
+    request.app[CALLS].append(method)
     result: Any
     if method == "SendMessage":
         result = {"task": TASK}
@@ -53,10 +57,17 @@ async def _upstream_rpc(request: web.Request) -> web.Response:
 
 
 @pytest.fixture
-async def upstream_url() -> AsyncIterator[str]:
-    """An upstream that answers push configs with their secrets."""
+def upstream_app() -> web.Application:
     app = web.Application()
     app[CONFIGS] = {}
+    app[CALLS] = []
+    return app
+
+
+@pytest.fixture
+async def upstream_url(upstream_app: web.Application) -> AsyncIterator[str]:
+    """An upstream that answers push configs with their secrets."""
+    app = upstream_app
     runner = web.AppRunner(app)
     app.router.add_post("/rpc", _upstream_rpc)
 
@@ -158,3 +169,52 @@ async def test_push_config_secrets_from_the_upstream_are_not_answered(proxy: Gat
     assert answers["rest get"] == public
     assert answers["list"]["configs"] == [public]
     assert answers["rest list"]["configs"] == [public]
+
+
+def _field(reply: Any) -> str:
+    (violations,) = [d for d in reply["error"]["data"] if d["@type"].endswith("BadRequest")]
+    (violation,) = violations["fieldViolations"]
+    return str(violation["field"])
+
+
+async def _rpc_error(gateway: Gateway, method: str, params: dict[str, Any]) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    async with (
+        aiohttp.ClientSession(timeout=TIMEOUT) as http,
+        http.post(f"http://127.0.0.1:{gateway.http_port}/a2a", json=body, headers=VERSION) as r,
+    ):
+        assert r.status == 200
+        return await r.json()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/hook",  # loopback
+        "https://[::ffff:169.254.169.254]/latest",  # cloud metadata, IPv4-mapped
+        "https://localhost/hook",  # a name resolving to loopback
+        "http://hooks.example.com/a2a",  # http needs --allow-private-urls
+    ],
+)
+async def test_forbidden_webhooks_are_refused_before_the_upstream_sees_them(
+    proxy: Gateway, upstream_app: web.Application, url: str
+) -> None:
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    await _rpc(proxy, "SendMessage", {"message": message})  # the caller's task-1
+    calls_before = list(upstream_app[CALLS])
+
+    reply = await _rpc_error(
+        proxy, "CreateTaskPushNotificationConfig", {"taskId": "task-1", "id": "h", "url": url}
+    )
+    assert reply["error"]["code"] == -32602
+    assert _field(reply) == "url"
+
+    inline = {"taskPushNotificationConfig": {"url": url}}
+    for method in ("SendMessage", "SendStreamingMessage"):
+        again = {**message, "messageId": f"m-{method}"}
+        reply = await _rpc_error(proxy, method, {"message": again, "configuration": inline})
+        assert reply["error"]["code"] == -32602
+        assert _field(reply) == "configuration.taskPushNotificationConfig.url"
+
+    assert upstream_app[CALLS] == calls_before  # nothing was forwarded
+    assert upstream_app[CONFIGS] == {}
