@@ -526,6 +526,7 @@ class WorkspaceTaskStore(TaskStore):
         over a small folder waits for it; over a large one it answers from what is
         indexed (see ``task_index``)."""
         index = self._start()
+        await index.opened()  # on the index's writer thread (it may wait for a lock)
         index.check_folder()
         if index.reconciling and self._folder_is_small():
             await index.wait_reconciled()
@@ -562,6 +563,9 @@ class WorkspaceTaskStore(TaskStore):
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self.index.find_message(owner, message_id, fingerprint)
+
+    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return await self.index.lookup_message(owner, message_id, fingerprint)
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
@@ -805,6 +809,9 @@ class WorkspaceTaskStores(TaskStore):
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self.store_for(owner).find_message(owner, message_id, fingerprint)
+
+    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return await self.store_for(owner).lookup_message(owner, message_id, fingerprint)
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

@@ -13,7 +13,12 @@ so a page costs an indexed range query, not a pass over every task:
 
 It is the standard library's SQLite in WAL mode (``synchronous=NORMAL``): a process
 killed with SIGKILL loses no committed transaction. Nothing blocks the event loop on
-SQLite but point lookups of retry keys: a store's write queues its rows in the same
+SQLite but point lookups of retry keys. Opening the database (which waits, up to the
+busy timeout, while another process holds it locked) runs on the writer thread, first
+in its queue, so the first request of a workspace never stalls the others; what needs
+the database waits for it there (:meth:`TaskIndex.opened`; a retry-key lookup made
+before answers from the keys queued so far), and a failed open is tried again by the
+next batch or the next caller. A store's write queues its rows in the same
 step as the file (lookups see them at once) and a writer thread, the only one that
 writes, commits them as one transaction ``COMMIT_DELAY_S`` later, or as soon as a read
 needs them; a commit costs ~250 us here, more than the rest of a blocking send. A
@@ -180,6 +185,17 @@ def _remove_index_files(path: str) -> None:
 _OPEN: dict[str, TaskIndex] = {}  # one index per database file in a process
 
 
+@dataclass(slots=True, frozen=True)
+class _Opened:
+    """What the open (on the writer thread) found: the connection, whether the index
+    is being rebuilt, whether a reconcile is owed, the folder's mtime at open."""
+
+    db: sqlite3.Connection
+    rebuilding: bool
+    wanted: bool
+    folder_mtime: int | None
+
+
 class TaskIndex:
     """The index of one tasks folder (see the module docstring).
 
@@ -231,15 +247,25 @@ class TaskIndex:
         self._users = 0
         self.rebuilding = False  # True until the first full pass over a new index ends
         self._wanted_at_start = False
-        self._db = self._open()
         # A reconcile is owed (wanted at open, requested, or a batch failed) and no
         # pass has done it since: the close then leaves the index marked unclean, so
         # the next start reconciles (a close never forgets one).
-        self._unreconciled = self._wanted_at_start
+        self._unreconciled = False
+        # The event loop's connection (retry-key lookups), once the open is taken in.
+        self._db: sqlite3.Connection | None = None
+        self._opened_here: _Opened | None = None  # (writer thread) the open that worked
+        self._opening: Future[_Opened] = self._pool("writer").submit(self._open_here)
 
     # --- opening ---------------------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
+    def _open_here(self) -> _Opened:
+        """(writer thread) The open, done once; one that failed (raised) is tried again
+        by the next call."""
+        if self._opened_here is None:
+            self._opened_here = self._open()
+        return self._opened_here
+
+    def _open(self) -> _Opened:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         existed = os.path.exists(self.path)
         if existed:
@@ -248,16 +274,11 @@ class TaskIndex:
                 meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
                 if meta.get("version") != SCHEMA_VERSION:
                     raise sqlite3.DatabaseError(f"schema version {meta.get('version')!r}")
-                self.rebuilding = meta.get("complete") != 1
+                rebuilding = meta.get("complete") != 1
                 folder_mtime = self._folder_mtime()
-                self._wanted_at_start = (
-                    self.rebuilding or meta.get("clean") != 1 or meta.get("mtime") != folder_mtime
-                )
-                # The folder as it is now is indexed (or about to be): a change from here
-                # on is one behind the server's back, also before the first ListTasks.
-                self._known_until_ns = folder_mtime
+                wanted = rebuilding or meta.get("clean") != 1 or meta.get("mtime") != folder_mtime
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', 0)")
-                return conn
+                return _Opened(conn, rebuilding, wanted, folder_mtime)
             except sqlite3.DatabaseError as exc:
                 if "locked" in str(exc) or "busy" in str(exc):
                     raise  # in use by another process: not damaged, not ours to rebuild
@@ -265,15 +286,45 @@ class TaskIndex:
                 with contextlib.suppress(Exception):
                     conn.close()
                 _remove_index_files(self.path)
+        folder_mtime = self._folder_mtime()
         conn = _connect(self.path)
         conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
         conn.executemany(
             "INSERT OR REPLACE INTO meta VALUES (?, ?)",
             [("version", SCHEMA_VERSION), ("complete", 0), ("clean", 0)],
         )
-        self.rebuilding = True
-        self._wanted_at_start = True
-        return conn
+        return _Opened(conn, True, True, folder_mtime)
+
+    async def opened(self) -> None:
+        """Until the database is open. The open runs on the writer thread, never on
+        the event loop: it may wait there, up to the busy timeout, for another process
+        that holds the database locked. Raises what the open raised (the next call
+        tries again)."""
+        if self._db is not None:
+            return
+        opening = self._opening
+        if opening.done() and (opening.cancelled() or opening.exception() is not None):
+            if self._closed:
+                raise sqlite3.ProgrammingError(f"task index {self.path} is closed")
+            opening = self._opening = self._pool("writer").submit(self._open_here)
+        # Shielded: a cancelled waiter must not cancel the open itself.
+        found = await asyncio.shield(asyncio.wrap_future(opening))
+        if self._db is None:
+            self._take_opened(found)
+
+    def _take_opened(self, found: _Opened) -> None:
+        """(event loop) Take in what the open found."""
+        self._db = found.db
+        self.rebuilding = found.rebuilding
+        self._wanted_at_start = found.wanted
+        # The folder as it was at open is indexed (or about to be): a change from there
+        # on is one behind the server's back, also before the first ListTasks.
+        if found.folder_mtime is not None:
+            self._known_until_ns = max(self._known_until_ns or 0, found.folder_mtime)
+        if found.wanted:
+            self._unreconciled = True
+            if self._periodic is not None:  # started: the reconcile starts now
+                self.request_reconcile()
 
     def _folder_mtime(self) -> int | None:
         try:
@@ -288,8 +339,8 @@ class TaskIndex:
             return
         loop = asyncio.get_running_loop()
         self._periodic = loop.create_task(self._every_interval(), name="a2a-index-reconcile")
-        if self._wanted_at_start:
-            self.request_reconcile()
+        if self._db is not None and self._wanted_at_start:
+            self.request_reconcile()  # else once the open is taken in (_take_opened)
 
     # --- writing (event loop) --------------------------------------------------------
 
@@ -342,6 +393,11 @@ class TaskIndex:
 
     def _run_batch(self, batch: list[tuple[str, Any, bool]]) -> bool:
         """(writer thread) One transaction; False (logged) when it failed."""
+        try:
+            self._open_here()  # queued before any batch; tried again if it failed
+        except Exception as exc:
+            log.warning("task index %s could not be opened (%s); not written", self.path, exc)
+            return False
         db = self._thread_db()
         if not getattr(self._local, "writes", False):
             # The WAL is checkpointed by the one connection that writes, right after a
@@ -426,8 +482,8 @@ class TaskIndex:
         if owner_id is None:
             owner_id = _owner_hash(owner)
         pending = self._pending_retry.get((owner_id, message_id, fingerprint))
-        if pending is not None:
-            return pending
+        if pending is not None or self._db is None:
+            return pending  # not open yet: :meth:`lookup_message` waits for the open
         try:
             found = self._db.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
@@ -437,6 +493,15 @@ class TaskIndex:
             log.exception("task index lookup failed; answered as no retry")
             return None
         return None if found is None else str(found[0])
+
+    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        """:meth:`find_message` once the index is open (an open that fails is logged
+        and the lookup answered from the keys queued so far)."""
+        try:
+            await self.opened()
+        except Exception as exc:
+            log.warning("task index %s could not be opened (%s)", self.path, exc)
+        return self.find_message(owner, message_id, fingerprint)
 
     # --- reading (reader thread) -----------------------------------------------------
 
@@ -460,6 +525,7 @@ class TaskIndex:
         return conn
 
     async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        await self.opened()
         await self.flushed()  # the reader's connection sees only committed rows
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("reader"), lambda: fn(self._thread_db()))
@@ -543,6 +609,7 @@ class TaskIndex:
                         return found
             return found
 
+        await self.opened()
         await self.flushed()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("worker"), lambda: run(self._thread_db()))
@@ -599,6 +666,10 @@ class TaskIndex:
             await asyncio.shield(running)
 
     async def _every_interval(self) -> None:
+        try:
+            await self.opened()  # then a reconcile owed at open starts (_take_opened)
+        except Exception as exc:
+            log.warning("task index %s could not be opened (%s); tried again", self.path, exc)
         while True:
             await asyncio.sleep(self.reconcile_interval_s)
             task = self.request_reconcile()
@@ -628,6 +699,7 @@ class TaskIndex:
         one batch per turn of the loop."""
         loop = asyncio.get_running_loop()
         pool = self._pool("worker")
+        await self.opened()
         started_ns = time.time_ns()
         await self.flushed()
         # Made on its thread too: its connection, temporary table and folder handle.
@@ -687,23 +759,36 @@ class TaskIndex:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.flushed()
-        for pool in (self._reader, self._worker, self._writer):
+        loop = asyncio.get_running_loop()
+        for pool in (self._reader, self._worker):
             if pool is not None:
-                await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
-        mtime = self._folder_mtime()
-        # A folder changed behind our back that no ListTasks noticed: not indexed.
-        unseen = mtime is not None and (
-            self._known_until_ns is None or mtime > self._known_until_ns
-        )
-        with contextlib.suppress(sqlite3.Error):
-            self._db.executemany(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [
-                    ("clean", 0 if self.rebuilding or self._unreconciled or unseen else 1),
-                    ("mtime", mtime),
-                ],
+                await loop.run_in_executor(None, pool.shutdown)
+        writer = self._pool("writer")
+        # Everything queued for the writer has run, the opens too: take in what one
+        # that worked found (a reconcile it found owed is remembered below).
+        found = await loop.run_in_executor(writer, lambda: self._opened_here)
+        if found is not None and self._db is None:
+            self._take_opened(found)
+        db = self._db
+        if db is not None:
+            mtime = self._folder_mtime()
+            # A folder changed behind our back that no ListTasks noticed: not indexed.
+            unseen = mtime is not None and (
+                self._known_until_ns is None or mtime > self._known_until_ns
             )
-        self._db.close()
+            clean = 0 if self.rebuilding or self._unreconciled or unseen else 1
+
+            def mark() -> None:  # on the writer thread: it may wait for a lock
+                with contextlib.suppress(sqlite3.Error):
+                    db.executemany(
+                        "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                        [("clean", clean), ("mtime", mtime)],
+                    )
+                db.close()
+
+            await loop.run_in_executor(writer, mark)
+        # Never opened: this process wrote nothing into it, nothing to mark.
+        await loop.run_in_executor(None, writer.shutdown)
 
 
 def unreadable_for_now(path: str) -> bool:

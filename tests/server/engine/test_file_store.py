@@ -519,6 +519,7 @@ async def test_closing_the_store_stops_a_rebuild_and_the_next_store_finishes_it(
     await store.aclose()  # stops it (its thread ends after the current batch)
     again = WorkspaceTaskStore(tmp_path)
     try:
+        await again.index.opened()
         assert again.index.rebuilding  # not complete: rebuilt on
         assert len(await again.summaries(ALICE)) == 1500  # a small folder: waits for it
     finally:

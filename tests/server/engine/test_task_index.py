@@ -168,6 +168,7 @@ async def test_a_missing_or_corrupt_index_is_rebuilt_and_lists_the_same(
             conn.execute("UPDATE meta SET value = 999 WHERE key = 'version'")
     store = WorkspaceTaskStore(tmp_path)
     try:
+        await store.index.opened()
         assert store.index.rebuilding
         await store.listing(ALICE, TaskFilter(), Window(None, 10))  # answers while rebuilding
         await store.index.wait_reconciled()
@@ -374,7 +375,7 @@ async def test_retry_keys_survive_a_restart_and_leave_with_their_task(tmp_path: 
     await first.aclose()
     store = WorkspaceTaskStore(tmp_path)
     try:
-        assert store.find_message(ALICE, "m-1", "fp") == rec.task.id
+        assert await store.lookup_message(ALICE, "m-1", "fp") == rec.task.id
         assert store.find_message(ALICE, "m-1", "other") is None
         assert store.find_message(BOB, "m-1", "fp") is None
         (tmp_path / ".a2a" / "tasks" / f"{rec.task.id}.json").unlink()
@@ -383,6 +384,67 @@ async def test_retry_keys_survive_a_restart_and_leave_with_their_task(tmp_path: 
         assert store.find_message(ALICE, "m-1", "fp") is None
     finally:
         await store.aclose()
+
+
+async def test_an_index_held_locked_by_another_process_never_stalls_the_loop(
+    tmp_path: Path,
+) -> None:
+    """The first request of a workspace opens its index. When another process holds
+    the database locked, the open waits for it on the index's writer thread, not on
+    the event loop: the loop keeps running, the workspace's files are saved and read,
+    another workspace is listed; the open (and the listing waiting for it) completes
+    once the lock is released."""
+    first = WorkspaceTaskStore(tmp_path / "a")
+    await first.save(record(1))
+    await first.aclose()
+    other = WorkspaceTaskStore(tmp_path / "b")
+    await other.save(record(2, BOB))
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_locked() -> None:  # as another process would, with its own connection
+        conn = sqlite3.connect(tmp_path / "a" / ".a2a" / INDEX_NAME, isolation_level=None)
+        try:
+            conn.execute("BEGIN EXCLUSIVE")
+            locked.set()
+            release.wait(120)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    holder = threading.Thread(target=hold_locked)
+    holder.start()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while ticks < 50:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    try:
+        assert await asyncio.to_thread(locked.wait, 30)
+        ticking = asyncio.ensure_future(ticker())
+        store = WorkspaceTaskStore(tmp_path / "a")  # the workspace's first request
+        try:
+            listing = asyncio.ensure_future(store.listing(ALICE, TaskFilter(), Window(None, 10)))
+            await ticking  # the loop runs other work while the open waits for the lock
+            assert ticks == 50 and not listing.done()
+            await store.save(record(3))
+            loaded = await store.load(ALICE, "task-0003")
+            assert loaded is not None and loaded.task.id == "task-0003"
+            assert [s.task_id for s in await other.summaries(BOB)] == ["task-0002"]
+            assert not listing.done()  # the lock is still held
+            release.set()
+            async with asyncio.timeout(60):
+                page, total, _ = await listing
+            assert (sorted(s.task_id for s in page), total) == (["task-0001", "task-0003"], 2)
+        finally:
+            release.set()
+            await store.aclose()
+    finally:
+        release.set()
+        await asyncio.to_thread(holder.join)
+        await other.aclose()
 
 
 async def test_memory_store_is_bounded_by_count_and_bytes() -> None:
@@ -433,10 +495,12 @@ async def test_the_record_cache_has_a_byte_budget(tmp_path: Path) -> None:
         await store.aclose()
 
 
-def test_index_file_is_wal_and_in_the_workspace(tmp_path: Path) -> None:
-    WorkspaceTaskStore(tmp_path)
+async def test_index_file_is_wal_and_in_the_workspace(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    await store.index.opened()  # on the index's writer thread
     with sqlite3.connect(tmp_path / ".a2a" / "index.sqlite3") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    await store.aclose()
     assert json.loads("{}") == {}
 
 
