@@ -18,9 +18,10 @@ guarded :class:`~.outbound.OutboundClient`) is saved as
   strangers' files are for the agent (the same user), nobody else.
 
 Out: :func:`outgoing_parts` turns files an agent returns (bytes, or a path inside the
-workspace) into artifact parts with inline bytes, ``mediaType`` and ``filename``. A
-file over the cap (or unreadable) is skipped, and :attr:`OutgoingParts.note` says so
-for the task's text.
+workspace, never under its ``.a2a/``, where keys and tasks live: the same rule as the
+assistant's file tools) into artifact parts with inline bytes, ``mediaType`` and
+``filename``. A file over the cap (or unreadable, or outside those bounds) is skipped,
+and :attr:`OutgoingParts.note` says so for the task's text.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Protocol
 
 from yarl import URL
 
+from a2a_gateway.agent.tools.files import PRIVATE
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -380,7 +382,8 @@ def outgoing_parts(
 ) -> OutgoingParts:
     """One part per file with inline bytes, ``mediaType`` and ``filename``; files over
     ``max_file_bytes`` or unreadable are skipped. With ``workspace``, a ``path``
-    must resolve inside it (after symlinks) or the file is skipped."""
+    must resolve inside it and outside its ``.a2a/`` (after symlinks) or the file is
+    skipped."""
     parts: list[pb.Part] = []
     skipped: list[tuple[str, str]] = []
     for file in files:
@@ -410,6 +413,9 @@ def _read_outgoing(
         target = (root / path).resolve()
         if not target.is_relative_to(root):
             return None, "outside the workspace"
+        inside = target.relative_to(root).parts
+        if inside and inside[0] == PRIVATE:  # keys, secret.key, tasks: never a caller's
+            return None, f"in the gateway's own folder {PRIVATE}"
         path = target
     try:
         # O_NONBLOCK: opening a FIFO must not block; it is refused as not a file below.

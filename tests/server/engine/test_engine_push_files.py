@@ -128,6 +128,31 @@ async def test_files_out_by_path_stay_inside_the_workspace(
     assert "result.json (no workspace to read it from)" in status_text(task)
 
 
+async def test_files_out_by_path_never_come_from_the_gateways_own_folder(
+    new_engine: Callable[..., TaskEngine], tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".a2a").mkdir(parents=True, exist_ok=True)
+    (workspace / ".a2a" / "callers.json").write_text('[{"name": "a", "key": "k_plain_key_1"}]')
+    (workspace / "notes.txt").symlink_to(workspace / ".a2a" / "callers.json")
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        yield File("callers.json", path=Path(".a2a/callers.json"))
+        yield File("callers2.json", path=workspace / "out" / ".." / ".a2a" / "callers.json")
+        yield File("notes.txt", path=Path("notes.txt"))  # a symlink into .a2a/
+        yield TextChunk("done", last=True)
+
+    engine = new_engine(Scripted(script), store=MemoryTaskStore(), default_workspace=workspace)
+    task = await send(engine, "go", ANONYMOUS)
+    assert state_name(task) == "COMPLETED"
+    assert [a.name for a in task.artifacts] == ["response"]
+    assert "k_plain_key_1" not in str(task)
+    assert status_text(task).splitlines() == [
+        f"Files skipped: {name} (in the gateway's own folder .a2a)."
+        for name in ("callers.json", "callers2.json", "notes.txt")
+    ]
+
+
 # --- push configs -------------------------------------------------------------------------
 
 
