@@ -19,10 +19,10 @@ Refused addresses: loopback, private (RFC 1918), link-local (incl. cloud metadat
 169.254.169.254), unique-local, site-local, CGNAT 100.64.0.0/10, benchmarking
 198.18.0.0/15, documentation and IETF-reserved ranges, multicast, broadcast,
 unspecified, and IPv6 forms that embed an IPv4 address (mapped ``::ffff:a.b.c.d``,
-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) judged by that
-address; anything else that Python does not consider globally routable too. With
-``allow_private_urls`` only non-unicast targets (multicast, broadcast, unspecified)
-are refused.
+compatible ``::a.b.c.d``, SIIT's IPv4-translated ``::ffff:0:a.b.c.d``, NAT64
+``64:ff9b::/96``, 6to4 ``2002::/16``) judged by that address; anything else that
+Python does not consider globally routable too. With ``allow_private_urls`` only
+non-unicast targets (multicast, broadcast, unspecified) are refused.
 
 Error messages name the host and the reason, never the URL's path or query (webhook
 URLs often carry secrets), so they are safe to log and to show to the caller.
@@ -142,14 +142,20 @@ _FORBIDDEN_V6: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
     (_V6("ff00::/8"), "multicast"),
 )
 _NAT64 = _V6("64:ff9b::/96")
+#: RFC 2765's IPv4-translated addresses: a stateless translator (SIIT) sends them on as
+#: the IPv4 address in their last 32 bits.
+_TRANSLATED = _V6("::ffff:0:0:0/96")
 
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, str] | None:
-    """The IPv4 address an IPv6 form stands for (mapped, NAT64, 6to4), if any."""
+    """The IPv4 address an IPv6 form stands for (mapped, NAT64, translated, 6to4), if
+    any."""
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped, "IPv4-mapped"
     if address in _NAT64:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), "NAT64"
+    if address in _TRANSLATED:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), "IPv4-translated"
     if address.sixtofour is not None:
         return address.sixtofour, "6to4"
     return None

@@ -147,12 +147,21 @@ FORBIDDEN = [
     ("::ffff:10.0.0.1", "IPv4-mapped private"),
     ("::ffff:169.254.169.254", "IPv4-mapped link-local"),
     ("::127.0.0.1", "IPv4-compatible"),
+    ("::ffff:0:127.0.0.1", "IPv4-translated loopback"),
+    ("::ffff:0:a9fe:a9fe", "IPv4-translated link-local"),
     ("64:ff9b::7f00:1", "NAT64 loopback"),
     ("2002:7f00:1::1", "6to4 loopback"),
     ("2001:db8::1", "documentation"),
     ("2001::1", "IETF protocol assignment"),
 ]
-PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"]
+PUBLIC = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "2606:4700:4700::1111",
+    "::ffff:8.8.8.8",
+    "64:ff9b::808:808",
+    "::ffff:0:808:808",
+]
 
 
 @pytest.mark.parametrize(("address", "reason"), FORBIDDEN)

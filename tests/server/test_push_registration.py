@@ -90,6 +90,7 @@ REFUSED: list[tuple[str, str]] = [
     ("0xa9.254.0251.0xfe", "169.254.169.254 is not allowed (link-local)"),
     ("[::ffff:127.0.0.1]", "IPv4-mapped loopback"),
     ("[::ffff:a9fe:a9fe]", "IPv4-mapped link-local"),
+    ("[::ffff:0:a9fe:a9fe]", "IPv4-translated link-local"),
     ("1.2.3.4.5", "numeric but not a valid IP address"),
     ("localhost", "not allowed"),  # the system resolver: 127.0.0.1 and/or ::1
     ("inside.test", "10.1.2.3 (private)"),
