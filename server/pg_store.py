@@ -10,6 +10,7 @@ more is needed before several replicas can serve one workspace is in the README'
   and ~700x cheaper to decode than ProtoJSON, see docs/performance.md). ListTasks'
   filters and order have their indexes: (owner, ts, id), (owner, state, ts, id) and
   (owner, context, ts, id), ids in the "C" collation so SQL orders them as Python does;
+  and, once the task settled, when it did on the database's clock (``settled_ns``);
 - ``a2a_push_configs``: the push configs of a task, one row per (task, config id), in
   the order they were added (``position``), with the A2A version each was registered
   with; ``token`` and ``authentication.credentials`` sealed with the
@@ -74,7 +75,8 @@ checks that the run still has a live runner. When the run moves to this process 
 continuation claims the context of a task it follows), the follow first delivers every
 event numbered up to the claim's, then ends (:meth:`hand_over`): the run's own events
 come next. Events of tasks settled more than
-``event_keep_s`` ago are pruned with the lease renewals.
+``event_keep_s`` ago (by the database's clock: ``settled_ns``, noted by the database when
+the settling save lands, not the runner's status time) are pruned with the lease renewals.
 
 ListTasks page tokens are signed with a key kept in ``a2a_keys`` (made by the first
 process), so a token issued by one process is read by every other.
@@ -161,8 +163,8 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows;
-#  7: cancel requests; 8: the retention index
+SCHEMA_VERSION = 9  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows;
+#  7: cancel requests; 8: the retention index; 9: settle times on the database's clock
 #: pg_advisory_xact_lock key of schema migrations ("a2a-gw" as an integer).
 MIGRATION_LOCK = 0x613261_2D6777
 #: pg_try_advisory_xact_lock key of a retention batch: one replica at a time.
@@ -186,6 +188,11 @@ LISTEN_RETRY_MAX_S = 5.0
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
 _INT64_MAX = (1 << 63) - 1
+#: The database's time now, in ns (its own clock, whatever the clocks of the processes).
+_DB_NOW_SQL = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+#: The states whose events are kept (a task in any other is settled: its events are
+#: pruned ``event_keep_s`` after it settled).
+_EVENTS_KEPT = ACTIVE | INTERRUPTED
 _RETRY_KEY_OVERHEAD = 200
 
 #: Migration n (1-based) takes the schema from version n-1 to n.
@@ -265,6 +272,13 @@ MIGRATIONS: tuple[str, ...] = (
     f"""
     CREATE INDEX a2a_tasks_settled_by_age ON a2a_tasks(ts) WHERE {_SETTLED_SQL};
     """,
+    # When a task settled on the database's clock (the events' pruning; ``ts`` is the
+    # runner's). Nullable without a default: no rewrite of a2a_tasks, a brief lock only.
+    # Rows settled before it (or saved by a gateway not yet upgraded) have none: their
+    # ``ts`` stands in.
+    """
+    ALTER TABLE a2a_tasks ADD COLUMN IF NOT EXISTS settled_ns bigint;
+    """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -274,14 +288,15 @@ assert len(MIGRATIONS) == SCHEMA_VERSION
 _SAVE = f"""
 WITH t AS (
   INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task, runner,
-    lease_until, event_seq)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $13, $14, coalesce($17, 0))
+    lease_until, event_seq, settled_ns)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $13, $14, coalesce($17, 0),
+    CASE WHEN $19 THEN {_DB_NOW_SQL} END)
   ON CONFLICT (task_id) DO UPDATE SET workspace = excluded.workspace,
     caller = excluded.caller, context_id = excluded.context_id, state = excluded.state,
     ts = excluded.ts, task = excluded.task,
     runner = CASE WHEN $15 THEN a2a_tasks.runner ELSE excluded.runner END,
     lease_until = CASE WHEN $15 THEN a2a_tasks.lease_until ELSE excluded.lease_until END,
-    event_seq = coalesce($17, a2a_tasks.event_seq)
+    event_seq = coalesce($17, a2a_tasks.event_seq), settled_ns = excluded.settled_ns
   WHERE NOT a2a_tasks.{_SETTLED_SQL}
   RETURNING task_id),
 push AS (
@@ -311,9 +326,10 @@ SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
 # A change where no run exists: only if the row is as loaded ($7 state, $8 ts), and
 # no other live process holds its run's lease or a claim of its context for it; with
 # the retry keys remembered for it since its last save ($13, $14).
-_REPLACE = """
+_REPLACE = f"""
 WITH t AS (
-  UPDATE a2a_tasks SET state = $4, ts = $5, task = $6, runner = '', lease_until = 0
+  UPDATE a2a_tasks SET state = $4, ts = $5, task = $6, runner = '', lease_until = 0,
+    settled_ns = CASE WHEN $15 THEN {_DB_NOW_SQL} END
   WHERE task_id = $1 AND workspace = $2 AND caller = $3 AND state = $7 AND ts = $8
     AND (runner = '' OR runner = $9 OR lease_until < $10)
     AND NOT EXISTS (SELECT 1 FROM a2a_contexts c WHERE c.task_id = $1 AND c.runner <> $9
@@ -339,9 +355,9 @@ _READ_PUSH = """
 SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER BY position
 """
 
-_PUT_PUSH = """
+_PUT_PUSH = f"""
 INSERT INTO a2a_push_configs AS p(task_id, position, config_id, version, config, added_ns)
-VALUES ($1, $2, $3, $4, $5, (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint)
+VALUES ($1, $2, $3, $4, $5, {_DB_NOW_SQL})
 ON CONFLICT (task_id, config_id) DO UPDATE SET version = excluded.version,
   config = excluded.config
 """
@@ -853,6 +869,7 @@ class PostgresTaskStore(TaskStore):
             summary.state not in ACTIVE,
             event_seq,
             self._db_time(summary.timestamp_ns),  # $18: the configs it answers
+            summary.state not in _EVENTS_KEPT,  # $19: settled (its time noted)
         )
         # Saves of one task are chained: each statement starts once the one before
         # has ended, so they land in call order (on separate pooled connections they
@@ -946,6 +963,7 @@ class PostgresTaskStore(TaskStore):
                 self._db_time(summary.timestamp_ns),
                 [k[0] for k in keys],
                 [k[1] for k in keys],
+                summary.state not in _EVENTS_KEPT,
             )
             row = rows[0]
             replaced = bool(row["replaced"])
@@ -1048,9 +1066,7 @@ class PostgresTaskStore(TaskStore):
         """Keep the database's time minus this process's ticks (the middle of the round
         trip; its error is half of it, nothing next to a lease)."""
         before = self._ticks()
-        db_ns = await conn.fetchval(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
-        )
+        db_ns = await conn.fetchval(f"SELECT {_DB_NOW_SQL}")
         after = self._ticks()
         self._db_offset = int(db_ns) - (before + after) // 2
         self._db_error = (after - before) // 2 + 1
@@ -1138,15 +1154,17 @@ class PostgresTaskStore(TaskStore):
             del self._outbox[: len(batch)]
 
     async def prune_events(self) -> None:
-        """Remove the events of tasks settled more than ``event_keep_s`` ago (by the
-        database's clock: a process whose clock runs ahead does not prune the events
-        of a task settled a moment ago, which late subscribers elsewhere still read)."""
+        """Remove the events of tasks settled more than ``event_keep_s`` ago, by the
+        database's clock (the row's ``settled_ns``, noted by the database): neither a
+        process whose clock runs ahead nor a runner whose clock is behind (its status
+        times, ``ts``, look old) prunes the events of a task settled a moment ago, which
+        late subscribers elsewhere still read."""
         cutoff = self._db_now() - int(self.event_keep_s * 1e9)
         try:
             await self._fetch(
                 "DELETE FROM a2a_events e USING a2a_tasks t WHERE e.task_id = t.task_id"
-                " AND t.state <> ALL($1::smallint[]) AND t.ts < $2",
-                sorted(ACTIVE | INTERRUPTED),
+                " AND t.state <> ALL($1::smallint[]) AND coalesce(t.settled_ns, t.ts) < $2",
+                sorted(_EVENTS_KEPT),
                 cutoff,
             )
         except _DB_ERRORS as exc:

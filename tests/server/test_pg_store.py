@@ -13,7 +13,12 @@ import pytest
 
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server.pg_local import LocalPostgres, free_port
-from a2a_gateway.server.pg_store import SCHEMA_VERSION, PostgresTaskStore, StoreUnavailable
+from a2a_gateway.server.pg_store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    PostgresTaskStore,
+    StoreUnavailable,
+)
 from a2a_gateway.server.secret_box import SEALED_PREFIX, SecretBox
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -281,33 +286,90 @@ async def test_a_stored_final_state_is_not_replaced(
         await b.aclose()
 
 
-async def test_a_store_whose_clock_runs_ahead_keeps_fresh_events(
+class Skewed:
+    """A process's clock ``ahead_ns`` ahead of the real one (negative: behind)."""
+
+    def __init__(self, ahead_s: float) -> None:
+        self.ahead_ns = int(ahead_s * 1e9)
+
+    def __call__(self) -> int:
+        return time.time_ns() + self.ahead_ns
+
+
+@pytest.mark.parametrize("runner_behind_s", [0, 120])
+async def test_events_of_a_task_settled_a_moment_ago_stay_whatever_the_clocks_say(
+    postgres: LocalPostgres, tmp_path: Path, runner_behind_s: int
+) -> None:
+    """Events of a task settled a moment ago stay for ``event_keep_s`` by the database's
+    clock, whatever the clocks of the processes say: the pruning process B's is 10
+    minutes ahead, and the runner A's stamps its status times 2 minutes behind (more
+    than ``event_keep_s``: its settled task looked settled long ago); once
+    ``event_keep_s`` has passed, they go."""
+    url = await fresh_database(postgres)
+    a = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    clock_b = Skewed(600)
+    b = PostgresTaskStore(url, box=SecretBox(tmp_path), clock=clock_b)
+    conn = await asyncpg.connect(url)
+    try:
+        await a.start()
+        await b.start()
+        settled, waiting = record("t-settled"), record("t-waiting")
+        waiting.task.status.state = pb.TASK_STATE_INPUT_REQUIRED
+        for saved in (settled, waiting):  # as A's clock stamps them
+            saved.task.status.timestamp.FromNanoseconds(time.time_ns() - runner_behind_s * 10**9)
+            await a.save(saved)
+        await conn.execute(
+            "INSERT INTO a2a_events(task_id, seq, event) VALUES ('t-settled', 1, ''),"
+            " ('t-waiting', 1, '')"
+        )
+        await b.prune_events()
+        kept = await conn.fetch("SELECT task_id FROM a2a_events ORDER BY task_id")
+        clock_b.ahead_ns += int((b.event_keep_s + 1) * 1e9)  # by B's clock, it is later
+        await b.prune_events()
+        left = await conn.fetch("SELECT task_id FROM a2a_events ORDER BY task_id")
+    finally:
+        await conn.close()
+        await a.aclose()
+        await b.aclose()
+    assert [r[0] for r in kept] == ["t-settled", "t-waiting"]
+    assert [r[0] for r in left] == ["t-waiting"]
+
+
+async def test_events_of_a_task_settled_before_the_settle_times_are_still_pruned(
     postgres: LocalPostgres, tmp_path: Path
 ) -> None:
-    """Events of a task settled a moment ago stay for ``event_keep_s`` whatever the
-    pruning process's clock says (B's is 10 minutes ahead); older ones go."""
+    """A task settled in a database of schema 8 (no settle time on the database's
+    clock: its status time stands in) has its events pruned once the gateway migrated
+    the schema, not kept for ever."""
     url = await fresh_database(postgres)
-    b = PostgresTaskStore(url, box=SecretBox(tmp_path), clock=lambda: time.time_ns() + 600 * 10**9)
+    conn = await asyncpg.connect(url)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path))
     try:
-        await b.start()
-        fresh, old = record("t-fresh"), record("t-old")
-        fresh.task.status.timestamp.FromNanoseconds(time.time_ns())
-        old.task.status.timestamp.FromNanoseconds(time.time_ns() - 120 * 10**9)
-        await b.save(fresh)
-        await b.save(old)
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(
-                "INSERT INTO a2a_events(task_id, seq, event) VALUES ('t-fresh', 1, ''),"
-                " ('t-old', 1, '')"
-            )
-            await b.prune_events()
-            left = await conn.fetch("SELECT task_id FROM a2a_events")
-        finally:
-            await conn.close()
-        assert [r[0] for r in left] == ["t-fresh"]
+        async with conn.transaction():  # what a gateway of schema 8 left
+            await conn.execute("CREATE TABLE a2a_schema(version integer PRIMARY KEY)")
+            for version in range(1, 9):
+                await conn.execute(MIGRATIONS[version - 1])
+                await conn.execute("INSERT INTO a2a_schema VALUES ($1)", version)
+        old = record("t-old").task
+        await conn.execute(
+            "INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task)"
+            " VALUES ('t-old', $1, $2, 'ctx-1', $3, $4, $5)",
+            ALICE.workspace,
+            ALICE.name,
+            pb.TASK_STATE_COMPLETED,
+            time.time_ns() - 120 * 10**9,
+            old.SerializeToString(),
+        )
+        await conn.execute("INSERT INTO a2a_events(task_id, seq, event) VALUES ('t-old', 1, '')")
+        await store.start()
+        await store.prune_events()
+        left = await conn.fetch("SELECT task_id FROM a2a_events")
+        versions = await conn.fetch("SELECT version FROM a2a_schema ORDER BY version")
     finally:
-        await b.aclose()
+        await conn.close()
+        await store.aclose()
+    assert [r[0] for r in versions] == list(range(1, SCHEMA_VERSION + 1))
+    assert left == []
 
 
 async def test_a_final_state_written_again_is_not_taken_for_another_process(
