@@ -21,7 +21,7 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.server import file_store
-from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine
+from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine, records
 from a2a_gateway.server.file_store import (
     READ_THREADS,
     WorkspaceTaskStore,
@@ -396,7 +396,13 @@ class CountingStore(WorkspaceTaskStore):
         await super().save(record)
 
 
-async def test_a_run_that_never_suspends_is_written_once(tmp_path: Path) -> None:
+async def test_a_run_that_never_suspends_is_written_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run that ends within the flush delay is written once, at its end. 21 runs
+    # at once can outlast 50 ms on a loaded machine (then a lazy WORKING write is
+    # right): the delay is made long enough that only a wrong write can come first.
+    monkeypatch.setattr(records, "FLUSH_DELAY_S", 5.0)
     store = CountingStore(tmp_path)
     engine = TaskEngine(FauxAgent(), store)
     try:
