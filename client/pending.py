@@ -5,11 +5,13 @@
       "source": "poll", "undelivered": null}]
 
 The file is rewritten whole and atomically (temp file, fsync, rename, fsync of the
-folder) on every change, under one lock per file in this process. A finished watch
-first stores its text in ``undelivered``, then delivers it, then removes the record, so
-a result is delivered at least once: a crash between delivering and removing delivers
-it again at the next start. A malformed file reads as no records (with a warning); a
-malformed record is skipped; neither is ever rewritten over until a change is made.
+folder) on every change, under one lock per file in this process, held until the change's
+thread has ended even when its caller is cancelled: changes land in order. A finished
+watch first stores its text in ``undelivered``, then delivers it, then removes the
+record, so a result is delivered at least once: a crash between delivering and removing
+delivers it again at the next start. A malformed file reads as no records (with a
+warning); a malformed record is skipped; neither is ever rewritten over until a change
+is made.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from a2a_gateway.server.atomic_files import fsync_folder, temp_path, write_all
 
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 PENDING_FILE = Path(".a2a") / "pending.json"
 SOURCES = ("push", "subscribe", "poll")
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +152,29 @@ class PendingFiles:
     def _lock(self, workspace: Path) -> asyncio.Lock:
         return self._locks.setdefault(workspace, asyncio.Lock())
 
-    async def read(self, workspace: Path) -> list[PendingRecord]:
+    async def _locked(self, workspace: Path, work: Callable[[], _T]) -> _T:
+        """``work()`` in a worker thread under the workspace's lock. A cancelled caller
+        keeps the lock until the thread has ended: the thread cannot be stopped, and a
+        write that landed after a later one (a removed record back in the file) would
+        undo it."""
         async with self._lock(workspace):
-            return await asyncio.to_thread(read_pending, workspace)
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                while not running.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait({running})
+                if not running.cancelled() and running.exception() is not None:
+                    log.warning(
+                        "pending watches of %s: a change whose caller was cancelled failed: %s",
+                        workspace,
+                        running.exception(),
+                    )
+                raise
+
+    async def read(self, workspace: Path) -> list[PendingRecord]:
+        return await self._locked(workspace, lambda: read_pending(workspace))
 
     async def put(self, workspace: Path, record: PendingRecord) -> None:
         """Add ``record``, or replace the one with its watchId."""
@@ -159,8 +183,7 @@ class PendingFiles:
             records = [r for r in read_pending(workspace) if r.watchId != record.watchId]
             write_pending(workspace, [*records, record])
 
-        async with self._lock(workspace):
-            await asyncio.to_thread(change)
+        await self._locked(workspace, change)
 
     async def remove(self, workspace: Path, watch_id: str) -> None:
         def change() -> None:
@@ -169,5 +192,4 @@ class PendingFiles:
             if len(kept) != len(records):
                 write_pending(workspace, kept)
 
-        async with self._lock(workspace):
-            await asyncio.to_thread(change)
+        await self._locked(workspace, change)

@@ -8,15 +8,24 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import connect
-from a2a_gateway.client.pending import PendingRecord, read_pending, write_pending
+from a2a_gateway.client.pending import (
+    PendingFiles,
+    PendingRecord,
+    pending_path,
+    read_pending,
+    write_pending,
+)
 from a2a_gateway.client.watches import WatchRegistry, poll_delays
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.push_receiver import build_push_app
@@ -462,6 +471,64 @@ async def test_stop_removes_the_record_and_rearm_restores_it(
         await cancel_remote_task(base_url(remote), task.id)
     finally:
         await registry.aclose()
+
+
+class FirstJobHeld(ThreadPoolExecutor):
+    """The loop's worker threads, the first job held at its start until ``release``
+    (the job then runs whole, in its thread); every job counts when it ends."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=4)
+        self.started, self.release = threading.Event(), threading.Event()
+        self.ended = 0
+        self._held = False
+        self._count = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        hold, self._held = not self._held, True
+
+        def job() -> Any:
+            if hold:
+                self.started.set()
+                self.release.wait()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._count:
+                    self.ended += 1
+
+        return super().submit(job)
+
+
+async def test_a_cancelled_write_keeps_the_lock_until_its_thread_has_written(
+    home: Path,
+) -> None:
+    # A put cancelled while its thread was rewriting pending.json released the lock at
+    # once: a remove right after (WatchRegistry.stop after cancelling the runner) read
+    # the file first, then the put's thread wrote the record back: a stopped watch
+    # came back at the next start.
+    workspace = home
+    threads = FirstJobHeld()
+    asyncio.get_running_loop().set_default_executor(threads)
+    files = PendingFiles()
+    record = PendingRecord(
+        "w-1", SCOPE, "assistant-a", "t-1", "c-1", None, "2026-10-08T12:00:00+00:00", "poll"
+    )
+    putting = asyncio.create_task(files.put(workspace, record))
+    await eventually(threads.started.is_set)  # the put's thread is running
+    putting.cancel()
+    for _ in range(5):  # a few turns of the loop: the cancellation reaches the put
+        await asyncio.sleep(0)
+    removing = asyncio.create_task(files.remove(workspace, record.watchId))
+    # Either the cancelled put still holds the file, or the remove has run its thread.
+    await eventually(lambda: not putting.done() or threads.ended >= 1)
+    threads.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await putting
+    await removing
+    await eventually(lambda: threads.ended == 2)  # both threads have written
+    assert read_pending(workspace) == []
+    assert not pending_path(workspace).exists()
 
 
 def test_malformed_pending_file_reads_as_no_records(tmp_path: Path) -> None:
