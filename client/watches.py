@@ -32,9 +32,12 @@ Every watch is a record in pending.json (:mod:`.pending`). A finished watch stor
 as ``undelivered``, delivers it to the target's registered delivery
 (:meth:`WatchRegistry.register_target`), then removes the record: at least once. Without
 a registered target the text stays in the file and goes out when the target registers
-(a second later) or at the next start. :meth:`WatchRegistry.restore` re-arms a
-workspace's records in the background; :meth:`WatchRegistry.aclose` stops the watches and
-keeps their records.
+(a second later) or at the next start. A delivery that fails (its follow-up turn failed:
+provider down, turn bound) keeps the record and is tried again while the process runs,
+1 minute later, then 2, 4, ... up to every hour; each attempt first reads the record
+again, so a result delivered meanwhile (a target that registered) is not sent twice.
+:meth:`WatchRegistry.restore` re-arms a workspace's records in the background;
+:meth:`WatchRegistry.aclose` stops the watches and keeps their records.
 """
 
 from __future__ import annotations
@@ -89,6 +92,9 @@ PUSH_SAFETY_S = 600.0
 NO_ENTRY_RETRY_S = 1.0
 #: A target that registers gets its kept results this long after.
 DELIVER_AFTER_REGISTER_S = 1.0
+#: A failed delivery is tried again after this long, doubling up to REDELIVER_MAX_S.
+REDELIVER_FIRST_S = 60.0
+REDELIVER_MAX_S = 3600.0
 PUSH_PATH = "/a2a/push/"
 
 Deliver = Callable[[str, str], Awaitable[None]]
@@ -201,6 +207,9 @@ class WatchRegistry:
         self._by_id: dict[str, Watch] = {}
         self._targets: dict[tuple[Path, str], Deliver] = {}
         self._delivering: set[str] = set()
+        #: Watch id → the wait before its next delivery attempt (after a failed one).
+        self._redeliver_after: dict[str, float] = {}
+        self._redelivery_due: set[str] = set()  # a later attempt is scheduled
         self._finishing: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -370,25 +379,52 @@ class WatchRegistry:
 
     async def _deliver(self, workspace: Path, record: PendingRecord) -> None:
         """Hand ``record.undelivered`` to its target, then remove the record; keep it
-        when there is no target or the delivery fails."""
-        text = record.undelivered
+        when there is no target, and keep it and try again later (backoff) when the
+        delivery fails. A record no longer in the file (delivered meanwhile) is not
+        delivered again."""
+        watch_id = record.watchId
         deliver = self._targets.get((workspace, record.target))
-        if text is None or deliver is None or record.watchId in self._delivering:
+        if record.undelivered is None or deliver is None or watch_id in self._delivering:
             return
-        self._delivering.add(record.watchId)
+        self._delivering.add(watch_id)
         try:
+            current = [r for r in await self.pending.read(workspace) if r.watchId == watch_id]
+            text = current[0].undelivered if current else None
+            if text is None:
+                self._redeliver_after.pop(watch_id, None)
+                return
             try:
                 await deliver(record.target, text)
             except Exception as exc:
+                delay = self._redeliver_after.get(watch_id, REDELIVER_FIRST_S)
+                self._redeliver_after[watch_id] = min(2 * delay, REDELIVER_MAX_S)
                 log.warning(
-                    "A2A result for task %s could not be delivered (%s); kept",
+                    "A2A result for task %s could not be delivered (%s); kept, tried again in %g s",
                     record.taskId,
                     type(exc).__name__,
+                    delay,
                 )
+                if watch_id not in self._redelivery_due and not self._closed:
+                    self._redelivery_due.add(watch_id)
+                    self._spawn(self._redeliver(workspace, watch_id, delay))
                 return
-            await self.pending.remove(workspace, record.watchId)
+            await self.pending.remove(workspace, watch_id)
+            self._redeliver_after.pop(watch_id, None)
         finally:
-            self._delivering.discard(record.watchId)
+            self._delivering.discard(watch_id)
+
+    async def _redeliver(self, workspace: Path, watch_id: str, delay: float) -> None:
+        """Deliver the kept result of ``watch_id`` again after ``delay`` (if it is still
+        kept then)."""
+        try:
+            await self.clock.sleep(delay)
+        finally:
+            self._redelivery_due.discard(watch_id)
+        for record in await self.pending.read(workspace):
+            if record.watchId == watch_id:
+                await self._deliver(workspace, record)
+                return
+        self._redeliver_after.pop(watch_id, None)
 
     def _deadline(self, record: PendingRecord) -> datetime | None:
         try:

@@ -5,6 +5,7 @@ at-least-once delivery."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import sys
@@ -18,6 +19,8 @@ import aiohttp
 import pytest
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.agent.tools import ToolRegistry
+from a2a_gateway.chat import ChatHost
 from a2a_gateway.client import connect
 from a2a_gateway.client.pending import (
     PendingFiles,
@@ -30,6 +33,8 @@ from a2a_gateway.client.watches import WatchRegistry, poll_delays
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.push_receiver import build_push_app
 
+from ..agent.fake_llm import FakeLLM, Say, Status, user_texts
+from ..agent.llm_support import llm, make_runtime
 from .client_support import closed_port, serving
 from .delegation_support import (
     REMOTE_KEY,
@@ -43,6 +48,8 @@ from .delegation_support import (
     workspace_calling,
     write_agents,
 )
+
+__all__ = ["llm"]  # the scripted model, a fixture
 
 SCOPE = "local-owner"
 POLL_CARD = pb.AgentCard()  # neither streaming nor push: poll
@@ -343,16 +350,60 @@ async def test_undelivered_results_are_kept_and_delivered_when_the_target_regist
             f'[A2A question from "assistant-a", task {task.id} (input-required)]'
         )
         assert "Which city?" in kept and f"taskId={task.id}" in kept
+        assert (await clock.slept_count(3))[-1] == 60.0  # the failed delivery's retry
         inbox = Inbox()
         registry.register_target(workspace, SCOPE, inbox)  # the conversation starts again
-        await clock.slept_count(3)
+        await clock.slept_count(4)
         assert not inbox.texts
         clock.advance(1)  # a second after
         await eventually(lambda: bool(inbox.texts))
         assert inbox.texts[0][1] == kept
         await eventually(lambda: not read_pending(workspace))
+        clock.advance(59)  # the retry finds the result delivered: not sent twice
+        await eventually(lambda: clock.sleeping == 0)
+        assert inbox.texts == [(SCOPE, kept)] and failing.attempts == 1
     finally:
         await registry.aclose()
+
+
+async def test_a_result_whose_follow_up_turn_failed_is_delivered_again_while_running(
+    llm: FakeLLM, home: Path
+) -> None:
+    # A failed follow-up turn (provider down, turn bound) kept the result, but only the
+    # next start delivered it: a chat or bot running for days held it all that time.
+    workspace = home
+    text = '[A2A result from "assistant-a", task t-1 (completed)]\nContext: c-1\nall done'
+    record = PendingRecord(
+        "w-1", SCOPE, "assistant-a", "t-1", "c-1", None, "2026-10-08T12:00:00+00:00", "poll", text
+    )
+    write_pending(workspace, [record])
+    llm.script(Status(400), Status(400), Say("noted"))
+    runtime = make_runtime(llm.base_url)
+    out = io.StringIO()
+    host = ChatHost(runtime, workspace, ToolRegistry(), out)
+    clock = ManualClock()
+    registry = WatchRegistry(clock=clock)
+    await runtime.start()
+    worker = asyncio.get_running_loop().create_task(host.serve())
+    try:
+        registry.register_target(workspace, SCOPE, host.deliver)
+        clock.advance((await clock.slept_count(1))[-1])  # the kept result goes out
+        # The turn fails: kept, and tried again after 1 minute, then 2.
+        for count, delay in ((2, 60.0), (3, 120.0)):
+            assert (await clock.slept_count(count))[-1] == delay
+            assert len(llm.requests) == count - 1 and read_pending(workspace) == [record]
+            clock.advance(delay)
+        await eventually(lambda: not read_pending(workspace))
+        assert out.getvalue().endswith("noted\n")
+        assert len(llm.requests) == 3
+        assert all("all done" in user_texts(r)[-1] for r in llm.requests)
+        assert clock.sleeping == 0  # nothing more to deliver
+    finally:
+        await registry.aclose()
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+        await runtime.aclose()
 
 
 async def test_a_key_the_agent_echoes_never_reaches_the_delivered_text(
