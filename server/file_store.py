@@ -58,7 +58,9 @@ had not reached the disk may read as malformed, i.e. TaskNotFound, never as a cr
 writes (the file, its fsync, the link or rename, the folder's fsync) run on one writer
 thread per store, so the event loop never waits on the disk; one thread, so they land
 in the order they were asked for (a later save of a task always wins), and each index
-row follows its file in that order, also when the save that asked was cancelled.
+row follows its file in that order, also when the save that asked was cancelled. A
+save asked while the store closes joins that queue and lands before the close
+returns; one asked after it raises, writing nothing.
 """
 
 from __future__ import annotations
@@ -327,6 +329,8 @@ class WorkspaceTaskStore(TaskStore):
         )
         self._started = False
         self._writer: ThreadPoolExecutor | None = None  # fsync: the writes (see save)
+        self._writes_asked = 0  # fsync: saves handed to the writer so far
+        self._closed = False  # fsync: the writer is gone, a save fails
 
     def path(self, task_id: str) -> Path:
         return self.folder / f"{task_id}.json"
@@ -573,14 +577,17 @@ class WorkspaceTaskStore(TaskStore):
         self.index.remember_message(owner, message_id, fingerprint, task_id)
 
     async def aclose(self) -> None:
-        """Let the writes asked for land (fsync), then stop the index's background work
-        and close it."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            # Queued behind every write: once it has run, they have landed and their
-            # index rows are in (their callbacks were scheduled first).
+        """Let the writes asked for land (fsync), also those asked while it waits, then
+        stop the index's background work and close it."""
+        while (writer := self._writer) is not None:
+            asked = self._writes_asked
+            # Queued behind every write asked so far: once it has run, they have landed
+            # and their index rows are in (their callbacks were scheduled first).
             await asyncio.get_running_loop().run_in_executor(writer, _nothing)
-            writer.shutdown(wait=False)
+            if self._writes_asked == asked:  # none asked meanwhile (they queue here too)
+                self._writer = None
+                writer.shutdown(wait=False)
+        self._closed = True  # in the step that saw the last write land
         await self.index.aclose()
 
     # --- retention -------------------------------------------------------------------
@@ -652,10 +659,13 @@ class WorkspaceTaskStore(TaskStore):
             # Inline: faster than a thread hand-off without fsync (module doc).
             self._wrote(task_id, owner, summary, self._write_atomically(task_id, data))
             return
+        if self._closed:  # its index is closed too: nothing written, the caller knows
+            raise RuntimeError(f"task store {self.workspace} is closed")
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="a2a-task-write")
         loop = asyncio.get_running_loop()
         written = loop.run_in_executor(self._writer, self._write_atomically, task_id, data)
+        self._writes_asked += 1
 
         def landed(done: asyncio.Future[_Stamp]) -> None:
             # On the loop, in the order of the writes (one writer thread), and before

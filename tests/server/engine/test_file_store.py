@@ -9,6 +9,7 @@ import logging
 import os
 import resource
 import shutil
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -260,6 +261,43 @@ async def test_a_cancelled_fsync_save_still_lands_with_its_index_row(tmp_path: P
         assert rows == {"t-2": pb.TASK_STATE_FAILED, "t-3": pb.TASK_STATE_COMPLETED}
     finally:
         await store.aclose()
+
+
+async def test_an_fsync_save_asked_while_the_store_closes_lands_in_order(
+    tmp_path: Path,
+) -> None:
+    """A save asked while ``aclose`` waits for the fsync writer goes to that writer,
+    after the saves asked before it (a later save of a task wins), and the close
+    returns once it has landed with its index row; a save asked after the close
+    fails, writing nothing."""
+    store = WorkspaceTaskStore(tmp_path, fsync=True)
+    gate = threading.Event()
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_SUBMITTED, "s"))
+        assert store._writer is not None
+        store._writer.submit(gate.wait, 60)  # the writer thread is busy until the gate opens
+        first = asyncio.create_task(store.save(_versioned("t-1", pb.TASK_STATE_WORKING, "w")))
+        await asyncio.sleep(0)  # queued behind the gate
+        closing = asyncio.create_task(store.aclose())
+        await asyncio.sleep(0)  # the close waits for the writer
+        later = asyncio.create_task(store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "c")))
+        # A chance for the later save to overtake (it did, on a writer of its own):
+        # not a timed assertion, the outcome below is the same however long this is.
+        await asyncio.wait({later}, timeout=0.5)
+    finally:
+        gate.set()
+    async with asyncio.timeout(30):
+        await asyncio.gather(first, later, closing)
+    on_disk, _, _ = decode_record(task_file(tmp_path, "t-1").read_bytes(), "t-1")
+    assert on_disk.status.state == pb.TASK_STATE_COMPLETED  # the save asked last won
+    st = task_file(tmp_path, "t-1").stat()
+    with sqlite3.connect(tmp_path / ".a2a" / "index.sqlite3") as db:
+        rows = db.execute("SELECT task_id, state, mtime, size, ino FROM tasks").fetchall()
+    assert rows == [("t-1", pb.TASK_STATE_COMPLETED, st.st_mtime_ns, st.st_size, st.st_ino)]
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.save(_versioned("t-1", pb.TASK_STATE_FAILED, "f"))
+    on_disk, _, _ = decode_record(task_file(tmp_path, "t-1").read_bytes(), "t-1")
+    assert on_disk.status.state == pb.TASK_STATE_COMPLETED
 
 
 async def test_workspace_stores_route_each_caller_to_its_workspace(tmp_path: Path) -> None:
