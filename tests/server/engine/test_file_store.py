@@ -158,6 +158,9 @@ async def test_a_listed_task_unread_for_lack_of_file_descriptors_keeps_its_row(
             await store.save(rec)
             store.remember_message(ALICE, f"m-{rec.task.id}", "fp", rec.task.id)
         task_file(tmp_path, "t-gone").unlink()
+        # The index opens on its writer thread: done before the limit, which is the
+        # whole process's (else that open may be what meets it).
+        await store.index.opened()
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         lowest_free = os.open("/", os.O_RDONLY)
         os.close(lowest_free)
