@@ -180,42 +180,16 @@ async def test_a_silent_stream_is_ended_after_the_idle_bound(
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
-async def test_a_blocking_send_answers_at_the_default_deadline(tmp_path: Path) -> None:
-    """The engine honours the server's default deadline: the task as it is then."""
-    settings = resolve(
-        {
-            "workspace": [str(tmp_path / "ws")],
-            "allow_anonymous": True,
-            "port": 0,
-            "grpc_port": 0,
-            "faux": True,
-            "grpc_default_deadline": 0.3,
-        },
-        environ={},
-    )
-    gateway = Gateway(settings)
-    await gateway.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
-            stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            message = pb.Message(
-                message_id="m-h", role=pb.ROLE_USER, parts=[pb.Part(text="hold:5")]
-            )
-            async with asyncio.timeout(BOUND):
-                answer = await stub.SendMessage(pb.SendMessageRequest(message=message), metadata=V1)
-            assert answer.task.status.state == pb.TASK_STATE_WORKING
-            await stub.CancelTask(pb.CancelTaskRequest(id=answer.task.id), metadata=V1)
-    finally:
-        await gateway.stop()
-
-
-@pytest.mark.parametrize("deadline_s", [1.0, 2.5])
-async def test_a_blocking_send_answers_before_the_clients_deadline(
-    tmp_path: Path, deadline_s: float
+@pytest.mark.parametrize(
+    ("default_deadline_s", "client_deadline_s"), [(0.3, None), (300.0, 1.0), (300.0, 2.5)]
+)
+async def test_a_blocking_send_answers_with_the_task_as_it_is_in_time(
+    tmp_path: Path, default_deadline_s: float, client_deadline_s: float | None
 ) -> None:
-    """A client's own deadline: the task as it is comes back before it, not after (an
-    answer at the deadline itself races the client's timer and is mostly lost, and with
-    it the task's id, as DEADLINE_EXCEEDED)."""
+    """A run outlasting the call: the task as it is comes back at the server's default
+    deadline when the client set none, and before the client's own (an answer at the
+    client's deadline itself races its timer and is mostly lost, and with it the
+    task's id, as DEADLINE_EXCEEDED)."""
     settings = resolve(
         {
             "workspace": [str(tmp_path / "ws")],
@@ -223,6 +197,7 @@ async def test_a_blocking_send_answers_before_the_clients_deadline(
             "port": 0,
             "grpc_port": 0,
             "faux": True,
+            "grpc_default_deadline": default_deadline_s,
         },
         environ={},
     )
@@ -236,9 +211,12 @@ async def test_a_blocking_send_answers_before_the_clients_deadline(
                 message = pb.Message(
                     message_id=f"m-d{n}", role=pb.ROLE_USER, parts=[pb.Part(text="hold:30")]
                 )
-                answer = await stub.SendMessage(
-                    pb.SendMessageRequest(message=message), metadata=V1, timeout=deadline_s
-                )
+                async with asyncio.timeout(BOUND):
+                    answer = await stub.SendMessage(
+                        pb.SendMessageRequest(message=message),
+                        metadata=V1,
+                        timeout=client_deadline_s,
+                    )
                 answers.append(answer.task.status.state)
                 await stub.CancelTask(pb.CancelTaskRequest(id=answer.task.id), metadata=V1)
             assert answers == [pb.TASK_STATE_WORKING] * 2
