@@ -6,6 +6,7 @@ cancel on the other stops it; one run per context across both."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -47,14 +48,35 @@ async def replicas(
 ) -> AsyncIterator[tuple[TaskEngine, TaskEngine, Clock]]:
     url = await fresh_database(postgres)
     clock_b = Clock()
-    store_a = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=Clock())
-    store_b = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_b)
-    a, b = TaskEngine(FauxAgent(), store_a), TaskEngine(FauxAgent(), store_b)
-    try:
+    async with two_engines(url, tmp_path, Clock(), clock_b) as (a, b):
         yield a, b, clock_b
+
+
+@contextlib.asynccontextmanager
+async def two_engines(
+    url: str, tmp_path: Path, clock_a: Callable[[], int], clock_b: Callable[[], int]
+) -> AsyncIterator[tuple[TaskEngine, TaskEngine]]:
+    """Engines A and B on one database, each store on its own clock."""
+    a, b = (
+        TaskEngine(
+            FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=c)
+        )
+        for c in (clock_a, clock_b)
+    )
+    try:
+        yield a, b
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def failed_by_b_once_its_lease_runs_out(b: TaskEngine, clock_b: Clock, task_id: str) -> None:
+    """A's run of ``task_id`` stops renewing its lease (as if A were killed): B, two
+    leases later on its clock, fails it 'server restarted'."""
+    clock_b.now += int(2 * LEASE_S * 1e9)
+    failed = await b.get_task(pb.GetTaskRequest(id=task_id), ctx())
+    assert state_name(failed) == "FAILED"
+    assert failed.status.message.parts[0].text == "server restarted"
 
 
 async def test_a_run_held_by_one_engine_is_failed_by_the_other_only_after_its_lease(
@@ -67,10 +89,7 @@ async def test_a_run_held_by_one_engine_is_failed_by_the_other_only_after_its_le
     listed = await b.list_tasks(pb.ListTasksRequest(), ctx())  # recovers lost runs first
     assert [t.id for t in listed.tasks] == [task.id]
     assert state_name(listed.tasks[0]) in ("SUBMITTED", "WORKING")  # not recovered
-    clock_b.now += int(2 * LEASE_S * 1e9)  # A stopped renewing (as if killed)
-    failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
-    assert state_name(failed) == "FAILED"
-    assert failed.status.message.parts[0].text == "server restarted"
+    await failed_by_b_once_its_lease_runs_out(b, clock_b, task.id)
 
 
 class ChangedBeforeReplace(PostgresTaskStore):
@@ -216,23 +235,11 @@ async def test_leases_hold_across_replicas_whose_clocks_disagree(
     def clock_a() -> int:
         return time.time_ns() + skew_s * 10**9
 
-    a = TaskEngine(
-        FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_a)
-    )
-    b = TaskEngine(
-        FauxAgent(), PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=LEASE_S, clock=clock_b)
-    )
-    try:
+    async with two_engines(url, tmp_path, clock_a, clock_b) as (a, b):
         task = await send(a, "hold:60", return_immediately=True)
         seen = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
         assert state_name(seen) in ("SUBMITTED", "WORKING")
-        clock_b.now += int(2 * LEASE_S * 1e9)  # B's view: two leases without a renewal
-        failed = await b.get_task(pb.GetTaskRequest(id=task.id), ctx())
-        assert state_name(failed) == "FAILED"
-        assert failed.status.message.parts[0].text == "server restarted"
-    finally:
-        await a.aclose()
-        await b.aclose()
+        await failed_by_b_once_its_lease_runs_out(b, clock_b, task.id)
 
 
 async def test_a_waiting_task_continued_on_both_engines_at_once_runs_once(
