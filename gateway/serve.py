@@ -40,6 +40,7 @@ from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.http_app import AppRunner, build_http_app
+from a2a_gateway.server.identity import JwtVerifier
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
@@ -94,6 +95,8 @@ def server_config(settings: Settings) -> ServerConfig:
         max_hops=settings["max_hops"],
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
+        jwt_leeway_s=settings["jwt_leeway"],
+        identity_fetch_timeout_s=settings["identity_fetch_timeout"],
         rate_limits=RateLimits(
             per_caller_per_minute=settings["rate_limit_per_minute"],
             per_ip_per_minute=settings["ip_rate_limit_per_minute"],
@@ -257,10 +260,22 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
     loopback = is_loopback(config.host)
     if not config.workspaces and loopback:
         return AllowAnonymous(limits=config.rate_limits)
+    verifier = JwtVerifier(
+        # Its own guarded client: identity providers are addresses from callers.json.
+        OutboundClient(
+            allow_private_urls=config.allow_private_urls,
+            timeout_s=config.identity_fetch_timeout_s,
+        ),
+        leeway_s=config.jwt_leeway_s,
+        fetch_timeout_s=config.identity_fetch_timeout_s,
+    )
     return WorkspaceCallers(
         config.workspaces,
         allow_anonymous=config.allow_anonymous and loopback,
         limits=config.rate_limits,
+        verifier=verifier,
+        # Until serve speaks TLS, a Basic password may only travel over loopback.
+        basic_allowed=loopback,
     )
 
 
@@ -295,6 +310,22 @@ def warn_missing_callers(config: ServerConfig) -> None:
         if not (workspace / CALLERS_FILE).exists():
             log.warning(
                 "workspace %s has no %s: no callers: %s", workspace, CALLERS_FILE, consequence
+            )
+
+
+def warn_basic_without_tls(config: ServerConfig) -> None:
+    """One line at start-up when Basic callers exist where their passwords are refused."""
+    if is_loopback(config.host):
+        return
+    for workspace in config.workspaces:
+        entries, _ = read_callers(workspace / CALLERS_FILE, str(workspace))
+        names = [entry.name for entry in entries if entry.basic is not None]
+        if names:
+            log.warning(
+                "workspace %s: Basic callers (%s) will be refused: HTTP Basic needs TLS off"
+                " loopback",
+                workspace,
+                ", ".join(names),
             )
 
 
@@ -340,7 +371,9 @@ class Gateway:
             self.push = PushDispatcher(self.outbound)
             self.cards = CardProvider(self.config, push_notifications=True)
         warn_missing_callers(self.config)
+        warn_basic_without_tls(self.config)
         self.authenticator = build_authenticator(self.config)
+        self.cards.schemes = self.authenticator.schemes
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
         if self.proxy is None:
@@ -443,6 +476,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.authenticator.aclose()  # after the bindings: no request still asks
 
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> int:

@@ -253,6 +253,20 @@ SETTINGS: tuple[Setting, ...] = (
         "requests per minute per client address (0: unlimited)",
         0,
     ),
+    Setting(
+        "jwt_leeway",
+        float,
+        60.0,
+        "seconds of clock skew allowed on JWT exp/nbf/iat (jwt callers)",
+        0,
+    ),
+    Setting(
+        "identity_fetch_timeout",
+        float,
+        5.0,
+        "seconds an identity provider (discovery, JWKS) has to answer",
+        above=0,
+    ),
     Setting("max_running_tasks", int, 64, "running tasks per caller (0: unlimited)", 0),
     Setting(
         "max_open_contexts",

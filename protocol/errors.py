@@ -174,6 +174,22 @@ class VersionNotSupportedError(A2AError):
 class UnauthenticatedError(A2AError):
     spec = _spec(-32000, 401, _S.UNAUTHENTICATED, "UNAUTHENTICATED", "Authentication required")
 
+    #: The HTTP ``WWW-Authenticate`` challenge naming the scheme that failed (RFC 9110
+    #: §11.6.1); None means the binding's default. Never holds a credential.
+    challenge: str | None = None
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        challenge: str | None = None,
+        metadata: dict[str, str] | None = None,
+        violations: list[FieldViolation] | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata, violations=violations)
+        if challenge is not None:
+            self.challenge = challenge
+
 
 class PermissionDeniedError(A2AError):
     spec = _spec(-32100, 403, _S.PERMISSION_DENIED, "PERMISSION_DENIED", "Permission denied")

@@ -10,13 +10,17 @@ in constant time and never logged or echoed.
 ``callers.json`` (one per workspace, ``<workspace>/.a2a/callers.json``) is an array of::
 
     {"name": "travel-bot",              # [a-z0-9-]{1,40}, unique in the file
-     "key": "k_3f9c..." | "sha256:<64 hex>",
+     "key": "k_3f9c..." | "sha256:<64 hex>",   # or "jwt": {...} or "basic": {...}
      "mode": "isolated",                # the default; other modes are skipped
      "note": "Alice's trip planner",    # optional
      "rate_limit_per_minute": 60,       # optional overrides (0 = unlimited)
      "max_running_tasks": 4,
      "max_open_contexts": 20,
      "signing_secret": "..."}           # optional: requests must be signed (signing.py)
+
+An entry names exactly one identity: a ``key``, a ``jwt`` rule (tokens of an OpenID
+Connect issuer) or ``basic`` credentials (see :mod:`.identity.rules`). Whatever the
+scheme, exactly one entry across every workspace must match a request's credentials.
 
 A bad entry is skipped with a warning naming the entry (never its key); the rest still
 work. An unknown field also skips its entry: a misspelt ``signing_secret`` must not
@@ -29,12 +33,14 @@ timestamp tick and of the same size would otherwise go unnoticed).
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import os
 import re
+import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +52,16 @@ from a2a_gateway.logs import register_secret
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.errors import UnauthenticatedError
 
+from .identity.basic import CHALLENGE as BASIC_CHALLENGE
+from .identity.basic import (
+    DEFAULT_LOG2_N,
+    BasicRefused,
+    PasswordChecker,
+    hash_password,
+    parse_basic,
+)
+from .identity.jwt import MAX_TOKEN_CHARS, JwtVerifier, TokenRefused, looks_like_jwt, peek
+from .identity.rules import BasicRule, JwtRule, parse_basic_rule, parse_jwt
 from .limits import NO_OVERRIDES, CallerLimits, RateLimits, RequestLimiter
 
 log = logging.getLogger(__name__)
@@ -69,9 +85,13 @@ NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 _HASHED = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
 _LIMIT_FIELDS = ("rate_limit_per_minute", "max_running_tasks", "max_open_contexts")
+#: The fields that say who the caller is: an entry has exactly one.
+IDENTITY_FIELDS = ("key", "jwt", "basic")
 KNOWN_FIELDS = frozenset(
-    {"name", "key", "key_prefix", "mode", "note", "signing_secret", *_LIMIT_FIELDS}
+    {"name", "key_prefix", "mode", "note", "signing_secret", *IDENTITY_FIELDS, *_LIMIT_FIELDS}
 )
+#: The 401 challenge while keys (and JWT bearer tokens) are the only schemes in use.
+BEARER_CHALLENGE = 'Bearer realm="a2a"'
 #: ``key_prefix``: the first characters of a hashed key, shown by ``callers list``.
 MAX_KEY_PREFIX_CHARS = 12
 
@@ -92,10 +112,31 @@ def single_values(get_all: HeaderListGetter) -> HeaderGetter:
     return get
 
 
+@dataclass(frozen=True, slots=True)
+class BasicCredentials:
+    """``Authorization: Basic`` as sent (RFC 7617)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+def presented_credentials(get: HeaderGetter) -> str | BasicCredentials | None:
+    """A key or bearer token (see :func:`presented_key`), Basic credentials, or None."""
+    authorization = get(AUTHORIZATION_HEADER)
+    if authorization is not None:
+        scheme, _, rest = authorization.strip().partition(" ")
+        if scheme.lower() == "basic":
+            if get(API_KEY_HEADER) is not None:
+                raise UnauthenticatedError("Send X-API-Key or Basic credentials, not both")
+            return BasicCredentials(*parse_basic(rest))
+    return presented_key(get)
+
+
 def presented_key(get: HeaderGetter) -> str | None:
     """The key from ``X-API-Key`` or ``Authorization: Bearer``; None when neither is sent.
 
     Both headers with different keys is ambiguous and refused; an empty key is ``""``.
+    A JWT bearer token is a key here too (the authenticator tells them apart).
     """
     api_key = get(API_KEY_HEADER)
     authorization = get(AUTHORIZATION_HEADER)
@@ -103,12 +144,12 @@ def presented_key(get: HeaderGetter) -> str | None:
     if authorization is not None:
         scheme, _, token = authorization.strip().partition(" ")
         if scheme.lower() != "bearer":
-            raise UnauthenticatedError("Authorization must use the Bearer scheme")
+            raise UnauthenticatedError("Authorization must use the Bearer or Basic scheme")
         bearer = token.strip()
     if api_key is not None and bearer is not None and api_key.strip() != bearer:
         raise UnauthenticatedError("X-API-Key and Authorization carry different keys")
     key = api_key if api_key is not None else bearer
-    if key is not None and len(key) > MAX_KEY_CHARS:
+    if key is not None and len(key) > MAX_TOKEN_CHARS:
         raise UnauthenticatedError("The API key is not valid")
     return key
 
@@ -140,6 +181,18 @@ class Identity:
     policy: CallerPolicy = DEFAULT_POLICY
 
 
+@dataclass(frozen=True, slots=True)
+class SchemesInUse:
+    """Which schemes callers can use now: what the card advertises (never a credential)."""
+
+    keys: bool = True
+    basic: bool = False
+    issuers: tuple[str, ...] = ()  # of jwt callers, sorted
+
+
+KEYS_ONLY = SchemesInUse()
+
+
 #: The identity of every anonymous request (immutable, so one is enough).
 ANONYMOUS_IDENTITY = Identity(ANONYMOUS)
 
@@ -149,54 +202,67 @@ class Authenticator(abc.ABC):
 
     ``limits`` are the server-wide request rates; they are shared by every binding
     that uses this authenticator (one bucket per caller and per address).
+    :meth:`identify` is a coroutine because some schemes ask someone else (an issuer's
+    keys, an introspection endpoint); a key is checked without suspending.
     """
 
     def __init__(self, *, limits: RateLimits | None = None) -> None:
         self.limiter = RequestLimiter(limits)
 
     @abc.abstractmethod
-    def authenticate(self, get: HeaderGetter) -> Caller:
-        """The caller for these headers, or raise UnauthenticatedError."""
-
-    def identify(self, get: HeaderGetter) -> Identity:
+    async def identify(self, get: HeaderGetter) -> Identity:
         """The caller and its policy, or raise UnauthenticatedError."""
-        return Identity(self.authenticate(get))
 
     def limits_for(self, caller: Caller) -> CallerLimits:
         """The caller's own limits (for the task engine's caps)."""
         return NO_OVERRIDES
 
-    def admit(self, get: HeaderGetter, client_address: str | None) -> Identity:
+    def schemes(self) -> SchemesInUse:
+        """The schemes callers may use now: the card's ``securitySchemes``."""
+        return KEYS_ONLY
+
+    async def admit(self, get: HeaderGetter, client_address: str | None) -> Identity:
         """Rate-limit the address, authenticate, then rate-limit the caller."""
         self.limiter.check_address(client_address)
-        identity = self.identify(get)
+        identity = await self.identify(get)
         self.limiter.check_caller(identity.caller, identity.policy.limits)
         return identity
+
+    async def aclose(self) -> None:  # noqa: B027 (most authenticators hold nothing)
+        """Release what the schemes hold (connections to identity providers)."""
 
 
 class AllowAnonymous(Authenticator):
     """Everyone is the anonymous caller (``serve --allow-anonymous`` on loopback)."""
 
-    def authenticate(self, get: HeaderGetter) -> Caller:
-        return ANONYMOUS
+    async def identify(self, get: HeaderGetter) -> Identity:
+        return ANONYMOUS_IDENTITY
 
 
 @dataclass(frozen=True, slots=True)
 class CallerEntry:
-    """One valid entry of a callers.json. ``key`` is plaintext or ``sha256:<hex>``."""
+    """One valid entry of a callers.json, with exactly one identity: ``key`` (plaintext
+    or ``sha256:<hex>``; ``""`` for the other schemes), ``jwt`` or ``basic``."""
 
     name: str
     workspace: str
-    key: str = field(repr=False)
+    key: str = field(default="", repr=False)
     mode: str = MODE_ISOLATED
     note: str = ""
     policy: CallerPolicy = DEFAULT_POLICY
     digest: bytes = field(default=b"", repr=False, compare=False)
     key_prefix: str = ""
+    jwt: JwtRule | None = None
+    basic: BasicRule | None = field(default=None, repr=False)
 
     @property
     def hashed(self) -> bool:
         return self.key.startswith(HASH_PREFIX)
+
+    @property
+    def scheme(self) -> str:
+        """``key``, ``jwt`` or ``basic``."""
+        return "jwt" if self.jwt is not None else "basic" if self.basic is not None else "key"
 
     @property
     def caller(self) -> Caller:
@@ -229,10 +295,29 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
     if unknown:
         shown = repr(unknown[0]) if _FIELD_NAME.match(unknown[0]) else "a field"
         return f"unknown field {shown}"
-    name, key, mode, note = item.get("name"), item.get("key"), item.get("mode"), item.get("note")
+    name, mode, note = item.get("name"), item.get("mode"), item.get("note")
+    key: Any = item.get("key")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         return "name must match [a-z0-9-]{1,40}"
-    if not isinstance(key, str) or not key:
+    named = [field_name for field_name in IDENTITY_FIELDS if field_name in item]
+    if len(named) > 1:
+        return f"an entry has one identity, not {' and '.join(named)}"
+    jwt_rule: JwtRule | None = None
+    basic_rule: BasicRule | None = None
+    if named == ["jwt"]:
+        got_jwt = parse_jwt(item["jwt"])
+        if isinstance(got_jwt, str):
+            return got_jwt
+        jwt_rule, key = got_jwt, ""
+    elif named == ["basic"]:
+        got_basic = parse_basic_rule(item["basic"])
+        if isinstance(got_basic, str):
+            return got_basic
+        basic_rule, key = got_basic, ""
+    if named and named != ["key"]:
+        if "key_prefix" in item:
+            return "key_prefix belongs to an entry with a key"
+    elif not isinstance(key, str) or not key:
         return "key must be a non-empty string"
     if _has_space(key):
         return "key must not contain whitespace"
@@ -271,8 +356,10 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         MODE_ISOLATED,
         note or "",
         policy,
-        digest=_entry_digest(key),
+        digest=_entry_digest(key) if key else b"",
         key_prefix=prefix,
+        jwt=jwt_rule,
+        basic=basic_rule,
     )
 
 
@@ -379,9 +466,14 @@ class _Cached:
 class WorkspaceCallers(Authenticator):
     """Callers from ``<workspace>/.a2a/callers.json`` across every workspace.
 
-    Exactly one entry in all workspaces must match the presented key; none or several
-    is a 401. With ``allow_anonymous``, a request that presents no key at all is the
-    anonymous caller (local development); a wrong or empty key is still refused.
+    Exactly one entry in all workspaces must match the presented credentials, whatever
+    their scheme; none or several is a 401. With ``allow_anonymous``, a request that
+    presents no credentials at all is the anonymous caller (local development); a wrong
+    or empty one is still refused.
+
+    ``verifier`` checks JWT bearer tokens (without one, ``jwt`` entries match nothing);
+    ``basic_allowed`` is False off loopback without TLS, where a Basic password would
+    cross the network in the clear: such credentials are refused.
     """
 
     def __init__(
@@ -390,42 +482,131 @@ class WorkspaceCallers(Authenticator):
         *,
         allow_anonymous: bool = False,
         limits: RateLimits | None = None,
+        verifier: JwtVerifier | None = None,
+        basic_allowed: bool = True,
     ) -> None:
         super().__init__(limits=limits)
         self._files = [_Cached(Path(w)) for w in workspaces]
         self.allow_anonymous = allow_anonymous
+        self.verifier = verifier
+        self.basic_allowed = basic_allowed
+        self._passwords = PasswordChecker()
 
     def entries(self) -> list[CallerEntry]:
         return [entry for cached in self._files for entry in cached.entries()]
 
-    def authenticate(self, get: HeaderGetter) -> Caller:
-        return self.identify(get).caller
+    def schemes(self) -> SchemesInUse:
+        entries = self.entries()
+        issuers = sorted({entry.jwt.issuer for entry in entries if entry.jwt is not None})
+        keys = any(entry.scheme == "key" for entry in entries)
+        basic = any(entry.basic is not None for entry in entries)
+        # No caller at all (yet): keys are how one is added, so they are what we show.
+        return SchemesInUse(keys or not (basic or issuers), basic, tuple(issuers))
 
-    def identify(self, get: HeaderGetter) -> Identity:
-        key = presented_key(get)
-        if key is None and self.allow_anonymous:
+    def _challenge(self, entries: Sequence[CallerEntry]) -> str:
+        if any(entry.basic is not None for entry in entries):
+            return f"{BEARER_CHALLENGE}, {BASIC_CHALLENGE}"
+        return BEARER_CHALLENGE
+
+    async def identify(self, get: HeaderGetter) -> Identity:
+        entries = self.entries()
+        try:
+            presented = presented_credentials(get)
+        except UnauthenticatedError as exc:  # malformed: name the schemes that would do
+            exc.challenge = exc.challenge or self._challenge(entries)
+            raise
+        if presented is None and self.allow_anonymous:
             return ANONYMOUS_IDENTITY
-        if not key:
+        if isinstance(presented, BasicCredentials):
+            return await self._basic(presented, entries)
+        if not presented:
             raise UnauthenticatedError(
-                "An API key is required (X-API-Key or Authorization: Bearer)"
+                "An API key is required (X-API-Key or Authorization: Bearer)",
+                challenge=self._challenge(entries),
             )
-        digest = key_digest(key)
-        matches = [entry for entry in self.entries() if entry.matches(digest)]
-        if len(matches) == 1:
-            entry = matches[0]
-            return Identity(entry.caller, entry.policy)
-        if len(matches) > 1:
-            owners = ", ".join(sorted({f"{m.name}@{m.workspace}" for m in matches}))
-            log.warning(
-                "presented key matches %d callers (owners: %s); refused", len(matches), owners
+        digest = key_digest(presented)
+        matches = [entry for entry in entries if entry.digest and entry.matches(digest)]
+        if (
+            not matches
+            and self.verifier is not None
+            and looks_like_jwt(presented)
+            and any(entry.jwt is not None for entry in entries)
+        ):
+            return await self._jwt(presented, entries, self.verifier)
+        refusal = UnauthenticatedError("The API key is not valid")
+        return _exactly_one(matches, "presented key", refusal)
+
+    async def _jwt(
+        self, token: str, entries: Sequence[CallerEntry], verifier: JwtVerifier
+    ) -> Identity:
+        unverified = peek(token)
+        issuer = unverified.issuer
+        rules = [e for e in entries if e.jwt is not None and e.jwt.issuer == issuer]
+        if not rules:
+            raise TokenRefused("The token's issuer is not accepted")
+        claims = await verifier.verify(token, unverified)
+        audience_ok = [e for e in rules if e.jwt is not None and e.jwt.matches_audience(claims)]
+        if not audience_ok:
+            raise TokenRefused("The token's audience is not accepted")
+        matches = [e for e in audience_ok if e.jwt is not None and e.jwt.matches(claims)]
+        return _exactly_one(
+            matches, "presented token", TokenRefused("The token's subject is not a caller")
+        )
+
+    async def _basic(self, presented: BasicCredentials, entries: Sequence[CallerEntry]) -> Identity:
+        if not any(entry.basic is not None for entry in entries):
+            raise UnauthenticatedError(
+                "HTTP Basic is not accepted here", challenge=self._challenge(entries)
             )
-        raise UnauthenticatedError("The API key is not valid")
+        if not self.basic_allowed:
+            raise BasicRefused("HTTP Basic is refused here: it needs TLS off loopback")
+        candidates = [
+            entry
+            for entry in entries
+            if entry.basic is not None
+            and hmac.compare_digest(entry.basic.username.encode(), presented.username.encode())
+        ]
+        if not candidates:
+            # The same cost as a real check, so the answer's time does not tell whether
+            # the username exists.
+            await self._passwords.check(presented.password, _unknown_user_hash())
+        matches = [
+            entry
+            for entry in candidates
+            if entry.basic is not None
+            and await self._passwords.check(presented.password, entry.basic.password_hash)
+        ]
+        return _exactly_one(
+            matches, "Basic credentials", BasicRefused("The username or password is not valid")
+        )
 
     def limits_for(self, caller: Caller) -> CallerLimits:
         for entry in self.entries():
             if entry.name == caller.name and entry.workspace == caller.workspace:
                 return entry.policy.limits
         return NO_OVERRIDES
+
+    async def aclose(self) -> None:
+        if self.verifier is not None:
+            await self.verifier.outbound.aclose()
+
+
+@functools.cache
+def _unknown_user_hash() -> str:
+    """A hash no password is checked against for real (see WorkspaceCallers._basic)."""
+    return hash_password(secrets.token_urlsafe(16), log2_n=DEFAULT_LOG2_N)
+
+
+def _exactly_one(
+    matches: Sequence[CallerEntry], what: str, refusal: UnauthenticatedError
+) -> Identity:
+    if len(matches) == 1:
+        entry = matches[0]
+        return Identity(entry.caller, entry.policy)
+    if len(matches) > 1:
+        owners = ", ".join(sorted({f"{m.name}@{m.workspace}" for m in matches}))
+        log.warning("%s matches %d callers (owners: %s); refused", what, len(matches), owners)
+    raise refusal
 
 
 __all__ = [
@@ -435,12 +616,15 @@ __all__ = [
     "DEFAULT_POLICY",
     "AllowAnonymous",
     "Authenticator",
+    "BasicCredentials",
     "CallerEntry",
     "CallerPolicy",
     "HeaderGetter",
     "Identity",
+    "SchemesInUse",
     "WorkspaceCallers",
     "parse_callers",
+    "presented_credentials",
     "presented_key",
     "read_callers",
     "single_values",

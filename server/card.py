@@ -51,8 +51,9 @@ from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .auth import API_KEY_HEADER
+from .auth import API_KEY_HEADER, KEYS_ONLY, SchemesInUse
 from .config import ServerConfig
+from .identity.jwt import DISCOVERY_PATH
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ CARD_CONTENT_TYPE = "application/json"
 
 API_KEY_SCHEME = "apiKey"
 BEARER_SCHEME = "bearer"
+BASIC_SCHEME = "basic"
+OIDC_SCHEME = "oidc"
 
 _MAX_FILE_BYTES = 1024 * 1024
 _MAX_DESCRIPTION_CHARS = 512
@@ -134,6 +137,8 @@ class CardProvider:
         self.streaming = True  # False for an agent that cannot stream (Agent.streaming)
         self.profile: AgentProfile | None = None  # the hosted agent's own (Agent.profile)
         self.clock = clock  # for Last-Modified (tests inject one)
+        # The schemes callers can use now (the authenticator's, set by the host).
+        self.schemes: Callable[[], SchemesInUse] = lambda: KEYS_ONLY
         self._encodings: collections.OrderedDict[bytes, _Encoded] = collections.OrderedDict()
 
     # --- URLs ---------------------------------------------------------------------
@@ -235,20 +240,11 @@ class CardProvider:
             card.provider.url = settings.provider_url
         if settings.documentation_url:
             card.documentation_url = settings.documentation_url
-        card.security_schemes[API_KEY_SCHEME].api_key_security_scheme.CopyFrom(
-            pb.APIKeySecurityScheme(
-                location="header", name=API_KEY_HEADER, description="The caller's API key."
-            )
-        )
-        card.security_schemes[BEARER_SCHEME].http_auth_security_scheme.CopyFrom(
-            pb.HTTPAuthSecurityScheme(
-                scheme="Bearer", description="The caller's API key as a bearer token."
-            )
-        )
-        # Either scheme will do (OR across entries). With anonymous access on, no
-        # requirement is listed: a key is accepted but not needed.
+        names = add_security_schemes(card, self.schemes())
+        # Any one scheme will do (OR across entries). With anonymous access on, no
+        # requirement is listed: credentials are accepted but not needed.
         if not self.config.allow_anonymous:
-            for name in (API_KEY_SCHEME, BEARER_SCHEME):
+            for name in names:
                 requirement = card.security_requirements.add()
                 requirement.schemes[name].SetInParent()
         return card
@@ -345,6 +341,38 @@ class CardProvider:
 
 
 CARDS = web.AppKey("a2a_cards", CardProvider)
+
+
+def add_security_schemes(card: pb.AgentCard, schemes: SchemesInUse) -> list[str]:
+    """Describe the schemes in use on ``card``; their names, in the card's order."""
+    names: list[str] = []
+    if schemes.keys:
+        card.security_schemes[API_KEY_SCHEME].api_key_security_scheme.CopyFrom(
+            pb.APIKeySecurityScheme(
+                location="header", name=API_KEY_HEADER, description="The caller's API key."
+            )
+        )
+        card.security_schemes[BEARER_SCHEME].http_auth_security_scheme.CopyFrom(
+            pb.HTTPAuthSecurityScheme(
+                scheme="Bearer", description="The caller's API key as a bearer token."
+            )
+        )
+        names += [API_KEY_SCHEME, BEARER_SCHEME]
+    for index, issuer in enumerate(schemes.issuers):
+        name = OIDC_SCHEME if len(schemes.issuers) == 1 else f"{OIDC_SCHEME}-{index + 1}"
+        card.security_schemes[name].open_id_connect_security_scheme.CopyFrom(
+            pb.OpenIdConnectSecurityScheme(
+                open_id_connect_url=issuer.rstrip("/") + DISCOVERY_PATH,
+                description="An ID or access token of this issuer, as a bearer token.",
+            )
+        )
+        names.append(name)
+    if schemes.basic:
+        card.security_schemes[BASIC_SCHEME].http_auth_security_scheme.CopyFrom(
+            pb.HTTPAuthSecurityScheme(scheme="Basic", description="HTTP Basic (RFC 7617).")
+        )
+        names.append(BASIC_SCHEME)
+    return names
 
 
 def etag_matches(if_none_match: str | None, etag: str) -> bool:

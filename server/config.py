@@ -70,6 +70,8 @@ class ServerConfig:
     allow_anonymous: bool = False  # serve unauthenticated callers (loopback binds only)
     allow_private_urls: bool = False  # outbound guard off (tests, private networks)
     rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
+    jwt_leeway_s: float = 60.0  # clock skew allowed on a JWT caller's exp/nbf/iat
+    identity_fetch_timeout_s: float = 5.0  # an identity provider's discovery and JWKS
     task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
     max_body_bytes: int = MAX_BODY_BYTES  # requests on every binding (gRPC: binary)
     body_read_timeout_s: float = 30.0  # a body (gRPC: request message) not arrived by then

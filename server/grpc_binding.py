@@ -393,7 +393,7 @@ class RpcAdapter:
 
     # -- handlers ---------------------------------------------------------------------
 
-    def _prepare(
+    async def _prepare(
         self,
         raw: bytes,
         context: grpc.aio.ServicerContext[Any, Any],
@@ -402,7 +402,7 @@ class RpcAdapter:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
         get = metadata.single
-        identity = self._authenticator.admit(get, peer_address(context.peer()))
+        identity = await self._authenticator.admit(get, peer_address(context.peer()))
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
@@ -479,7 +479,7 @@ class RpcAdapter:
                 async with timer:
                     raw = await self.receive(context)
                     arrived = True
-                    decoded, call_context = self._prepare(raw, context, self.bounds.unary_s)
+                    decoded, call_context = await self._prepare(raw, context, self.bounds.unary_s)
                     del raw
                     assert call_context.deadline is not None  # the client's, or the default
                     timer.reschedule(call_context.deadline + self.bounds.grace_s)
@@ -515,7 +515,7 @@ class RpcAdapter:
                 if not timer.expired():
                     raise
                 raise self._late(arrived=False) from None
-            decoded, call_context = self._prepare(raw, context)
+            decoded, call_context = await self._prepare(raw, context)
             del raw
             call: Streaming = self._call
             events = call(decoded, call_context)

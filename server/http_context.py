@@ -97,7 +97,7 @@ ACCEPTED_CONTENT_TYPES = frozenset({JSON_CONTENT_TYPE, A2A_JSON_CONTENT_TYPE})
 WWW_AUTHENTICATE = 'Bearer realm="a2a"'
 
 
-def call_context(request: web.Request, *, binding: str = "") -> CallContext:
+async def call_context(request: web.Request, *, binding: str = "") -> CallContext:
     """Authenticate, negotiate ``A2A-Version`` and collect extensions; reads no body.
 
     The version comes from the header, else the ``A2A-Version`` query parameter
@@ -105,7 +105,7 @@ def call_context(request: web.Request, *, binding: str = "") -> CallContext:
     ``X-A2A-Extensions``. Also records the request's base URL for the card helpers.
     """
     get = single_values(lambda name: request.headers.getall(name, ()))
-    identity = request.app[AUTHENTICATOR].admit(get, request.remote)
+    identity = await request.app[AUTHENTICATOR].admit(get, request.remote)
     expect_signature(request, identity, get)
     caller = identity.caller
     header = request.headers.get(versioning.VERSION_HEADER)
@@ -290,7 +290,7 @@ def error_headers(error: A2AError) -> dict[str, str]:
     ``Retry-After``."""
     headers: dict[str, str] = {}
     if isinstance(error, UnauthenticatedError):
-        headers[hdrs.WWW_AUTHENTICATE] = WWW_AUTHENTICATE
+        headers[hdrs.WWW_AUTHENTICATE] = error.challenge or WWW_AUTHENTICATE
     elif isinstance(error, MethodNotAllowedError):
         headers[hdrs.ALLOW] = error.metadata.get("allow", "")
     retry = error.metadata.get("retryAfterSeconds", "")

@@ -159,7 +159,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         # its answer echoes the request's id.
         deferred: A2AError | None = None
         try:
-            context = call_context(request, binding="JSONRPC")
+            context = await call_context(request, binding="JSONRPC")
             require_json(request)
         except (VersionNotSupportedError, InvalidRequestError) as exc:
             deferred = exc

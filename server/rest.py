@@ -102,7 +102,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     """Every method and path under the REST mount."""
     try:
         request, legacy_header = set_aside_legacy_version(request)
-        context = call_context(request, binding="HTTP+JSON")
+        context = await call_context(request, binding="HTTP+JSON")
         path = relative_path(request, request.app[REST_PREFIX])
         if path is None:
             raise MethodNotFoundError(f"no HTTP+JSON route for {request.method} {_shown(request)}")

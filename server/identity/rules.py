@@ -1,0 +1,98 @@
+"""The identities a callers.json entry may name besides a key, and what each matches.
+
+An entry carries exactly one identity: ``key`` (auth.py), or one of::
+
+    "jwt":   {"issuer": "https://idp.example", "audience": "a2a-gateway",
+              "sub": "travel-bot"}                 # or "claims": {"azp": "x", ...}
+    "basic": {"username": "travel-bot", "password_hash": "scrypt$15$8$1$..."}
+
+Each parser returns the rule or the reason the entry is skipped (never a secret).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .basic import hash_problem
+from .jwt import audience_contains
+
+MAX_FIELD_CHARS = 1024
+MAX_CLAIMS = 16
+_USERNAME = re.compile(r"^[^\x00-\x1f\x7f:]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JwtRule:
+    """Tokens of ``issuer`` for ``audience`` whose ``sub`` (or ``claims``) match."""
+
+    issuer: str
+    audience: str
+    sub: str | None = None
+    claims: tuple[tuple[str, Any], ...] = ()
+
+    def matches_audience(self, claims: Mapping[str, Any]) -> bool:
+        return audience_contains(claims, self.audience)
+
+    def matches(self, claims: Mapping[str, Any]) -> bool:
+        if not self.matches_audience(claims):
+            return False
+        if self.sub is not None and claims.get("sub") != self.sub:
+            return False
+        return all(name in claims and claims[name] == value for name, value in self.claims)
+
+
+@dataclass(frozen=True, slots=True)
+class BasicRule:
+    username: str
+    password_hash: str
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_FIELD_CHARS
+
+
+def parse_jwt(value: Any) -> JwtRule | str:
+    if not isinstance(value, dict):
+        return "jwt must be an object"
+    unknown = sorted(set(value) - {"issuer", "audience", "sub", "claims"})
+    if unknown:
+        return f"jwt has an unknown field {unknown[0][:40]!r}"
+    issuer: Any = value.get("issuer")
+    audience: Any = value.get("audience")
+    if not _text(issuer) or not str(issuer).startswith(("https://", "http://")):
+        return "jwt.issuer must be the issuer's URL"
+    if not _text(audience):
+        return "jwt.audience must be a non-empty string"
+    sub, claims = value.get("sub"), value.get("claims")
+    if (sub is None) == (claims is None):
+        return "jwt needs exactly one of sub and claims"
+    if sub is not None:
+        if not _text(sub):
+            return "jwt.sub must be a non-empty string"
+        return JwtRule(issuer, audience, sub=sub)
+    if not isinstance(claims, dict) or not claims or len(claims) > MAX_CLAIMS:
+        return f"jwt.claims must be an object of 1 to {MAX_CLAIMS} claims"
+    if not all(isinstance(v, str | int | bool) for v in claims.values()):
+        return "jwt.claims values must be strings, integers or booleans"
+    return JwtRule(issuer, audience, claims=tuple(sorted(claims.items())))
+
+
+def parse_basic_rule(value: Any) -> BasicRule | str:
+    if not isinstance(value, dict):
+        return "basic must be an object"
+    unknown = sorted(set(value) - {"username", "password_hash"})
+    if unknown:
+        return f"basic has an unknown field {unknown[0][:40]!r}"
+    username = value.get("username")
+    if not isinstance(username, str) or not _USERNAME.match(username):
+        return "basic.username must be 1 to 128 characters without ':' or control characters"
+    problem = hash_problem(value.get("password_hash"))
+    if problem is not None:
+        return f"basic.{problem}"
+    return BasicRule(username, value["password_hash"])
+
+
+__all__ = ["BasicRule", "JwtRule", "parse_basic_rule", "parse_jwt"]

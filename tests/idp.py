@@ -1,0 +1,133 @@
+"""A real OpenID Connect identity provider of our own, on 127.0.0.1, for tests.
+
+An aiohttp server with discovery (``/.well-known/openid-configuration``) and a JWKS
+(``/jwks``) whose keys rotate on request, signing real tokens with joserfc. It counts
+JWKS fetches (the gateway's rate limit is asserted on them) and can stop answering
+(``hang``) or fail (``fail``) to play an identity provider that is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from joserfc import jwt
+from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
+
+AUDIENCE = "a2a-gateway-tests"
+
+
+def new_key(alg: str) -> Key:
+    if alg.startswith(("RS", "PS")):
+        return RSAKey.generate_key(2048, private=True)
+    if alg.startswith("ES"):
+        return ECKey.generate_key({"ES256": "P-256", "ES384": "P-384"}.get(alg, "P-521"))
+    return OKPKey.generate_key("Ed25519")
+
+
+class IdentityProvider:
+    """Keys by kid; ``issuer`` is known once started (``http://127.0.0.1:<port>``)."""
+
+    def __init__(self) -> None:
+        self.issuer = ""
+        self.keys: dict[str, tuple[str, Key]] = {}  # kid -> (alg, private key)
+        self.jwks_fetches = 0
+        self.hang = False
+        self.fail = False
+        self.rotate("RS256")
+
+    def rotate(self, alg: str = "RS256", *, keep_old: bool = True) -> str:
+        """A new signing key (its kid); the old ones stay published with ``keep_old``."""
+        kid = f"{alg.lower()}-{uuid.uuid4().hex[:8]}"
+        if not keep_old:
+            self.keys.clear()
+        self.keys[kid] = (alg, new_key(alg))
+        return kid
+
+    @property
+    def current_kid(self) -> str:
+        return next(reversed(self.keys))
+
+    def token(
+        self,
+        sub: str = "alice",
+        *,
+        kid: str | None = None,
+        audience: Any = AUDIENCE,
+        issuer: str | None = None,
+        lifetime_s: float = 300,
+        not_before_s: float | None = None,
+        header: dict[str, Any] | None = None,
+        **claims: Any,
+    ) -> str:
+        """A token signed by ``kid`` (default: the newest key)."""
+        kid = kid or self.current_kid
+        alg, key = self.keys[kid]
+        now = int(time.time())
+        body: dict[str, Any] = {
+            "iss": self.issuer if issuer is None else issuer,
+            "sub": sub,
+            "aud": audience,
+            "iat": now,
+            "exp": int(now + lifetime_s),
+            "jti": uuid.uuid4().hex,
+            **claims,
+        }
+        if not_before_s is not None:
+            body["nbf"] = int(now + not_before_s)
+        with warnings.catch_warnings():
+            # joserfc warns that RFC 9864 deprecates the name EdDSA; peers still use it.
+            warnings.simplefilter("ignore")
+            return jwt.encode(
+                {"alg": alg, "kid": kid, **(header or {})}, body, key, algorithms=[alg]
+            )
+
+    def public_jwks(self) -> dict[str, Any]:
+        keys = []
+        for kid, (alg, key) in self.keys.items():
+            keys.append({**key.as_dict(private=False), "kid": kid, "alg": alg, "use": "sig"})
+        return {"keys": keys}
+
+    def public_key(self, kid: str) -> dict[str, Any]:
+        return self.keys[kid][1].as_dict(private=False)
+
+    async def _gate(self) -> None:
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.fail:
+            raise web.HTTPServiceUnavailable()
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        await self._gate()
+        return web.json_response({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks"})
+
+    async def _jwks(self, request: web.Request) -> web.Response:
+        await self._gate()
+        self.jwks_fetches += 1
+        return web.json_response(self.public_jwks())
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/.well-known/openid-configuration", self._discovery)
+        app.router.add_get("/jwks", self._jwks)
+        return app
+
+
+@asynccontextmanager
+async def running_provider() -> AsyncIterator[IdentityProvider]:
+    provider = IdentityProvider()
+    server = TestServer(provider.app(), host="127.0.0.1", port=0)
+    await server.start_server()
+    provider.issuer = str(server.make_url("")).rstrip("/")
+    try:
+        yield provider
+    finally:
+        provider.hang = False
+        await server.close()
