@@ -41,8 +41,10 @@ from a2a_gateway.server.auth import (
     MODE_ISOLATED,
     NAME_PATTERN,
     CallerEntry,
+    parse_entry,
     read_callers,
 )
+from a2a_gateway.server.identity import hash_password
 
 KEY_PREFIX = "a2a_"
 #: How much of a new key a hashed entry keeps as ``key_prefix`` ("a2a_" + 4 characters).
@@ -50,6 +52,7 @@ DISPLAY_PREFIX_CHARS = 8
 #: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
 HINT_CHARS = 4
 HINT_MIN = 12
+MIN_PASSWORD_CHARS = 12
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -71,7 +74,12 @@ def hashed(key: str) -> str:
 
 
 def key_hint(entry: CallerEntry) -> str:
-    """What ``list`` shows of a key: never more than its last 4 characters."""
+    """What ``list`` shows of a key: never more than its last 4 characters (of a JWT or
+    Basic caller: whom it matches, which is no secret)."""
+    if entry.jwt is not None:
+        return f"jwt sub={entry.jwt.sub or '(claims)'} of {entry.jwt.issuer}"
+    if entry.basic is not None:
+        return f"basic user {entry.basic.username}"
     if entry.hashed:
         return f"{entry.key_prefix}... (sha256)" if entry.key_prefix else "(sha256 hash)"
     if len(entry.key) < HINT_MIN:
@@ -157,20 +165,32 @@ def _index(data: list[Any], name: str, path: Path) -> int:
 
 
 def add_caller(
-    workspace: Path, name: str, *, hash_key: bool = True, signing: bool = False, note: str = ""
+    workspace: Path,
+    name: str,
+    *,
+    hash_key: bool = True,
+    signing: bool = False,
+    note: str = "",
+    identity: dict[str, Any] | None = None,
 ) -> tuple[str, str | None]:
-    """Append a new caller; returns (key, signing secret or None)."""
+    """Append a new caller; returns (key, signing secret or None). With ``identity``
+    (``{"jwt": ...}`` or ``{"basic": ...}``) the caller has that instead of a key, and
+    the key returned is ``""``."""
     _check_name(name)
     path = callers_path(workspace)
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = generate_key()
+    key = "" if identity else generate_key()
     secret = generate_signing_secret() if signing else None
-    entry: dict[str, Any] = {"name": name, **_key_fields(key, hash_key=hash_key)}
+    fields = identity or _key_fields(key, hash_key=hash_key)
+    entry: dict[str, Any] = {"name": name, **fields}
     entry["mode"] = MODE_ISOLATED
     if note:
         entry["note"] = note
     if secret is not None:
         entry["signing_secret"] = secret
+    problem = parse_entry(entry, str(workspace))
+    if isinstance(problem, str):
+        raise CallersError(problem)
     with _locked(path):
         data = _read_raw(path)
         if any(isinstance(item, dict) and item.get("name") == name for item in data):
@@ -191,6 +211,10 @@ def rotate_caller(
     with _locked(path):
         data = _read_raw(path)
         entry = dict(data[_index(data, name, path)])
+        if "jwt" in entry or "basic" in entry:
+            raise CallersError(
+                f"caller {name!r} has no key to rotate (it is a jwt or basic caller)"
+            )
         entry.pop("key_prefix", None)
         entry.update(_key_fields(key, hash_key=hash_key))
         if secret is not None:
@@ -235,6 +259,19 @@ def add_parser(sub: Any) -> None:
     add.add_argument("--signing", action="store_true", help="also require signed requests")
     rotate.add_argument("--signing", action="store_true", help="also issue a new signing secret")
     add.add_argument("--note", default="", help="a note for the owner")
+    add.add_argument(
+        "--basic",
+        metavar="USERNAME",
+        help="HTTP Basic instead of a key: a new password is printed once (scrypt hash stored)",
+    )
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="with --basic: read the password from stdin instead of generating one",
+    )
+    add.add_argument("--jwt-issuer", metavar="URL", help="JWT bearer tokens of this OIDC issuer")
+    add.add_argument("--jwt-audience", metavar="AUD", help="with --jwt-issuer: our audience")
+    add.add_argument("--jwt-sub", metavar="SUB", help="with --jwt-issuer: the caller's sub claim")
     show = verbs.add_parser("list", help="list callers (no keys: at most a short part)")
     show.add_argument("--workspace", type=Path, required=True, help="workspace folder")
 
@@ -274,16 +311,50 @@ def _shown_once(args: argparse.Namespace, done: str, key: str, secret: str | Non
     return 0
 
 
+def _identity(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str | None]:
+    """The entry's identity when it is not a key, and the password to show once."""
+    jwt_args = (args.jwt_issuer, args.jwt_audience, args.jwt_sub)
+    if args.basic is not None and any(jwt_args):
+        raise CallersError("--basic and --jwt-* name two identities; a caller has one")
+    if args.password_stdin and args.basic is None:
+        raise CallersError("--password-stdin goes with --basic")
+    if args.basic is not None:
+        password = sys.stdin.readline().rstrip("\r\n") if args.password_stdin else None
+        if password is not None and len(password) < MIN_PASSWORD_CHARS:
+            raise CallersError(f"the password must have at least {MIN_PASSWORD_CHARS} characters")
+        shown = password is None
+        password = password or secrets.token_urlsafe(24)
+        basic = {"username": args.basic, "password_hash": hash_password(password)}
+        return {"basic": basic}, password if shown else None
+    if any(jwt_args):
+        if not all(jwt_args):
+            raise CallersError("--jwt-issuer, --jwt-audience and --jwt-sub go together")
+        rule = {"issuer": args.jwt_issuer, "audience": args.jwt_audience, "sub": args.jwt_sub}
+        return {"jwt": rule}, None
+    return None, None
+
+
 def _add(args: argparse.Namespace) -> int:
+    identity, password = _identity(args)
     key, secret = add_caller(
         args.workspace,
         args.name,
         hash_key=_hash_key(args),
         signing=args.signing,
         note=args.note,
+        identity=identity,
     )
     done = f"added caller {args.name!r} to {callers_path(args.workspace)}"
-    return _shown_once(args, done, key, secret)
+    if identity is None:
+        return _shown_once(args, done, key, secret)
+    shown = [line for line in (password, secret) if line is not None]
+    for line in shown:
+        print(line)
+    names = [what for what, line in (("password", password), ("signing secret", secret)) if line]
+    if names:
+        done += f"; shown only once above: the {' and the '.join(names)}"
+    print(done, file=sys.stderr)
+    return 0
 
 
 def _rotate(args: argparse.Namespace) -> int:

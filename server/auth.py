@@ -533,7 +533,9 @@ class WorkspaceCallers(Authenticator):
             and any(entry.jwt is not None for entry in entries)
         ):
             return await self._jwt(presented, entries, self.verifier)
-        refusal = UnauthenticatedError("The API key is not valid")
+        refusal = UnauthenticatedError(
+            "The API key is not valid", challenge=self._challenge(entries)
+        )
         return _exactly_one(matches, "presented key", refusal)
 
     async def _jwt(

@@ -3,17 +3,20 @@
 An aiohttp server with discovery (``/.well-known/openid-configuration``) and a JWKS
 (``/jwks``) whose keys rotate on request, signing real tokens with joserfc. It counts
 JWKS fetches (the gateway's rate limit is asserted on them) and can stop answering
-(``hang``) or fail (``fail``) to play an identity provider that is down.
+(``hang``) or fail (``fail``) to play an identity provider that is down. Every token it
+mints is a secret the suite's log scan looks for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from aiohttp import web
@@ -85,9 +88,13 @@ class IdentityProvider:
         with warnings.catch_warnings():
             # joserfc warns that RFC 9864 deprecates the name EdDSA; peers still use it.
             warnings.simplefilter("ignore")
-            return jwt.encode(
+            token = jwt.encode(
                 {"alg": alg, "kid": kid, **(header or {})}, body, key, algorithms=[alg]
             )
+        from .conftest import use_secret  # here: tests/conftest imports this module
+
+        use_secret(token)  # the session's scan checks that no log line holds it
+        return token
 
     def public_jwks(self) -> dict[str, Any]:
         keys = []
@@ -131,3 +138,31 @@ async def running_provider() -> AsyncIterator[IdentityProvider]:
     finally:
         provider.hang = False
         await server.close()
+
+
+@contextmanager
+def provider_in_thread() -> Iterator[IdentityProvider]:
+    """:func:`running_provider` on its own event loop in a thread, for synchronous tests
+    whose servers are subprocesses (the interop suite)."""
+    loop = asyncio.new_event_loop()
+    ready: concurrent.futures.Future[IdentityProvider] = concurrent.futures.Future()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        try:
+            async with running_provider() as provider:
+                ready.set_result(provider)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        yield ready.result(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()

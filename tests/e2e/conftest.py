@@ -187,6 +187,25 @@ class Driver:
             raise _grpc_error(exc) from None
 
 
+@dataclass
+class BearerDriver(Driver):
+    """Presents the key as ``Authorization: Bearer``, or sends custom headers."""
+
+    raw_headers: dict[str, str] | None = None
+
+    def headers(self) -> dict[str, str]:
+        if self.raw_headers is not None:
+            return {**self.raw_headers, "A2A-Version": "1.0"}
+        return {"Authorization": f"Bearer {self.key}", "A2A-Version": "1.0"}
+
+
+def as_bearer(driver: Driver, raw: dict[str, str] | None = None) -> BearerDriver:
+    """The same driver presenting ``Authorization: Bearer <its key>``, or ``raw``."""
+    return BearerDriver(
+        driver.binding, driver.http, driver.base, driver.channel, driver.key, "1.0", raw
+    )
+
+
 async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
     decoder = sse.Decoder()
     async for chunk in response.content.iter_any():

@@ -29,7 +29,15 @@ from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.limits import RateLimits
 from a2a_gateway.settings import resolve
 
-from .conftest import BINDINGS, Driver, WireError, _grpc_error, _jsonrpc_error, _status_error
+from .conftest import (
+    BINDINGS,
+    Driver,
+    WireError,
+    _grpc_error,
+    _jsonrpc_error,
+    _status_error,
+    as_bearer,
+)
 
 KEY_ALICE = "access-alice-2b7e151628ae"
 KEY_BOB = "access-bob-d2a6abf71588"
@@ -134,24 +142,6 @@ async def drivers_for(site: Site, binding: str) -> AsyncIterator[Driver]:
 async def driver(request: pytest.FixtureRequest, site: Site) -> AsyncIterator[Driver]:
     async for driver in drivers_for(site, request.param):
         yield driver
-
-
-@dataclass
-class BearerDriver(Driver):
-    """Presents the key as ``Authorization: Bearer``, or sends custom headers."""
-
-    raw_headers: dict[str, str] | None = None
-
-    def headers(self) -> dict[str, str]:
-        if self.raw_headers is not None:
-            return {**self.raw_headers, "A2A-Version": "1.0"}
-        return {"Authorization": f"Bearer {self.key}", "A2A-Version": "1.0"}
-
-
-def as_bearer(driver: Driver, raw: dict[str, str] | None = None) -> BearerDriver:
-    return BearerDriver(
-        driver.binding, driver.http, driver.base, driver.channel, driver.key, "1.0", raw
-    )
 
 
 # --- authentication -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import stat
 import subprocess
@@ -17,6 +18,8 @@ import pytest
 
 from a2a_gateway.cli import main
 from a2a_gateway.serve import Gateway
+from a2a_gateway.server.auth import read_callers
+from a2a_gateway.server.identity import verify_password
 from a2a_gateway.settings import resolve
 
 SHORT_KEY = "short-k1"  # under 12 characters: nothing of it may be shown
@@ -229,3 +232,44 @@ async def test_hashed_by_default_rotate_and_remove_through_the_command(tmp_path:
     missing = _command("callers", "remove", "rover", *where)
     assert missing.returncode == 1 and "no caller named 'rover'" in missing.stderr
     assert _command("callers", "rotate", "ghost", *where).returncode == 1
+
+
+def test_add_basic_and_jwt_callers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["callers", "add", "--workspace", str(tmp_path)]
+    code, out, err = run(capsys, *base, "bob", "--basic", "bob")
+    assert code == 0
+    (password,) = out.splitlines()
+    assert len(password) >= 24 and password not in err and "shown only once" in err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a chosen password 123\n"))
+    code, out, err = run(capsys, *base, "dora", "--basic", "dora", "--password-stdin")
+    assert code == 0 and out == ""
+    issuer = ["--jwt-issuer", "https://idp.example", "--jwt-audience", "gw", "--jwt-sub", "a"]
+    assert run(capsys, *base, "alice", *issuer)[0] == 0
+    entries, warnings = read_callers(callers_file(tmp_path), str(tmp_path))
+    assert warnings == []
+    bob, dora, alice = entries
+    assert bob.basic is not None and verify_password(password, bob.basic.password_hash)
+    assert dora.basic is not None and verify_password(
+        "a chosen password 123", dora.basic.password_hash
+    )
+    assert alice.jwt is not None and (alice.jwt.issuer, alice.jwt.sub) == (
+        "https://idp.example",
+        "a",
+    )
+    text = callers_file(tmp_path).read_text()
+    assert password not in text and "a chosen password" not in text
+    code, out, _ = run(capsys, "callers", "list", "--workspace", str(tmp_path))
+    assert "basic user bob" in out and "jwt sub=a of https://idp.example" in out
+    assert password not in out
+    refused = [
+        [*base, "x", "--basic", "x", "--jwt-sub", "a"],
+        [*base, "x", "--jwt-issuer", "https://idp.example"],
+        [*base, "x", "--jwt-issuer", "idp.example", "--jwt-audience", "gw", "--jwt-sub", "a"],
+        ["callers", "rotate", "bob", "--workspace", str(tmp_path)],
+    ]
+    for argv in refused:
+        code, _, err = run(capsys, *argv)
+        assert code == 1 and err.startswith("a2a-gateway callers: "), argv
+    assert len(json.loads(callers_file(tmp_path).read_text())) == 3

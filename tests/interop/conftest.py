@@ -39,6 +39,9 @@ from typing import IO, Any
 
 import pytest
 
+from ..idp import AUDIENCE as OIDC_AUDIENCE
+from ..idp import IdentityProvider, provider_in_thread
+
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = Path(__file__).resolve().parent / "peers"
 PEER_PYTHON = ROOT / ".venv-peer" / "bin" / "python"
@@ -76,6 +79,7 @@ def gateway_command(workspace: Path, port: int, grpc_port: int) -> list[str]:
         "--workspace",
         str(workspace),
         "--allow-anonymous",
+        "--allow-private-urls",  # the test identity provider is on 127.0.0.1
         "--host",
         HOST,
         "--port",
@@ -263,6 +267,7 @@ class InteropServer:
     api_key: str  # the registered caller's key
     workspace: Path | None  # ours only
     extended_card_name: str | None  # ours only: the name card.json gives the extended card
+    idp: IdentityProvider | None = None  # ours only: its tokens for sub "sdk-oidc" are a caller
 
 
 EXTENDED_CARD_JSON = {
@@ -281,11 +286,16 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
     base_url = f"http://{HOST}:{port}"
     workspace: Path | None = None
     extended_name: str | None = None
+    idp: IdentityProvider | None = None
+    stack = contextlib.ExitStack()
     if SERVER_UNDER_TEST == "gateway":
         workspace = tmp_path_factory.mktemp("workspace")
         state = workspace / ".a2a"
         state.mkdir()
-        (state / "callers.json").write_text(json.dumps([{"name": "sdk", "key": key}]))
+        idp = stack.enter_context(provider_in_thread())
+        oidc = {"issuer": idp.issuer, "audience": OIDC_AUDIENCE, "sub": "sdk-oidc"}
+        callers = [{"name": "sdk", "key": key}, {"name": "sdk-oidc", "jwt": oidc}]
+        (state / "callers.json").write_text(json.dumps(callers))
         (state / "card.json").write_text(json.dumps(EXTENDED_CARD_JSON))
         extended_name = str(EXTENDED_CARD_JSON["name"])
         command = gateway_command(workspace, port, grpc_port)
@@ -301,9 +311,9 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
         grpc_port=grpc_port,
         strict_shutdown=SERVER_UNDER_TEST == "gateway",
     )
-    with server.running():
+    with stack, server.running():
         yield InteropServer(
-            SERVER_UNDER_TEST, base_url, base_url + CARD_PATH, key, workspace, extended_name
+            SERVER_UNDER_TEST, base_url, base_url + CARD_PATH, key, workspace, extended_name, idp
         )
 
 

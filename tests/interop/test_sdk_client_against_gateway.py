@@ -265,6 +265,23 @@ def test_a_wrong_key_is_refused_without_echoing_it(
     assert interop_server.api_key not in output
 
 
+def test_a_bearer_token_of_an_oidc_issuer_is_its_caller(
+    sdk_client: SdkClient, interop_server: InteropServer
+) -> None:
+    idp = interop_server.idp
+    if idp is None:
+        pytest.skip("OIDC callers are the gateway's (the SDK stand-in has keys only)")
+    token = idp.token("sdk-oidc")
+    oidc = sdk_client.keyed(token, "bearer")
+    task = completed_task(oidc, "for the token holder")
+    assert oidc("get", task["id"]).result("task")["id"] == task["id"]
+    other = sdk_client.keyed(interop_server.api_key, "bearer")("get", task["id"]).error
+    assert other is not None and other["type"] == "TaskNotFoundError", other
+    expired = sdk_client.keyed(idp.token("sdk-oidc", lifetime_s=-600), "bearer")("send", "hi")
+    assert expired.error is not None and expired.error["type"] == "A2AClientError"
+    assert token not in json.dumps(expired.lines)
+
+
 # --- the SDK peer itself --------------------------------------------------------------
 
 

@@ -23,11 +23,13 @@ from a2a_gateway.server.identity import JwtVerifier, TokenRefused, hash_password
 from a2a_gateway.server.identity.jwt import MIN_REFETCH_INTERVAL_S
 from a2a_gateway.server.outbound import OutboundClient
 
+from ..conftest import use_secret
 from ..idp import AUDIENCE, IdentityProvider, running_provider
 
 PASSWORD = "correct horse battery staple"
 #: Test hashes use a small N (the stored parameters say how to check them).
 FAST_HASH = hash_password(PASSWORD, log2_n=10)
+use_secret(PASSWORD)
 
 
 class FakeClock:

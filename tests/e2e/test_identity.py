@@ -1,0 +1,184 @@
+"""Callers who prove who they are with a JWT of an OIDC issuer or HTTP Basic, on a
+whole gateway (faux agent, file store) over JSON-RPC, HTTP+JSON and gRPC, with a real
+identity provider of our own on 127.0.0.1.
+
+One workspace: alice (tokens of the provider with ``sub`` alice), bob (Basic), carol (a
+key). Each reaches only its own tasks; every bad credential is UNAUTHENTICATED and
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+
+from a2a_gateway.serve import Gateway
+from a2a_gateway.server.identity import hash_password
+from a2a_gateway.settings import resolve
+
+from ..conftest import use_secret
+from ..idp import AUDIENCE, IdentityProvider, running_provider
+from .conftest import BINDINGS, Driver, WireError, as_bearer
+
+KEY_CAROL = "identity-carol-5e1d0c3b2a19"
+PASSWORD = "identity-bob-password-7c6b5a"
+UNAUTHENTICATED = {401, -32000, grpc.StatusCode.UNAUTHENTICATED}
+
+
+@dataclass
+class Site:
+    gateway: Gateway
+    idp: IdentityProvider
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.http_port}"
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[Site]:
+    use_secret(PASSWORD, KEY_CAROL)
+    async with running_provider() as idp:
+        workspace = tmp_path / "ws"
+        (workspace / ".a2a").mkdir(parents=True)
+        callers = [
+            {"name": "alice", "jwt": {"issuer": idp.issuer, "audience": AUDIENCE, "sub": "alice"}},
+            {
+                "name": "bob",
+                "basic": {"username": "bob", "password_hash": hash_password(PASSWORD, log2_n=10)},
+            },
+            {"name": "carol", "key": KEY_CAROL},
+        ]
+        (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+        settings = {
+            "workspace": [str(workspace)],
+            "port": 0,
+            "grpc_port": 0,
+            "faux": True,
+            "allow_private_urls": True,  # the provider is on 127.0.0.1 over http
+        }
+        gateway = Gateway(resolve(settings, environ={}))
+        await gateway.start()
+        try:
+            yield Site(gateway, idp)
+        finally:
+            await gateway.stop()
+
+
+@pytest.fixture(params=BINDINGS)
+async def driver(request: pytest.FixtureRequest, site: Site) -> AsyncIterator[Driver]:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        grpc.aio.insecure_channel(f"127.0.0.1:{site.gateway.grpc_port}") as channel,
+    ):
+        yield Driver(request.param, http, site.base, channel, KEY_CAROL)
+
+
+def basic(username: str, password: str) -> dict[str, str]:
+    pair = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+def send(text: str) -> dict[str, Any]:
+    message = {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": text}]}
+    return {"message": message}
+
+
+async def task_ids(driver: Driver) -> set[str]:
+    return {task["id"] for task in (await driver.call("ListTasks", {})).get("tasks", [])}
+
+
+async def test_each_scheme_reaches_only_its_callers_tasks(driver: Driver, site: Site) -> None:
+    alice = as_bearer(driver, {"Authorization": f"Bearer {site.idp.token('alice')}"})
+    bob = as_bearer(driver, basic("bob", PASSWORD))
+    task = (await alice.call("SendMessage", send("hi")))["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert await task_ids(alice) == {task["id"]}
+    assert await task_ids(bob) == set()
+    assert await task_ids(driver) == set()  # carol's key
+    bobs = (await bob.call("SendMessage", send("hi")))["task"]
+    assert await task_ids(bob) == {bobs["id"]}
+    assert await task_ids(alice) == {task["id"]}
+
+
+async def test_every_bad_credential_is_unauthenticated_and_stores_nothing(
+    driver: Driver, site: Site
+) -> None:
+    idp = site.idp
+    stranger = IdentityProvider()  # its keys were never published by our provider
+    stranger.issuer = idp.issuer
+    bad: dict[str, dict[str, str]] = {
+        "expired": {"Authorization": f"Bearer {idp.token(lifetime_s=-600)}"},
+        "not yet valid": {"Authorization": f"Bearer {idp.token(not_before_s=600)}"},
+        "wrong issuer": {"Authorization": f"Bearer {idp.token(issuer='https://x.example')}"},
+        "wrong audience": {"Authorization": f"Bearer {idp.token(audience='other')}"},
+        "unknown kid": {"Authorization": f"Bearer {stranger.token()}"},
+        "wrong subject": {"Authorization": f"Bearer {idp.token('mallory')}"},
+        "wrong password": basic("bob", "not-the-password"),
+        "unknown user": basic("mallory", PASSWORD),
+    }
+    for case, headers in bad.items():
+        with pytest.raises(WireError) as caught:
+            await as_bearer(driver, headers).call("SendMessage", send("must not be stored"))
+        assert caught.value.reason == "UNAUTHENTICATED", case
+        assert caught.value.code in UNAUTHENTICATED, case
+        assert PASSWORD not in caught.value.message
+    alice = as_bearer(driver, {"Authorization": f"Bearer {idp.token('alice')}"})
+    bob = as_bearer(driver, basic("bob", PASSWORD))
+    assert await task_ids(alice) == set() and await task_ids(bob) == set()
+    assert await task_ids(driver) == set()
+
+
+@pytest.mark.parametrize("path", ["/a2a", "/a2a/v1/tasks"])
+async def test_a_refusal_names_the_scheme_in_its_challenge(site: Site, path: str) -> None:
+    cases = [
+        ({}, 'Bearer realm="a2a", Basic realm="a2a", charset="UTF-8"'),
+        (
+            {"Authorization": f"Bearer {site.idp.token(lifetime_s=-600)}"},
+            'Bearer realm="a2a", error="invalid_token", error_description="The token has expired"',
+        ),
+        (basic("bob", "wrong"), 'Basic realm="a2a", charset="UTF-8"'),
+        ({"X-API-Key": "identity-nobody-000000"}, 'Bearer realm="a2a", Basic realm="a2a"'),
+    ]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        for headers, challenge in cases:
+            method = "POST" if path == "/a2a" else "GET"
+            kwargs: dict[str, Any] = {"json": body} if method == "POST" else {}
+            async with http.request(
+                method, site.base + path, headers={**headers, "A2A-Version": "1.0"}, **kwargs
+            ) as response:
+                assert response.status == 401
+                assert response.headers["WWW-Authenticate"].startswith(challenge), headers
+
+
+async def test_the_card_lists_the_schemes_in_use_and_no_credential(site: Site) -> None:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+        http.get(site.base + "/.well-known/agent-card.json") as response,
+    ):
+        card = await response.json()
+    schemes = card["securitySchemes"]
+    assert schemes["oidc"]["openIdConnectSecurityScheme"]["openIdConnectUrl"] == (
+        site.idp.issuer + "/.well-known/openid-configuration"
+    )
+    assert schemes["basic"]["httpAuthSecurityScheme"]["scheme"] == "Basic"
+    assert schemes["apiKey"]["apiKeySecurityScheme"]["name"] == "X-API-Key"
+    assert sorted(schemes) == ["apiKey", "basic", "bearer", "oidc"]
+    assert [list(r["schemes"]) for r in card["securityRequirements"]] == [
+        ["apiKey"],
+        ["bearer"],
+        ["oidc"],
+        ["basic"],
+    ]
+    text = json.dumps(card)
+    assert KEY_CAROL not in text and "scrypt$" not in text and PASSWORD not in text
