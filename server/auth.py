@@ -60,7 +60,7 @@ from .identity.basic import (
     hash_password,
     parse_basic,
 )
-from .identity.jwt import MAX_TOKEN_CHARS, JwtVerifier, TokenRefused, looks_like_jwt, peek
+from .identity.jwt import MAX_TOKEN_CHARS, JwtVerifier, TokenRefused, looks_like_jwt
 from .identity.rules import BasicRule, JwtRule, parse_basic_rule, parse_jwt
 from .limits import NO_OVERRIDES, CallerLimits, RateLimits, RequestLimiter
 
@@ -541,12 +541,10 @@ class WorkspaceCallers(Authenticator):
     async def _jwt(
         self, token: str, entries: Sequence[CallerEntry], verifier: JwtVerifier
     ) -> Identity:
-        unverified = peek(token)
-        issuer = unverified.issuer
+        issuers = {e.jwt.issuer for e in entries if e.jwt is not None}
+        claims = await verifier.verify(token, issuers)
+        issuer = claims["iss"]
         rules = [e for e in entries if e.jwt is not None and e.jwt.issuer == issuer]
-        if not rules:
-            raise TokenRefused("The token's issuer is not accepted")
-        claims = await verifier.verify(token, unverified)
         audience_ok = [e for e in rules if e.jwt is not None and e.jwt.matches_audience(claims)]
         if not audience_ok:
             raise TokenRefused("The token's audience is not accepted")

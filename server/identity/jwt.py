@@ -36,7 +36,7 @@ import logging
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,20 +289,24 @@ class JwtVerifier:
             self._issuers[issuer] = keys
         return keys
 
-    async def verify(self, token: str, unverified: Unverified | None = None) -> dict[str, Any]:
-        """The token's claims once signature, ``iss`` and time claims hold; the audience
-        and the subject are the caller entry's to check. Raises :class:`TokenRefused`."""
+    async def verify(self, token: str, issuers: Container[str]) -> dict[str, Any]:
+        """The token's claims once its ``iss`` is one of ``issuers`` and its signature
+        and time claims hold; the audience and the subject are the caller entry's to
+        check. Raises :class:`TokenRefused`. The issuer is checked before anything is
+        fetched: a token must not make us ask a URL it names."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         now = self.wall_clock()
         seen = self._verified.get(digest)
         if seen is not None:
-            if now <= seen.expires:
+            if now <= seen.expires and seen.claims.get("iss") in issuers:
                 check_time_claims(seen.claims, now, self.leeway_s)
                 self._verified.move_to_end(digest)
                 return seen.claims
             del self._verified[digest]
-        token_info = unverified or peek(token)
+        token_info = peek(token)
         issuer = token_info.issuer
+        if issuer not in issuers:
+            raise TokenRefused("The token's issuer is not accepted")
         key = await self.issuer_keys(issuer).key(token_info.header.get("kid"))
         alg = token_info.header["alg"]
         _check_key_fits(key, alg)
