@@ -35,12 +35,19 @@ from a2a_gateway.server.auth import (
     read_callers,
 )
 from a2a_gateway.server.card import CardProvider, parse_extensions, read_skills_file
-from a2a_gateway.server.config import CardConfig, Mounts, ServerConfig, is_loopback
+from a2a_gateway.server.config import (
+    CardConfig,
+    IdentityConfig,
+    Mounts,
+    ServerConfig,
+    is_loopback,
+)
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.http_app import AppRunner, build_http_app
 from a2a_gateway.server.identity import JwtVerifier
+from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
@@ -95,8 +102,7 @@ def server_config(settings: Settings) -> ServerConfig:
         max_hops=settings["max_hops"],
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
-        jwt_leeway_s=settings["jwt_leeway"],
-        identity_fetch_timeout_s=settings["identity_fetch_timeout"],
+        identity=identity_config(settings),
         rate_limits=RateLimits(
             per_caller_per_minute=settings["rate_limit_per_minute"],
             per_ip_per_minute=settings["ip_rate_limit_per_minute"],
@@ -105,6 +111,29 @@ def server_config(settings: Settings) -> ServerConfig:
             max_running_tasks=settings["max_running_tasks"],
             max_open_contexts=settings["max_open_contexts"],
         ),
+    )
+
+
+def identity_config(settings: Settings) -> IdentityConfig:
+    """The identity settings; the introspection client secret is registered for
+    redaction before anything can log it."""
+    secret = settings["introspection_client_secret"]
+    if secret:
+        register_secret(secret)
+    url = settings["introspection_url"].strip()
+    if url and not (settings["introspection_client_id"] and secret):
+        raise StartupError(
+            "--introspection-url needs --introspection-client-id and"
+            " --introspection-client-secret (or A2A_GATEWAY_INTROSPECTION_CLIENT_SECRET)"
+        )
+    return IdentityConfig(
+        jwt_leeway_s=settings["jwt_leeway"],
+        fetch_timeout_s=settings["identity_fetch_timeout"],
+        introspection_url=url,
+        introspection_client_id=settings["introspection_client_id"],
+        introspection_client_secret=secret,
+        introspection_cache_s=settings["introspection_cache"],
+        oauth2_token_url=settings["oauth2_token_url"].strip(),
     )
 
 
@@ -260,20 +289,34 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
     loopback = is_loopback(config.host)
     if not config.workspaces and loopback:
         return AllowAnonymous(limits=config.rate_limits)
+    identity = config.identity
     verifier = JwtVerifier(
         # Its own guarded client: identity providers are addresses from callers.json.
         OutboundClient(
-            allow_private_urls=config.allow_private_urls,
-            timeout_s=config.identity_fetch_timeout_s,
+            allow_private_urls=config.allow_private_urls, timeout_s=identity.fetch_timeout_s
         ),
-        leeway_s=config.jwt_leeway_s,
-        fetch_timeout_s=config.identity_fetch_timeout_s,
+        leeway_s=identity.jwt_leeway_s,
+        fetch_timeout_s=identity.fetch_timeout_s,
     )
+    introspector = None
+    if identity.introspection_url:
+        introspector = Introspector(
+            identity.introspection_url,
+            identity.introspection_client_id,
+            identity.introspection_client_secret,
+            OutboundClient(
+                allow_private_urls=config.allow_private_urls, timeout_s=identity.fetch_timeout_s
+            ),
+            max_cache_s=identity.introspection_cache_s,
+            timeout_s=identity.fetch_timeout_s,
+        )
     return WorkspaceCallers(
         config.workspaces,
         allow_anonymous=config.allow_anonymous and loopback,
         limits=config.rate_limits,
         verifier=verifier,
+        introspector=introspector,
+        token_url=identity.oauth2_token_url,
         # Until serve speaks TLS, a Basic password may only travel over loopback.
         basic_allowed=loopback,
     )

@@ -267,6 +267,27 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds an identity provider (discovery, JWKS) has to answer",
         above=0,
     ),
+    Setting("introspection_url", str, "", "OAuth 2.0 token introspection endpoint (RFC 7662)"),
+    Setting("introspection_client_id", str, "", "our client id at the introspection endpoint"),
+    Setting(
+        "introspection_client_secret",
+        str,
+        "",
+        "our client secret at the introspection endpoint (better in the environment)",
+    ),
+    Setting(
+        "introspection_cache",
+        float,
+        60.0,
+        "seconds an active introspection answer is reused (at most until the token's exp)",
+        0,
+    ),
+    Setting(
+        "oauth2_token_url",
+        str,
+        "",
+        "the token URL the card names for introspection callers (client credentials)",
+    ),
     Setting("max_running_tasks", int, 64, "running tasks per caller (0: unlimited)", 0),
     Setting(
         "max_open_contexts",

@@ -60,8 +60,16 @@ from .identity.basic import (
     hash_password,
     parse_basic,
 )
-from .identity.jwt import MAX_TOKEN_CHARS, JwtVerifier, TokenRefused, looks_like_jwt
-from .identity.rules import BasicRule, JwtRule, parse_basic_rule, parse_jwt
+from .identity.introspection import Introspector
+from .identity.jwt import MAX_TOKEN_CHARS, JwtVerifier, TokenRefused, looks_like_jwt, peek
+from .identity.rules import (
+    BasicRule,
+    IntrospectionRule,
+    JwtRule,
+    parse_basic_rule,
+    parse_introspection,
+    parse_jwt,
+)
 from .limits import NO_OVERRIDES, CallerLimits, RateLimits, RequestLimiter
 
 log = logging.getLogger(__name__)
@@ -86,7 +94,7 @@ _HASHED = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
 _LIMIT_FIELDS = ("rate_limit_per_minute", "max_running_tasks", "max_open_contexts")
 #: The fields that say who the caller is: an entry has exactly one.
-IDENTITY_FIELDS = ("key", "jwt", "basic")
+IDENTITY_FIELDS = ("key", "jwt", "basic", "introspection")
 KNOWN_FIELDS = frozenset(
     {"name", "key_prefix", "mode", "note", "signing_secret", *IDENTITY_FIELDS, *_LIMIT_FIELDS}
 )
@@ -188,6 +196,8 @@ class SchemesInUse:
     keys: bool = True
     basic: bool = False
     issuers: tuple[str, ...] = ()  # of jwt callers, sorted
+    introspection: bool = False  # opaque bearer tokens, checked by introspection
+    token_url: str = ""  # where introspection callers get tokens (client credentials)
 
 
 KEYS_ONLY = SchemesInUse()
@@ -254,6 +264,7 @@ class CallerEntry:
     key_prefix: str = ""
     jwt: JwtRule | None = None
     basic: BasicRule | None = field(default=None, repr=False)
+    introspection: IntrospectionRule | None = None
 
     @property
     def hashed(self) -> bool:
@@ -261,8 +272,12 @@ class CallerEntry:
 
     @property
     def scheme(self) -> str:
-        """``key``, ``jwt`` or ``basic``."""
-        return "jwt" if self.jwt is not None else "basic" if self.basic is not None else "key"
+        """``key``, ``jwt``, ``basic`` or ``introspection``."""
+        if self.jwt is not None:
+            return "jwt"
+        if self.basic is not None:
+            return "basic"
+        return "introspection" if self.introspection is not None else "key"
 
     @property
     def caller(self) -> Caller:
@@ -304,6 +319,7 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         return f"an entry has one identity, not {' and '.join(named)}"
     jwt_rule: JwtRule | None = None
     basic_rule: BasicRule | None = None
+    introspection_rule: IntrospectionRule | None = None
     if named == ["jwt"]:
         got_jwt = parse_jwt(item["jwt"])
         if isinstance(got_jwt, str):
@@ -314,6 +330,11 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         if isinstance(got_basic, str):
             return got_basic
         basic_rule, key = got_basic, ""
+    elif named == ["introspection"]:
+        got_rule = parse_introspection(item["introspection"])
+        if isinstance(got_rule, str):
+            return got_rule
+        introspection_rule, key = got_rule, ""
     if named and named != ["key"]:
         if "key_prefix" in item:
             return "key_prefix belongs to an entry with a key"
@@ -360,6 +381,7 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         key_prefix=prefix,
         jwt=jwt_rule,
         basic=basic_rule,
+        introspection=introspection_rule,
     )
 
 
@@ -483,12 +505,16 @@ class WorkspaceCallers(Authenticator):
         allow_anonymous: bool = False,
         limits: RateLimits | None = None,
         verifier: JwtVerifier | None = None,
+        introspector: Introspector | None = None,
+        token_url: str = "",
         basic_allowed: bool = True,
     ) -> None:
         super().__init__(limits=limits)
         self._files = [_Cached(Path(w)) for w in workspaces]
         self.allow_anonymous = allow_anonymous
         self.verifier = verifier
+        self.introspector = introspector
+        self.token_url = token_url
         self.basic_allowed = basic_allowed
         self._passwords = PasswordChecker()
 
@@ -500,8 +526,17 @@ class WorkspaceCallers(Authenticator):
         issuers = sorted({entry.jwt.issuer for entry in entries if entry.jwt is not None})
         keys = any(entry.scheme == "key" for entry in entries)
         basic = any(entry.basic is not None for entry in entries)
+        opaque = self.introspector is not None and any(
+            entry.introspection is not None for entry in entries
+        )
         # No caller at all (yet): keys are how one is added, so they are what we show.
-        return SchemesInUse(keys or not (basic or issuers), basic, tuple(issuers))
+        return SchemesInUse(
+            keys or not (basic or issuers or opaque),
+            basic,
+            tuple(issuers),
+            opaque,
+            self.token_url if opaque else "",
+        )
 
     def _challenge(self, entries: Sequence[CallerEntry]) -> str:
         if any(entry.basic is not None for entry in entries):
@@ -526,17 +561,39 @@ class WorkspaceCallers(Authenticator):
             )
         digest = key_digest(presented)
         matches = [entry for entry in entries if entry.digest and entry.matches(digest)]
-        if (
-            not matches
-            and self.verifier is not None
-            and looks_like_jwt(presented)
-            and any(entry.jwt is not None for entry in entries)
-        ):
-            return await self._jwt(presented, entries, self.verifier)
+        # Tokens travel as Authorization: Bearer; X-API-Key carries keys only.
+        if not matches and get(AUTHORIZATION_HEADER) is not None:
+            if self.verifier is not None and self._is_ours_to_verify(presented, entries):
+                return await self._jwt(presented, entries, self.verifier)
+            if self.introspector is not None and any(e.introspection for e in entries):
+                return await self._introspected(presented, entries, self.introspector)
         refusal = UnauthenticatedError(
             "The API key is not valid", challenge=self._challenge(entries)
         )
         return _exactly_one(matches, "presented key", refusal)
+
+    def _is_ours_to_verify(self, token: str, entries: Sequence[CallerEntry]) -> bool:
+        """A JWT for the JWT path: any JWT while no opaque-token callers exist, else one
+        naming an issuer of a jwt caller (introspection gets the rest: an RFC 9068
+        access token is a JWT too)."""
+        if not looks_like_jwt(token) or not any(e.jwt is not None for e in entries):
+            return False
+        if not any(e.introspection is not None for e in entries):
+            return True
+        try:
+            issuer = peek(token).issuer
+        except TokenRefused:
+            return False
+        return any(e.jwt is not None and e.jwt.issuer == issuer for e in entries)
+
+    async def _introspected(
+        self, token: str, entries: Sequence[CallerEntry], introspector: Introspector
+    ) -> Identity:
+        claims = await introspector.introspect(token)
+        matches = [e for e in entries if e.introspection and e.introspection.matches(claims)]
+        return _exactly_one(
+            matches, "introspected token", TokenRefused("The token's subject is not a caller")
+        )
 
     async def _jwt(
         self, token: str, entries: Sequence[CallerEntry], verifier: JwtVerifier
@@ -589,6 +646,8 @@ class WorkspaceCallers(Authenticator):
     async def aclose(self) -> None:
         if self.verifier is not None:
             await self.verifier.outbound.aclose()
+        if self.introspector is not None:
+            await self.introspector.outbound.aclose()
 
 
 @functools.cache

@@ -69,6 +69,7 @@ API_KEY_SCHEME = "apiKey"
 BEARER_SCHEME = "bearer"
 BASIC_SCHEME = "basic"
 OIDC_SCHEME = "oidc"
+OAUTH2_SCHEME = "oauth2"
 
 _MAX_FILE_BYTES = 1024 * 1024
 _MAX_DESCRIPTION_CHARS = 512
@@ -367,6 +368,21 @@ def add_security_schemes(card: pb.AgentCard, schemes: SchemesInUse) -> list[str]
             )
         )
         names.append(name)
+    if schemes.introspection and schemes.token_url:
+        card.security_schemes[OAUTH2_SCHEME].oauth2_security_scheme.CopyFrom(
+            pb.OAuth2SecurityScheme(
+                description="An access token of this authorization server, as a bearer token.",
+                flows=pb.OAuthFlows(
+                    client_credentials=pb.ClientCredentialsOAuthFlow(token_url=schemes.token_url)
+                ),
+            )
+        )
+        names.append(OAUTH2_SCHEME)
+    elif schemes.introspection and not schemes.keys:
+        card.security_schemes[BEARER_SCHEME].http_auth_security_scheme.CopyFrom(
+            pb.HTTPAuthSecurityScheme(scheme="Bearer", description="An OAuth 2.0 access token.")
+        )
+        names.append(BEARER_SCHEME)
     if schemes.basic:
         card.security_schemes[BASIC_SCHEME].http_auth_security_scheme.CopyFrom(
             pb.HTTPAuthSecurityScheme(scheme="Basic", description="HTTP Basic (RFC 7617).")

@@ -57,6 +57,19 @@ class CardConfig:
     documentation_url: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class IdentityConfig:
+    """How callers' tokens are checked beyond keys (server/identity/)."""
+
+    jwt_leeway_s: float = 60.0  # clock skew allowed on a JWT caller's exp/nbf/iat
+    fetch_timeout_s: float = 5.0  # an identity provider's discovery, JWKS, introspection
+    introspection_url: str = ""  # RFC 7662 endpoint; empty: no introspection callers
+    introspection_client_id: str = ""
+    introspection_client_secret: str = field(default="", repr=False)
+    introspection_cache_s: float = 60.0
+    oauth2_token_url: str = ""  # named by the card for introspection callers
+
+
 @dataclass(slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -70,8 +83,7 @@ class ServerConfig:
     allow_anonymous: bool = False  # serve unauthenticated callers (loopback binds only)
     allow_private_urls: bool = False  # outbound guard off (tests, private networks)
     rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
-    jwt_leeway_s: float = 60.0  # clock skew allowed on a JWT caller's exp/nbf/iat
-    identity_fetch_timeout_s: float = 5.0  # an identity provider's discovery and JWKS
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
     task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
     max_body_bytes: int = MAX_BODY_BYTES  # requests on every binding (gRPC: binary)
     body_read_timeout_s: float = 30.0  # a body (gRPC: request message) not arrived by then

@@ -1,8 +1,10 @@
 """A real OpenID Connect identity provider of our own, on 127.0.0.1, for tests.
 
-An aiohttp server with discovery (``/.well-known/openid-configuration``) and a JWKS
-(``/jwks``) whose keys rotate on request, signing real tokens with joserfc. It counts
-JWKS fetches (the gateway's rate limit is asserted on them) and can stop answering
+An aiohttp server with discovery (``/.well-known/openid-configuration``), a JWKS
+(``/jwks``) whose keys rotate on request, signing real tokens with joserfc, an OAuth 2.0
+token endpoint (``/token``, client credentials grant, opaque tokens) and an RFC 7662
+introspection endpoint (``/introspect``). It counts JWKS fetches, token requests and
+introspections (the gateway's bounds are asserted on them) and can stop answering
 (``hang``) or fail (``fail``) to play an identity provider that is down. Every token it
 mints is a secret the suite's log scan looks for.
 """
@@ -10,12 +12,14 @@ mints is a secret the suite's log scan looks for.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import threading
 import time
+import urllib.parse
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -45,6 +49,12 @@ class IdentityProvider:
         self.hang = False
         self.fail = False
         self.rotate("RS256")
+        #: OAuth 2.0 clients (client credentials grant) and who may introspect.
+        self.clients: dict[str, str] = {}
+        self.introspectors: dict[str, str] = {}
+        self.opaque: dict[str, dict[str, Any]] = {}  # issued opaque token -> its claims
+        self.token_requests = 0
+        self.introspections = 0
 
     def rotate(self, alg: str = "RS256", *, keep_old: bool = True) -> str:
         """A new signing key (its kid); the old ones stay published with ``keep_old``."""
@@ -96,6 +106,63 @@ class IdentityProvider:
         use_secret(token)  # the session's scan checks that no log line holds it
         return token
 
+    def opaque_token(self, sub: str, *, lifetime_s: float = 300, **claims: Any) -> str:
+        """An opaque access token that only introspection can explain."""
+        token = "opq_" + uuid.uuid4().hex + uuid.uuid4().hex
+        now = int(time.time())
+        self.opaque[token] = {
+            "active": True,
+            "sub": sub,
+            "client_id": sub,
+            "iss": self.issuer,
+            "exp": int(now + lifetime_s),
+            "iat": now,
+            **claims,
+        }
+        from .conftest import use_secret
+
+        use_secret(token)
+        return token
+
+    def revoke(self, token: str) -> None:
+        self.opaque[token]["active"] = False
+
+    @staticmethod
+    def _client(request: web.Request, form: Mapping[str, str], table: dict[str, str]) -> str:
+        """The authenticated client id (Basic, or client_id/client_secret in the form)."""
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Basic "):
+            pair = base64.b64decode(header[6:]).decode()
+            client_id, _, secret = pair.partition(":")
+            client_id, secret = urllib.parse.unquote(client_id), urllib.parse.unquote(secret)
+        else:
+            client_id, secret = form.get("client_id", ""), form.get("client_secret", "")
+        if not client_id or table.get(client_id) != secret:
+            raise web.HTTPUnauthorized(
+                text='{"error":"invalid_client"}', content_type="application/json"
+            )
+        return client_id
+
+    async def _token(self, request: web.Request) -> web.Response:
+        await self._gate()
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        client_id = self._client(request, form, self.clients)
+        if form.get("grant_type") != "client_credentials":
+            return web.json_response({"error": "unsupported_grant_type"}, status=400)
+        self.token_requests += 1
+        token = self.opaque_token(client_id, lifetime_s=120)
+        return web.json_response({"access_token": token, "token_type": "Bearer", "expires_in": 120})
+
+    async def _introspect(self, request: web.Request) -> web.Response:
+        await self._gate()
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        self._client(request, form, self.introspectors)
+        self.introspections += 1
+        claims = self.opaque.get(form.get("token", ""))
+        if claims is None or not claims["active"] or claims["exp"] < time.time():
+            return web.json_response({"active": False})
+        return web.json_response(claims)
+
     def public_jwks(self) -> dict[str, Any]:
         keys = []
         for kid, (alg, key) in self.keys.items():
@@ -113,7 +180,14 @@ class IdentityProvider:
 
     async def _discovery(self, request: web.Request) -> web.Response:
         await self._gate()
-        return web.json_response({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks"})
+        return web.json_response(
+            {
+                "issuer": self.issuer,
+                "jwks_uri": f"{self.issuer}/jwks",
+                "token_endpoint": f"{self.issuer}/token",
+                "introspection_endpoint": f"{self.issuer}/introspect",
+            }
+        )
 
     async def _jwks(self, request: web.Request) -> web.Response:
         await self._gate()
@@ -124,6 +198,8 @@ class IdentityProvider:
         app = web.Application()
         app.router.add_get("/.well-known/openid-configuration", self._discovery)
         app.router.add_get("/jwks", self._jwks)
+        app.router.add_post("/token", self._token)
+        app.router.add_post("/introspect", self._introspect)
         return app
 
 

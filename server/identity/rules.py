@@ -5,6 +5,7 @@ An entry carries exactly one identity: ``key`` (auth.py), or one of::
     "jwt":   {"issuer": "https://idp.example", "audience": "a2a-gateway",
               "sub": "travel-bot"}                 # or "claims": {"azp": "x", ...}
     "basic": {"username": "travel-bot", "password_hash": "scrypt$15$8$1$..."}
+    "introspection": {"sub": "travel-bot"}        # or {"client_id": "..."}
 
 Each parser returns the rule or the reason the entry is skipped (never a secret).
 """
@@ -45,6 +46,18 @@ class JwtRule:
 
 
 @dataclass(frozen=True, slots=True)
+class IntrospectionRule:
+    """Opaque tokens the introspection endpoint calls active, whose ``sub`` or
+    ``client_id`` (``claim``) is ``value``."""
+
+    claim: str
+    value: str
+
+    def matches(self, claims: Mapping[str, Any]) -> bool:
+        return claims.get(self.claim) == self.value
+
+
+@dataclass(frozen=True, slots=True)
 class BasicRule:
     username: str
     password_hash: str
@@ -80,6 +93,17 @@ def parse_jwt(value: Any) -> JwtRule | str:
     return JwtRule(issuer, audience, claims=tuple(sorted(claims.items())))
 
 
+def parse_introspection(value: Any) -> IntrospectionRule | str:
+    if not isinstance(value, dict) or len(value) != 1:
+        return "introspection must be an object with one of sub and client_id"
+    ((claim, wanted),) = value.items()
+    if claim not in ("sub", "client_id"):
+        return "introspection must be an object with one of sub and client_id"
+    if not _text(wanted):
+        return f"introspection.{claim} must be a non-empty string"
+    return IntrospectionRule(claim, wanted)
+
+
 def parse_basic_rule(value: Any) -> BasicRule | str:
     if not isinstance(value, dict):
         return "basic must be an object"
@@ -95,4 +119,11 @@ def parse_basic_rule(value: Any) -> BasicRule | str:
     return BasicRule(username, value["password_hash"])
 
 
-__all__ = ["BasicRule", "JwtRule", "parse_basic_rule", "parse_jwt"]
+__all__ = [
+    "BasicRule",
+    "IntrospectionRule",
+    "JwtRule",
+    "parse_basic_rule",
+    "parse_introspection",
+    "parse_jwt",
+]

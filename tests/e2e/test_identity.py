@@ -3,8 +3,9 @@ whole gateway (faux agent, file store) over JSON-RPC, HTTP+JSON and gRPC, with a
 identity provider of our own on 127.0.0.1.
 
 One workspace: alice (tokens of the provider with ``sub`` alice), bob (Basic), carol (a
-key). Each reaches only its own tasks; every bad credential is UNAUTHENTICATED and
-stores nothing.
+key), dave (opaque tokens the provider's introspection endpoint knows as client dave).
+Each reaches only its own tasks; every bad credential is UNAUTHENTICATED and stores
+nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .conftest import BINDINGS, Driver, WireError, as_bearer
 
 KEY_CAROL = "identity-carol-5e1d0c3b2a19"
 PASSWORD = "identity-bob-password-7c6b5a"
+INTROSPECTION_SECRET = "identity-gateway-introspects-3b2a1f"
 UNAUTHENTICATED = {401, -32000, grpc.StatusCode.UNAUTHENTICATED}
 
 
@@ -46,8 +48,9 @@ class Site:
 
 @pytest.fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    use_secret(PASSWORD, KEY_CAROL)
+    use_secret(PASSWORD, KEY_CAROL, INTROSPECTION_SECRET)
     async with running_provider() as idp:
+        idp.introspectors["gateway"] = INTROSPECTION_SECRET
         workspace = tmp_path / "ws"
         (workspace / ".a2a").mkdir(parents=True)
         callers = [
@@ -57,6 +60,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
                 "basic": {"username": "bob", "password_hash": hash_password(PASSWORD, log2_n=10)},
             },
             {"name": "carol", "key": KEY_CAROL},
+            {"name": "dave", "introspection": {"client_id": "dave"}},
         ]
         (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
         settings = {
@@ -65,6 +69,10 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
             "grpc_port": 0,
             "faux": True,
             "allow_private_urls": True,  # the provider is on 127.0.0.1 over http
+            "introspection_url": idp.issuer + "/introspect",
+            "introspection_client_id": "gateway",
+            "introspection_client_secret": INTROSPECTION_SECRET,
+            "oauth2_token_url": idp.issuer + "/token",
         }
         gateway = Gateway(resolve(settings, environ={}))
         await gateway.start()
@@ -108,6 +116,9 @@ async def test_each_scheme_reaches_only_its_callers_tasks(driver: Driver, site: 
     bobs = (await bob.call("SendMessage", send("hi")))["task"]
     assert await task_ids(bob) == {bobs["id"]}
     assert await task_ids(alice) == {task["id"]}
+    dave = as_bearer(driver, {"Authorization": f"Bearer {site.idp.opaque_token('dave')}"})
+    daves = (await dave.call("SendMessage", send("hi")))["task"]
+    assert await task_ids(dave) == {daves["id"]}
 
 
 async def test_every_bad_credential_is_unauthenticated_and_stores_nothing(
@@ -116,6 +127,8 @@ async def test_every_bad_credential_is_unauthenticated_and_stores_nothing(
     idp = site.idp
     stranger = IdentityProvider()  # its keys were never published by our provider
     stranger.issuer = idp.issuer
+    revoked = idp.opaque_token("dave")
+    idp.revoke(revoked)
     bad: dict[str, dict[str, str]] = {
         "expired": {"Authorization": f"Bearer {idp.token(lifetime_s=-600)}"},
         "not yet valid": {"Authorization": f"Bearer {idp.token(not_before_s=600)}"},
@@ -124,6 +137,10 @@ async def test_every_bad_credential_is_unauthenticated_and_stores_nothing(
         "unknown kid": {"Authorization": f"Bearer {stranger.token()}"},
         "wrong subject": {"Authorization": f"Bearer {idp.token('mallory')}"},
         "wrong password": basic("bob", "not-the-password"),
+        "inactive opaque token": {"Authorization": f"Bearer {revoked}"},
+        "opaque token of another client": {
+            "Authorization": f"Bearer {idp.opaque_token('mallory')}"
+        },
         "unknown user": basic("mallory", PASSWORD),
     }
     for case, headers in bad.items():
@@ -173,12 +190,16 @@ async def test_the_card_lists_the_schemes_in_use_and_no_credential(site: Site) -
     )
     assert schemes["basic"]["httpAuthSecurityScheme"]["scheme"] == "Basic"
     assert schemes["apiKey"]["apiKeySecurityScheme"]["name"] == "X-API-Key"
-    assert sorted(schemes) == ["apiKey", "basic", "bearer", "oidc"]
+    flow = schemes["oauth2"]["oauth2SecurityScheme"]["flows"]["clientCredentials"]
+    assert flow["tokenUrl"] == site.idp.issuer + "/token"
+    assert sorted(schemes) == ["apiKey", "basic", "bearer", "oauth2", "oidc"]
     assert [list(r["schemes"]) for r in card["securityRequirements"]] == [
         ["apiKey"],
         ["bearer"],
         ["oidc"],
+        ["oauth2"],
         ["basic"],
     ]
     text = json.dumps(card)
     assert KEY_CAROL not in text and "scrypt$" not in text and PASSWORD not in text
+    assert INTROSPECTION_SECRET not in text

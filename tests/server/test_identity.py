@@ -20,6 +20,7 @@ import pytest
 from a2a_gateway.protocol.errors import UnauthenticatedError
 from a2a_gateway.server.auth import CALLERS_FILE, SchemesInUse, WorkspaceCallers, read_callers
 from a2a_gateway.server.identity import JwtVerifier, TokenRefused, hash_password, verify_password
+from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.identity.jwt import MIN_REFETCH_INTERVAL_S
 from a2a_gateway.server.outbound import OutboundClient
 
@@ -285,3 +286,51 @@ async def test_one_token_matching_two_callers_is_refused(
     with pytest.raises(TokenRefused, match="subject is not a caller"):
         await callers.identify(bearer(idp.token("alice")))
     assert callers.schemes() == SchemesInUse(keys=False, issuers=(idp.issuer,))
+
+
+# --- introspection ----------------------------------------------------------------------
+
+
+async def test_introspection_callers(
+    tmp_path: Path, idp: IdentityProvider, outbound: OutboundClient
+) -> None:
+    secret = "identity-introspector-secret-9a8b7c"
+    use_secret(secret)
+    idp.introspectors["gateway"] = secret
+    write_callers(
+        tmp_path,
+        [
+            {"name": "svc", "introspection": {"client_id": "svc"}},
+            {"name": "alice", "introspection": {"sub": "alice"}},
+        ],
+    )
+    clock = FakeClock()
+    clock.now = time.time()
+    introspector = Introspector(
+        idp.issuer + "/introspect", "gateway", secret, outbound, max_cache_s=30, clock=clock
+    )
+    callers = WorkspaceCallers([tmp_path], introspector=introspector)
+    token = idp.opaque_token("svc")
+    assert (await callers.identify(bearer(token))).caller.name == "svc"
+    assert (await callers.identify(bearer(token))).caller.name == "svc"
+    assert idp.introspections == 1  # an active answer is reused
+    idp.revoke(token)
+    assert (await callers.identify(bearer(token))).caller.name == "svc"  # until max_cache_s
+    clock.now += 31
+    for _ in range(2):  # a negative answer is never reused
+        with pytest.raises(TokenRefused, match="not active"):
+            await callers.identify(bearer(token))
+    assert idp.introspections == 3
+    with pytest.raises(TokenRefused, match="subject is not a caller"):
+        await callers.identify(bearer(idp.opaque_token("mallory", client_id="x")))
+    assert (
+        await callers.identify(bearer(idp.opaque_token("alice", client_id="y")))
+    ).caller.name == "alice"
+    assert callers.schemes() == SchemesInUse(keys=False, introspection=True)
+    wrong = Introspector(idp.issuer + "/introspect", "gateway", "wrong-secret", outbound)
+    with pytest.raises(TokenRefused, match="could not be verified"):
+        await WorkspaceCallers([tmp_path], introspector=wrong).identify(bearer(token))
+    idp.hang = True
+    slow = Introspector(idp.issuer + "/introspect", "gateway", secret, outbound, timeout_s=0.3)
+    with pytest.raises(TokenRefused, match="could not be verified"):
+        await asyncio.wait_for(slow.introspect(idp.opaque_token("svc")), 5)
