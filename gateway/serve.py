@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,7 @@ from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
+from a2a_gateway.server.tls import TlsConfig, server_ssl_context
 
 from .access_log import AccessLogged
 from .logs import register_secret
@@ -103,6 +105,7 @@ def server_config(settings: Settings) -> ServerConfig:
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
         identity=identity_config(settings),
+        tls=tls_config(settings),
         rate_limits=RateLimits(
             per_caller_per_minute=settings["rate_limit_per_minute"],
             per_ip_per_minute=settings["ip_rate_limit_per_minute"],
@@ -112,6 +115,23 @@ def server_config(settings: Settings) -> ServerConfig:
             max_open_contexts=settings["max_open_contexts"],
         ),
     )
+
+
+def tls_config(settings: Settings) -> TlsConfig | None:
+    """``--tls-cert`` and ``--tls-key`` (both or neither), and ``--tls-client-ca``."""
+    cert, key, ca = (settings[name].strip() for name in ("tls_cert", "tls_key", "tls_client_ca"))
+    if not cert and not key:
+        if ca:
+            raise StartupError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if not (cert and key):
+        raise StartupError("--tls-cert and --tls-key go together")
+    tls = TlsConfig(Path(cert), Path(key), Path(ca) if ca else None)
+    try:
+        server_ssl_context(tls)  # now, so a bad file is a start-up error naming it
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(f"--tls-cert/--tls-key/--tls-client-ca cannot be used: {exc}") from None
+    return tls
 
 
 def identity_config(settings: Settings) -> IdentityConfig:
@@ -317,8 +337,9 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
         verifier=verifier,
         introspector=introspector,
         token_url=identity.oauth2_token_url,
-        # Until serve speaks TLS, a Basic password may only travel over loopback.
-        basic_allowed=loopback,
+        # A Basic password crosses the network only inside TLS.
+        basic_allowed=loopback or config.tls is not None,
+        certificates=config.tls is not None and config.tls.client_ca is not None,
     )
 
 
@@ -358,7 +379,7 @@ def warn_missing_callers(config: ServerConfig) -> None:
 
 def warn_basic_without_tls(config: ServerConfig) -> None:
     """One line at start-up when Basic callers exist where their passwords are refused."""
-    if is_loopback(config.host):
+    if is_loopback(config.host) or config.tls is not None:
         return
     for workspace in config.workspaces:
         entries, _ = read_callers(workspace / CALLERS_FILE, str(workspace))
@@ -479,7 +500,8 @@ class Gateway:
             app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s, access_log=None
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, config.host, config.port)
+        ssl_context = server_ssl_context(config.tls) if config.tls is not None else None
+        site = web.TCPSite(self._runner, config.host, config.port, ssl_context=ssl_context)
         await site.start()
         self.http_port = int(self._runner.addresses[0][1])
         if self._grpc is not None:
@@ -487,7 +509,8 @@ class Gateway:
         if self.retention is not None:
             self.retention.start()
         log.info(
-            "serving on http://%s:%s (JSON-RPC %s, HTTP+JSON %s)%s",
+            "serving on %s://%s:%s (JSON-RPC %s, HTTP+JSON %s)%s",
+            "https" if config.tls is not None else "http",
             config.host,
             self.http_port,
             config.mounts.jsonrpc,

@@ -267,6 +267,14 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds an identity provider (discovery, JWKS) has to answer",
         above=0,
     ),
+    Setting("tls_cert", str, "", "serve HTTP and gRPC over TLS with this certificate (PEM)"),
+    Setting("tls_key", str, "", "the private key of --tls-cert (PEM)"),
+    Setting(
+        "tls_client_ca",
+        str,
+        "",
+        "verify client certificates against this CA (PEM): mtls callers",
+    ),
     Setting("introspection_url", str, "", "OAuth 2.0 token introspection endpoint (RFC 7662)"),
     Setting("introspection_client_id", str, "", "our client id at the introspection endpoint"),
     Setting(

@@ -66,9 +66,12 @@ from .identity.rules import (
     BasicRule,
     IntrospectionRule,
     JwtRule,
+    MtlsRule,
+    PresentedCertificate,
     parse_basic_rule,
     parse_introspection,
     parse_jwt,
+    parse_mtls,
 )
 from .limits import NO_OVERRIDES, CallerLimits, RateLimits, RequestLimiter
 
@@ -94,7 +97,7 @@ _HASHED = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,39}$")
 _LIMIT_FIELDS = ("rate_limit_per_minute", "max_running_tasks", "max_open_contexts")
 #: The fields that say who the caller is: an entry has exactly one.
-IDENTITY_FIELDS = ("key", "jwt", "basic", "introspection")
+IDENTITY_FIELDS = ("key", "jwt", "basic", "introspection", "mtls")
 KNOWN_FIELDS = frozenset(
     {"name", "key_prefix", "mode", "note", "signing_secret", *IDENTITY_FIELDS, *_LIMIT_FIELDS}
 )
@@ -198,6 +201,7 @@ class SchemesInUse:
     issuers: tuple[str, ...] = ()  # of jwt callers, sorted
     introspection: bool = False  # opaque bearer tokens, checked by introspection
     token_url: str = ""  # where introspection callers get tokens (client credentials)
+    mtls: bool = False  # client certificates
 
 
 KEYS_ONLY = SchemesInUse()
@@ -216,12 +220,17 @@ class Authenticator(abc.ABC):
     keys, an introspection endpoint); a key is checked without suspending.
     """
 
+    #: Whether callers may present client certificates (TLS with a client CA): only
+    #: then do bindings look up the peer's certificate for :meth:`admit`.
+    certificates: bool = False
+
     def __init__(self, *, limits: RateLimits | None = None) -> None:
         self.limiter = RequestLimiter(limits)
 
     @abc.abstractmethod
-    async def identify(self, get: HeaderGetter) -> Identity:
-        """The caller and its policy, or raise UnauthenticatedError."""
+    async def identify(self, get: HeaderGetter, certificate: bytes | None = None) -> Identity:
+        """The caller and its policy, or raise UnauthenticatedError. ``certificate``
+        is the DER of the client certificate the TLS handshake verified."""
 
     def limits_for(self, caller: Caller) -> CallerLimits:
         """The caller's own limits (for the task engine's caps)."""
@@ -231,10 +240,12 @@ class Authenticator(abc.ABC):
         """The schemes callers may use now: the card's ``securitySchemes``."""
         return KEYS_ONLY
 
-    async def admit(self, get: HeaderGetter, client_address: str | None) -> Identity:
+    async def admit(
+        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+    ) -> Identity:
         """Rate-limit the address, authenticate, then rate-limit the caller."""
         self.limiter.check_address(client_address)
-        identity = await self.identify(get)
+        identity = await self.identify(get, certificate)
         self.limiter.check_caller(identity.caller, identity.policy.limits)
         return identity
 
@@ -245,7 +256,7 @@ class Authenticator(abc.ABC):
 class AllowAnonymous(Authenticator):
     """Everyone is the anonymous caller (``serve --allow-anonymous`` on loopback)."""
 
-    async def identify(self, get: HeaderGetter) -> Identity:
+    async def identify(self, get: HeaderGetter, certificate: bytes | None = None) -> Identity:
         return ANONYMOUS_IDENTITY
 
 
@@ -265,6 +276,7 @@ class CallerEntry:
     jwt: JwtRule | None = None
     basic: BasicRule | None = field(default=None, repr=False)
     introspection: IntrospectionRule | None = None
+    mtls: MtlsRule | None = None
 
     @property
     def hashed(self) -> bool:
@@ -272,12 +284,11 @@ class CallerEntry:
 
     @property
     def scheme(self) -> str:
-        """``key``, ``jwt``, ``basic`` or ``introspection``."""
-        if self.jwt is not None:
-            return "jwt"
-        if self.basic is not None:
-            return "basic"
-        return "introspection" if self.introspection is not None else "key"
+        """``key``, ``jwt``, ``basic``, ``introspection`` or ``mtls``."""
+        for scheme in ("jwt", "basic", "introspection", "mtls"):
+            if getattr(self, scheme) is not None:
+                return scheme
+        return "key"
 
     @property
     def caller(self) -> Caller:
@@ -320,6 +331,7 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
     jwt_rule: JwtRule | None = None
     basic_rule: BasicRule | None = None
     introspection_rule: IntrospectionRule | None = None
+    mtls_rule: MtlsRule | None = None
     if named == ["jwt"]:
         got_jwt = parse_jwt(item["jwt"])
         if isinstance(got_jwt, str):
@@ -335,6 +347,11 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         if isinstance(got_rule, str):
             return got_rule
         introspection_rule, key = got_rule, ""
+    elif named == ["mtls"]:
+        got_mtls = parse_mtls(item["mtls"])
+        if isinstance(got_mtls, str):
+            return got_mtls
+        mtls_rule, key = got_mtls, ""
     if named and named != ["key"]:
         if "key_prefix" in item:
             return "key_prefix belongs to an entry with a key"
@@ -382,6 +399,7 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         jwt=jwt_rule,
         basic=basic_rule,
         introspection=introspection_rule,
+        mtls=mtls_rule,
     )
 
 
@@ -508,6 +526,7 @@ class WorkspaceCallers(Authenticator):
         introspector: Introspector | None = None,
         token_url: str = "",
         basic_allowed: bool = True,
+        certificates: bool = False,
     ) -> None:
         super().__init__(limits=limits)
         self._files = [_Cached(Path(w)) for w in workspaces]
@@ -516,6 +535,7 @@ class WorkspaceCallers(Authenticator):
         self.introspector = introspector
         self.token_url = token_url
         self.basic_allowed = basic_allowed
+        self.certificates = certificates
         self._passwords = PasswordChecker()
 
     def entries(self) -> list[CallerEntry]:
@@ -529,13 +549,15 @@ class WorkspaceCallers(Authenticator):
         opaque = self.introspector is not None and any(
             entry.introspection is not None for entry in entries
         )
+        mtls = self.certificates and any(entry.mtls is not None for entry in entries)
         # No caller at all (yet): keys are how one is added, so they are what we show.
         return SchemesInUse(
-            keys or not (basic or issuers or opaque),
+            keys or not (basic or issuers or opaque or mtls),
             basic,
             tuple(issuers),
             opaque,
             self.token_url if opaque else "",
+            mtls,
         )
 
     def _challenge(self, entries: Sequence[CallerEntry]) -> str:
@@ -543,13 +565,19 @@ class WorkspaceCallers(Authenticator):
             return f"{BEARER_CHALLENGE}, {BASIC_CHALLENGE}"
         return BEARER_CHALLENGE
 
-    async def identify(self, get: HeaderGetter) -> Identity:
+    async def identify(self, get: HeaderGetter, certificate: bytes | None = None) -> Identity:
         entries = self.entries()
         try:
             presented = presented_credentials(get)
         except UnauthenticatedError as exc:  # malformed: name the schemes that would do
             exc.challenge = exc.challenge or self._challenge(entries)
             raise
+        if (
+            presented is None
+            and certificate is not None
+            and any(entry.mtls is not None for entry in entries)
+        ):
+            return self._certified(certificate, entries)
         if presented is None and self.allow_anonymous:
             return ANONYMOUS_IDENTITY
         if isinstance(presented, BasicCredentials):
@@ -571,6 +599,14 @@ class WorkspaceCallers(Authenticator):
             "The API key is not valid", challenge=self._challenge(entries)
         )
         return _exactly_one(matches, "presented key", refusal)
+
+    def _certified(self, certificate: bytes, entries: Sequence[CallerEntry]) -> Identity:
+        presented = PresentedCertificate.from_der(certificate)
+        matches = [e for e in entries if e.mtls is not None and e.mtls.matches(presented)]
+        refusal = UnauthenticatedError(
+            "The client certificate is not a caller's", challenge=self._challenge(entries)
+        )
+        return _exactly_one(matches, "client certificate", refusal)
 
     def _is_ours_to_verify(self, token: str, entries: Sequence[CallerEntry]) -> bool:
         """A JWT for the JWT path: any JWT while no opaque-token callers exist, else one

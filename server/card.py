@@ -70,6 +70,7 @@ BEARER_SCHEME = "bearer"
 BASIC_SCHEME = "basic"
 OIDC_SCHEME = "oidc"
 OAUTH2_SCHEME = "oauth2"
+MTLS_SCHEME = "mtls"
 
 _MAX_FILE_BYTES = 1024 * 1024
 _MAX_DESCRIPTION_CHARS = 512
@@ -383,6 +384,11 @@ def add_security_schemes(card: pb.AgentCard, schemes: SchemesInUse) -> list[str]
             pb.HTTPAuthSecurityScheme(scheme="Bearer", description="An OAuth 2.0 access token.")
         )
         names.append(BEARER_SCHEME)
+    if schemes.mtls:
+        card.security_schemes[MTLS_SCHEME].mtls_security_scheme.CopyFrom(
+            pb.MutualTlsSecurityScheme(description="A client certificate of our client CA.")
+        )
+        names.append(MTLS_SCHEME)
     if schemes.basic:
         card.security_schemes[BASIC_SCHEME].http_auth_security_scheme.CopyFrom(
             pb.HTTPAuthSecurityScheme(scheme="Basic", description="HTTP Basic (RFC 7617).")

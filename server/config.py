@@ -10,6 +10,7 @@ from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .limits import RateLimits, TaskCaps
+from .tls import TlsConfig
 
 
 def is_loopback(host: str) -> bool:
@@ -84,6 +85,7 @@ class ServerConfig:
     allow_private_urls: bool = False  # outbound guard off (tests, private networks)
     rate_limits: RateLimits = field(default_factory=RateLimits)  # requests per minute
     identity: IdentityConfig = field(default_factory=IdentityConfig)
+    tls: TlsConfig | None = None  # serve HTTP and gRPC over TLS
     task_caps: TaskCaps = field(default_factory=TaskCaps)  # per caller: runs, contexts
     max_body_bytes: int = MAX_BODY_BYTES  # requests on every binding (gRPC: binary)
     body_read_timeout_s: float = 30.0  # a body (gRPC: request message) not arrived by then

@@ -71,6 +71,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from . import signing
 from .auth import Authenticator
 from .http_context import WRITE_TIMEOUT_S
+from .tls import grpc_peer_certificate
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +403,9 @@ class RpcAdapter:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
         get = metadata.single
-        identity = await self._authenticator.admit(get, peer_address(context.peer()))
+        authenticator = self._authenticator
+        certificate = grpc_peer_certificate(context) if authenticator.certificates else None
+        identity = await authenticator.admit(get, peer_address(context.peer()), certificate)
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)

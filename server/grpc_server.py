@@ -29,6 +29,7 @@ from .auth import Authenticator
 from .config import ServerConfig
 from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
 from .grpc_binding import GrpcBounds, a2a_rpc_handler
+from .tls import grpc_server_credentials
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
 #: Health entries set to SERVING: the whole server ("") and both A2A services.
@@ -109,7 +110,10 @@ async def build_grpc_server(
     )
     requested = grpc_address(config.host, config.grpc_port)
     try:
-        port = server.add_insecure_port(requested)
+        if config.tls is not None:
+            port = server.add_secure_port(requested, grpc_server_credentials(config.tls))
+        else:
+            port = server.add_insecure_port(requested)
     except RuntimeError as exc:  # grpc reports bind failures as RuntimeError
         raise OSError(f"cannot bind gRPC server to {requested}: {exc}") from None
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

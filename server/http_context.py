@@ -38,6 +38,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from . import card, content_coding, signing
 from .auth import Authenticator, Identity, single_values
 from .config import ServerConfig
+from .tls import http_peer_certificate
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,9 @@ async def call_context(request: web.Request, *, binding: str = "") -> CallContex
     ``X-A2A-Extensions``. Also records the request's base URL for the card helpers.
     """
     get = single_values(lambda name: request.headers.getall(name, ()))
-    identity = await request.app[AUTHENTICATOR].admit(get, request.remote)
+    authenticator = request.app[AUTHENTICATOR]
+    certificate = http_peer_certificate(request) if authenticator.certificates else None
+    identity = await authenticator.admit(get, request.remote, certificate)
     expect_signature(request, identity, get)
     caller = identity.caller
     header = request.headers.get(versioning.VERSION_HEADER)

@@ -61,7 +61,12 @@ class IdentityProvider:
         kid = f"{alg.lower()}-{uuid.uuid4().hex[:8]}"
         if not keep_old:
             self.keys.clear()
-        self.keys[kid] = (alg, new_key(alg))
+        key = new_key(alg)
+        self.keys[kid] = (alg, key)
+        from .conftest import use_secret  # here: tests/conftest imports this module
+
+        private = key.as_dict(private=True)
+        use_secret(*(str(private[name]) for name in ("d", "p", "q") if name in private))
         return kid
 
     @property

@@ -6,22 +6,28 @@ An entry carries exactly one identity: ``key`` (auth.py), or one of::
               "sub": "travel-bot"}                 # or "claims": {"azp": "x", ...}
     "basic": {"username": "travel-bot", "password_hash": "scrypt$15$8$1$..."}
     "introspection": {"sub": "travel-bot"}        # or {"client_id": "..."}
+    "mtls":  {"sha256": "<hex>"}                  # or {"subject": "CN=..."}, {"san": "..."}
 
 Each parser returns the rule or the reason the entry is skipped (never a secret).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from cryptography import x509
 
 from .basic import hash_problem
 from .jwt import audience_contains
 
 MAX_FIELD_CHARS = 1024
 MAX_CLAIMS = 16
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _USERNAME = re.compile(r"^[^\x00-\x1f\x7f:]{1,128}$")
 
 
@@ -55,6 +61,46 @@ class IntrospectionRule:
 
     def matches(self, claims: Mapping[str, Any]) -> bool:
         return claims.get(self.claim) == self.value
+
+
+@dataclass(frozen=True, slots=True)
+class MtlsRule:
+    """A client certificate (verified by the TLS handshake against the client CA) with
+    this SHA-256 fingerprint, or this subject (RFC 4514), or this DNS/URI SAN."""
+
+    claim: str  # "sha256", "subject" or "san"
+    value: str
+
+    def matches(self, certificate: PresentedCertificate) -> bool:
+        if self.claim == "sha256":
+            return hmac.compare_digest(certificate.sha256, self.value)
+        if self.claim == "subject":
+            return certificate.subject == self.value
+        return self.value in certificate.sans
+
+
+@dataclass(frozen=True, slots=True)
+class PresentedCertificate:
+    """What a rule can match in a client certificate (from its DER)."""
+
+    sha256: str  # lower-case hex, no colons
+    subject: str
+    sans: frozenset[str]
+
+    @classmethod
+    def from_der(cls, der: bytes) -> PresentedCertificate:
+        certificate = x509.load_der_x509_certificate(der)
+        try:
+            extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+            names = extension.value.get_values_for_type(x509.DNSName)
+            names += extension.value.get_values_for_type(x509.UniformResourceIdentifier)
+        except x509.ExtensionNotFound:
+            names = []
+        return cls(
+            hashlib.sha256(der).hexdigest(),
+            certificate.subject.rfc4514_string(),
+            frozenset(names),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +150,19 @@ def parse_introspection(value: Any) -> IntrospectionRule | str:
     return IntrospectionRule(claim, wanted)
 
 
+def parse_mtls(value: Any) -> MtlsRule | str:
+    if not isinstance(value, dict) or len(value) != 1:
+        return "mtls must be an object with one of sha256, subject and san"
+    ((claim, wanted),) = value.items()
+    if claim not in ("sha256", "subject", "san") or not _text(wanted):
+        return "mtls must be an object with one of sha256, subject and san"
+    if claim == "sha256":
+        wanted = wanted.replace(":", "").lower()
+        if not _SHA256.match(wanted):
+            return "mtls.sha256 must be 64 hex digits (colons allowed)"
+    return MtlsRule(claim, wanted)
+
+
 def parse_basic_rule(value: Any) -> BasicRule | str:
     if not isinstance(value, dict):
         return "basic must be an object"
@@ -123,7 +182,10 @@ __all__ = [
     "BasicRule",
     "IntrospectionRule",
     "JwtRule",
+    "MtlsRule",
+    "PresentedCertificate",
     "parse_basic_rule",
     "parse_introspection",
     "parse_jwt",
+    "parse_mtls",
 ]
