@@ -10,7 +10,7 @@ subclass them and should be caught first.
 """
 
 from .cards import WELL_KNOWN_PATH, binding_for, card_url, choose_interface, fetch_card, parse_card
-from .credentials import Credentials, credentials_for
+from .credentials import ClientAuth, Credentials, credentials_for
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .grpc03 import Grpc03Transport
 from .grpc_transport import GrpcTransport
@@ -40,6 +40,7 @@ __all__ = [
     "AuthRejected",
     "CallOptions",
     "CardError",
+    "ClientAuth",
     "Credentials",
     "Grpc03Transport",
     "GrpcTransport",

@@ -1,19 +1,185 @@
-"""How a key is presented to an agent, read from its card's security schemes.
+"""How credentials are presented to an agent, read from its card's security schemes.
 
-``Authorization: Bearer <key>`` when every scheme the card declares is HTTP bearer;
-otherwise the header the card's API-key scheme names (``X-API-Key`` when it names none).
-With a signing secret every request also carries ``X-A2A-Signature`` over its body
+A key: ``Authorization: Bearer <key>`` when every scheme the card declares is HTTP
+bearer; otherwise the header the card's API-key scheme names (``X-API-Key`` when it names
+none). With a signing secret every request also carries ``X-A2A-Signature`` over its body
 (``x-a2a-signature`` metadata on gRPC), as :mod:`a2a_gateway.server.signing` checks.
+
+Beyond a key (:class:`ClientAuth`): HTTP Basic; an OAuth 2.0 access token from the client
+credentials grant (RFC 6749 §4.4; the token URL from the settings or from the card's
+OAuth2 scheme), cached until shortly before it expires; or a token printed by a command
+(an OIDC ID token from a CLI, for instance), cached for :data:`COMMAND_TOKEN_TTL_S`. A
+token source is asked again once when the agent answers 401 (see
+:class:`a2a_gateway.client.remote.RemoteService`). Every secret, and every token
+obtained, is registered with the log redaction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import abc
+import asyncio
+import base64
+import json
+import shlex
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+import httpx
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.logs import register_secret
 from a2a_gateway.server.signing import SIGNATURE_HEADER, signature_header
 
+from .errors import AuthRejected
+
 DEFAULT_API_KEY_HEADER = "X-API-Key"
+#: A token is fetched again this long before its ``expires_in`` runs out.
+EXPIRY_MARGIN_S = 30.0
+#: How long a token printed by ``token_command`` is reused (it says nothing of expiry).
+COMMAND_TOKEN_TTL_S = 300.0
+COMMAND_TIMEOUT_S = 30.0
+MAX_TOKEN_CHARS = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAuth:
+    """What the owner configured for one agent beyond a key; ``repr`` shows no secret."""
+
+    basic_user: str = ""
+    basic_password: str = field(default="", repr=False)
+    client_id: str = ""
+    client_secret: str = field(default="", repr=False)
+    token_url: str = ""  # empty: the card's OAuth2 client-credentials token URL
+    token_command: str = ""  # a command printing a bearer token on stdout
+
+    def secrets(self) -> list[str]:
+        return [s for s in (self.basic_password, self.client_secret) if s]
+
+
+class TokenSource(abc.ABC):
+    """A bearer token that is obtained, cached, and obtained again when refused."""
+
+    def __init__(self) -> None:
+        self.current = ""
+        self._expires = 0.0
+        self._lock = asyncio.Lock()
+
+    async def ensure(self, *, fresh: bool = False) -> None:
+        """A current token (a new one with ``fresh``); raises AuthRejected if none."""
+        async with self._lock:
+            if self.current and not fresh and time.monotonic() < self._expires:
+                return
+            token, lifetime_s = await self._obtain()
+            if not token or len(token) > MAX_TOKEN_CHARS or any(c.isspace() for c in token):
+                raise AuthRejected("the token source gave no usable token")
+            register_secret(token)
+            self.current, self._expires = token, time.monotonic() + lifetime_s
+
+    @abc.abstractmethod
+    async def _obtain(self) -> tuple[str, float]:
+        """A new token and how long it may be reused (seconds)."""
+
+
+class ClientCredentialsToken(TokenSource):
+    """OAuth 2.0 client credentials grant at ``token_url``, through ``http``."""
+
+    def __init__(
+        self, token_url: str, client_id: str, client_secret: str, http: httpx.AsyncClient
+    ) -> None:
+        super().__init__()
+        self.token_url = token_url
+        self._client_id = client_id
+        self._client_secret = client_secret
+        self._http = http
+
+    async def _obtain(self) -> tuple[str, float]:
+        # RFC 6749 §2.3.1: both parts form-encoded, then HTTP Basic.
+        pair = f"{urllib.parse.quote(self._client_id)}:{urllib.parse.quote(self._client_secret)}"
+        host = urllib.parse.urlsplit(self.token_url).hostname or "the token URL"
+        try:
+            response = await self._http.post(
+                self.token_url,
+                data={"grant_type": "client_credentials"},
+                headers={
+                    "Authorization": "Basic " + base64.b64encode(pair.encode()).decode(),
+                    "Accept": "application/json",
+                },
+            )
+        except httpx.HTTPError as exc:
+            raise AuthRejected(f"no token from {host}: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise AuthRejected(f"no token from {host}: it answered {response.status_code}")
+        try:
+            answer = json.loads(response.content)
+            token = answer["access_token"]
+            lifetime = float(answer.get("expires_in", 3600))
+        except (ValueError, KeyError, TypeError):
+            raise AuthRejected(f"no token from {host}: not an OAuth 2.0 token answer") from None
+        if not isinstance(token, str):
+            raise AuthRejected(f"no token from {host}: not an OAuth 2.0 token answer")
+        return token, max(0.0, lifetime - EXPIRY_MARGIN_S)
+
+
+class CommandToken(TokenSource):
+    """The first line a command prints (run without a shell, bounded in time)."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.argv = shlex.split(command)
+
+    async def _obtain(self) -> tuple[str, float]:
+        if not self.argv:
+            raise AuthRejected("token_command is empty")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            raise AuthRejected(f"token_command could not run: {exc.strerror}") from None
+        try:
+            async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                out, _ = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise AuthRejected(f"token_command gave no token in {COMMAND_TIMEOUT_S:g} s") from None
+        if process.returncode != 0:
+            raise AuthRejected(f"token_command failed (exit {process.returncode})")
+        lines = out.decode(errors="replace").strip().splitlines()
+        return (lines[0].strip() if lines else ""), COMMAND_TOKEN_TTL_S
+
+
+def token_url_of(card: pb.AgentCard) -> str:
+    """The client-credentials token URL the card's OAuth2 scheme names ("" if none)."""
+    for scheme in card.security_schemes.values():
+        if scheme.WhichOneof("scheme") == "oauth2_security_scheme":
+            flows = scheme.oauth2_security_scheme.flows
+            if flows.WhichOneof("flow") == "client_credentials":
+                return flows.client_credentials.token_url
+    return ""
+
+
+def token_source(
+    auth: ClientAuth, card: pb.AgentCard, http: httpx.AsyncClient | None
+) -> TokenSource | None:
+    """The token source ``auth`` asks for with this card, or None (a key or Basic).
+    ``http`` fetches client-credentials tokens (a card-less gRPC target has none)."""
+    if auth.token_command:
+        return CommandToken(auth.token_command)
+    if auth.client_id:
+        if http is None:
+            raise AuthRejected("client credentials need the agent's card (an http(s) URL)")
+        url = auth.token_url or token_url_of(card)
+        if not url:
+            raise AuthRejected(
+                "client credentials need a token URL: the card names none (set token_url)"
+            )
+        return ClientCredentialsToken(url, auth.client_id, auth.client_secret, http)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +190,16 @@ class Credentials:
     header: str
     value: str
     signing_secret: str | None = None
+    #: Where a bearer token comes from, when it is not fixed (``value`` is then unused).
+    source: TokenSource | None = None
 
     def __repr__(self) -> str:
         signed = ", signed" if self.signing_secret else ""
         return f"Credentials(header={self.header!r}, value=[redacted]{signed})"
 
     def headers(self) -> dict[str, str]:
+        if self.source is not None:
+            return {"Authorization": f"Bearer {self.source.current}"}
         return {self.header: self.value} if self.header else {}
 
     def signature(self, body: bytes) -> dict[str, str]:
@@ -46,16 +216,36 @@ class Credentials:
 
 
 def credentials_for(
-    card: pb.AgentCard, key: str | None, signing_secret: str | None = None
+    card: pb.AgentCard,
+    key: str | None,
+    signing_secret: str | None = None,
+    *,
+    auth: ClientAuth | None = None,
+    http: httpx.AsyncClient | None = None,
 ) -> Credentials | None:
     """The header to send ``key`` in, for this card, and the signing secret (None
-    without either)."""
+    without either). With ``auth`` (and no key): Basic, or a token source (which
+    fetches through ``http``)."""
     found = _key_credentials(card, key)
+    if found is None and auth is not None:
+        found = _auth_credentials(card, auth, http)
     if not signing_secret:
         return found
     if found is None:
         return Credentials("", "", signing_secret)
     return Credentials(found.header, found.value, signing_secret)
+
+
+def _auth_credentials(
+    card: pb.AgentCard, auth: ClientAuth, http: httpx.AsyncClient | None
+) -> Credentials | None:
+    for secret in auth.secrets():
+        register_secret(secret)
+    if auth.basic_user:
+        pair = f"{auth.basic_user}:{auth.basic_password}".encode()
+        return Credentials("Authorization", "Basic " + base64.b64encode(pair).decode())
+    source = token_source(auth, card, http)
+    return Credentials("Authorization", "", source=source) if source is not None else None
 
 
 def _key_credentials(card: pb.AgentCard, key: str | None) -> Credentials | None:

@@ -23,8 +23,8 @@ from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .cards import choose_interface, fetch_card, speaks_03
-from .credentials import Credentials, credentials_for
-from .errors import CardError, Redactor
+from .credentials import ClientAuth, Credentials, TokenSource, credentials_for
+from .errors import AuthRejected, CardError, Redactor
 from .grpc03 import Grpc03Transport
 from .grpc_transport import GrpcTransport
 from .http_calls import new_http_client
@@ -137,20 +137,46 @@ class RemoteService(A2AService, AsyncCloseable):
             stamp_hops(prepared, read_hops(prepared))
         return prepared
 
+    def _token_source(self) -> TokenSource | None:
+        credentials = self.transport.credentials
+        return credentials.source if credentials is not None else None
+
     async def _unary(
         self, rpc: str, request: R, response_type: type[M], context: CallContext | None
     ) -> M:
         prepared = self._prepare(request)
-        return await self.transport.unary(rpc, prepared, response_type, self._options(context))
+        source = self._token_source()
+        if source is None:
+            return await self.transport.unary(rpc, prepared, response_type, self._options(context))
+        await source.ensure()
+        try:
+            return await self.transport.unary(rpc, prepared, response_type, self._options(context))
+        except AuthRejected:  # the token expired or was revoked early: a new one, once
+            await source.ensure(fresh=True)
+            return await self.transport.unary(rpc, prepared, response_type, self._options(context))
 
     async def _stream(
         self, rpc: str, request: R, context: CallContext | None
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         prepared = self._prepare(request)
-        events = self.transport.stream(rpc, prepared, self._options(context))
-        async with contextlib.aclosing(events):
-            async for event in events:
-                yield event
+        source = self._token_source()
+        if source is not None:
+            await source.ensure()
+        for attempt in (1, 2):
+            events = self.transport.stream(rpc, prepared, self._options(context))
+            started = False
+            try:
+                async with contextlib.aclosing(events):
+                    async for event in events:
+                        started = True
+                        yield event
+                return
+            except AuthRejected:
+                # Refused before any event: a new token, once (a stream already under
+                # way is not replayed).
+                if source is None or started or attempt == 2:
+                    raise
+                await source.ensure(fresh=True)
 
     # --- the service ----------------------------------------------------------------------
 
@@ -276,6 +302,7 @@ async def connect(
     extended_card: bool = True,
     http: httpx.AsyncClient | None = None,
     signing_secret: str | None = None,
+    auth: ClientAuth | None = None,
 ) -> RemoteService:
     """Connect to the agent at ``url`` (its base URL, or its card URL ending in ``.json``).
 
@@ -283,7 +310,8 @@ async def connect(
     ``transport``: ``jsonrpc``, ``rest``, ``grpc``), presents ``key`` as the card's
     security schemes ask (signing each request with ``signing_secret`` when given), and,
     with a key and a card that offers one, switches to the extended card (falling back to
-    the public card on failure).
+    the public card on failure). Without a key, ``auth`` says how else to prove who we
+    are (Basic, OAuth 2.0 client credentials, a token command; see :mod:`.credentials`).
 
     ``http`` replaces the default HTTP client (e.g. the a2a tool's guarded one); the
     service owns it either way.
@@ -291,13 +319,13 @@ async def connect(
     Raises Unreachable, Timeout, AuthRejected, CardError, or ValueError for an unknown
     ``transport`` name. The caller must ``aclose()`` the service (or use ``async with``).
     """
-    redact = Redactor([key, signing_secret])
+    redact = Redactor([key, signing_secret, *(auth.secrets() if auth else ())])
     http = http if http is not None else new_http_client(timeout)
     service: RemoteService | None = None
     try:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
         interface = choose_interface(card, transport)
-        credentials = credentials_for(card, key, signing_secret)
+        credentials = credentials_for(card, key, signing_secret, auth=auth, http=http)
         wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
         service = RemoteService(
             wire,
@@ -308,7 +336,7 @@ async def connect(
             extensions=extensions,
             http=http,
         )
-        if key and extended_card and card.capabilities.extended_agent_card:
+        if (key or auth) and extended_card and card.capabilities.extended_agent_card:
             await service.use_extended_card()
         return service
     except BaseException:

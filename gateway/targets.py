@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from a2a_gateway.client import (
     AuthRejected,
     CardError,
+    ClientAuth,
     GrpcTransport,
     Redactor,
     RemoteService,
@@ -70,11 +71,16 @@ def parse_target(text: str, transport: str | None) -> Target:
 
 
 def grpc_direct(
-    address: str, *, key: str | None, signing_secret: str | None, timeout: float
+    address: str,
+    *,
+    key: str | None,
+    signing_secret: str | None,
+    timeout: float,
+    auth: ClientAuth | None = None,
 ) -> RemoteService:
     """The agent at gRPC ``address`` (``host:port``), called without reading a card."""
-    redact = Redactor([key, signing_secret])
-    credentials = credentials_for(pb.AgentCard(), key, signing_secret)
+    redact = Redactor([key, signing_secret, *(auth.secrets() if auth else ())])
+    credentials = credentials_for(pb.AgentCard(), key, signing_secret, auth=auth)
     wire = GrpcTransport(f"grpc://{address}", credentials=credentials, redact=redact)
     return RemoteService(wire, timeout=timeout, stream_idle_timeout=timeout)
 
@@ -109,10 +115,13 @@ async def open_agent(
     signing_secret: str | None,
     transport: str | None,
     timeout: float,  # noqa: ASYNC109 (each call is bounded by it)
+    auth: ClientAuth | None = None,
 ) -> RemoteService:
     """Connect to the agent ``target`` names (see the module docstring)."""
     if not target.url:
-        return grpc_direct(target.grpc, key=key, signing_secret=signing_secret, timeout=timeout)
+        return grpc_direct(
+            target.grpc, key=key, signing_secret=signing_secret, timeout=timeout, auth=auth
+        )
 
     async def attempt(url: str, forced: str | None) -> RemoteService:
         return await connect(
@@ -123,6 +132,7 @@ async def open_agent(
             timeout=timeout,
             stream_idle_timeout=timeout,
             extended_card=False,  # one call needs no extended card: save the round trip
+            auth=auth,
         )
 
     try:
@@ -131,7 +141,9 @@ async def open_agent(
         if not target.grpc or transport is not None:
             raise
         # host:port that does not speak HTTP/1.1: the gRPC address a card lists.
-        return grpc_direct(target.grpc, key=key, signing_secret=signing_secret, timeout=timeout)
+        return grpc_direct(
+            target.grpc, key=key, signing_secret=signing_secret, timeout=timeout, auth=auth
+        )
     except (CardError, AuthRejected):  # nothing, or a protected route, below the URL
         listed = await _listed_interface(target, transport, timeout)
         if listed is None:

@@ -36,6 +36,7 @@ from google.protobuf.message import Message
 
 from a2a_gateway.client import (
     AuthRejected,
+    ClientAuth,
     RemoteService,
     Timeout,
     Unreachable,
@@ -60,6 +61,8 @@ EXIT_UNREACHABLE = 4
 EXIT_INTERRUPTED = 130
 
 KEY_ENV = "A2A_GATEWAY_KEY"
+PASSWORD_ENV = "A2A_GATEWAY_PASSWORD"
+CLIENT_SECRET_ENV = "A2A_GATEWAY_CLIENT_SECRET"
 SIGNING_ENV = "A2A_GATEWAY_SIGNING_SECRET"
 VERBS = ("card", "send", "get", "list", "cancel", "subscribe")
 
@@ -143,6 +146,23 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--signing-secret",
         help=f"sign each request with this secret (default: ${SIGNING_ENV}); never printed",
+    )
+    parser.add_argument(
+        "--basic-user",
+        metavar="USER",
+        help=f"HTTP Basic as USER; the password from ${PASSWORD_ENV} (never a flag)",
+    )
+    parser.add_argument(
+        "--client-id",
+        help=f"OAuth 2.0 client credentials: our client id; the secret from ${CLIENT_SECRET_ENV}",
+    )
+    parser.add_argument(
+        "--token-url", help="with --client-id: the token URL (default: the card's OAuth2 scheme)"
+    )
+    parser.add_argument(
+        "--token-command",
+        metavar="CMD",
+        help="run CMD for a bearer token (its first line), e.g. an OIDC ID token",
     )
     parser.add_argument(
         "--transport",
@@ -596,6 +616,7 @@ class _Call:
             signing_secret=self.signing_secret,
             transport=self.args.transport,
             timeout=self.args.timeout,
+            auth=getattr(self.args, "auth", None),
         )
 
     def track(self, task_id: str, context_id: str, state: int) -> None:
@@ -959,11 +980,25 @@ async def _interrupted(call: _Call, redact: Redactor) -> int:
     return EXIT_INTERRUPTED
 
 
+def client_auth(args: argparse.Namespace) -> ClientAuth | None:
+    """Credentials beyond a key from the flags (secrets only from the environment)."""
+    auth = ClientAuth(
+        basic_user=args.basic_user or "",
+        basic_password=os.environ.get(PASSWORD_ENV, "") if args.basic_user else "",
+        client_id=args.client_id or "",
+        client_secret=os.environ.get(CLIENT_SECRET_ENV, "") if args.client_id else "",
+        token_url=args.token_url or "",
+        token_command=args.token_command or "",
+    )
+    return auth if (auth.basic_user or auth.client_id or auth.token_command) else None
+
+
 def run_verb(args: argparse.Namespace) -> int:
     """Run a client verb parsed by :func:`add_verbs`; returns the exit status."""
     key = args.key or os.environ.get(KEY_ENV) or None
     signing_secret = args.signing_secret or os.environ.get(SIGNING_ENV) or None
-    for secret in (key, signing_secret):
+    args.auth = client_auth(args)
+    for secret in (key, signing_secret, *(args.auth.secrets() if args.auth else ())):
         if secret:
             register_secret(secret)
     setup_logging("warning")

@@ -334,6 +334,7 @@ def test_public_surface_is_pinned() -> None:
         "AuthRejected",
         "CallOptions",
         "CardError",
+        "ClientAuth",
         "Credentials",
         "Grpc03Transport",
         "GrpcTransport",

@@ -10,8 +10,12 @@ nothing.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
+import shlex
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,9 +26,11 @@ import aiohttp
 import grpc
 import pytest
 
+from a2a_gateway.client import AuthRejected, ClientAuth, connect, user_message
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
 from ..idp import AUDIENCE, IdentityProvider, running_provider
@@ -73,6 +79,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
             "introspection_client_id": "gateway",
             "introspection_client_secret": INTROSPECTION_SECRET,
             "oauth2_token_url": idp.issuer + "/token",
+            "introspection_cache": 0,  # every call asks: a revoked token is refused at once
         }
         gateway = Gateway(resolve(settings, environ={}))
         await gateway.start()
@@ -203,3 +210,64 @@ async def test_the_card_lists_the_schemes_in_use_and_no_credential(site: Site) -
     text = json.dumps(card)
     assert KEY_CAROL not in text and "scrypt$" not in text and PASSWORD not in text
     assert INTROSPECTION_SECRET not in text
+
+
+# --- our client, asked by the card for each scheme -------------------------------------
+
+CLIENT_SECRET = "identity-dave-client-secret-0e9d8c"
+
+
+@pytest.mark.parametrize("transport", BINDINGS)
+async def test_our_client_obtains_what_the_card_asks_for(
+    site: Site, transport: str, tmp_path: Path
+) -> None:
+    use_secret(CLIENT_SECRET)
+    site.idp.clients["dave"] = CLIENT_SECRET
+    token_file = tmp_path / "token"
+    token_file.write_text(site.idp.token("alice") + "\n")
+    command = shlex.join([sys.executable, "-c", f"print(open({str(token_file)!r}).read())"])
+    owners = {
+        "dave": ClientAuth(client_id="dave", client_secret=CLIENT_SECRET),  # card's token URL
+        "bob": ClientAuth(basic_user="bob", basic_password=PASSWORD),
+        "alice": ClientAuth(token_command=command),
+    }
+    for owner, auth in owners.items():
+        async with await connect(site.base, auth=auth, transport=transport, timeout=20) as agent:
+            answer = await agent.send_message(pb.SendMessageRequest(message=user_message("hi")))
+            listed = await agent.list_tasks(pb.ListTasksRequest())
+            assert [task.id for task in listed.tasks] == [answer.task.id], owner
+            if owner == "dave":  # a revoked token: the 401 fetches a new one, once
+                requests = site.idp.token_requests
+                site.idp.revoke(agent.transport.credentials.source.current)  # type: ignore[union-attr]
+                assert len((await agent.list_tasks(pb.ListTasksRequest())).tasks) == 1
+                assert site.idp.token_requests == requests + 1
+    wrong = ClientAuth(client_id="dave", client_secret="not-the-secret-000")
+    with pytest.raises(AuthRejected, match=r"no token from 127\.0\.0\.1: it answered 401"):
+        async with await connect(site.base, auth=wrong, transport=transport, timeout=20) as agent:
+            await agent.list_tasks(pb.ListTasksRequest())
+
+
+async def test_the_cli_takes_client_credentials_from_the_environment(site: Site) -> None:
+    use_secret(CLIENT_SECRET)
+    site.idp.clients["dave"] = CLIENT_SECRET
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-P",
+        "-m",
+        "a2a_gateway",
+        "send",
+        site.base,
+        "hello",
+        "--json",
+        "--client-id",
+        "dave",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "A2A_GATEWAY_CLIENT_SECRET": CLIENT_SECRET},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    assert json.loads(out.decode().splitlines()[-1])["task"]["status"]["state"] == (
+        "TASK_STATE_COMPLETED"
+    )
+    assert CLIENT_SECRET not in out.decode() + err.decode()
