@@ -8,8 +8,11 @@ Read fresh on every call (an edit applies to the next call). Rules:
 - ``name`` matches ``[a-z0-9-]{1,40}`` and is unique in the file;
 - ``url`` is an absolute ``http(s)`` URL without user info; one whose path ends in
   ``.json`` is the agent card itself, any other is the agent's base URL;
-- ``key`` (optional) is a non-empty string; ``description`` (optional) replaces the card's
-  description in listings; ``allow_private`` (optional, boolean) lets this entry reach
+- ``key`` (optional) is a non-empty string; or, instead of a key, one of ``basic_user``
+  (with ``basic_password``), ``client_id`` (OAuth 2.0 client credentials, with
+  ``client_secret`` or ``client_secret_env``, and ``token_url`` unless the card names one)
+  or ``token_command`` (a command printing a bearer token); ``description`` (optional)
+  replaces the card's description in listings; ``allow_private`` (optional, boolean) lets this entry reach
   loopback and private addresses (otherwise only ``--allow-private-urls`` does).
 
 A missing (or blank) file is no agents. A file that is not JSON, or not an array, is no agents and
@@ -34,6 +37,8 @@ from typing import Any
 
 from a2a_gateway.logs import register_secret
 
+from .credentials import ClientAuth
+
 AGENTS_FILE = Path(".a2a") / "agents.json"
 NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 #: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
@@ -52,6 +57,8 @@ class AgentEntry:
     key: str | None = field(default=None, repr=False)
     description: str = ""
     allow_private: bool = False
+    #: How to prove who we are beyond a key (Basic, client credentials, a token command).
+    auth: ClientAuth | None = None
 
     @property
     def is_card_url(self) -> bool:
@@ -140,8 +147,53 @@ def parse_entry(value: Any, index: int) -> tuple[AgentEntry | None, str | None]:
     allow_private = value.get("allow_private", False)
     if not isinstance(allow_private, bool):
         return None, f"{where}: allow_private must be true or false"
-    entry = AgentEntry(name, value["url"].strip(), key, description.strip(), allow_private)
+    auth = _auth(value)
+    if isinstance(auth, str):
+        return None, f"{where}: {auth}"
+    entry = AgentEntry(name, value["url"].strip(), key, description.strip(), allow_private, auth)
     return entry, None
+
+
+#: Fields of an entry that prove who we are beyond a key (all strings).
+AUTH_FIELDS = (
+    "basic_user",
+    "basic_password",
+    "client_id",
+    "client_secret",
+    "client_secret_env",
+    "token_url",
+    "token_command",
+)
+SECRET_FIELDS = ("key", "basic_password", "client_secret")
+
+
+def _auth(value: dict[str, Any]) -> ClientAuth | str | None:
+    """The entry's :class:`ClientAuth`, None without one, or why it is unusable."""
+    given = {name: value[name] for name in AUTH_FIELDS if name in value}
+    if not given:
+        return None
+    for name, text in given.items():
+        if not isinstance(text, str) or not text.strip():
+            return f"{name} must be a non-empty string"
+    if "key" in value:
+        return "a key and " + " and ".join(given) + " are two ways in; keep one"
+    secret = given.get("client_secret", "")
+    if "client_secret_env" in given:
+        secret = secret or os.environ.get(given["client_secret_env"], "")
+    auth = ClientAuth(
+        basic_user=given.get("basic_user", ""),
+        basic_password=given.get("basic_password", ""),
+        client_id=given.get("client_id", ""),
+        client_secret=secret,
+        token_url=given.get("token_url", ""),
+        token_command=given.get("token_command", ""),
+    )
+    ways = [bool(auth.basic_user), bool(auth.client_id), bool(auth.token_command)]
+    if sum(ways) != 1:
+        return "name one of basic_user, client_id and token_command"
+    if auth.client_id and not auth.client_secret:
+        return "client_id needs client_secret (or client_secret_env naming a set variable)"
+    return auth
 
 
 def parse_agents(data: Any, path: Path) -> AgentsFile:
@@ -151,9 +203,10 @@ def parse_agents(data: Any, path: Path) -> AgentsFile:
     agents: dict[str, AgentEntry] = {}
     skipped: list[str] = []
     for value in data:
-        key = value.get("key") if isinstance(value, dict) else None
-        if isinstance(key, str):
-            register_secret(key)
+        for name in SECRET_FIELDS:
+            secret = value.get(name) if isinstance(value, dict) else None
+            if isinstance(secret, str):
+                register_secret(secret)
     for index, value in enumerate(data):
         entry, reason = parse_entry(value, index)
         if entry is None:

@@ -149,7 +149,12 @@ async def open_agent(
     allow_private = allow_private_urls or entry.allow_private
     http = guarded_http_client(timeout, allow_private=allow_private)
     service = await connect(
-        entry.url, key=entry.key, timeout=timeout, extended_card=extended_card, http=http
+        entry.url,
+        key=entry.key,
+        timeout=timeout,
+        extended_card=extended_card,
+        http=http,
+        auth=entry.auth,
     )
     if service.binding == GRPC:
         try:

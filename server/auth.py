@@ -634,7 +634,10 @@ class WorkspaceCallers(Authenticator):
     async def _jwt(
         self, token: str, entries: Sequence[CallerEntry], verifier: JwtVerifier
     ) -> Identity:
-        issuers = {e.jwt.issuer for e in entries if e.jwt is not None}
+        issuers: dict[str, bool] = {}
+        for e in entries:
+            if e.jwt is not None:  # private if any entry of the issuer allows it
+                issuers[e.jwt.issuer] = issuers.get(e.jwt.issuer, False) or e.jwt.allow_private
         claims = await verifier.verify(token, issuers)
         issuer = claims["iss"]
         rules = [e for e in entries if e.jwt is not None and e.jwt.issuer == issuer]
@@ -681,7 +684,7 @@ class WorkspaceCallers(Authenticator):
 
     async def aclose(self) -> None:
         if self.verifier is not None:
-            await self.verifier.outbound.aclose()
+            await self.verifier.aclose()
         if self.introspector is not None:
             await self.introspector.outbound.aclose()
 

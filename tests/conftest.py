@@ -61,7 +61,17 @@ KNOWN_SECRETS = frozenset(
 )
 #: JSON members whose string values are secrets, wherever they appear in agents.json.
 _SECRET_MEMBERS = frozenset(
-    {"key", "apiKey", "api_key", "token", "secret", "signing_secret", "signingSecret"}
+    {
+        "key",
+        "apiKey",
+        "api_key",
+        "token",
+        "secret",
+        "signing_secret",
+        "signingSecret",
+        "client_secret",
+        "basic_password",
+    }
 )
 #: Log files of subprocess servers and peers (interop fixtures write ``*.stderr``).
 _LOG_SUFFIXES = (".stderr", ".stdout", ".log")

@@ -18,8 +18,9 @@ The JWKS is cached for :data:`JWKS_MAX_AGE_S`; a ``kid`` it lacks triggers one f
 fetches of one issuer are at least :data:`MIN_REFETCH_INTERVAL_S` apart and never
 concurrent (one in flight, the others wait for it), so a flood of tokens with random
 kids costs one fetch. Every fetch goes through the guarded outbound client (https, no
-private addresses unless allowed) and is bounded by its timeout; an issuer that cannot be
-reached makes the token unverifiable (401), never a hang.
+private addresses unless ``--allow-private-urls``, or the caller entry's own
+``allow_private`` for an issuer on the owner's network) and is bounded by its timeout;
+an issuer that cannot be reached makes the token unverifiable (401), never a hang.
 
 Verified tokens are remembered by their SHA-256 (bounded, until their ``exp``), so a
 caller that reuses its token pays the signature check once.
@@ -36,7 +37,7 @@ import logging
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,24 +274,39 @@ class JwtVerifier:
     """
 
     outbound: OutboundClient
+    #: For issuers whose entries say ``allow_private`` (made on first use).
+    private_outbound: OutboundClient | None = None
     leeway_s: float = DEFAULT_LEEWAY_S
     fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
     clock: Clock = time.monotonic
     wall_clock: Clock = time.time
-    _issuers: dict[str, IssuerKeys] = field(default_factory=dict)
+    _issuers: dict[tuple[str, bool], IssuerKeys] = field(default_factory=dict)
     _verified: OrderedDict[bytes, _Verified] = field(default_factory=OrderedDict)
 
-    def issuer_keys(self, issuer: str) -> IssuerKeys:
-        keys = self._issuers.get(issuer)
+    def issuer_keys(self, issuer: str, *, allow_private: bool = False) -> IssuerKeys:
+        keys = self._issuers.get((issuer, allow_private))
         if keys is None:
+            outbound = self.outbound
+            if allow_private and not outbound.allow_private_urls:
+                if self.private_outbound is None:
+                    self.private_outbound = OutboundClient(
+                        allow_private_urls=True, timeout_s=outbound.timeout_s
+                    )
+                outbound = self.private_outbound
             keys = IssuerKeys(
-                issuer, self.outbound, clock=self.clock, fetch_timeout_s=self.fetch_timeout_s
+                issuer, outbound, clock=self.clock, fetch_timeout_s=self.fetch_timeout_s
             )
-            self._issuers[issuer] = keys
+            self._issuers[issuer, allow_private] = keys
         return keys
 
-    async def verify(self, token: str, issuers: Container[str]) -> dict[str, Any]:
-        """The token's claims once its ``iss`` is one of ``issuers`` and its signature
+    async def aclose(self) -> None:
+        await self.outbound.aclose()
+        if self.private_outbound is not None:
+            await self.private_outbound.aclose()
+
+    async def verify(self, token: str, issuers: Mapping[str, bool]) -> dict[str, Any]:
+        """The token's claims once its ``iss`` is one of ``issuers`` (each mapped to
+        whether its keys may be fetched from a private address) and its signature
         and time claims hold; the audience and the subject are the caller entry's to
         check. Raises :class:`TokenRefused`. The issuer is checked before anything is
         fetched: a token must not make us ask a URL it names."""
@@ -307,7 +323,8 @@ class JwtVerifier:
         issuer = token_info.issuer
         if issuer not in issuers:
             raise TokenRefused("The token's issuer is not accepted")
-        key = await self.issuer_keys(issuer).key(token_info.header.get("kid"))
+        keys = self.issuer_keys(issuer, allow_private=issuers[issuer])
+        key = await keys.key(token_info.header.get("kid"))
         alg = token_info.header["alg"]
         _check_key_fits(key, alg)
         try:

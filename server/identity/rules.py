@@ -39,6 +39,7 @@ class JwtRule:
     audience: str
     sub: str | None = None
     claims: tuple[tuple[str, Any], ...] = ()
+    allow_private: bool = False  # the issuer may be on a private address (owner's network)
 
     def matches_audience(self, claims: Mapping[str, Any]) -> bool:
         return audience_contains(claims, self.audience)
@@ -116,7 +117,7 @@ def _text(value: Any) -> bool:
 def parse_jwt(value: Any) -> JwtRule | str:
     if not isinstance(value, dict):
         return "jwt must be an object"
-    unknown = sorted(set(value) - {"issuer", "audience", "sub", "claims"})
+    unknown = sorted(set(value) - {"issuer", "audience", "sub", "claims", "allow_private"})
     if unknown:
         return f"jwt has an unknown field {unknown[0][:40]!r}"
     issuer: Any = value.get("issuer")
@@ -125,18 +126,23 @@ def parse_jwt(value: Any) -> JwtRule | str:
         return "jwt.issuer must be the issuer's URL"
     if not _text(audience):
         return "jwt.audience must be a non-empty string"
+    allow_private = value.get("allow_private", False)
+    if not isinstance(allow_private, bool):
+        return "jwt.allow_private must be true or false"
     sub, claims = value.get("sub"), value.get("claims")
     if (sub is None) == (claims is None):
         return "jwt needs exactly one of sub and claims"
     if sub is not None:
         if not _text(sub):
             return "jwt.sub must be a non-empty string"
-        return JwtRule(issuer, audience, sub=sub)
+        return JwtRule(issuer, audience, sub=sub, allow_private=allow_private)
     if not isinstance(claims, dict) or not claims or len(claims) > MAX_CLAIMS:
         return f"jwt.claims must be an object of 1 to {MAX_CLAIMS} claims"
     if not all(isinstance(v, str | int | bool) for v in claims.values()):
         return "jwt.claims values must be strings, integers or booleans"
-    return JwtRule(issuer, audience, claims=tuple(sorted(claims.items())))
+    return JwtRule(
+        issuer, audience, claims=tuple(sorted(claims.items())), allow_private=allow_private
+    )
 
 
 def parse_introspection(value: Any) -> IntrospectionRule | str:

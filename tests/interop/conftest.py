@@ -79,7 +79,6 @@ def gateway_command(workspace: Path, port: int, grpc_port: int) -> list[str]:
         "--workspace",
         str(workspace),
         "--allow-anonymous",
-        "--allow-private-urls",  # the test identity provider is on 127.0.0.1
         "--host",
         HOST,
         "--port",
@@ -293,7 +292,12 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
         state = workspace / ".a2a"
         state.mkdir()
         idp = stack.enter_context(provider_in_thread())
-        oidc = {"issuer": idp.issuer, "audience": OIDC_AUDIENCE, "sub": "sdk-oidc"}
+        oidc = {
+            "issuer": idp.issuer,
+            "audience": OIDC_AUDIENCE,
+            "sub": "sdk-oidc",
+            "allow_private": True,  # the test identity provider is on 127.0.0.1
+        }
         callers = [{"name": "sdk", "key": key}, {"name": "sdk-oidc", "jwt": oidc}]
         (state / "callers.json").write_text(json.dumps(callers))
         (state / "card.json").write_text(json.dumps(EXTENDED_CARD_JSON))

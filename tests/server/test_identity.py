@@ -147,27 +147,27 @@ async def test_rotation_costs_one_fetch_and_random_kids_cost_at_most_one(
 ) -> None:
     clock = FakeClock()
     verifier = JwtVerifier(outbound, clock=clock)
-    await verifier.verify(idp.token(), {idp.issuer})
+    await verifier.verify(idp.token(), {idp.issuer: False})
     assert idp.jwks_fetches == 1
-    await verifier.verify(idp.token(), {idp.issuer})  # cached keys: no fetch
+    await verifier.verify(idp.token(), {idp.issuer: False})  # cached keys: no fetch
     assert idp.jwks_fetches == 1
     clock.now += MIN_REFETCH_INTERVAL_S
     new_kid = idp.rotate("ES256")
-    await verifier.verify(idp.token(kid=new_kid), {idp.issuer})
+    await verifier.verify(idp.token(kid=new_kid), {idp.issuer: False})
     assert idp.jwks_fetches == 2
     clock.now += MIN_REFETCH_INTERVAL_S
     floods = [idp.token(header={"kid": secrets.token_hex(8)}) for _ in range(1000)]
     results = await asyncio.gather(
-        *(verifier.verify(token, {idp.issuer}) for token in floods), return_exceptions=True
+        *(verifier.verify(token, {idp.issuer: False}) for token in floods), return_exceptions=True
     )
     assert all(isinstance(result, TokenRefused) for result in results)
     assert idp.jwks_fetches == 3  # one fetch for the whole flood
     idp.rotate("EdDSA", keep_old=False)
     with pytest.raises(TokenRefused, match="key id"):  # within the interval: no fetch
-        await verifier.verify(idp.token(), {idp.issuer})
+        await verifier.verify(idp.token(), {idp.issuer: False})
     assert idp.jwks_fetches == 3
     clock.now += MIN_REFETCH_INTERVAL_S
-    assert (await verifier.verify(idp.token(), {idp.issuer}))["sub"] == "alice"
+    assert (await verifier.verify(idp.token(), {idp.issuer: False}))["sub"] == "alice"
     assert idp.jwks_fetches == 4
 
 
@@ -181,7 +181,7 @@ async def test_a_provider_that_is_down_is_a_bounded_refusal(
     started = time.monotonic()
     for _ in range(3):  # the first waits out the bound; the rest do not ask again
         with pytest.raises(TokenRefused, match="could not be verified"):
-            await asyncio.wait_for(verifier.verify(token, {idp.issuer}), 5)
+            await asyncio.wait_for(verifier.verify(token, {idp.issuer: False}), 5)
     assert time.monotonic() - started < 3
     assert verifier.issuer_keys(idp.issuer).fetches == 1
 
@@ -193,12 +193,12 @@ async def test_a_verified_token_is_remembered_until_it_expires(
     wall.now = time.time()
     verifier = JwtVerifier(outbound, leeway_s=0, wall_clock=wall)
     token = idp.token(lifetime_s=60)
-    await verifier.verify(token, {idp.issuer})
+    await verifier.verify(token, {idp.issuer: False})
     idp.fail = True  # a remembered token needs no keys
-    await verifier.verify(token, {idp.issuer})
+    await verifier.verify(token, {idp.issuer: False})
     wall.now += 61
     with pytest.raises(TokenRefused, match="expired"):
-        await verifier.verify(token, {idp.issuer})
+        await verifier.verify(token, {idp.issuer: False})
 
 
 async def test_the_issuer_must_be_reached_through_the_outbound_guard(
@@ -207,8 +207,12 @@ async def test_the_issuer_must_be_reached_through_the_outbound_guard(
     async with OutboundClient(allow_private_urls=False) as guarded:
         verifier = JwtVerifier(guarded, clock=FakeClock())
         with pytest.raises(TokenRefused, match="could not be verified"):
-            await verifier.verify(idp.token(), {idp.issuer})
-    assert idp.jwks_fetches == 0
+            await verifier.verify(idp.token(), {idp.issuer: False})
+        assert idp.jwks_fetches == 0
+        # An entry's allow_private vouches for its issuer only (the owner's network).
+        assert (await verifier.verify(idp.token(), {idp.issuer: True}))["sub"] == "alice"
+        assert idp.jwks_fetches == 1
+        await verifier.aclose()
 
 
 # --- Basic ------------------------------------------------------------------------------
