@@ -12,8 +12,9 @@ Read fresh on every call (an edit applies to the next call). Rules:
   (with ``basic_password``), ``client_id`` (OAuth 2.0 client credentials, with
   ``client_secret`` or ``client_secret_env``, and ``token_url`` unless the card names one)
   or ``token_command`` (a command printing a bearer token); ``description`` (optional)
-  replaces the card's description in listings; ``allow_private`` (optional, boolean) lets this entry reach
-  loopback and private addresses (otherwise only ``--allow-private-urls`` does).
+  replaces the card's description in listings; ``allow_private`` (optional, boolean)
+  lets this entry reach loopback and private addresses (otherwise only
+  ``--allow-private-urls`` does).
 
 A missing (or blank) file is no agents. A file that is not JSON, or not an array, is no agents and
 :attr:`AgentsFile.error` says the file could not be read. A bad entry (bad name or url,
