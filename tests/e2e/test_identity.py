@@ -27,6 +27,8 @@ import grpc
 import pytest
 
 from a2a_gateway.client import AuthRejected, ClientAuth, connect, user_message
+from a2a_gateway.client.agents_file import parse_agents
+from a2a_gateway.client.guarded_http import open_agent
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
@@ -271,3 +273,42 @@ async def test_the_cli_takes_client_credentials_from_the_environment(site: Site)
         "TASK_STATE_COMPLETED"
     )
     assert CLIENT_SECRET not in out.decode() + err.decode()
+
+
+async def test_agents_json_entries_carry_credentials_for_the_a2a_tool(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_secret(CLIENT_SECRET)
+    site.idp.clients["dave"] = CLIENT_SECRET
+    monkeypatch.setenv("IDENTITY_TEST_DAVE_SECRET", CLIENT_SECRET)
+    entries: list[dict[str, Any]] = [
+        {"name": "as-bob", "url": site.base, "basic_user": "bob", "basic_password": PASSWORD},
+        {
+            "name": "as-dave",
+            "url": site.base,
+            "client_id": "dave",
+            "client_secret_env": "IDENTITY_TEST_DAVE_SECRET",
+        },
+        {"name": "two-ways", "url": site.base, "key": KEY_CAROL, "basic_user": "bob"},
+        {"name": "no-secret", "url": site.base, "client_id": "dave"},
+        {
+            "name": "unsure",
+            "url": site.base,
+            "client_id": "dave",
+            "token_command": "true",
+            "client_secret": "x",
+        },
+    ]
+    agents = parse_agents(entries, tmp_path / "agents.json")
+    assert sorted(agents.agents) == ["as-bob", "as-dave"]
+    assert [reason.split(": ", 1)[1] for reason in agents.skipped] == [
+        "a key and basic_user are two ways in; keep one",
+        "client_id needs client_secret (or client_secret_env naming a set variable)",
+        "name one of basic_user, client_id and token_command",
+    ]
+    for name, owner in (("as-bob", "bob"), ("as-dave", "dave")):
+        async with await open_agent(agents.agents[name], allow_private_urls=True) as agent:
+            reply = await agent.send_message(pb.SendMessageRequest(message=user_message(owner)))
+            listed = await agent.list_tasks(pb.ListTasksRequest())
+            assert [task.id for task in listed.tasks] == [reply.task.id]
+    assert PASSWORD not in repr(agents) and CLIENT_SECRET not in repr(agents)
