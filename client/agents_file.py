@@ -14,7 +14,8 @@ Read fresh on every call (an edit applies to the next call). Rules:
   or ``token_command`` (a command printing a bearer token); ``description`` (optional)
   replaces the card's description in listings; ``allow_private`` (optional, boolean)
   lets this entry reach loopback and private addresses (otherwise only
-  ``--allow-private-urls`` does).
+  ``--allow-private-urls`` does); ``card_keys`` (optional, a JWKS object) makes the a2a
+  tool refuse the agent unless its card is signed by one of those keys.
 
 A missing (or blank) file is no agents. A file that is not JSON, or not an array, is no agents and
 :attr:`AgentsFile.error` says the file could not be read. A bad entry (bad name or url,
@@ -36,7 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from joserfc.jwk import KeySet
+
 from a2a_gateway.logs import register_secret
+from a2a_gateway.protocol.card_signature import trusted_keys
 
 from .credentials import ClientAuth
 
@@ -60,6 +64,8 @@ class AgentEntry:
     allow_private: bool = False
     #: How to prove who we are beyond a key (Basic, client credentials, a token command).
     auth: ClientAuth | None = None
+    #: With ``card_keys``: the keys the agent's card must be signed by.
+    card_keys: KeySet | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_card_url(self) -> bool:
@@ -151,7 +157,15 @@ def parse_entry(value: Any, index: int) -> tuple[AgentEntry | None, str | None]:
     auth = _auth(value)
     if isinstance(auth, str):
         return None, f"{where}: {auth}"
-    entry = AgentEntry(name, value["url"].strip(), key, description.strip(), allow_private, auth)
+    keys: KeySet | None = None
+    if "card_keys" in value:
+        try:
+            keys = trusted_keys(value["card_keys"])
+        except ValueError as exc:
+            return None, f"{where}: card_keys: {exc}"
+    entry = AgentEntry(
+        name, value["url"].strip(), key, description.strip(), allow_private, auth, keys
+    )
     return entry, None
 
 

@@ -155,6 +155,7 @@ async def open_agent(
         extended_card=extended_card,
         http=http,
         auth=entry.auth,
+        card_keys=entry.card_keys,
     )
     if service.binding == GRPC:
         try:

@@ -13,7 +13,9 @@ from collections.abc import AsyncGenerator, Iterable
 
 import httpx
 from google.protobuf import empty_pb2, message
+from joserfc.jwk import KeySet
 
+from a2a_gateway.protocol.card_signature import CardSignatureError, verify_card
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.compat03 import LEGACY_VERSION
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
@@ -303,6 +305,7 @@ async def connect(
     http: httpx.AsyncClient | None = None,
     signing_secret: str | None = None,
     auth: ClientAuth | None = None,
+    card_keys: KeySet | None = None,
 ) -> RemoteService:
     """Connect to the agent at ``url`` (its base URL, or its card URL ending in ``.json``).
 
@@ -312,6 +315,7 @@ async def connect(
     with a key and a card that offers one, switches to the extended card (falling back to
     the public card on failure). Without a key, ``auth`` says how else to prove who we
     are (Basic, OAuth 2.0 client credentials, a token command; see :mod:`.credentials`).
+    With ``card_keys`` the card must carry a signature by one of them (CardError if not).
 
     ``http`` replaces the default HTTP client (e.g. the a2a tool's guarded one); the
     service owns it either way.
@@ -324,6 +328,8 @@ async def connect(
     service: RemoteService | None = None
     try:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+        if card_keys is not None:
+            check_signed(card, card_keys)
         interface = choose_interface(card, transport)
         credentials = credentials_for(card, key, signing_secret, auth=auth, http=http)
         wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
@@ -347,6 +353,14 @@ async def connect(
         raise
 
 
+def check_signed(card: pb.AgentCard, keys: KeySet) -> None:
+    """CardError unless ``card`` carries a signature by one of ``keys``."""
+    try:
+        verify_card(card, keys)
+    except CardSignatureError as exc:
+        raise CardError(f"the agent card's signature does not verify: {exc}") from None
+
+
 async def resolve_card(
     url: str,
     *,
@@ -354,12 +368,16 @@ async def resolve_card(
     transport: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 (each call is bounded by it)
     signing_secret: str | None = None,
+    card_keys: KeySet | None = None,
 ) -> pb.AgentCard:
     """The agent's card: the extended card when ``key`` is given and the card offers one
-    (and it can be fetched), else the public card. For ``a2a-gateway card URL``."""
+    (and it can be fetched), else the public card. For ``a2a-gateway card URL``. With
+    ``card_keys`` the public card must carry a signature by one of them."""
     redact = Redactor([key, signing_secret])
     async with new_http_client(timeout) as http:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+        if card_keys is not None:
+            check_signed(card, card_keys)
         if not key or not card.capabilities.extended_agent_card:
             return card
         try:

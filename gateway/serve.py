@@ -35,7 +35,12 @@ from a2a_gateway.server.auth import (
     WorkspaceCallers,
     read_callers,
 )
-from a2a_gateway.server.card import CardProvider, parse_extensions, read_skills_file
+from a2a_gateway.server.card import (
+    CardProvider,
+    CardSigner,
+    parse_extensions,
+    read_skills_file,
+)
 from a2a_gateway.server.config import (
     CardConfig,
     IdentityConfig,
@@ -115,6 +120,20 @@ def server_config(settings: Settings) -> ServerConfig:
             max_open_contexts=settings["max_open_contexts"],
         ),
     )
+
+
+def card_signer(settings: Settings) -> CardSigner | None:
+    """``--card-signing-key``: the key that signs our cards (a StartupError naming the
+    file and the problem, never the key)."""
+    path = settings["card_signing_key"].strip()
+    if not path:
+        return None
+    try:
+        return CardSigner.from_file(Path(path))
+    except OSError as exc:
+        raise StartupError(f"--card-signing-key {path}: {_why(exc)}") from None
+    except ValueError as exc:
+        raise StartupError(f"--card-signing-key {path}: {exc}") from None
 
 
 def tls_config(settings: Settings) -> TlsConfig | None:
@@ -433,7 +452,9 @@ class Gateway:
                 log.warning("ignoring %s: they only apply with --upstream", ", ".join(ignored))
             self.outbound = OutboundClient(allow_private_urls=self.config.allow_private_urls)
             self.push = PushDispatcher(self.outbound)
-            self.cards = CardProvider(self.config, push_notifications=True)
+            self.cards = CardProvider(
+                self.config, push_notifications=True, signer=card_signer(settings)
+            )
         warn_missing_callers(self.config)
         warn_basic_without_tls(self.config)
         self.authenticator = build_authenticator(self.config)

@@ -267,6 +267,13 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds an identity provider (discovery, JWKS) has to answer",
         above=0,
     ),
+    Setting(
+        "card_signing_key",
+        str,
+        "",
+        "sign the agent cards with this private key (JWK or PEM); published at"
+        " /.well-known/jwks.json",
+    ),
     Setting("tls_cert", str, "", "serve HTTP and gRPC over TLS with this certificate (PEM)"),
     Setting("tls_key", str, "", "the private key of --tls-cert (PEM)"),
     Setting(

@@ -17,6 +17,8 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
+from joserfc.jwk import KeySet
+
 from a2a_gateway.client import (
     AuthRejected,
     CardError,
@@ -70,6 +72,9 @@ def parse_target(text: str, transport: str | None) -> Target:
     return Target(text)
 
 
+NO_CARD_TO_VERIFY = "a host:port gRPC target has no card to verify: give the agent's URL"
+
+
 def grpc_direct(
     address: str,
     *,
@@ -116,8 +121,11 @@ async def open_agent(
     transport: str | None,
     timeout: float,  # noqa: ASYNC109 (each call is bounded by it)
     auth: ClientAuth | None = None,
+    card_keys: KeySet | None = None,
 ) -> RemoteService:
     """Connect to the agent ``target`` names (see the module docstring)."""
+    if not target.url and card_keys is not None:
+        raise CardError(NO_CARD_TO_VERIFY)
     if not target.url:
         return grpc_direct(
             target.grpc, key=key, signing_secret=signing_secret, timeout=timeout, auth=auth
@@ -133,6 +141,7 @@ async def open_agent(
             stream_idle_timeout=timeout,
             extended_card=False,  # one call needs no extended card: save the round trip
             auth=auth,
+            card_keys=card_keys,
         )
 
     try:
@@ -159,11 +168,15 @@ async def agent_card(
     signing_secret: str | None,
     transport: str | None,
     timeout: float,  # noqa: ASYNC109 (each call is bounded by it)
+    card_keys: KeySet | None = None,
 ) -> pb.AgentCard:
     """The agent's card (the extended one when ``key`` unlocks it); over gRPC without a
-    card, what ``GetExtendedAgentCard`` answers."""
+    card, what ``GetExtendedAgentCard`` answers. With ``card_keys`` the public card must
+    carry a signature by one of them."""
 
     async def over_grpc(address: str) -> pb.AgentCard:
+        if card_keys is not None:
+            raise CardError(NO_CARD_TO_VERIFY)
         remote = grpc_direct(address, key=key, signing_secret=signing_secret, timeout=timeout)
         async with remote:
             return await remote.get_extended_agent_card()
@@ -172,7 +185,12 @@ async def agent_card(
         return await over_grpc(target.grpc)
     try:
         return await resolve_card(
-            target.url, key=key, transport=transport, timeout=timeout, signing_secret=signing_secret
+            target.url,
+            key=key,
+            transport=transport,
+            timeout=timeout,
+            signing_secret=signing_secret,
+            card_keys=card_keys,
         )
     except Unreachable:
         if not target.grpc or transport is not None:
@@ -185,7 +203,12 @@ async def agent_card(
     parts = urllib.parse.urlsplit(target.url)
     origin = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
     return await resolve_card(
-        origin, key=key, transport=listed, timeout=timeout, signing_secret=signing_secret
+        origin,
+        key=key,
+        transport=listed,
+        timeout=timeout,
+        signing_secret=signing_secret,
+        card_keys=card_keys,
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import mimetypes
 import os
 import re
@@ -33,6 +34,7 @@ from typing import Any, Self, TextIO
 
 import orjson
 from google.protobuf.message import Message
+from joserfc.jwk import KeySet
 
 from a2a_gateway.client import (
     AuthRejected,
@@ -46,6 +48,7 @@ from a2a_gateway.client.errors import Redactor
 from a2a_gateway.client.messages import INTERRUPTED_STATES, TERMINAL_STATES
 from a2a_gateway.client.transport import DEFAULT_TIMEOUT
 from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.card_signature import trusted_keys
 from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -163,6 +166,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--token-command",
         metavar="CMD",
         help="run CMD for a bearer token (its first line), e.g. an OIDC ID token",
+    )
+    parser.add_argument(
+        "--verify-card",
+        metavar="JWKS",
+        type=Path,
+        help="refuse the agent unless its card is signed by a key of this JWKS file",
     )
     parser.add_argument(
         "--transport",
@@ -617,6 +626,7 @@ class _Call:
             transport=self.args.transport,
             timeout=self.args.timeout,
             auth=getattr(self.args, "auth", None),
+            card_keys=getattr(self.args, "card_keys", None),
         )
 
     def track(self, task_id: str, context_id: str, state: int) -> None:
@@ -686,6 +696,7 @@ async def _card(call: _Call) -> None:
             signing_secret=call.signing_secret,
             transport=args.transport,
             timeout=args.timeout,
+            card_keys=getattr(args, "card_keys", None),
         ),
         "fetching the card...",
     )
@@ -980,6 +991,17 @@ async def _interrupted(call: _Call, redact: Redactor) -> int:
     return EXIT_INTERRUPTED
 
 
+def card_keys(path: Path | None) -> KeySet | None:
+    """The keys ``--verify-card`` trusts (OSError or ValueError saying why not)."""
+    if path is None:
+        return None
+    try:
+        value = json.loads(path.read_bytes())
+    except ValueError:
+        raise ValueError("not JSON") from None
+    return trusted_keys(value)
+
+
 def client_auth(args: argparse.Namespace) -> ClientAuth | None:
     """Credentials beyond a key from the flags (secrets only from the environment)."""
     auth = ClientAuth(
@@ -998,6 +1020,11 @@ def run_verb(args: argparse.Namespace) -> int:
     key = args.key or os.environ.get(KEY_ENV) or None
     signing_secret = args.signing_secret or os.environ.get(SIGNING_ENV) or None
     args.auth = client_auth(args)
+    try:
+        args.card_keys = card_keys(args.verify_card)
+    except (OSError, ValueError) as exc:
+        print(f"a2a-gateway {args.verb}: --verify-card {args.verify_card}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     for secret in (key, signing_secret, *(args.auth.secrets() if args.auth else ())):
         if secret:
             register_secret(secret)

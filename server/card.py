@@ -39,14 +39,18 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
+from joserfc.jwk import Key
 
 from a2a_gateway.agent.base import AgentProfile
+from a2a_gateway.logs import register_secret
 from a2a_gateway.protocol import codec, compat03, versioning
+from a2a_gateway.protocol.card_signature import load_signing_key, public_jwks, sign_card
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -64,6 +68,8 @@ DEFAULT_DESCRIPTION = "A conversational agent reachable over the A2A protocol."
 DEFAULT_INPUT_MODES = ("text/plain", "application/json", "application/octet-stream")
 DEFAULT_OUTPUT_MODES = ("text/plain", "application/json", "application/octet-stream")
 CARD_CONTENT_TYPE = "application/json"
+#: Where the key that signs our cards is published (the JWS header's ``jku``).
+JWKS_PATH = "/.well-known/jwks.json"
 
 API_KEY_SCHEME = "apiKey"
 BEARER_SCHEME = "bearer"
@@ -124,6 +130,25 @@ class _MalformedCard(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class CardSigner:
+    """The key that signs our cards and the ``kid`` it is published under."""
+
+    key: Key = field(repr=False)
+    kid: str
+
+    @classmethod
+    def from_file(cls, path: Path) -> CardSigner:
+        """The key in ``path`` (a private JWK or PEM); its ``kid`` is the JWK's own, else
+        its RFC 7638 thumbprint. ValueError or OSError naming the problem, never the key."""
+        key = load_signing_key(path.read_bytes())
+        private = key.as_dict(private=True)
+        for name in ("d", "p", "q", "dp", "dq", "qi"):
+            if isinstance(private.get(name), str):
+                register_secret(str(private[name]))
+        return cls(key, key.kid or key.thumbprint())
+
+
 class CardProvider:
     """Builds agent cards from the configuration; see the module docstring."""
 
@@ -133,6 +158,7 @@ class CardProvider:
         *,
         push_notifications: bool = False,
         clock: Callable[[], float] = time.time,
+        signer: CardSigner | None = None,
     ) -> None:
         self.config = config
         self.push_notifications = push_notifications
@@ -141,6 +167,8 @@ class CardProvider:
         self.clock = clock  # for Last-Modified (tests inject one)
         # The schemes callers can use now (the authenticator's, set by the host).
         self.schemes: Callable[[], SchemesInUse] = lambda: KEYS_ONLY
+        self.signer = signer  # --card-signing-key
+        self._signed_cards: collections.OrderedDict[bytes, pb.AgentCard] = collections.OrderedDict()
         self._encodings: collections.OrderedDict[bytes, _Encoded] = collections.OrderedDict()
 
     # --- URLs ---------------------------------------------------------------------
@@ -219,13 +247,45 @@ class CardProvider:
     # --- cards --------------------------------------------------------------------
 
     def public_card(self, base_url: str | None = None) -> pb.AgentCard:
-        """The public card; ``base_url`` defaults to :meth:`base_url` (see module doc)."""
+        """The public card; ``base_url`` defaults to :meth:`base_url` (see module doc).
+        Signed with ``--card-signing-key``."""
+        base = base_url or self.base_url()
+        return self._signed(self._public(base), base)
+
+    def _signed(self, card: pb.AgentCard, base_url: str) -> pb.AgentCard:
+        """``card`` with our signature when we sign cards. ECDSA signatures differ each
+        time: the signed card is reused while the card is the same, so its ETag holds."""
+        signer = self.signer
+        if signer is None:
+            return card
+        key = card.SerializeToString(deterministic=True) + base_url.encode()
+        found = self._signed_cards.get(key)
+        if found is None:
+            found = sign_card(card, signer.key, kid=signer.kid, jku=base_url + JWKS_PATH)
+            self._signed_cards[key] = found
+            if len(self._signed_cards) > ENCODED_CARDS:
+                self._signed_cards.popitem(last=False)
+        else:
+            self._signed_cards.move_to_end(key)
+        signed = pb.AgentCard()
+        signed.CopyFrom(found)
+        return signed
+
+    async def handle_jwks(self, request: web.Request) -> web.StreamResponse:
+        """``GET /.well-known/jwks.json``: the key that signs our cards (404 without)."""
+        if self.signer is None:
+            raise web.HTTPNotFound()
+        body = orjson.dumps(public_jwks(self.signer.key, self.signer.kid))
+        headers = {hdrs.CACHE_CONTROL: f"public, max-age={self.config.card_max_age_s}"}
+        return web.Response(body=body, content_type=CARD_CONTENT_TYPE, headers=headers)
+
+    def _public(self, base_url: str) -> pb.AgentCard:
         settings = self.config.card
         profile = self.profile or AgentProfile()
         card = pb.AgentCard(
             name=settings.name or profile.name or DEFAULT_NAME,
             description=settings.description or profile.description or DEFAULT_DESCRIPTION,
-            supported_interfaces=self.interfaces(base_url or self.base_url()),
+            supported_interfaces=self.interfaces(base_url),
             version=settings.version,
             capabilities=pb.AgentCapabilities(
                 streaming=self.streaming,
@@ -259,9 +319,10 @@ class CardProvider:
         A malformed card.json is treated like a missing one, with a warning naming the
         file (never its content).
         """
-        card = self.public_card()
+        base = self.base_url()
+        card = self._public(base)
         if not context.caller.workspace:
-            return card
+            return self._signed(card, base)
         workspace = Path(context.caller.workspace)
         persona = first_line(workspace / PERSONA_FILE)
         if persona:
@@ -271,9 +332,9 @@ class CardProvider:
             overlay = _read_card_file(path)
         except _MalformedCard as exc:
             log.warning("agent card file %s is malformed (%s); using the default card", path, exc)
-            return card
+            return self._signed(card, base)
         if overlay is None:
-            return card
+            return self._signed(card, base)
         name, description, skills = overlay
         if name is not None:
             card.name = name
@@ -282,7 +343,7 @@ class CardProvider:
         if skills is not None:
             del card.skills[:]
             card.skills.extend(skills)
-        return card
+        return self._signed(card, base)
 
     # --- serving --------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from a2a_gateway.protocol.service import A2AService
 
 from . import jsonrpc, push_receiver, rest
 from .auth import Authenticator
-from .card import CARDS, CardProvider, mount_path
+from .card import CARDS, JWKS_PATH, CardProvider, mount_path
 from .config import ServerConfig
 from .http_context import (
     AUTHENTICATOR,
@@ -145,6 +145,8 @@ def build_http_app(
     # Registration order matters where paths overlap: aiohttp tries resources with the
     # same prefix in order, so the card and JSON-RPC come before the REST catch-all.
     app.router.add_get(mount_path(config.mounts.card) or "/", cards.handle)
+    if cards.signer is not None:
+        app.router.add_get(JWKS_PATH, cards.handle_jwks)
     # Pushes for our own client's watches (404 for all without a waker).
     push_receiver.mount(app, push_waker)
     jsonrpc_path = mount_path(config.mounts.jsonrpc) or "/"
