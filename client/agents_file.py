@@ -11,7 +11,9 @@ Read fresh on every call (an edit applies to the next call). Rules:
 - ``key`` (optional) is a non-empty string; or, instead of a key, one of ``basic_user``
   (with ``basic_password``), ``client_id`` (OAuth 2.0 client credentials, with
   ``client_secret`` or ``client_secret_env``, and ``token_url`` unless the card names one)
-  or ``token_command`` (a command printing a bearer token); ``description`` (optional)
+  or ``token_command`` (a command printing a bearer token); with any of them,
+  ``client_cert`` and ``client_key`` (PEM files: mTLS) and ``ca_cert`` (a CA to trust for
+  the agent's TLS); ``description`` (optional)
   replaces the card's description in listings; ``allow_private`` (optional, boolean)
   lets this entry reach loopback and private addresses (otherwise only
   ``--allow-private-urls`` does); ``card_keys`` (optional, a JWKS object) makes the a2a
@@ -179,18 +181,23 @@ AUTH_FIELDS = (
     "token_url",
     "token_command",
 )
+#: TLS fields (paths of PEM files): a client certificate goes with any credential.
+TLS_FIELDS = ("client_cert", "client_key", "ca_cert")
 SECRET_FIELDS = ("key", "basic_password", "client_secret")
 
 
 def _auth(value: dict[str, Any]) -> ClientAuth | str | None:
     """The entry's :class:`ClientAuth`, None without one, or why it is unusable."""
     given = {name: value[name] for name in AUTH_FIELDS if name in value}
-    if not given:
+    tls = {name: value[name] for name in TLS_FIELDS if name in value}
+    if not given and not tls:
         return None
-    for name, text in given.items():
+    for name, text in {**given, **tls}.items():
         if not isinstance(text, str) or not text.strip():
             return f"{name} must be a non-empty string"
-    if "key" in value:
+    if ("client_key" in tls) != ("client_cert" in tls):
+        return "client_cert and client_key go together"
+    if "key" in value and given:
         return "a key and " + " and ".join(given) + " are two ways in; keep one"
     secret = given.get("client_secret", "")
     if "client_secret_env" in given:
@@ -202,9 +209,12 @@ def _auth(value: dict[str, Any]) -> ClientAuth | str | None:
         client_secret=secret,
         token_url=given.get("token_url", ""),
         token_command=given.get("token_command", ""),
+        client_cert=tls.get("client_cert", ""),
+        client_key=tls.get("client_key", ""),
+        ca_cert=tls.get("ca_cert", ""),
     )
     ways = [bool(auth.basic_user), bool(auth.client_id), bool(auth.token_command)]
-    if sum(ways) != 1:
+    if given and sum(ways) != 1:
         return "name one of basic_user, client_id and token_command"
     if auth.client_id and not auth.client_secret:
         return "client_id needs client_secret (or client_secret_env naming a set variable)"

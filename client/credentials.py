@@ -21,10 +21,13 @@ import asyncio
 import base64
 import json
 import shlex
+import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import grpc
 import httpx
 
 import lf.a2a.v1.a2a_pb2 as pb
@@ -52,9 +55,31 @@ class ClientAuth:
     client_secret: str = field(default="", repr=False)
     token_url: str = ""  # empty: the card's OAuth2 client-credentials token URL
     token_command: str = ""  # a command printing a bearer token on stdout
+    client_cert: str = ""  # PEM file: our TLS client certificate (mTLS), with client_key
+    client_key: str = ""
+    ca_cert: str = ""  # PEM file: trust this CA for the agent's TLS (else the system's)
 
     def secrets(self) -> list[str]:
         return [s for s in (self.basic_password, self.client_secret) if s]
+
+    @property
+    def has_tls(self) -> bool:
+        return bool(self.client_cert or self.ca_cert)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """For HTTPS: the CA to trust and our certificate (OSError/SSLError if unusable)."""
+        context = ssl.create_default_context(cafile=self.ca_cert or None)
+        if self.client_cert:
+            context.load_cert_chain(self.client_cert, self.client_key or None)
+        return context
+
+    def grpc_credentials(self) -> grpc.ChannelCredentials:
+        """The same for a TLS gRPC channel."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=Path(self.ca_cert).read_bytes() if self.ca_cert else None,
+            private_key=Path(self.client_key).read_bytes() if self.client_key else None,
+            certificate_chain=Path(self.client_cert).read_bytes() if self.client_cert else None,
+        )
 
 
 class TokenSource(abc.ABC):
@@ -192,6 +217,8 @@ class Credentials:
     signing_secret: str | None = None
     #: Where a bearer token comes from, when it is not fixed (``value`` is then unused).
     source: TokenSource | None = None
+    #: TLS channel credentials for gRPC (our client certificate, a CA to trust).
+    channel: grpc.ChannelCredentials | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         signed = ", signed" if self.signing_secret else ""
@@ -229,11 +256,12 @@ def credentials_for(
     found = _key_credentials(card, key)
     if found is None and auth is not None:
         found = _auth_credentials(card, auth, http)
-    if not signing_secret:
+    channel = auth.grpc_credentials() if auth is not None and auth.has_tls else None
+    if not signing_secret and channel is None:
         return found
     if found is None:
-        return Credentials("", "", signing_secret)
-    return Credentials(found.header, found.value, signing_secret)
+        return Credentials("", "", signing_secret, channel=channel)
+    return Credentials(found.header, found.value, signing_secret, found.source, channel)
 
 
 def _auth_credentials(

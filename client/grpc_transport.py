@@ -101,8 +101,9 @@ class GrpcTransport(Transport):
         self._owns_channel = channel is None
         if channel is None:
             if secure:
+                tls = credentials.channel if credentials is not None else None
                 channel = grpc.aio.secure_channel(
-                    target, grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS
+                    target, tls or grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS
                 )
             else:
                 channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)

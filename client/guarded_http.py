@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import typing
 import urllib.parse
 
@@ -113,10 +114,12 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
-    def __init__(self, *, allow_private: bool, limits: httpx.Limits) -> None:
+    def __init__(
+        self, *, allow_private: bool, limits: httpx.Limits, tls: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__(trust_env=False, limits=limits)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=tls or httpx.create_ssl_context(trust_env=False),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
@@ -124,7 +127,9 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
-def guarded_http_client(timeout: float, *, allow_private: bool) -> httpx.AsyncClient:
+def guarded_http_client(
+    timeout: float, *, allow_private: bool, tls: ssl.SSLContext | None = None
+) -> httpx.AsyncClient:
     """Like :func:`~a2a_gateway.client.http_calls.new_http_client`, but its connections pass
     the address guard."""
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=8)
@@ -132,7 +137,7 @@ def guarded_http_client(timeout: float, *, allow_private: bool) -> httpx.AsyncCl
         timeout=httpx.Timeout(timeout),
         follow_redirects=False,
         trust_env=False,
-        transport=GuardedTransport(allow_private=allow_private, limits=limits),
+        transport=GuardedTransport(allow_private=allow_private, limits=limits, tls=tls),
     )
 
 
@@ -147,7 +152,9 @@ async def open_agent(
 
     Raises what :func:`connect` raises; a refused address is :class:`Unreachable`."""
     allow_private = allow_private_urls or entry.allow_private
-    http = guarded_http_client(timeout, allow_private=allow_private)
+    auth = entry.auth
+    tls = auth.ssl_context() if auth is not None and auth.has_tls else None
+    http = guarded_http_client(timeout, allow_private=allow_private, tls=tls)
     service = await connect(
         entry.url,
         key=entry.key,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import ssl
 import uuid
 from collections.abc import AsyncGenerator
 from typing import Any, TypeVar, cast
@@ -26,8 +27,9 @@ from .transport import CallOptions, Transport
 M = TypeVar("M", bound=message.Message)
 
 
-def new_http_client(timeout: float) -> httpx.AsyncClient:
-    """The client both HTTP transports and card resolution use.
+def new_http_client(timeout: float, *, tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    """The client both HTTP transports and card resolution use (``tls``: a CA to trust
+    and our client certificate, see :class:`~.credentials.ClientAuth`).
 
     No redirects (a 3xx is reported, never followed with our credentials) and no proxy
     settings from the environment: the peer is exactly the URL the user gave.
@@ -36,6 +38,7 @@ def new_http_client(timeout: float) -> httpx.AsyncClient:
         timeout=httpx.Timeout(timeout),
         follow_redirects=False,
         trust_env=False,
+        verify=tls if tls is not None else True,
         # Each open SSE stream holds a connection: a proxy relays many at once.
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=32),
     )

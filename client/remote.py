@@ -324,7 +324,8 @@ async def connect(
     ``transport`` name. The caller must ``aclose()`` the service (or use ``async with``).
     """
     redact = Redactor([key, signing_secret, *(auth.secrets() if auth else ())])
-    http = http if http is not None else new_http_client(timeout)
+    if http is None:
+        http = new_http_client(timeout, tls=auth.ssl_context() if auth and auth.has_tls else None)
     service: RemoteService | None = None
     try:
         card = await fetch_card(url, http=http, timeout=timeout, redact=redact)

@@ -167,6 +167,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         metavar="CMD",
         help="run CMD for a bearer token (its first line), e.g. an OIDC ID token",
     )
+    parser.add_argument("--client-cert", metavar="PEM", help="our TLS client certificate (mTLS)")
+    parser.add_argument("--client-key", metavar="PEM", help="the private key of --client-cert")
+    parser.add_argument("--ca-cert", metavar="PEM", help="trust this CA for the agent's TLS")
     parser.add_argument(
         "--verify-card",
         metavar="JWKS",
@@ -1011,8 +1014,12 @@ def client_auth(args: argparse.Namespace) -> ClientAuth | None:
         client_secret=os.environ.get(CLIENT_SECRET_ENV, "") if args.client_id else "",
         token_url=args.token_url or "",
         token_command=args.token_command or "",
+        client_cert=args.client_cert or "",
+        client_key=args.client_key or "",
+        ca_cert=args.ca_cert or "",
     )
-    return auth if (auth.basic_user or auth.client_id or auth.token_command) else None
+    used = auth.basic_user or auth.client_id or auth.token_command or auth.has_tls
+    return auth if used else None
 
 
 def run_verb(args: argparse.Namespace) -> int:

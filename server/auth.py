@@ -313,6 +313,15 @@ def _non_negative_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+#: The parser of each identity field other than ``key`` (a rule, or why it is skipped).
+_RULE_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "jwt": parse_jwt,
+    "basic": parse_basic_rule,
+    "introspection": parse_introspection,
+    "mtls": parse_mtls,
+}
+
+
 def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
     """A valid entry, or the reason it is skipped (never containing a key or secret)."""
     if not isinstance(item, dict):
@@ -328,31 +337,14 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
     named = [field_name for field_name in IDENTITY_FIELDS if field_name in item]
     if len(named) > 1:
         return f"an entry has one identity, not {' and '.join(named)}"
-    jwt_rule: JwtRule | None = None
-    basic_rule: BasicRule | None = None
-    introspection_rule: IntrospectionRule | None = None
-    mtls_rule: MtlsRule | None = None
-    if named == ["jwt"]:
-        got_jwt = parse_jwt(item["jwt"])
-        if isinstance(got_jwt, str):
-            return got_jwt
-        jwt_rule, key = got_jwt, ""
-    elif named == ["basic"]:
-        got_basic = parse_basic_rule(item["basic"])
-        if isinstance(got_basic, str):
-            return got_basic
-        basic_rule, key = got_basic, ""
-    elif named == ["introspection"]:
-        got_rule = parse_introspection(item["introspection"])
-        if isinstance(got_rule, str):
-            return got_rule
-        introspection_rule, key = got_rule, ""
-    elif named == ["mtls"]:
-        got_mtls = parse_mtls(item["mtls"])
-        if isinstance(got_mtls, str):
-            return got_mtls
-        mtls_rule, key = got_mtls, ""
+    # The identity other than a key, as CallerEntry's field of the same name.
+    rule: dict[str, Any] = {}
     if named and named != ["key"]:
+        (scheme,) = named
+        got = _RULE_PARSERS[scheme](item[scheme])
+        if isinstance(got, str):
+            return got
+        rule[scheme], key = got, ""
         if "key_prefix" in item:
             return "key_prefix belongs to an entry with a key"
     elif not isinstance(key, str) or not key:
@@ -396,10 +388,7 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         policy,
         digest=_entry_digest(key) if key else b"",
         key_prefix=prefix,
-        jwt=jwt_rule,
-        basic=basic_rule,
-        introspection=introspection_rule,
-        mtls=mtls_rule,
+        **rule,
     )
 
 

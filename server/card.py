@@ -239,10 +239,12 @@ class CardProvider:
             return ""
         if self.config.grpc_public_address:
             return self.config.grpc_public_address
+        # A bare host:port means plaintext to clients (but on 443): TLS says grpcs://.
+        scheme = "grpcs://" if self.config.tls is not None else ""
         host = urllib.parse.urlsplit(base_url).hostname or "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"{host}:{self.config.grpc_port}"
+        return f"{scheme}{host}:{self.config.grpc_port}"
 
     # --- cards --------------------------------------------------------------------
 

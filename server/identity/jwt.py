@@ -46,6 +46,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import Key, KeySet
 from joserfc.jws import JWSRegistry
 
+from a2a_gateway.protocol.card_signature import ALGORITHMS
 from a2a_gateway.protocol.errors import UnauthenticatedError
 
 from ..outbound import OutboundClient, OutboundError
@@ -54,22 +55,9 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
-#: Asymmetric JWS algorithms only (RFC 7518 §3, RFC 8037, RFC 9864).
-ALLOWED_ALGORITHMS = frozenset(
-    {
-        "RS256",
-        "RS384",
-        "RS512",
-        "PS256",
-        "PS384",
-        "PS512",
-        "ES256",
-        "ES384",
-        "ES512",
-        "EdDSA",
-        "Ed25519",
-    }
-)
+#: Asymmetric JWS algorithms only (RFC 7518 §3, RFC 8037, RFC 9864): the same list
+#: as signed cards.
+ALLOWED_ALGORITHMS = frozenset(ALGORITHMS)
 MAX_TOKEN_CHARS = 16 * 1024
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 JWKS_MAX_AGE_S = 3600.0

@@ -20,9 +20,13 @@ import aiohttp
 import grpc
 import pytest
 
+from a2a_gateway.client import ClientAuth, connect, user_message
+from a2a_gateway.client.agents_file import parse_agents
+from a2a_gateway.client.guarded_http import open_agent
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..certs import Authority, Issued
 from ..conftest import use_secret
@@ -169,3 +173,34 @@ async def test_the_card_over_tls_lists_https_and_mutual_tls(site: Site) -> None:
     assert urls and all(url.startswith("https://127.0.0.1:") for url in urls)
     assert "mtlsSecurityScheme" in card["securitySchemes"]["mtls"]
     assert sorted(card["securitySchemes"]) == ["apiKey", "basic", "bearer", "mtls"]
+
+
+@pytest.mark.parametrize("transport", BINDINGS)
+async def test_our_client_presents_a_client_certificate(site: Site, transport: str) -> None:
+    auth = ClientAuth(
+        client_cert=str(site.robot.cert), client_key=str(site.robot.key), ca_cert=str(site.ca.cert)
+    )
+    async with await connect(site.base, auth=auth, transport=transport, timeout=20) as agent:
+        assert agent.interface.url.startswith("grpcs://" if transport == "grpc" else "https://")
+        reply = await agent.send_message(pb.SendMessageRequest(message=user_message("hi")))
+        listed = await agent.list_tasks(pb.ListTasksRequest())
+        assert [task.id for task in listed.tasks] == [reply.task.id]
+    async with driving(site, transport, site.robot) as robot:
+        assert await task_ids(robot) == {reply.task.id}  # the same caller: robot
+
+
+async def test_the_a2a_tool_presents_the_certificate_agents_json_names(
+    site: Site, tmp_path: Path
+) -> None:
+    entry = {
+        "name": "robot-side",
+        "url": site.base,
+        "client_cert": str(site.robot.cert),
+        "client_key": str(site.robot.key),
+        "ca_cert": str(site.ca.cert),
+    }
+    agents = parse_agents([entry], tmp_path / "agents.json")
+    async with await open_agent(agents.agents["robot-side"], allow_private_urls=True) as agent:
+        reply = await agent.send_message(pb.SendMessageRequest(message=user_message("hi")))
+    async with driving(site, "jsonrpc", site.robot) as robot:
+        assert await task_ids(robot) == {reply.task.id}
