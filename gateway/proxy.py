@@ -57,7 +57,14 @@ from typing import TypeVar
 from google.protobuf import empty_pb2
 from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
-from a2a_gateway.client import CardError, RemoteService, Timeout, Unreachable, connect
+from a2a_gateway.client import (
+    CardError,
+    ClientAuth,
+    RemoteService,
+    Timeout,
+    Unreachable,
+    connect,
+)
 from a2a_gateway.client.cards import binding_for
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -154,6 +161,7 @@ class UpstreamProxy(A2AService):
         max_hops: int = 3,
         owners: TaskOwners | None = None,
         signing_secret: str | None = None,
+        auth: ClientAuth | None = None,
         allow_private_urls: bool = False,
     ) -> None:
         if transport:
@@ -164,6 +172,7 @@ class UpstreamProxy(A2AService):
         self.url = url
         self._key = key or None
         self._signing_secret = signing_secret or None
+        self._auth = auth  # credentials beyond a key (Basic, client credentials, mTLS)
         self.transport = transport or None
         self.timeout = timeout
         self.stream_idle_timeout = stream_idle_timeout
@@ -220,6 +229,7 @@ class UpstreamProxy(A2AService):
                 timeout=self.timeout,
                 stream_idle_timeout=self.stream_idle_timeout,
                 extended_card=False,  # fetched below, kept apart from the public card
+                auth=self._auth,
             )
         except CardError as exc:
             if self.transport is None:
@@ -235,7 +245,7 @@ class UpstreamProxy(A2AService):
             raise upstream_error(exc) from None
         try:
             extended: pb.AgentCard | None = None
-            if self._key and remote.card.capabilities.extended_agent_card:
+            if (self._key or self._auth) and remote.card.capabilities.extended_agent_card:
                 with contextlib.suppress(A2AError):
                     extended = await remote.get_extended_agent_card()
             if self._closed:  # aclose() ran while we were connecting
@@ -492,11 +502,28 @@ def task_owners(settings: Settings, config: ServerConfig) -> TaskOwners:
     return TaskOwners.in_workspace(config.workspaces[0], fsync=settings["fsync"])
 
 
+def upstream_auth(settings: Settings) -> ClientAuth | None:
+    """The ``upstream_*`` credentials beyond a key, or None."""
+    auth = ClientAuth(
+        basic_user=settings["upstream_basic_user"],
+        basic_password=settings["upstream_password"],
+        client_id=settings["upstream_client_id"],
+        client_secret=settings["upstream_client_secret"],
+        token_url=settings["upstream_token_url"],
+        token_command=settings["upstream_token_command"],
+        client_cert=settings["upstream_client_cert"],
+        client_key=settings["upstream_client_key"],
+        ca_cert=settings["upstream_ca_cert"],
+    )
+    return auth if auth != ClientAuth() else None
+
+
 def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy, CardProvider]:
     """The proxy service and its card provider, from the ``serve`` settings."""
     key = settings["upstream_key"] or None
     signing_secret = settings["upstream_signing_secret"] or None
-    for secret in (key, signing_secret):
+    auth = upstream_auth(settings)
+    for secret in (key, signing_secret, *(auth.secrets() if auth else ())):
         if secret:
             register_secret(secret)
     transport = settings["upstream_transport"]
@@ -504,6 +531,7 @@ def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy
         settings["upstream"],
         key=key,
         signing_secret=signing_secret,
+        auth=auth,
         transport=None if transport == "auto" else transport,
         timeout=settings["upstream_timeout"],
         stream_idle_timeout=settings["upstream_idle_timeout"],

@@ -312,3 +312,34 @@ async def test_agents_json_entries_carry_credentials_for_the_a2a_tool(
             listed = await agent.list_tasks(pb.ListTasksRequest())
             assert [task.id for task in listed.tasks] == [reply.task.id]
     assert PASSWORD not in repr(agents) and CLIENT_SECRET not in repr(agents)
+
+
+@pytest.mark.parametrize(
+    ("owner", "upstream"),
+    [
+        ("bob", {"upstream_basic_user": "bob", "upstream_password": PASSWORD}),
+        ("dave", {"upstream_client_id": "dave", "upstream_client_secret": CLIENT_SECRET}),
+    ],
+)
+async def test_proxy_mode_proves_who_it_is_to_its_upstream(
+    site: Site, owner: str, upstream: dict[str, str]
+) -> None:
+    use_secret(CLIENT_SECRET)
+    site.idp.clients["dave"] = CLIENT_SECRET
+    settings = {"upstream": site.base, "port": 0, "grpc_port": -1, "allow_private_urls": True}
+    proxy = Gateway(resolve({**settings, **upstream}, environ={}))
+    await proxy.start()
+    try:
+        async with await connect(f"http://127.0.0.1:{proxy.http_port}", timeout=20) as agent:
+            reply = await agent.send_message(pb.SendMessageRequest(message=user_message("hi")))
+            assert reply.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await proxy.stop()
+    auth = (
+        ClientAuth(basic_user="bob", basic_password=PASSWORD)
+        if owner == "bob"
+        else ClientAuth(client_id="dave", client_secret=CLIENT_SECRET)
+    )
+    async with await connect(site.base, auth=auth, timeout=20) as upstream_owner:
+        listed = await upstream_owner.list_tasks(pb.ListTasksRequest())
+    assert len(listed.tasks) == 1  # the proxy's call landed in the owner's tasks upstream
