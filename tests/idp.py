@@ -14,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import hashlib
+import hmac
+import json
 import threading
 import time
 import urllib.parse
@@ -247,3 +250,28 @@ def provider_in_thread() -> Iterator[IdentityProvider]:
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         loop.close()
+
+
+# --- forged tokens (what a verifier must refuse) ------------------------------------------
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unsigned_token(provider: IdentityProvider, sub: str = "alice") -> str:
+    """``alg: none`` with claims that would otherwise be accepted."""
+    claims = {"iss": provider.issuer, "sub": sub, "aud": AUDIENCE, "exp": int(time.time()) + 300}
+    header = _b64url(json.dumps({"alg": "none"}).encode())
+    return f"{header}.{_b64url(json.dumps(claims).encode())}."
+
+
+def hs256_with_public_key(provider: IdentityProvider) -> str:
+    """The key-confusion attack: an HMAC whose secret is the RSA public key's JSON."""
+    kid = provider.current_kid
+    secret = json.dumps(provider.public_key(kid), sort_keys=True).encode()
+    claims = json.loads(base64.urlsafe_b64decode(provider.token().split(".")[1] + "=="))
+    header = _b64url(json.dumps({"alg": "HS256", "kid": kid}).encode())
+    body = _b64url(json.dumps(claims).encode())
+    mac = hmac.new(secret, f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}.{_b64url(mac)}"

@@ -35,7 +35,13 @@ from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
-from ..idp import AUDIENCE, IdentityProvider, running_provider
+from ..idp import (
+    AUDIENCE,
+    IdentityProvider,
+    hs256_with_public_key,
+    running_provider,
+    unsigned_token,
+)
 from .conftest import BINDINGS, Driver, WireError, as_bearer
 
 KEY_CAROL = "identity-carol-5e1d0c3b2a19"
@@ -145,6 +151,8 @@ async def test_every_bad_credential_is_unauthenticated_and_stores_nothing(
         "wrong audience": {"Authorization": f"Bearer {idp.token(audience='other')}"},
         "unknown kid": {"Authorization": f"Bearer {stranger.token()}"},
         "wrong subject": {"Authorization": f"Bearer {idp.token('mallory')}"},
+        "alg none": {"Authorization": f"Bearer {unsigned_token(idp)}"},
+        "HS256 with the public key": {"Authorization": f"Bearer {hs256_with_public_key(idp)}"},
         "wrong password": basic("bob", "not-the-password"),
         "inactive opaque token": {"Authorization": f"Bearer {revoked}"},
         "opaque token of another client": {
@@ -249,30 +257,34 @@ async def test_our_client_obtains_what_the_card_asks_for(
             await agent.list_tasks(pb.ListTasksRequest())
 
 
-async def test_the_cli_takes_client_credentials_from_the_environment(site: Site) -> None:
+async def test_the_cli_takes_credentials_from_flags_and_the_environment(
+    site: Site, tmp_path: Path
+) -> None:
+    """Each scheme once, each on another transport (the library runs the full matrix)."""
     use_secret(CLIENT_SECRET)
     site.idp.clients["dave"] = CLIENT_SECRET
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
-        "send",
-        site.base,
-        "hello",
-        "--json",
-        "--client-id",
-        "dave",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "A2A_GATEWAY_CLIENT_SECRET": CLIENT_SECRET},
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err.decode()
-    assert json.loads(out.decode().splitlines()[-1])["task"]["status"]["state"] == (
-        "TASK_STATE_COMPLETED"
-    )
-    assert CLIENT_SECRET not in out.decode() + err.decode()
+    token_file = tmp_path / "token"
+    token_file.write_text(site.idp.token("alice") + "\n")
+    command = shlex.join([sys.executable, "-c", f"print(open({str(token_file)!r}).read())"])
+    runs = [
+        ("jsonrpc", ["--client-id", "dave"], {"A2A_GATEWAY_CLIENT_SECRET": CLIENT_SECRET}),
+        ("rest", ["--basic-user", "bob"], {"A2A_GATEWAY_PASSWORD": PASSWORD}),
+        ("grpc", ["--token-command", command], {}),
+    ]
+    for transport, flags, env in runs:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-P", "-m", "a2a_gateway", "send", site.base, "hello", "--json"),
+            *("--transport", transport, *flags),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **env},
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0, (transport, err.decode())
+        answer = json.loads(out.decode().splitlines()[-1])
+        assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", transport
+        assert CLIENT_SECRET not in out.decode() + err.decode()
+        assert PASSWORD not in out.decode() + err.decode()
 
 
 async def test_agents_json_entries_carry_credentials_for_the_a2a_tool(

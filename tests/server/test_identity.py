@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
-import hmac
 import json
 import secrets
 import time
@@ -25,7 +23,13 @@ from a2a_gateway.server.identity.jwt import MIN_REFETCH_INTERVAL_S
 from a2a_gateway.server.outbound import OutboundClient
 
 from ..conftest import use_secret
-from ..idp import AUDIENCE, IdentityProvider, running_provider
+from ..idp import (
+    AUDIENCE,
+    IdentityProvider,
+    hs256_with_public_key,
+    running_provider,
+    unsigned_token,
+)
 
 PASSWORD = "correct horse battery staple"
 #: Test hashes use a small N (the stored parameters say how to check them).
@@ -77,25 +81,6 @@ def jwt_entry(name: str, issuer: str, **rule: Any) -> dict[str, Any]:
     return {"name": name, "jwt": {"issuer": issuer, "audience": AUDIENCE, **rule}}
 
 
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def unsigned(header: dict[str, Any], claims: dict[str, Any]) -> str:
-    return f"{b64url(json.dumps(header).encode())}.{b64url(json.dumps(claims).encode())}."
-
-
-def hs256_with_public_key(idp: IdentityProvider) -> str:
-    """The key-confusion attack: an HMAC whose secret is the RSA public key's JSON."""
-    kid = idp.current_kid
-    secret = json.dumps(idp.public_key(kid), sort_keys=True).encode()
-    claims = json.loads(base64.urlsafe_b64decode(idp.token().split(".")[1] + "=="))
-    header = b64url(json.dumps({"alg": "HS256", "kid": kid}).encode())
-    body = b64url(json.dumps(claims).encode())
-    mac = hmac.new(secret, f"{header}.{body}".encode(), hashlib.sha256).digest()
-    return f"{header}.{body}.{b64url(mac)}"
-
-
 # --- JWT --------------------------------------------------------------------------------
 
 
@@ -125,10 +110,7 @@ async def test_each_bad_token_is_refused_and_a_good_one_is_the_caller(
         "unknown subject": (idp.token("mallory"), "The token's subject is not a caller"),
         "partial claims": (idp.token("x", azp="ops-console"), "subject is not a caller"),
         "unknown kid": (idp.token(header={"kid": "nobody"}), "key id is not one of"),
-        "alg none": (
-            unsigned({"alg": "none"}, {"iss": idp.issuer, "sub": "alice", "aud": AUDIENCE}),
-            "algorithm none is not allowed",
-        ),
+        "alg none": (unsigned_token(idp), "algorithm none is not allowed"),
         "HS256 with the public key": (hs256_with_public_key(idp), "HS256 is not allowed"),
         "bad signature": (idp.token()[:-4] + "AAAA", "signature is not valid"),
         "no exp": (idp.token(exp=None), "The token has no exp claim"),
