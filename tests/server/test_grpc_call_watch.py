@@ -10,6 +10,7 @@ share one timer (the reason the watch exists: a timer per call cost ~5% of a sen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -104,4 +105,19 @@ async def test_someone_elses_cancellation_is_not_taken_for_the_watchs() -> None:
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(BOUND):
             await handler
+    assert len(watch) == 0
+
+
+async def test_a_swallowed_cancellation_is_taken_back_when_the_call_is_done() -> None:
+    watch = CallWatch()
+
+    async def swallowing(_: Any) -> None:
+        # A service that ignores its cancellation and answers anyway.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+
+    async with asyncio.timeout(BOUND):
+        assert await _bounded(watch, 0.05, swallowing) == "finished"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
     assert len(watch) == 0
