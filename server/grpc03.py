@@ -44,7 +44,7 @@ from lf.a2a.v0_3 import a2a_pb2 as pb03
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import Authenticator
-from .grpc_binding import STATUS_DETAILS_KEY, GrpcBounds, RpcAdapter
+from .grpc_binding import STATUS_DETAILS_KEY, CallWatch, GrpcBounds, RpcAdapter
 
 LEGACY_SERVICE_DESCRIPTOR = pb03.DESCRIPTOR.services_by_name["A2AService"]
 #: The 0.3 wire name: the 0.3 schema's package is ``a2a.v1``.
@@ -183,6 +183,7 @@ class LegacyRpcAdapter(RpcAdapter):
         *,
         bounds: GrpcBounds | None = None,
         write_timeout_s: float | None = None,
+        watch: CallWatch | None = None,
     ) -> None:
         wire = LEGACY_SERVICE_DESCRIPTOR.methods_by_name[rpc.wire]
         super().__init__(
@@ -192,6 +193,7 @@ class LegacyRpcAdapter(RpcAdapter):
             bounds=bounds,
             write_timeout_s=write_timeout_s,
             wire=wire,
+            watch=watch,
         )
         self._rpc = rpc
         self._operation = f"{LEGACY_SERVICE_NAME}/{rpc.wire}"  # as version errors name it
@@ -233,12 +235,19 @@ def legacy_rpc_handler(
     *,
     bounds: GrpcBounds | None = None,
     write_timeout_s: float | None = None,
+    watch: CallWatch | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``a2a.v1.A2AService`` (0.3) from
-    ``service``, within ``bounds`` (``write_timeout_s``: as for 1.0)."""
+    ``service``, within ``bounds`` (``write_timeout_s``, ``watch``: as for 1.0)."""
+    watch = watch or CallWatch()
     handlers = {
         rpc.wire: LegacyRpcAdapter(
-            rpc, service, authenticator, bounds=bounds, write_timeout_s=write_timeout_s
+            rpc,
+            service,
+            authenticator,
+            bounds=bounds,
+            write_timeout_s=write_timeout_s,
+            watch=watch,
         ).method_handler()
         for rpc in LEGACY_RPCS
     }

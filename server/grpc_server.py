@@ -16,11 +16,12 @@ subscriptions normally run until the grace expires, so end them first (the engin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
@@ -28,7 +29,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
 from .auth import Authenticator
 from .config import ServerConfig
 from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
-from .grpc_binding import GrpcBounds, a2a_rpc_handler
+from .grpc_binding import CallWatch, GrpcBounds, a2a_rpc_handler
 from .tls import grpc_server_credentials
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
@@ -38,6 +39,33 @@ HEALTH_SERVICES = ("", SERVICE_NAME, LEGACY_SERVICE_NAME)
 
 #: Total request metadata accepted (gRPC's default hard limit is 16 KiB).
 MAX_METADATA_BYTES = 32 * 1024
+
+
+class GenericHandlersOnly:
+    """A grpc.aio server as a generated ``add_*Servicer_to_server`` sees it: the
+    servicer's generic handler is added, its registration as methods is not.
+
+    In the grpcio 1.85 health and reflection packages those functions also register
+    every method with grpc core. The server's accept loop then keeps one pending
+    request future per registered method beside the one for all other methods, and
+    waits on all of them (``asyncio.wait``) for every call it accepts: the four health
+    and reflection methods made that a wait over five futures for each A2A call, ~2 us
+    more per call than over one (docs/performance.md). The generic handler serves the
+    same methods.
+    """
+
+    __slots__ = ("_server",)
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(
+        self, handlers: Sequence[grpc.GenericRpcHandler[Any, Any]]
+    ) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service_name: str, handlers: object) -> None:
+        """Not passed on: the generic handler added with them serves these methods."""
 
 
 def grpc_address(host: str, port: int) -> str:
@@ -102,10 +130,11 @@ async def build_grpc_server(
         max_request_bytes=config.max_body_bytes,
         max_answer_bytes=max_answer_bytes(config),
     )
+    watch = CallWatch()  # one timer bounds every call of both services
     server.add_generic_rpc_handlers(
         (
-            a2a_rpc_handler(service, authenticator, bounds=bounds),
-            legacy_rpc_handler(service, authenticator, bounds=bounds),
+            a2a_rpc_handler(service, authenticator, bounds=bounds, watch=watch),
+            legacy_rpc_handler(service, authenticator, bounds=bounds, watch=watch),
         )
     )
     requested = grpc_address(config.host, config.grpc_port)
@@ -119,9 +148,15 @@ async def build_grpc_server(
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    generic_only = GenericHandlersOnly(server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, generic_only)
+    # What reflection.enable_server_reflection does for a grpc.aio server, through the
+    # same filter (it picks the asyncio servicer by the server's type).
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(  # type: ignore[attr-defined]
+            (SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        ),
+        generic_only,
     )
     return server, port
 
