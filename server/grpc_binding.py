@@ -71,6 +71,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from . import signing
 from .auth import Authenticator
 from .http_context import WRITE_TIMEOUT_S
+from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
 
 log = logging.getLogger(__name__)
 
@@ -315,9 +316,13 @@ class RpcAdapter:
         bounds: GrpcBounds | None = None,
         write_timeout_s: float | None = None,
         wire: descriptor.MethodDescriptor | None = None,
+        meter: Meter = NULL_METER,
     ) -> None:
         wire = wire or method
         self.name = wire.name
+        self.meter = meter
+        #: The ``method`` label: the 1.0 rpc (a 0.3 rpc counts under it, as on HTTP).
+        self.metric_name = method.name
         bounds = bounds or GrpcBounds()
         if write_timeout_s is not None:  # tests shorten the write bound alone
             bounds = dataclasses.replace(bounds, write_s=write_timeout_s)
@@ -472,6 +477,8 @@ class RpcAdapter:
     ) -> bytes:
         # Bytes in and out (no deserializer or serializer for grpc to call back). One
         # timer: the request bound until the message is in, then the call's deadline.
+        meter = self.meter
+        started = meter.start()
         timer = asyncio.timeout(self.bounds.request_s)
         arrived = False
         try:
@@ -492,12 +499,17 @@ class RpcAdapter:
             response = self.serialize(result)
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
+            meter.done(self.metric_name, OK, started)
             return response
+        except asyncio.CancelledError:  # the client cancelled or went away
+            meter.done(self.metric_name, CLIENT_GONE, started)
+            raise
         except A2AError as exc:
             error: A2AError = exc
         except Exception:
             log.exception("gRPC %s failed", self.name)
             error = InternalError()
+        meter.done(self.metric_name, outcome_of(error), started)
         await self.abort(context, error)
 
     async def stream(
@@ -506,63 +518,81 @@ class RpcAdapter:
         # A coroutine writing with context.write (not an async generator) so a client
         # cancel lands here, and the finally below closes the service stream at once.
         bounds = self.bounds
+        meter = self.meter
+        started = meter.start()
+        outcome = CLIENT_GONE  # what a cancel (the client left) leaves it at
+        opened = False  # the first event went out: latency observed, stream counted open
         try:
-            timer = asyncio.timeout(bounds.request_s)
             try:
-                async with timer:
-                    raw = await self.receive(context)
-            except TimeoutError:
-                if not timer.expired():
-                    raise
-                raise self._late(arrived=False) from None
-            decoded, call_context = self._prepare(raw, context)
-            del raw
-            call: Streaming = self._call
-            events = call(decoded, call_context)
-            del decoded  # the service has it; it may carry large inline file bytes
-            watch = WriteWatch(bounds.write_s, bounds.stream_idle_s)
-            try:
-                first = True
-                async for event in events:
-                    if first:
-                        await watch.send(self._send_stream_headers(context, call_context))
-                        first = False
-                    await watch.send(context.write(self.serialize(event)))
-            except asyncio.CancelledError:
-                idle = watch.idle_error()
-                if idle is None:
-                    raise
-                raise idle from None
-            finally:
-                watch.close()
-                # Leaves the task's subscribers (the run goes on) before any abort below.
-                await _close(events, self.name)
-            return
-        except A2AError as exc:
-            error: A2AError = exc
-        except StreamStalled:
-            log.warning(
-                "gRPC %s: the client read nothing for %gs; ending the stream",
-                self.name,
-                bounds.write_s,
-            )
-            error = UnavailableError(
-                f"the stream was ended: the client read nothing for {bounds.write_s:g} s"
-            )
-        except StreamIdle:
-            log.info(
-                "gRPC %s: no event for %gs; ending the stream", self.name, bounds.stream_idle_s
-            )
-            error = DeadlineExceededError(
-                f"the stream was ended: no event for {bounds.stream_idle_s:g} s"
-                " (subscribe again to go on)"
-            )
-        except Exception:
-            if context.cancelled() or context.done():
-                return  # the client went away while we were writing: nothing to tell
-            log.exception("gRPC %s failed", self.name)
-            error = InternalError()
-        await self._abort_stream(context, error)
+                timer = asyncio.timeout(bounds.request_s)
+                try:
+                    async with timer:
+                        raw = await self.receive(context)
+                except TimeoutError:
+                    if not timer.expired():
+                        raise
+                    raise self._late(arrived=False) from None
+                decoded, call_context = self._prepare(raw, context)
+                del raw
+                call: Streaming = self._call
+                events = call(decoded, call_context)
+                del decoded  # the service has it; it may carry large inline file bytes
+                watch = WriteWatch(bounds.write_s, bounds.stream_idle_s)
+                try:
+                    first = True
+                    async for event in events:
+                        if first:
+                            await watch.send(self._send_stream_headers(context, call_context))
+                            first = False
+                            meter.observe(self.metric_name, started)  # to the first event
+                            meter.opened()
+                            opened = True
+                        await watch.send(context.write(self.serialize(event)))
+                except asyncio.CancelledError:
+                    idle = watch.idle_error()
+                    if idle is None:
+                        raise
+                    raise idle from None
+                finally:
+                    watch.close()
+                    # Leaves the task's subscribers (the run goes on) before any abort.
+                    await _close(events, self.name)
+                outcome = OK
+                return
+            except A2AError as exc:
+                error: A2AError = exc
+            except StreamStalled:
+                log.warning(
+                    "gRPC %s: the client read nothing for %gs; ending the stream",
+                    self.name,
+                    bounds.write_s,
+                )
+                error = UnavailableError(
+                    f"the stream was ended: the client read nothing for {bounds.write_s:g} s"
+                )
+            except StreamIdle:
+                log.info(
+                    "gRPC %s: no event for %gs; ending the stream",
+                    self.name,
+                    bounds.stream_idle_s,
+                )
+                error = DeadlineExceededError(
+                    f"the stream was ended: no event for {bounds.stream_idle_s:g} s"
+                    " (subscribe again to go on)"
+                )
+            except Exception:
+                if context.cancelled() or context.done():
+                    return  # the client went away while we were writing: nothing to tell
+                log.exception("gRPC %s failed", self.name)
+                error = InternalError()
+            outcome = outcome_of(error)
+            await self._abort_stream(context, error)
+        finally:
+            if opened:
+                meter.closed()
+            else:  # refused (or ended) before any event: its latency is the whole call
+                meter.observe(self.metric_name, started)
+            meter.count(self.metric_name, outcome)
 
     async def _abort_stream(
         self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError
@@ -592,12 +622,19 @@ def a2a_rpc_handler(
     *,
     bounds: GrpcBounds | None = None,
     write_timeout_s: float | None = None,
+    meter: Meter = NULL_METER,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``,
-    within ``bounds``; ``write_timeout_s`` overrides their write bound (tests shorten it)."""
+    within ``bounds``; ``write_timeout_s`` overrides their write bound (tests shorten it);
+    every call is reported to ``meter``."""
     handlers = {
         method.name: RpcAdapter(
-            method, service, authenticator, bounds=bounds, write_timeout_s=write_timeout_s
+            method,
+            service,
+            authenticator,
+            bounds=bounds,
+            write_timeout_s=write_timeout_s,
+            meter=meter,
         ).method_handler()
         for method in SERVICE_DESCRIPTOR.methods
     }

@@ -29,6 +29,8 @@ from .auth import Authenticator
 from .config import ServerConfig
 from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
 from .grpc_binding import GrpcBounds, a2a_rpc_handler
+from .health import Readiness
+from .metrics import NULL_METER, Meter
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
 #: Health entries set to SERVING: the whole server ("") and both A2A services.
@@ -82,14 +84,20 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
 
 
 async def build_grpc_server(
-    service: A2AService, config: ServerConfig, authenticator: Authenticator
+    service: A2AService,
+    config: ServerConfig,
+    authenticator: Authenticator,
+    *,
+    meter: Meter = NULL_METER,
+    readiness: Readiness | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server for ``service`` bound to ``config.host:config.grpc_port`` (0: any
     free port), and the port it is bound to. Not started: ``await server.start()``.
 
     Serves ``lf.a2a.v1.A2AService`` (1.0), ``a2a.v1.A2AService`` (0.3),
-    ``grpc.health.v1.Health`` (SERVING for ``""`` and both A2A services) and server
-    reflection for all four.
+    ``grpc.health.v1.Health`` (SERVING for ``""`` and both A2A services; with
+    ``readiness``, NOT_SERVING while it is not ready) and server reflection for all
+    four. Every A2A call is reported to ``meter``.
     """
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
@@ -103,8 +111,8 @@ async def build_grpc_server(
     )
     server.add_generic_rpc_handlers(
         (
-            a2a_rpc_handler(service, authenticator, bounds=bounds),
-            legacy_rpc_handler(service, authenticator, bounds=bounds),
+            a2a_rpc_handler(service, authenticator, bounds=bounds, meter=meter),
+            legacy_rpc_handler(service, authenticator, bounds=bounds, meter=meter),
         )
     )
     requested = grpc_address(config.host, config.grpc_port)
@@ -116,6 +124,16 @@ async def build_grpc_server(
     for name in HEALTH_SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if readiness is not None:
+
+        async def follow(ready: bool) -> None:
+            status = health_pb2.HealthCheckResponse.SERVING
+            if not ready:
+                status = health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in HEALTH_SERVICES:
+                await health_servicer.set(name, status)
+
+        readiness.follow(follow)
     reflection.enable_server_reflection(
         (SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
