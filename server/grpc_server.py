@@ -16,13 +16,14 @@ subscriptions normally run until the grace expires, so end them first (the engin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES
+from a2a_gateway.protocol.errors import MethodNotFoundError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
 
 from .auth import Authenticator
@@ -30,7 +31,7 @@ from .config import ServerConfig
 from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
 from .grpc_binding import GrpcBounds, a2a_rpc_handler
 from .health import Readiness
-from .metrics import NULL_METER, Meter
+from .metrics import NULL_METER, UNKNOWN_METHOD, Meter
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
 #: Health entries set to SERVING: the whole server ("") and both A2A services.
@@ -137,7 +138,29 @@ async def build_grpc_server(
     reflection.enable_server_reflection(
         (SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    # Last: grpc asks it only for a method no handler above serves.
+    server.add_generic_rpc_handlers((_UnknownMethods(meter),))
     return server, port
+
+
+if TYPE_CHECKING:  # generic in grpc-stubs only: not subscriptable at run time
+    _GenericHandler = grpc.GenericRpcHandler[Any, Any]
+else:
+    _GenericHandler = grpc.GenericRpcHandler
+
+
+class _UnknownMethods(_GenericHandler):
+    """Counts a call of a method nobody serves (grpc answers it UNIMPLEMENTED), as the
+    HTTP bindings count an unknown method: ``unknown``, ``METHOD_NOT_FOUND``."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._meter = meter
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        self._meter.count(UNKNOWN_METHOD, MethodNotFoundError.spec.reason)
+        return None
 
 
 __all__ = [

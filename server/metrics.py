@@ -17,19 +17,30 @@ descriptor (a 0.3 method counts under its 1.0 rpc) or ``unknown``; ``binding`` i
 ``unknown``/``OTHER`` before it becomes a label, so no label can ever carry a task id, a
 caller key or free text.
 
-Hot-path cost: a label child is looked up in a plain dict of pre-bound children (the
-``labels()`` call, with its lock and validation, runs once per label set), then one
-lock-protected add per counter/bucket (measured in docs/performance.md).
+Hot-path cost: the meters keep plain Python numbers (a dict of counts keyed by
+(method, outcome), a list of bucket counts per method) and the registry reads them
+through a collector at scrape time. Every report comes from the event loop's thread
+(aiohttp and grpc.aio handlers run there, and so does the scrape), so no lock is taken:
+prometheus-client's own Counter and Histogram take a lock per add and cost ~1.9 us per
+call (counter plus histogram), against ~0.7 us here, half of it the two clock reads and
+the bucket search (tools/bench_metrics.py, a loaded 2-core host).
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
 from typing import Final, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
@@ -138,59 +149,132 @@ class _NullMeter:
 NULL_METER: Final[Meter] = _NullMeter()
 
 
+class _Timing:
+    """One histogram series: a count per bucket (not cumulative; the last is +Inf)."""
+
+    __slots__ = ("buckets", "total")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+
 class BindingMeter:
-    """The meter of one binding: label children bound once, then found in a dict."""
+    """The meter of one binding: plain counts, read at scrape time (see the module doc).
+    Only values of the fixed label sets become keys, so a stray value cannot grow them."""
 
-    __slots__ = ("_binding", "_counts", "_latency", "_requests", "_streams", "_timings")
+    __slots__ = ("_counts", "_timings", "binding", "open")
 
-    def __init__(self, metrics: Metrics, binding: str) -> None:
-        self._binding = binding
-        self._requests = metrics.requests
-        self._latency = metrics.latency
-        self._counts: dict[tuple[str, str], Counter] = {}
-        self._timings: dict[str, Histogram] = {}
-        self._streams = metrics.open_streams.labels(binding=binding)
+    def __init__(self, binding: str) -> None:
+        self.binding = binding
+        self._counts: dict[tuple[str, str], int] = {}
+        self._timings: dict[str, _Timing] = {}
+        self.open = 0
 
     def start(self) -> float:
         return _clock()
 
     def done(self, method: str, outcome: str, started: float) -> None:
-        self.observe(method, started)
-        self.count(method, outcome)
+        # observe() and count() written out: this runs once per unary call.
+        elapsed = _clock() - started
+        timing = self._timings.get(method)
+        if timing is None:
+            timing = self._timing(method)
+        timing.buckets[bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        timing.total += elapsed
+        key = (method, outcome)
+        counts = self._counts
+        if key in counts:
+            counts[key] += 1
+        else:
+            self._count(method, outcome)
 
     def observe(self, method: str, started: float) -> None:
         elapsed = _clock() - started
-        child = self._timings.get(method)
-        if child is None:
-            child = self._timing(method)
-        child.observe(elapsed)
+        timing = self._timings.get(method)
+        if timing is None:
+            timing = self._timing(method)
+        # bisect_left: the first bound >= elapsed, i.e. the bucket ``le`` it falls in.
+        timing.buckets[bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        timing.total += elapsed
 
     def count(self, method: str, outcome: str) -> None:
-        child = self._counts.get((method, outcome))
-        if child is None:
-            child = self._count(method, outcome)
-        child.inc()
+        key = (method, outcome)
+        counts = self._counts
+        if key in counts:
+            counts[key] += 1
+        else:
+            self._count(method, outcome)
 
     def opened(self) -> None:
-        self._streams.inc()
+        self.open += 1
 
     def closed(self) -> None:
-        self._streams.dec()
+        self.open -= 1
 
-    # The slow paths: once per label set. Only values of the fixed sets are cached as
-    # keys, so a stray value cannot grow the dicts either.
-    def _timing(self, method: str) -> Histogram:
+    # The slow paths: once per label set.
+    def _timing(self, method: str) -> _Timing:
         method = method if method in METHODS else UNKNOWN_METHOD
-        child = self._latency.labels(method=method, binding=self._binding)
-        self._timings[method] = child
-        return child
+        timing = self._timings.get(method)
+        if timing is None:
+            timing = self._timings[method] = _Timing()
+        return timing
 
-    def _count(self, method: str, outcome: str) -> Counter:
+    def _count(self, method: str, outcome: str) -> None:
         method = method if method in METHODS else UNKNOWN_METHOD
         outcome = outcome if outcome in OUTCOMES else OTHER
-        child = self._requests.labels(method=method, binding=self._binding, outcome=outcome)
-        self._counts[(method, outcome)] = child
-        return child
+        key = (method, outcome)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    # -- scrape time ---------------------------------------------------------------------
+
+    def counts(self) -> list[tuple[tuple[str, str], int]]:
+        return list(self._counts.items())
+
+    def timings(self) -> list[tuple[str, list[int], float]]:
+        return [(method, list(t.buckets), t.total) for method, t in self._timings.items()]
+
+
+#: The ``le`` label values, as prometheus-client writes them ("0.0005", "1.0", "+Inf").
+_BOUNDS = [repr(bound) for bound in LATENCY_BUCKETS] + ["+Inf"]
+
+
+class _CallCollector(Collector):
+    """The bindings' meters as Prometheus families, built at scrape time."""
+
+    def __init__(self, meters: Iterable[BindingMeter]) -> None:
+        self._meters = tuple(meters)
+
+    def collect(self) -> Iterable[Metric]:
+        requests = CounterMetricFamily(
+            "a2a_requests",
+            "A2A calls by rpc, binding and outcome (OK, CLIENT_GONE or an ErrorInfo reason).",
+            labels=("method", "binding", "outcome"),
+        )
+        latency = HistogramMetricFamily(
+            "a2a_request_duration_seconds",
+            "A2A call latency by rpc and binding: until the answer (unary) or the first"
+            " event (streams).",
+            labels=("method", "binding"),
+        )
+        streams = GaugeMetricFamily(
+            "a2a_open_streams", "Streams (SSE or gRPC) open to clients.", labels=("binding",)
+        )
+        for meter in self._meters:
+            for (method, outcome), n in sorted(meter.counts()):
+                requests.add_metric((method, meter.binding, outcome), n)
+            for method, buckets, total in sorted(meter.timings()):
+                cumulative = list(accumulate(buckets))
+                latency.add_metric(
+                    (method, meter.binding),
+                    list(zip(_BOUNDS, cumulative, strict=True)),
+                    sum_value=total,
+                )
+            streams.add_metric((meter.binding,), meter.open)
+        return [requests, latency, streams]
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # nothing to check for name clashes at registration: the names are ours
 
 
 class EngineGauges(Protocol):
@@ -227,31 +311,13 @@ class Metrics:
 
     def __init__(self, *, process: bool = True) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "a2a_requests",
-            "A2A calls by rpc, binding and outcome (OK, CLIENT_GONE or an ErrorInfo reason).",
-            ("method", "binding", "outcome"),
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "a2a_request_duration_seconds",
-            "A2A call latency by rpc and binding: until the answer (unary) or the first"
-            " event (streams).",
-            ("method", "binding"),
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.open_streams = Gauge(
-            "a2a_open_streams",
-            "Streams (SSE or gRPC) open to clients.",
-            ("binding",),
-            registry=self.registry,
-        )
+        meters = [BindingMeter(binding) for binding in BINDINGS]
+        self.registry.register(_CallCollector(meters))
         if process:  # CPU, memory, file descriptors: read from /proc at scrape time
             ProcessCollector(registry=self.registry)
-        self.jsonrpc: Meter = BindingMeter(self, JSONRPC)
-        self.rest: Meter = BindingMeter(self, HTTP_JSON)
-        self.grpc: Meter = BindingMeter(self, GRPC)
+        self.jsonrpc: Meter = meters[0]
+        self.rest: Meter = meters[1]
+        self.grpc: Meter = meters[2]
         self._engine: _EngineCollector | None = None
 
     def watch_engine(self, engine: EngineGauges) -> None:

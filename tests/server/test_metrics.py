@@ -35,7 +35,6 @@ from a2a_gateway.server.metrics import (
     BINDINGS,
     METHODS,
     OUTCOMES,
-    BindingMeter,
     Metrics,
 )
 from a2a_gateway.server.pg_store import PostgresTaskStore
@@ -84,7 +83,7 @@ async def jsonrpc_stream(http: Http, params: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-async def grpc_stub(metrics: Metrics) -> AsyncIterator[a2a_pb2_grpc.A2AServiceStub]:
+async def grpc_channel(metrics: Metrics) -> AsyncIterator[grpc.aio.Channel]:
     from a2a_gateway.server.auth import AllowAnonymous
 
     server, port = await build_grpc_server(
@@ -96,7 +95,7 @@ async def grpc_stub(metrics: Metrics) -> AsyncIterator[a2a_pb2_grpc.A2AServiceSt
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield a2a_pb2_grpc.A2AServiceStub(channel)
+            yield channel
     finally:
         await server.stop(None)
 
@@ -107,9 +106,10 @@ def metrics() -> Metrics:
 
 
 async def test_calls_on_all_three_bindings_are_counted_with_bounded_labels(
-    start_http: Starter, metrics: Metrics, grpc_stub: a2a_pb2_grpc.A2AServiceStub
+    start_http: Starter, metrics: Metrics, grpc_channel: grpc.aio.Channel
 ) -> None:
     http = await start_http(metrics=metrics)
+    grpc_stub = a2a_pb2_grpc.A2AServiceStub(grpc_channel)
     before = parse((await scrape(http))[1])
     assert (
         value(before, "a2a_requests_total", method="SendMessage", binding="JSONRPC", outcome="OK")
@@ -157,6 +157,10 @@ async def test_calls_on_all_three_bindings_are_counted_with_bounded_labels(
         )
         events = [event async for event in stream]
         assert events
+        nobody = grpc_channel.unary_unary("/lf.a2a.v1.A2AService/NoSuchMethod-task-1")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await nobody(b"", metadata=GRPC_V1)
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
     status, text = await scrape(http)
     assert status == 200
@@ -178,6 +182,7 @@ async def test_calls_on_all_three_bindings_are_counted_with_bounded_labels(
     assert count("SendMessage", "GRPC", "OK") == 1
     assert count("GetTask", "GRPC", "TASK_NOT_FOUND") == 1
     assert count("SendStreamingMessage", "GRPC", "OK") == 1
+    assert count("unknown", "GRPC", "METHOD_NOT_FOUND") == 1
     # Latency: one observation per call, whatever its outcome; a bucket per bound.
     assert timed("SendMessage", "JSONRPC") == 2
     assert timed("GetTask", "GRPC") == 1
@@ -233,7 +238,7 @@ async def test_open_streams_gauge_counts_a_stream_while_it_is_open(
 
 
 def test_a_stray_label_value_is_folded_into_unknown_or_other(metrics: Metrics) -> None:
-    meter = BindingMeter(metrics, "GRPC")
+    meter = metrics.grpc
     meter.done("task-5f1e", "a caller's free text", meter.start())
     samples = parse(metrics.exposition().decode())
     stray = {"method": "unknown", "binding": "GRPC", "outcome": "OTHER"}
