@@ -424,3 +424,41 @@ async def test_gateway_serves_metrics_on_its_metrics_port(tmp_path: Path) -> Non
     assert value(samples, "a2a_requests_total", **sent) == 1
     assert ("a2a_runs_in_flight", frozenset()) in samples
     assert any(name == "process_cpu_seconds_total" for name, _ in samples)
+
+
+async def test_grpc_streams_open_ended_by_the_client_and_failed_midway(metrics: Metrics) -> None:
+    from a2a_gateway.server.auth import AllowAnonymous
+
+    service = GrpcEchoService()
+    config = ServerConfig(host="127.0.0.1", grpc_port=0)
+    server, port = await build_grpc_server(service, config, AllowAnonymous(), meter=metrics.grpc)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            async with asyncio.timeout(BOUND):
+                call = stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="hang"), metadata=GRPC_V1)
+                await call.read()  # the snapshot: the stream is open
+                during = parse(metrics.exposition().decode())
+                assert value(during, "a2a_open_streams", binding="GRPC") == 1
+                call.cancel()
+                await service.closed["hang"].wait()
+                for _ in range(100):
+                    after = parse(metrics.exposition().decode())
+                    if value(after, "a2a_open_streams", binding="GRPC") == 0:
+                        break
+                    await asyncio.sleep(0.02)
+                failing = stub.SubscribeToTask(
+                    pb.SubscribeToTaskRequest(id="midstream:TaskNotFoundError"), metadata=GRPC_V1
+                )
+                with pytest.raises(grpc.aio.AioRpcError):
+                    async for _ in failing:
+                        pass
+    finally:
+        await server.stop(None)
+    samples = parse(metrics.exposition().decode())
+    assert value(samples, "a2a_open_streams", binding="GRPC") == 0
+    calls = {"method": "SubscribeToTask", "binding": "GRPC"}
+    assert value(samples, "a2a_requests_total", outcome="CLIENT_GONE", **calls) == 1
+    assert value(samples, "a2a_requests_total", outcome="TASK_NOT_FOUND", **calls) == 1
+    assert value(samples, "a2a_request_duration_seconds_count", **calls) == 2  # once each
