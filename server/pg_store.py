@@ -579,7 +579,9 @@ class PostgresTaskStore(TaskStore):
             pool = await self._ready()
             async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                 await conn.fetchval("SELECT 1", timeout=self.command_timeout_s)
-        except (StoreUnavailable, *_DB_ERRORS) as exc:
+        # Any failure: a connection the server ended can also raise asyncpg's
+        # InternalClientError (not an InterfaceError) on its next use (measured).
+        except Exception as exc:
             log.warning("readiness: the database does not answer: %s", type(exc).__name__)
             return "the database does not answer"
         return None

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 import pytest
 from aiohttp import web
@@ -37,10 +38,15 @@ from a2a_gateway.server.metrics import (
     OUTCOMES,
     Metrics,
 )
+from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore
 
+from ..pg_support import (
+    fresh_database,
+    postgres,  # noqa: F401 - the session's PostgreSQL
+)
 from .conftest import KEY, Http, Starter, text_message
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
 
@@ -462,3 +468,31 @@ async def test_grpc_streams_open_ended_by_the_client_and_failed_midway(metrics: 
     assert value(samples, "a2a_requests_total", outcome="CLIENT_GONE", **calls) == 1
     assert value(samples, "a2a_requests_total", outcome="TASK_NOT_FOUND", **calls) == 1
     assert value(samples, "a2a_request_duration_seconds_count", **calls) == 2  # once each
+
+
+async def test_postgres_readiness_follows_the_database(
+    postgres: LocalPostgres,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """Not ready while the database refuses connections (its sessions ended, new ones
+    refused: what a stopped server looks like to the pool), ready again after."""
+    url = await fresh_database(postgres)
+    name = url.rsplit("/", 1)[1]
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), acquire_timeout_s=1.0)
+    admin = await asyncpg.connect(postgres.url)
+    try:
+        await store.start()
+        assert await store.readiness() is None
+        await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+        )
+        assert await store.readiness() == "the database does not answer"
+        await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        async with asyncio.timeout(BOUND):
+            while await store.readiness() is not None:  # noqa: ASYNC110 - the pool reconnects
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        await admin.close()
+        await store.aclose()
