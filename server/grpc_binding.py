@@ -114,6 +114,19 @@ class StreamIdle(Exception):
     """A stream sent no event for its idle bound."""
 
 
+class _StreamReport:
+    """What a stream tells its meter when it ends: when it started, whether its first
+    event went out (latency observed, counted open) and how it ended (a cancel, the
+    client leaving, keeps CLIENT_GONE)."""
+
+    __slots__ = ("opened", "outcome", "started")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.opened = False
+        self.outcome = CLIENT_GONE
+
+
 class MetadataView:
     """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped)."""
 
@@ -515,84 +528,85 @@ class RpcAdapter:
     async def stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        meter = self.meter
+        report = _StreamReport(meter.start())
+        try:
+            await self._stream(context, report)
+        finally:
+            if report.opened:
+                meter.closed()
+            else:  # refused (or ended) before any event: its latency is the whole call
+                meter.observe(self.metric_name, report.started)
+            meter.count(self.metric_name, report.outcome)
+
+    async def _stream(
+        self, context: grpc.aio.ServicerContext[Any, Any], report: _StreamReport
+    ) -> None:
         # A coroutine writing with context.write (not an async generator) so a client
         # cancel lands here, and the finally below closes the service stream at once.
         bounds = self.bounds
-        meter = self.meter
-        started = meter.start()
-        outcome = CLIENT_GONE  # what a cancel (the client left) leaves it at
-        opened = False  # the first event went out: latency observed, stream counted open
         try:
+            timer = asyncio.timeout(bounds.request_s)
             try:
-                timer = asyncio.timeout(bounds.request_s)
-                try:
-                    async with timer:
-                        raw = await self.receive(context)
-                except TimeoutError:
-                    if not timer.expired():
-                        raise
-                    raise self._late(arrived=False) from None
-                decoded, call_context = self._prepare(raw, context)
-                del raw
-                call: Streaming = self._call
-                events = call(decoded, call_context)
-                del decoded  # the service has it; it may carry large inline file bytes
-                watch = WriteWatch(bounds.write_s, bounds.stream_idle_s)
-                try:
-                    first = True
-                    async for event in events:
-                        if first:
-                            await watch.send(self._send_stream_headers(context, call_context))
-                            first = False
-                            meter.observe(self.metric_name, started)  # to the first event
-                            meter.opened()
-                            opened = True
-                        await watch.send(context.write(self.serialize(event)))
-                except asyncio.CancelledError:
-                    idle = watch.idle_error()
-                    if idle is None:
-                        raise
-                    raise idle from None
-                finally:
-                    watch.close()
-                    # Leaves the task's subscribers (the run goes on) before any abort.
-                    await _close(events, self.name)
-                outcome = OK
-                return
-            except A2AError as exc:
-                error: A2AError = exc
-            except StreamStalled:
-                log.warning(
-                    "gRPC %s: the client read nothing for %gs; ending the stream",
-                    self.name,
-                    bounds.write_s,
-                )
-                error = UnavailableError(
-                    f"the stream was ended: the client read nothing for {bounds.write_s:g} s"
-                )
-            except StreamIdle:
-                log.info(
-                    "gRPC %s: no event for %gs; ending the stream",
-                    self.name,
-                    bounds.stream_idle_s,
-                )
-                error = DeadlineExceededError(
-                    f"the stream was ended: no event for {bounds.stream_idle_s:g} s"
-                    " (subscribe again to go on)"
-                )
-            except Exception:
-                if context.cancelled() or context.done():
-                    return  # the client went away while we were writing: nothing to tell
-                log.exception("gRPC %s failed", self.name)
-                error = InternalError()
-            outcome = outcome_of(error)
-            await self._abort_stream(context, error)
-        finally:
-            if opened:
-                meter.closed()
-            else:  # refused (or ended) before any event: its latency is the whole call
-                meter.observe(self.metric_name, started)
-            meter.count(self.metric_name, outcome)
+                async with timer:
+                    raw = await self.receive(context)
+            except TimeoutError:
+                if not timer.expired():
+                    raise
+                raise self._late(arrived=False) from None
+            decoded, call_context = self._prepare(raw, context)
+            del raw
+            call: Streaming = self._call
+            events = call(decoded, call_context)
+            del decoded  # the service has it; it may carry large inline file bytes
+            watch = WriteWatch(bounds.write_s, bounds.stream_idle_s)
+            try:
+                first = True
+                async for event in events:
+                    if first:
+                        await watch.send(self._send_stream_headers(context, call_context))
+                        first = False
+                        self.meter.observe(self.metric_name, report.started)  # to 1st event
+                        self.meter.opened()
+                        report.opened = True
+                    await watch.send(context.write(self.serialize(event)))
+            except asyncio.CancelledError:
+                idle = watch.idle_error()
+                if idle is None:
+                    raise
+                raise idle from None
+            finally:
+                watch.close()
+                # Leaves the task's subscribers (the run goes on) before any abort below.
+                await _close(events, self.name)
+            report.outcome = OK
+            return
+        except A2AError as exc:
+            error: A2AError = exc
+        except StreamStalled:
+            log.warning(
+                "gRPC %s: the client read nothing for %gs; ending the stream",
+                self.name,
+                bounds.write_s,
+            )
+            error = UnavailableError(
+                f"the stream was ended: the client read nothing for {bounds.write_s:g} s"
+            )
+        except StreamIdle:
+            log.info(
+                "gRPC %s: no event for %gs; ending the stream", self.name, bounds.stream_idle_s
+            )
+            error = DeadlineExceededError(
+                f"the stream was ended: no event for {bounds.stream_idle_s:g} s"
+                " (subscribe again to go on)"
+            )
+        except Exception:
+            if context.cancelled() or context.done():
+                return  # the client went away while we were writing: nothing to tell
+            log.exception("gRPC %s failed", self.name)
+            error = InternalError()
+        report.outcome = outcome_of(error)
+        await self._abort_stream(context, error)
 
     async def _abort_stream(
         self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError
