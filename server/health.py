@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
+import orjson
 from aiohttp import web
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ CHECK_TIMEOUT_S: Final = 2.0
 POLL_S: Final = 5.0
 
 HEALTHY_BODY: Final = b'{"status":"ok"}'
+READY_BODY: Final = b'{"status":"ready"}'
 
 
 class Readiness:
@@ -126,8 +128,9 @@ async def handle_healthz(request: web.Request) -> web.Response:
 async def handle_readyz(request: web.Request) -> web.Response:
     problems = await request.app[READINESS].problems()
     if not problems:
-        return web.json_response({"status": "ready"})
-    return web.json_response({"status": "not ready", "problems": problems}, status=503)
+        return web.Response(body=READY_BODY, content_type="application/json")
+    body = orjson.dumps({"status": "not ready", "problems": problems})
+    return web.Response(body=body, status=503, content_type="application/json")
 
 
 def mount(app: web.Application, readiness: Readiness) -> None:

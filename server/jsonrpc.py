@@ -176,6 +176,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if isinstance(body, dict) and _valid_id(body.get("id")):
             request_id = body.get("id")
         if deferred is not None:
+            method = _method_label(body)
             raise deferred
         envelope = _envelope(body)
         rpc = envelope.rpc
@@ -225,6 +226,18 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if legacy is not None:
             return legacy_error_response(request_id, error)
         return error_response(request_id, error)
+
+
+def _method_label(body: Any) -> str:
+    """The metrics label of a refused call's method, when its envelope names one."""
+    name = body.get("method") if isinstance(body, dict) else None
+    if not isinstance(name, str):
+        return UNKNOWN_METHOD
+    rpc = RPCS.get(name)
+    if rpc is None:
+        legacy = compat03.METHODS.get(name)
+        return legacy.rpc if legacy is not None else UNKNOWN_METHOD
+    return rpc.name
 
 
 async def not_post(request: web.Request) -> web.StreamResponse:

@@ -129,6 +129,11 @@ async def test_calls_on_all_three_bindings_are_counted_with_bounded_labels(
     assert body["error"]["code"] == -32001
     status, body = await http.rpc("tasks/frobnicate-task-1", {})
     assert body["error"]["code"] == -32601
+    async with asyncio.timeout(BOUND):  # refused for its Content-Type, its method known
+        envelope = b'{"jsonrpc":"2.0","id":2,"method":"ListTasks","params":{}}'
+        form = {"Content-Type": "application/x-www-form-urlencoded", **V1}
+        async with http.client.post("/a2a", data=envelope, headers=form) as r:
+            assert (await r.json())["error"]["code"] == -32600
     legacy = {
         "message": {"messageId": "m-03", "role": "user", "parts": [{"kind": "text", "text": "x"}]}
     }
@@ -181,6 +186,7 @@ async def test_calls_on_all_three_bindings_are_counted_with_bounded_labels(
     assert count("SendMessage", "JSONRPC", "OK") == 2  # 1.0 and the 0.3 message/send
     assert count("GetTask", "JSONRPC", "TASK_NOT_FOUND") == 1
     assert count("unknown", "JSONRPC", "METHOD_NOT_FOUND") == 1
+    assert count("ListTasks", "JSONRPC", "INVALID_REQUEST") == 1
     assert count("SendStreamingMessage", "JSONRPC", "OK") == 1
     assert count("SendMessage", "HTTP+JSON", "OK") == 1
     assert count("GetTask", "HTTP+JSON", "TASK_NOT_FOUND") == 1
