@@ -51,10 +51,12 @@ from a2a_gateway.server.config import (
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
-from a2a_gateway.server.http_app import AppRunner, build_http_app
+from a2a_gateway.server.health import Readiness
+from a2a_gateway.server.http_app import AppRunner, build_http_app, build_metrics_app
 from a2a_gateway.server.identity import JwtVerifier
 from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
+from a2a_gateway.server.metrics import NULL_METRICS, Metrics, MetricsLike
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.push import PushDispatcher
@@ -488,6 +490,17 @@ class Gateway:
             self.service = self.engine
         if settings["access_log"]:
             self.service = AccessLogged(self.service)
+        # Metrics in a registry of this gateway's own; off, the bindings' meters do
+        # nothing. The engine is read at scrape time (its gauges), never on its path.
+        self.metrics: MetricsLike = Metrics() if settings["metrics"] else NULL_METRICS
+        if isinstance(self.metrics, Metrics) and self.engine is not None:
+            self.metrics.watch_engine(self.engine)
+        metrics_port = settings["metrics_port"]
+        self.metrics_port: int | None = None if metrics_port < 0 else metrics_port
+        self.readiness = Readiness()
+        if self.store is not None:
+            self.readiness.add("store", self.store.readiness)
+        self._metrics_runner: web.AppRunner | None = None
         self._runner: web.AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
         self.http_port: int | None = None
@@ -507,11 +520,22 @@ class Gateway:
         if config.grpc_port is not None:
             # Bind gRPC first: with port 0 the card must advertise the real port.
             self._grpc, self.grpc_port = await build_grpc_server(
-                self.service, config, self.authenticator
+                self.service,
+                config,
+                self.authenticator,
+                meter=self.metrics.grpc,
+                readiness=self.readiness,
             )
             config.grpc_port = self.grpc_port
         app = build_http_app(
-            self.service, config, self.authenticator, self.cards, push_waker=self.push_waker
+            self.service,
+            config,
+            self.authenticator,
+            self.cards,
+            push_waker=self.push_waker,
+            metrics=self.metrics,
+            readiness=self.readiness,
+            serve_metrics=self.metrics_port is None,
         )
         if self._routes is not None:
             self._routes(app)
@@ -525,8 +549,19 @@ class Gateway:
         site = web.TCPSite(self._runner, config.host, config.port, ssl_context=ssl_context)
         await site.start()
         self.http_port = int(self._runner.addresses[0][1])
+        if self.metrics_port is not None and isinstance(self.metrics, Metrics):
+            self._metrics_runner = AppRunner(
+                build_metrics_app(self.metrics, self.readiness),
+                handle_signals=False,
+                access_log=None,
+            )
+            await self._metrics_runner.setup()
+            await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
+            self.metrics_port = int(self._metrics_runner.addresses[0][1])
+            log.info("metrics on http://%s:%s/metrics", config.host, self.metrics_port)
         if self._grpc is not None:
             await self._grpc.start()
+        self.readiness.start()  # the gRPC health service follows it without probes
         if self.retention is not None:
             self.retention.start()
         log.info(
@@ -542,6 +577,7 @@ class Gateway:
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
         log.info("shutting down")
+        await self.readiness.aclose()
         if self.retention is not None:
             await self.retention.aclose()
         if self.engine is not None:
@@ -564,6 +600,9 @@ class Gateway:
             await self._runner.cleanup()
             self._runner = None
         await self.authenticator.aclose()  # after the bindings: no request still asks
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+            self._metrics_runner = None
 
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> int:

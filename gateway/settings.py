@@ -326,6 +326,21 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "log one line per call: binding, method, caller, status, duration (never keys or bodies)",
     ),
+    Setting(
+        "metrics",
+        bool,
+        True,
+        "count calls and serve Prometheus metrics at /metrics (loopback or a caller key)",
+    ),
+    Setting(
+        "metrics_port",
+        int,
+        -1,
+        "serve /metrics (and /healthz, /readyz) on this port, unguarded, instead of the"
+        " HTTP port; 0 picks a free port, -1: on the HTTP port",
+        -1,
+        maximum=65535,
+    ),
     Setting("log_format", str, "plain", "plain or json", choices=("plain", "json")),
     Setting(
         "log_level",

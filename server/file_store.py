@@ -341,6 +341,14 @@ class WorkspaceTaskStore(TaskStore):
             self.index.start()
         return self.index
 
+    async def readiness(self) -> str | None:
+        try:
+            await self._start().check_readable()
+        except Exception as exc:
+            log.warning("readiness: the task index of %s is not usable: %r", self.workspace, exc)
+            return "the task index cannot be read"
+        return None
+
     # --- reading ---------------------------------------------------------------------
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
@@ -827,6 +835,14 @@ class WorkspaceTaskStores(TaskStore):
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None:
         self.store_for(owner).remember_message(owner, message_id, fingerprint, task_id)
+
+    async def readiness(self) -> str | None:
+        """The first store not ready (the default workspace's and those opened so far)."""
+        for store in self.stores():
+            why = await store.readiness()
+            if why is not None:
+                return why
+        return None
 
     async def aclose(self) -> None:
         for store in self.stores():

@@ -45,6 +45,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import Authenticator
 from .grpc_binding import STATUS_DETAILS_KEY, CallWatch, GrpcBounds, RpcAdapter
+from .metrics import NULL_METER, Meter
 
 LEGACY_SERVICE_DESCRIPTOR = pb03.DESCRIPTOR.services_by_name["A2AService"]
 #: The 0.3 wire name: the 0.3 schema's package is ``a2a.v1``.
@@ -184,6 +185,7 @@ class LegacyRpcAdapter(RpcAdapter):
         bounds: GrpcBounds | None = None,
         write_timeout_s: float | None = None,
         watch: CallWatch | None = None,
+        meter: Meter = NULL_METER,
     ) -> None:
         wire = LEGACY_SERVICE_DESCRIPTOR.methods_by_name[rpc.wire]
         super().__init__(
@@ -194,6 +196,7 @@ class LegacyRpcAdapter(RpcAdapter):
             write_timeout_s=write_timeout_s,
             wire=wire,
             watch=watch,
+            meter=meter,
         )
         self._rpc = rpc
         self._operation = f"{LEGACY_SERVICE_NAME}/{rpc.wire}"  # as version errors name it
@@ -236,9 +239,11 @@ def legacy_rpc_handler(
     bounds: GrpcBounds | None = None,
     write_timeout_s: float | None = None,
     watch: CallWatch | None = None,
+    meter: Meter = NULL_METER,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``a2a.v1.A2AService`` (0.3) from
-    ``service``, within ``bounds`` (``write_timeout_s``, ``watch``: as for 1.0)."""
+    ``service``, within ``bounds`` (``write_timeout_s``, ``watch``: as for 1.0), reporting
+    to ``meter`` under the 1.0 rpc names."""
     watch = watch or CallWatch()
     handlers = {
         rpc.wire: LegacyRpcAdapter(
@@ -248,6 +253,7 @@ def legacy_rpc_handler(
             bounds=bounds,
             write_timeout_s=write_timeout_s,
             watch=watch,
+            meter=meter,
         ).method_handler()
         for rpc in LEGACY_RPCS
     }

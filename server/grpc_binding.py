@@ -79,6 +79,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from . import signing
 from .auth import Authenticator
 from .http_context import WRITE_TIMEOUT_S
+from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
 from .tls import grpc_peer_certificate
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,19 @@ class StreamStalled(Exception):
 
 class StreamIdle(Exception):
     """A stream sent no event for its idle bound."""
+
+
+class _StreamReport:
+    """What a stream tells its meter when it ends: when it started, whether its first
+    event went out (latency observed, counted open) and how it ended (a cancel, the
+    client leaving, keeps CLIENT_GONE)."""
+
+    __slots__ = ("opened", "outcome", "started")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.opened = False
+        self.outcome = CLIENT_GONE
 
 
 class MetadataView:
@@ -434,12 +448,16 @@ class RpcAdapter:
         write_timeout_s: float | None = None,
         wire: descriptor.MethodDescriptor | None = None,
         watch: CallWatch | None = None,
+        meter: Meter = NULL_METER,
     ) -> None:
         wire = wire or method
         #: Bounds the request read and the unary deadline; one per server, shared by
         #: all its adapters (a2a_rpc_handler and legacy_rpc_handler pass it).
         self.watch = watch or CallWatch()
         self.name = wire.name
+        self.meter = meter
+        #: The ``method`` label: the 1.0 rpc (a 0.3 rpc counts under it, as on HTTP).
+        self.metric_name = method.name
         bounds = bounds or GrpcBounds()
         if write_timeout_s is not None:  # tests shorten the write bound alone
             bounds = dataclasses.replace(bounds, write_s=write_timeout_s)
@@ -597,6 +615,8 @@ class RpcAdapter:
         # Bytes in and out (no deserializer or serializer for grpc to call back). Bounded
         # by the server's watch (no timer of its own): the request bound until the
         # message is in, then the call's deadline and its grace.
+        meter = self.meter
+        started = meter.start()
         watch = self.watch
         watched = watch.watch(self.bounds.request_s)
         arrived = False
@@ -619,16 +639,35 @@ class RpcAdapter:
             response = self.serialize(result)
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
+            meter.done(self.metric_name, OK, started)
             return response
+        except asyncio.CancelledError:  # the client cancelled or went away
+            meter.done(self.metric_name, CLIENT_GONE, started)
+            raise
         except A2AError as exc:
             error: A2AError = exc
         except Exception:
             log.exception("gRPC %s failed", self.name)
             error = InternalError()
+        meter.done(self.metric_name, outcome_of(error), started)
         await self.abort(context, error)
 
     async def stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        meter = self.meter
+        report = _StreamReport(meter.start())
+        try:
+            await self._stream(context, report)
+        finally:
+            if report.opened:
+                meter.closed()
+            else:  # refused (or ended) before any event: its latency is the whole call
+                meter.observe(self.metric_name, report.started)
+            meter.count(self.metric_name, report.outcome)
+
+    async def _stream(
+        self, context: grpc.aio.ServicerContext[Any, Any], report: _StreamReport
     ) -> None:
         # A coroutine writing with context.write (not an async generator) so a client
         # cancel lands here, and the finally below closes the service stream at once.
@@ -655,6 +694,9 @@ class RpcAdapter:
                     if first:
                         await watch.send(self._send_stream_headers(context, call_context))
                         first = False
+                        self.meter.observe(self.metric_name, report.started)  # to 1st event
+                        self.meter.opened()
+                        report.opened = True
                     await watch.send(context.write(self.serialize(event)))
             except asyncio.CancelledError:
                 idle = watch.idle_error()
@@ -665,6 +707,7 @@ class RpcAdapter:
                 watch.close()
                 # Leaves the task's subscribers (the run goes on) before any abort below.
                 await _close(events, self.name)
+            report.outcome = OK
             return
         except A2AError as exc:
             error: A2AError = exc
@@ -690,6 +733,7 @@ class RpcAdapter:
                 return  # the client went away while we were writing: nothing to tell
             log.exception("gRPC %s failed", self.name)
             error = InternalError()
+        report.outcome = outcome_of(error)
         await self._abort_stream(context, error)
 
     async def _abort_stream(
@@ -723,11 +767,12 @@ def a2a_rpc_handler(
     bounds: GrpcBounds | None = None,
     write_timeout_s: float | None = None,
     watch: CallWatch | None = None,
+    meter: Meter = NULL_METER,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``,
     within ``bounds``; ``write_timeout_s`` overrides their write bound (tests shorten it);
     ``watch`` keeps the bounds (the server's, shared with the 0.3 service; a new one
-    when not given)."""
+    when not given); every call is reported to ``meter``."""
     watch = watch or CallWatch()
     handlers = {
         method.name: RpcAdapter(
@@ -737,6 +782,7 @@ def a2a_rpc_handler(
             bounds=bounds,
             write_timeout_s=write_timeout_s,
             watch=watch,
+            meter=meter,
         ).method_handler()
         for method in SERVICE_DESCRIPTOR.methods
     }

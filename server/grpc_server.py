@@ -17,19 +17,22 @@ subscriptions normally run until the grace expires, so end them first (the engin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES
+from a2a_gateway.protocol.errors import MethodNotFoundError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService
 
 from .auth import Authenticator
 from .config import ServerConfig
 from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
 from .grpc_binding import CallWatch, GrpcBounds, a2a_rpc_handler
+from .health import Readiness
+from .metrics import NULL_METER, UNKNOWN_METHOD, Meter
 from .tls import grpc_server_credentials
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
@@ -111,14 +114,20 @@ def server_options(config: ServerConfig) -> list[tuple[str, Any]]:
 
 
 async def build_grpc_server(
-    service: A2AService, config: ServerConfig, authenticator: Authenticator
+    service: A2AService,
+    config: ServerConfig,
+    authenticator: Authenticator,
+    *,
+    meter: Meter = NULL_METER,
+    readiness: Readiness | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server for ``service`` bound to ``config.host:config.grpc_port`` (0: any
     free port), and the port it is bound to. Not started: ``await server.start()``.
 
     Serves ``lf.a2a.v1.A2AService`` (1.0), ``a2a.v1.A2AService`` (0.3),
-    ``grpc.health.v1.Health`` (SERVING for ``""`` and both A2A services) and server
-    reflection for all four.
+    ``grpc.health.v1.Health`` (SERVING for ``""`` and both A2A services; with
+    ``readiness``, NOT_SERVING while it is not ready) and server reflection for all
+    four. Every A2A call is reported to ``meter``.
     """
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
@@ -133,8 +142,8 @@ async def build_grpc_server(
     watch = CallWatch()  # one timer bounds every call of both services
     server.add_generic_rpc_handlers(
         (
-            a2a_rpc_handler(service, authenticator, bounds=bounds, watch=watch),
-            legacy_rpc_handler(service, authenticator, bounds=bounds, watch=watch),
+            a2a_rpc_handler(service, authenticator, bounds=bounds, watch=watch, meter=meter),
+            legacy_rpc_handler(service, authenticator, bounds=bounds, watch=watch, meter=meter),
         )
     )
     requested = grpc_address(config.host, config.grpc_port)
@@ -150,6 +159,16 @@ async def build_grpc_server(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     generic_only = GenericHandlersOnly(server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, generic_only)
+    if readiness is not None:
+
+        async def follow(ready: bool) -> None:
+            status = health_pb2.HealthCheckResponse.SERVING
+            if not ready:
+                status = health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in HEALTH_SERVICES:
+                await health_servicer.set(name, status)
+
+        readiness.follow(follow)
     # What reflection.enable_server_reflection does for a grpc.aio server, through the
     # same filter (it picks the asyncio servicer by the server's type).
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
@@ -158,7 +177,29 @@ async def build_grpc_server(
         ),
         generic_only,
     )
+    # Last: grpc asks it only for a method no handler above serves.
+    server.add_generic_rpc_handlers((_UnknownMethods(meter),))
     return server, port
+
+
+if TYPE_CHECKING:  # generic in grpc-stubs only: not subscriptable at run time
+    _GenericHandler = grpc.GenericRpcHandler[Any, Any]
+else:
+    _GenericHandler = grpc.GenericRpcHandler
+
+
+class _UnknownMethods(_GenericHandler):
+    """Counts a call of a method nobody serves (grpc answers it UNIMPLEMENTED), as the
+    HTTP bindings count an unknown method: ``unknown``, ``METHOD_NOT_FOUND``."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._meter = meter
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        self._meter.count(UNKNOWN_METHOD, MethodNotFoundError.spec.reason)
+        return None
 
 
 __all__ = [

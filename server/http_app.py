@@ -8,6 +8,7 @@ path excepted). A middleware turns anything that escapes a handler, and aiohttp'
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import MutableMapping
 from typing import Any
@@ -17,27 +18,31 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
+from a2a_gateway.protocol.context import ANONYMOUS
 from a2a_gateway.protocol.errors import (
     A2AError,
     InternalError,
     InvalidRequestError,
     MethodNotAllowedError,
     MethodNotFoundError,
+    PermissionDeniedError,
 )
 from a2a_gateway.protocol.service import A2AService
 
-from . import jsonrpc, push_receiver, rest
-from .auth import Authenticator
+from . import health, jsonrpc, push_receiver, rest
+from .auth import Authenticator, single_values
 from .card import CARDS, JWKS_PATH, CardProvider, mount_path
 from .config import ServerConfig
 from .http_context import (
     AUTHENTICATOR,
     CONFIG,
+    METRICS,
     SERVICE,
     STREAM_WATCH,
     StreamWatch,
     unexpected,
 )
+from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +134,15 @@ def build_http_app(
     authenticator: Authenticator,
     cards: CardProvider,
     push_waker: push_receiver.PushWaker | None = None,
+    *,
+    metrics: MetricsLike = NULL_METRICS,
+    readiness: health.Readiness | None = None,
+    serve_metrics: bool = True,
 ) -> web.Application:
+    """The gateway's HTTP app. ``metrics`` is what the bindings report to (off: the
+    null one); with ``serve_metrics`` (no ``--metrics-port``) it is also served at
+    ``/metrics``, guarded (:func:`handle_guarded_metrics`). ``readiness`` adds
+    ``/healthz`` and ``/readyz``."""
     app = web.Application(
         middlewares=[_errors], client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS
     )
@@ -137,6 +150,7 @@ def build_http_app(
     app[CONFIG] = config
     app[AUTHENTICATOR] = authenticator
     app[CARDS] = cards
+    app[METRICS] = metrics
     app[STREAM_WATCH] = StreamWatch()  # the one timer of the open SSE streams
     app.on_cleanup.append(_stop_watch)
     rest_prefix = mount_path(config.mounts.rest)
@@ -145,8 +159,13 @@ def build_http_app(
     # Registration order matters where paths overlap: aiohttp tries resources with the
     # same prefix in order, so the card and JSON-RPC come before the REST catch-all.
     app.router.add_get(mount_path(config.mounts.card) or "/", cards.handle)
+    # Before the REST catch-all: none of these paths is an HTTP+JSON route.
     if cards.signer is not None:
         app.router.add_get(JWKS_PATH, cards.handle_jwks)
+    if readiness is not None:
+        health.mount(app, readiness)
+    if serve_metrics and isinstance(metrics, Metrics):
+        app.router.add_get(METRICS_PATH, handle_guarded_metrics)
     # Pushes for our own client's watches (404 for all without a waker).
     push_receiver.mount(app, push_waker)
     jsonrpc_path = mount_path(config.mounts.jsonrpc) or "/"
@@ -158,6 +177,62 @@ def build_http_app(
         app.router.add_route(hdrs.METH_ANY, rest_prefix, rest.handle)
     app.router.add_route(hdrs.METH_ANY, rest_prefix + "/{tail:.*}", rest.handle)
     return app
+
+
+METRICS_PATH = "/metrics"
+
+
+def build_metrics_app(
+    metrics: Metrics, readiness: health.Readiness | None = None
+) -> web.Application:
+    """The app of ``--metrics-port``: ``/metrics`` unguarded (who reaches that port is
+    the operator's choice, as for any exporter), and the health endpoints."""
+    app = web.Application(handler_args=HANDLER_ARGS)
+    app[METRICS] = metrics
+    app.router.add_get(METRICS_PATH, handle_metrics)
+    if readiness is not None:
+        health.mount(app, readiness)
+    return app
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    metrics = request.app[METRICS]
+    assert isinstance(metrics, Metrics)  # the route exists only with metrics on
+    return web.Response(body=metrics.exposition(), headers={hdrs.CONTENT_TYPE: CONTENT_TYPE})
+
+
+async def handle_guarded_metrics(request: web.Request) -> web.StreamResponse:
+    """``/metrics`` on the A2A port: from loopback, or for a caller with a key.
+
+    Metrics tell how busy the gateway is and which calls fail, so an anonymous caller
+    from elsewhere gets 403 (401 with a challenge for a wrong key), as a 401/403 in the
+    REST error shape. Behind a reverse proxy on the same host every request comes from
+    loopback: there, leave ``/metrics`` out of the proxied paths or use
+    ``--metrics-port`` (docs/observability.md).
+    """
+    if not _is_loopback(request.remote):
+        get = single_values(lambda name: request.headers.getall(name, ()))
+        try:
+            identity = await request.app[AUTHENTICATOR].admit(get, request.remote)
+        except A2AError as exc:  # a wrong key (401), a rate limit (429)
+            return rest.error_response(exc)
+        if identity.caller == ANONYMOUS:
+            return rest.error_response(
+                PermissionDeniedError("/metrics needs a caller key away from loopback")
+            )
+    return await handle_metrics(request)
+
+
+def _is_loopback(remote: str | None) -> bool:
+    if not remote:  # not an IP transport (a unix socket): not known to be local
+        return False
+    try:
+        address = ipaddress.ip_address(remote.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 async def _stop_watch(app: web.Application) -> None:

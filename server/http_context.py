@@ -38,6 +38,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from . import card, content_coding, signing
 from .auth import Authenticator, Identity, single_values
 from .config import ServerConfig
+from .metrics import CLIENT_GONE, INTERNAL, NULL_METER, OK, Meter, MetricsLike, outcome_of
 from .tls import http_peer_certificate
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ SERVICE: web.AppKey[A2AService] = web.AppKey("a2a_service")
 AUTHENTICATOR = web.AppKey("a2a_authenticator", Authenticator)
 #: The timer of the application's open SSE streams (http_context.StreamWatch).
 STREAM_WATCH: web.AppKey[StreamWatch] = web.AppKey("a2a_stream_watch")
+#: The gateway's metrics (metrics.NULL_METRICS when off): each binding takes its meter.
+METRICS: web.AppKey[MetricsLike] = web.AppKey("a2a_metrics")
 #: A signing caller's parsed signature, waiting for the body it must cover.
 PENDING_SIGNATURE = web.RequestKey("a2a_pending_signature", signing.PendingSignature)
 
@@ -570,49 +573,70 @@ async def stream_events(
     *,
     keepalive_s: float,
     codec: StreamCodec,
+    meter: Meter = NULL_METER,
+    method: str = "",
+    started: float = 0.0,
 ) -> web.StreamResponse:
     """Serve ``events`` as SSE.
 
     The first event is awaited before any header is sent, so an error found before the
     stream starts becomes a plain ``codec.error_response`` (digest §16.17). Later errors
     are written with ``codec.error`` and end the stream. A disconnect closes ``events``.
+
+    ``meter`` gets the stream's latency (``started`` to its first event or its refusal),
+    its outcome when it ends and its open time (between the headers and the end).
     """
     watch = request.app[STREAM_WATCH]
     pump = EventPump(request.transport, events, codec.event, keepalive_s, 0.0)
     watch.add(pump)  # sets its clock
+    # Until the stream ends one way or another: a cancelled handler (aiohttp cancels
+    # it when its client disconnects) keeps it.
+    outcome = CLIENT_GONE
     try:
         try:
             pump.start()
             data = await pump.take()
         except A2AError as exc:
+            outcome = outcome_of(exc)
             return codec.error_response(exc)
         except ClientGone:
+            outcome = CLIENT_GONE
             return web.Response(status=204)  # nobody is listening
         except Exception as exc:
+            outcome = INTERNAL
             return codec.error_response(unexpected(exc, "stream start"))
+        finally:
+            meter.observe(method, started)
         if data is None and pump.error is not None:
             error = pump.error
             if not isinstance(error, A2AError):
                 error = unexpected(error, "stream start")
+            outcome = outcome_of(error)
             return codec.error_response(error)
         response = web.StreamResponse(status=200, headers=SSE_HEADERS)
         echo_extensions(response, context)
+        meter.opened()
         try:
             await response.prepare(request)
             pump.prepared = True
             while data is not None:
                 await pump.write(response, data, watch.now)
                 data = await pump.take()
+            outcome = OK
             if pump.error is not None:
                 failure = pump.error
                 if not isinstance(failure, A2AError):
                     failure = unexpected(failure, "stream")
+                outcome = outcome_of(failure)
                 await pump.write(response, codec.error(failure), watch.now)
             await response.write_eof()
         except (ClientGone, ConnectionError):
-            pass
+            pass  # CLIENT_GONE, or the outcome found before the failed write
+        finally:
+            meter.closed()
         return response
     finally:
+        meter.count(method, outcome)
         watch.discard(pump)
         await pump.aclose()
 
@@ -642,12 +666,19 @@ async def serve_stream(
     events: AsyncIterator[pb.StreamResponse],
     context: CallContext,
     codec: StreamCodec,
+    meter: Meter = NULL_METER,
+    method: str = "",
+    started: float = 0.0,
 ) -> web.StreamResponse:
-    """Serve a stream from :func:`call_service` as SSE shaped by ``codec``."""
+    """Serve a stream from :func:`call_service` as SSE shaped by ``codec``; ``meter``
+    reports it as ``method`` (see :func:`stream_events`)."""
     return await stream_events(
         request,
         events,
         context,
         keepalive_s=request.app[CONFIG].keepalive_interval_s,
         codec=codec,
+        meter=meter,
+        method=method,
+        started=started,
     )

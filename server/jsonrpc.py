@@ -54,6 +54,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .http_context import (
     CONFIG,
     JSON_CONTENT_TYPE,
+    METRICS,
     RPCS,
     Answer,
     Rpc,
@@ -68,6 +69,7 @@ from .http_context import (
     unexpected,
 )
 from .http_version import check_version, set_aside_legacy_version
+from .metrics import INTERNAL, OK, UNKNOWN_METHOD
 
 JSONRPC_VERSION = "2.0"
 
@@ -150,6 +152,9 @@ def _envelope(body: Any) -> _Envelope:
 
 async def handle(request: web.Request) -> web.StreamResponse:
     """``POST`` handler of the JSON-RPC mount."""
+    meter = request.app[METRICS].jsonrpc
+    started = meter.start()
+    method = UNKNOWN_METHOD  # until the envelope names a known one
     request_id: RequestId = None
     legacy: compat03.Method | None = None
     try:
@@ -171,9 +176,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if isinstance(body, dict) and _valid_id(body.get("id")):
             request_id = body.get("id")
         if deferred is not None:
+            method = _method_label(body)
             raise deferred
         envelope = _envelope(body)
         rpc = envelope.rpc
+        method = rpc.name  # a 0.3 method counts under its 1.0 rpc
         legacy = envelope.legacy
         if legacy is not None or legacy_header is not None:
             check_version(request, legacy.name if legacy is not None else None, legacy_header)
@@ -184,25 +191,53 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 outcome = await call_service(request, rpc, params, context)
                 del params  # as below
                 if isinstance(outcome, message.Message):
-                    return legacy_result_response(legacy, outcome, context, request_id)
-                return await serve_stream(request, outcome, context, LegacyStreamCodec(request_id))
+                    answer = legacy_result_response(legacy, outcome, context, request_id)
+                    meter.done(method, OK, started)
+                    return answer
+                return await serve_stream(
+                    request,
+                    outcome,
+                    context,
+                    LegacyStreamCodec(request_id),
+                    meter,
+                    method,
+                    started,
+                )
         params = codec.parse_request(rpc.request_class, envelope.params, path="params")
         context.tenant = getattr(params, "tenant", "")
         del raw, body, envelope  # a held stream must not pin its request's JSON...
         outcome = await call_service(request, rpc, params, context)
         del params  # ...nor its request message: the service has it now
         if isinstance(outcome, message.Message):
-            return result_response(outcome, context, request_id)
-        return await serve_stream(request, outcome, context, StreamCodec(request_id))
+            response = result_response(outcome, context, request_id)
+            meter.done(method, OK, started)
+            return response
+        return await serve_stream(
+            request, outcome, context, StreamCodec(request_id), meter, method, started
+        )
     except A2AError as exc:
+        meter.done(method, exc.spec.reason, started)
         if legacy is not None:
             return legacy_error_response(request_id, exc)
         return error_response(request_id, exc)
     except Exception as exc:
+        meter.done(method, INTERNAL, started)
         error = unexpected(exc, "JSON-RPC request")
         if legacy is not None:
             return legacy_error_response(request_id, error)
         return error_response(request_id, error)
+
+
+def _method_label(body: Any) -> str:
+    """The metrics label of a refused call's method, when its envelope names one."""
+    name = body.get("method") if isinstance(body, dict) else None
+    if not isinstance(name, str):
+        return UNKNOWN_METHOD
+    rpc = RPCS.get(name)
+    if rpc is None:
+        legacy = compat03.METHODS.get(name)
+        return legacy.rpc if legacy is not None else UNKNOWN_METHOD
+    return rpc.name
 
 
 async def not_post(request: web.Request) -> web.StreamResponse:

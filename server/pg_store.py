@@ -572,6 +572,20 @@ class PostgresTaskStore(TaskStore):
             self._watcher = loop.create_task(self._keep_listening(), name="a2a-pg-listen")
             return pool
 
+    async def readiness(self) -> str | None:
+        """Ready when a pooled connection answers ``SELECT 1`` (a pool that failed to
+        open is retried here, as on any use)."""
+        try:
+            pool = await self._ready()
+            async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
+                await conn.fetchval("SELECT 1", timeout=self.command_timeout_s)
+        # Any failure: a connection the server ended can also raise asyncpg's
+        # InternalClientError (not an InterfaceError) on its next use (measured).
+        except Exception as exc:
+            log.warning("readiness: the database does not answer: %s", type(exc).__name__)
+            return "the database does not answer"
+        return None
+
     async def aclose(self) -> None:
         """Stop renewing leases and close the pool (a later use opens a new one)."""
         writer, self._writer = self._writer, None

@@ -47,6 +47,7 @@ from .http_context import (
     A2A_JSON_CONTENT_TYPE,
     CONFIG,
     JSON_CONTENT_TYPE,
+    METRICS,
     RPCS,
     call_context,
     call_service,
@@ -59,6 +60,7 @@ from .http_context import (
     unexpected,
 )
 from .http_version import check_version, set_aside_legacy_version
+from .metrics import INTERNAL, OK, UNKNOWN_METHOD
 
 CONTENT_TYPE = A2A_JSON_CONTENT_TYPE
 
@@ -100,6 +102,9 @@ def relative_path(request: web.Request, prefix: str) -> str | None:
 
 async def handle(request: web.Request) -> web.StreamResponse:
     """Every method and path under the REST mount."""
+    meter = request.app[METRICS].rest
+    started = meter.start()
+    rpc = UNKNOWN_METHOD  # until a route matches
     try:
         request, legacy_header = set_aside_legacy_version(request)
         context = await call_context(request, binding="HTTP+JSON")
@@ -109,7 +114,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if path.startswith(compat03.REST_PREFIX):
             legacy = compat03.rest_match(path)
             if legacy is not None:
-                return await _handle_legacy(request, legacy, context, legacy_header)
+                return await _handle_legacy(request, legacy, context, legacy_header, started)
         if legacy_header is not None:
             check_version(request, None, legacy_header)  # raises VersionNotSupported
         try:
@@ -123,17 +128,22 @@ async def handle(request: web.Request) -> web.StreamResponse:
             raise MethodNotAllowedError(
                 f"{request.method} is not allowed here; use {allow}", metadata={"allow": allow}
             ) from None
+        rpc = found.route.rpc
         params = await _params(request, found)
         context.tenant = getattr(params, "tenant", "")
-        outcome = await call_service(request, RPCS[found.route.rpc], params, context)
+        outcome = await call_service(request, RPCS[rpc], params, context)
         # A stream may last long; its request (inline file bytes and all) must not.
         del params
         if isinstance(outcome, message.Message):
-            return result_response(outcome, context)
-        return await serve_stream(request, outcome, context, STREAM_CODEC)
+            response = result_response(outcome, context)
+            meter.done(rpc, OK, started)
+            return response
+        return await serve_stream(request, outcome, context, STREAM_CODEC, meter, rpc, started)
     except A2AError as exc:
+        meter.done(rpc, exc.spec.reason, started)
         return error_response(exc)
     except Exception as exc:
+        meter.done(rpc, INTERNAL, started)
         return error_response(unexpected(exc, "HTTP+JSON request"))
 
 
@@ -226,8 +236,11 @@ async def _handle_legacy(
     found: compat03.RestMatch,
     context: CallContext,
     legacy_header: str | None,
+    started: float,
 ) -> web.StreamResponse:
     """One 0.3 REST call; every error in the 0.3 REST shape."""
+    meter = request.app[METRICS].rest
+    rpc = UNKNOWN_METHOD
     try:
         method = found.method(request.method)
         if method is None:
@@ -235,21 +248,27 @@ async def _handle_legacy(
             raise MethodNotAllowedError(
                 f"{request.method} is not allowed here; use {allow}", metadata={"allow": allow}
             )
+        rpc = method.rpc  # counted under its 1.0 rpc
         check_version(request, method.name, legacy_header)
         params = await _legacy_params(request, found, method)
         context.version = compat03.LEGACY_VERSION
         outcome = await call_service(request, RPCS[method.rpc], params, context)
         del params  # as in handle: not for the stream's life
         if not isinstance(outcome, message.Message):
-            return await serve_stream(request, outcome, context, LEGACY_STREAM_CODEC)
+            return await serve_stream(
+                request, outcome, context, LEGACY_STREAM_CODEC, meter, rpc, started
+            )
         response = json_response(
             compat03.rest_result(method, outcome), content_type=JSON_CONTENT_TYPE
         )
         echo_extensions(response, context)
+        meter.done(rpc, OK, started)
         return response
     except A2AError as exc:
+        meter.done(rpc, exc.spec.reason, started)
         return legacy_error_response(exc)
     except Exception as exc:
+        meter.done(rpc, INTERNAL, started)
         return legacy_error_response(unexpected(exc, "HTTP+JSON 0.3 request"))
 
 

@@ -530,6 +530,11 @@ class TaskIndex:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("reader"), lambda: fn(self._thread_db()))
 
+    async def check_readable(self) -> None:
+        """Raise unless the index opens and answers a query on its reader thread (the
+        one ListTasks uses), behind the writes already queued."""
+        await self._read(lambda db: db.execute("SELECT 1 FROM counts LIMIT 1").fetchall())
+
     async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
         """In one snapshot: up to ``limit`` of the owner's tasks matching ``flt`` after
         ``cursor`` (a (timestamp, id) position), newest first (timestamp, then id,

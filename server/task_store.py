@@ -357,6 +357,11 @@ class TaskStore(abc.ABC):
         await self.before_listing(owner)
         return (await self.listing(owner, TaskFilter(), Window(None, 1 << 62)))[0]
 
+    async def readiness(self) -> str | None:
+        """None when the store can serve, else a short fixed reason (``/readyz``; never
+        an exception's text, which may quote a database URL). Ready by default."""
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources (nothing by default)."""
 

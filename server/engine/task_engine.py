@@ -211,6 +211,17 @@ class TaskEngine(A2AService):
     def live_task_ids(self) -> list[str]:
         return list(self._state.runs)
 
+    def gauges(self) -> dict[str, int]:
+        """What :mod:`..metrics` reads at scrape time (``metrics.EngineGauges``): sizes of
+        tables the engine keeps anyway, so the hot path pays nothing. Subscribers are a
+        sum over the hubs of live streams only (one per task being streamed)."""
+        state = self._state
+        return {
+            "runs_in_flight": len(state.runs),
+            "context_claims": len(state.busy),
+            "stream_subscribers": sum(len(hub.subscribers) for hub in state.hubs.values()),
+        }
+
     def __repr__(self) -> str:
         agent = type(self._state.agent).__name__
         return f"TaskEngine(agent={agent}, live runs={len(self._state.runs)})"

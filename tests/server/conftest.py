@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.typedefs import Middleware
 from google.protobuf import empty_pb2, message
 
 from a2a_gateway.protocol import errors
@@ -26,7 +27,9 @@ from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.http_app import AppRunner, build_http_app
+from a2a_gateway.server.metrics import NULL_METRICS, MetricsLike
 from lf.a2a.v1 import a2a_pb2 as pb
 
 KEY = "k-test-6b1f0c9d2e"
@@ -288,13 +291,25 @@ async def start_http() -> AsyncIterator[Starter]:
         config: ServerConfig | None = None,
         service: EchoService | None = None,
         authenticator: Authenticator | None = None,
+        metrics: MetricsLike = NULL_METRICS,
+        readiness: Readiness | None = None,
+        middlewares: Sequence[Middleware] = (),
     ) -> Http:
+        """``middlewares`` run after the app's own (a test's stand-in client address)."""
         config = config or ServerConfig()
         cards = CardProvider(config)
         service = service or EchoService()
         if service.cards is None:
             service.cards = cards
-        app = build_http_app(service, config, authenticator or AllowAnonymous(), cards)
+        app = build_http_app(
+            service,
+            config,
+            authenticator or AllowAnonymous(),
+            cards,
+            metrics=metrics,
+            readiness=readiness,
+        )
+        app.middlewares.extend(middlewares)
         client = TestClient(GatewayTestServer(app, host="127.0.0.1", port=0))
         await client.start_server()
         clients.append(client)

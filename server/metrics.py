@@ -1,0 +1,369 @@
+"""The observability seam: what the bindings and the engine report, as Prometheus metrics.
+
+One small interface (DESIGN.md, "a seam, not sprinkled calls"): a binding holds one
+:class:`Meter` and calls ``start``/``done`` once per call (``observe``/``count`` and
+``opened``/``closed`` for a stream); the engine is read at scrape time through
+:class:`EngineGauges`, so its hot path reports nothing at all. With metrics off
+(``serve --no-metrics``) every meter is :data:`NULL_METER`, whose methods do nothing.
+
+Each :class:`Metrics` has its own ``CollectorRegistry``, never prometheus-client's
+global one, so that several gateways in one process (tests, a host process) do not
+share or collide on series.
+
+Cardinality is bounded by construction: ``method`` is an rpc name of the 1.0 service
+descriptor (a 0.3 method counts under its 1.0 rpc) or ``unknown``; ``binding`` is one of
+:data:`BINDINGS`; ``outcome`` is ``OK``, ``CLIENT_GONE`` or an ``ErrorInfo.reason`` of
+:mod:`~a2a_gateway.protocol.errors`. Any other value passed in is folded into
+``unknown``/``OTHER`` before it becomes a label, so no label can ever carry a task id, a
+caller key or free text.
+
+Hot-path cost: the meters keep plain Python numbers (a dict of counts keyed by
+(method, outcome), a list of bucket counts per method) and the registry reads them
+through a collector at scrape time. Every report comes from the event loop's thread
+(aiohttp and grpc.aio handlers run there, and so does the scrape), so no lock is taken:
+prometheus-client's own Counter and Histogram take a lock per add and cost ~1.9 us per
+call (counter plus histogram), against ~0.7 us here, half of it the two clock reads and
+the bucket search (tools/bench_metrics.py, a loaded 2-core host).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from itertools import accumulate
+from typing import Final, Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from a2a_gateway.protocol.errors import ALL_ERRORS, A2AError
+from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
+
+#: Label values of ``binding``: the names CallContext.binding uses.
+JSONRPC: Final = "JSONRPC"
+HTTP_JSON: Final = "HTTP+JSON"
+GRPC: Final = "GRPC"
+BINDINGS: Final = (JSONRPC, HTTP_JSON, GRPC)
+
+UNKNOWN_METHOD: Final = "unknown"
+#: Every ``method`` label value: the schema's rpcs, and ``unknown``.
+METHODS: Final = frozenset({m.name for m in SERVICE_DESCRIPTOR.methods} | {UNKNOWN_METHOD})
+
+OK: Final = "OK"
+#: A stream whose client left before it ended (not an error of ours).
+CLIENT_GONE: Final = "CLIENT_GONE"
+#: What an exception that is not an A2AError is answered as.
+INTERNAL: Final = "INTERNAL_ERROR"
+#: Any outcome not in :data:`OUTCOMES` (a bug in a caller of the seam, not a label).
+OTHER: Final = "OTHER"
+OUTCOMES: Final = frozenset(
+    {OK, CLIENT_GONE, INTERNAL, OTHER} | {e.spec.reason for e in ALL_ERRORS}
+)
+
+#: Seconds. Unary calls on loopback take ~0.5-2 ms; a blocking SendMessage runs a whole
+#: agent turn (seconds with a model), so the buckets reach a few minutes.
+LATENCY_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+_clock = time.perf_counter
+
+
+def outcome_of(error: BaseException) -> str:
+    """The ``outcome`` label of a call that failed with ``error``."""
+    if isinstance(error, A2AError):
+        return error.spec.reason
+    return INTERNAL
+
+
+class Meter(Protocol):
+    """What one binding reports. ``start`` returns the call's start (opaque); ``done``
+    is a finished unary call (or a stream refused before its first event); a stream
+    reports its latency (to the first event) with ``observe``, its outcome at the end
+    with ``count``, and is open between ``opened`` and ``closed``."""
+
+    def start(self) -> float: ...
+
+    def done(self, method: str, outcome: str, started: float) -> None: ...
+
+    def observe(self, method: str, started: float) -> None: ...
+
+    def count(self, method: str, outcome: str) -> None: ...
+
+    def opened(self) -> None: ...
+
+    def closed(self) -> None: ...
+
+
+class _NullMeter:
+    """Metrics off: every report is a call that does nothing."""
+
+    __slots__ = ()
+
+    def start(self) -> float:
+        return 0.0
+
+    def done(self, method: str, outcome: str, started: float) -> None:
+        pass
+
+    def observe(self, method: str, started: float) -> None:
+        pass
+
+    def count(self, method: str, outcome: str) -> None:
+        pass
+
+    def opened(self) -> None:
+        pass
+
+    def closed(self) -> None:
+        pass
+
+
+NULL_METER: Final[Meter] = _NullMeter()
+
+
+class _Timing:
+    """One histogram series: a count per bucket (not cumulative; the last is +Inf)."""
+
+    __slots__ = ("buckets", "total")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+
+class BindingMeter:
+    """The meter of one binding: plain counts, read at scrape time (see the module doc).
+    Only values of the fixed label sets become keys, so a stray value cannot grow them."""
+
+    __slots__ = ("_counts", "_timings", "binding", "open")
+
+    def __init__(self, binding: str) -> None:
+        self.binding = binding
+        self._counts: dict[tuple[str, str], int] = {}
+        self._timings: dict[str, _Timing] = {}
+        self.open = 0
+
+    def start(self) -> float:
+        return _clock()
+
+    def done(self, method: str, outcome: str, started: float) -> None:
+        # observe() and count() written out: this runs once per unary call.
+        elapsed = _clock() - started
+        timing = self._timings.get(method)
+        if timing is None:
+            timing = self._timing(method)
+        timing.buckets[bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        timing.total += elapsed
+        key = (method, outcome)
+        counts = self._counts
+        if key in counts:
+            counts[key] += 1
+        else:
+            self._count(method, outcome)
+
+    def observe(self, method: str, started: float) -> None:
+        elapsed = _clock() - started
+        timing = self._timings.get(method)
+        if timing is None:
+            timing = self._timing(method)
+        # bisect_left: the first bound >= elapsed, i.e. the bucket ``le`` it falls in.
+        timing.buckets[bisect_left(LATENCY_BUCKETS, elapsed)] += 1
+        timing.total += elapsed
+
+    def count(self, method: str, outcome: str) -> None:
+        key = (method, outcome)
+        counts = self._counts
+        if key in counts:
+            counts[key] += 1
+        else:
+            self._count(method, outcome)
+
+    def opened(self) -> None:
+        self.open += 1
+
+    def closed(self) -> None:
+        self.open -= 1
+
+    # The slow paths: once per label set.
+    def _timing(self, method: str) -> _Timing:
+        method = method if method in METHODS else UNKNOWN_METHOD
+        timing = self._timings.get(method)
+        if timing is None:
+            timing = self._timings[method] = _Timing()
+        return timing
+
+    def _count(self, method: str, outcome: str) -> None:
+        method = method if method in METHODS else UNKNOWN_METHOD
+        outcome = outcome if outcome in OUTCOMES else OTHER
+        key = (method, outcome)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    # -- scrape time ---------------------------------------------------------------------
+
+    def counts(self) -> list[tuple[tuple[str, str], int]]:
+        return list(self._counts.items())
+
+    def timings(self) -> list[tuple[str, list[int], float]]:
+        return [(method, list(t.buckets), t.total) for method, t in self._timings.items()]
+
+
+#: The ``le`` label values, as prometheus-client writes them ("0.0005", "1.0", "+Inf").
+_BOUNDS = [repr(bound) for bound in LATENCY_BUCKETS] + ["+Inf"]
+
+
+class _CallCollector(Collector):
+    """The bindings' meters as Prometheus families, built at scrape time."""
+
+    def __init__(self, meters: Iterable[BindingMeter]) -> None:
+        self._meters = tuple(meters)
+
+    def collect(self) -> Iterable[Metric]:
+        requests = CounterMetricFamily(
+            "a2a_requests",
+            "A2A calls by rpc, binding and outcome (OK, CLIENT_GONE or an ErrorInfo reason).",
+            labels=("method", "binding", "outcome"),
+        )
+        latency = HistogramMetricFamily(
+            "a2a_request_duration_seconds",
+            "A2A call latency by rpc and binding: until the answer (unary) or the first"
+            " event (streams).",
+            labels=("method", "binding"),
+        )
+        streams = GaugeMetricFamily(
+            "a2a_open_streams", "Streams (SSE or gRPC) open to clients.", labels=("binding",)
+        )
+        for meter in self._meters:
+            for (method, outcome), n in sorted(meter.counts()):
+                requests.add_metric((method, meter.binding, outcome), n)
+            for method, buckets, total in sorted(meter.timings()):
+                cumulative = list(accumulate(buckets))
+                latency.add_metric(
+                    (method, meter.binding),
+                    list(zip(_BOUNDS, cumulative, strict=True)),
+                    sum_value=total,
+                )
+            streams.add_metric((meter.binding,), meter.open)
+        return [requests, latency, streams]
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # nothing to check for name clashes at registration: the names are ours
+
+
+class EngineGauges(Protocol):
+    """What the engine tells at scrape time (counts it keeps anyway: no scan of the
+    store, nothing on its hot path)."""
+
+    def gauges(self) -> Mapping[str, int]: ...
+
+
+#: The engine's gauges: name (as :meth:`EngineGauges.gauges` gives it) -> help text.
+ENGINE_GAUGES: Final = {
+    "runs_in_flight": "Agent runs in flight in this process.",
+    "context_claims": "Contexts with an unfinished task (one run per context at a time).",
+    "stream_subscribers": "Subscribers of task streams in this process (all bindings).",
+}
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: EngineGauges) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterable[Metric]:
+        values = self._engine.gauges()
+        for name, text in ENGINE_GAUGES.items():
+            yield GaugeMetricFamily(f"a2a_{name}", text, value=values.get(name, 0))
+
+    def describe(self) -> Iterable[Metric]:
+        # Describing without collecting: registration must not call the engine.
+        return [GaugeMetricFamily(f"a2a_{name}", text) for name, text in ENGINE_GAUGES.items()]
+
+
+class Metrics:
+    """The metrics of one gateway, in a registry of its own (see the module doc)."""
+
+    def __init__(self, *, process: bool = True) -> None:
+        self.registry = CollectorRegistry()
+        meters = [BindingMeter(binding) for binding in BINDINGS]
+        self.registry.register(_CallCollector(meters))
+        if process:  # CPU, memory, file descriptors: read from /proc at scrape time
+            ProcessCollector(registry=self.registry)
+        self.jsonrpc: Meter = meters[0]
+        self.rest: Meter = meters[1]
+        self.grpc: Meter = meters[2]
+        self._engine: _EngineCollector | None = None
+
+    def watch_engine(self, engine: EngineGauges) -> None:
+        """Report ``engine``'s gauges (one engine per registry)."""
+        if self._engine is not None:
+            self.registry.unregister(self._engine)
+        self._engine = _EngineCollector(engine)
+        self.registry.register(self._engine)
+
+    def exposition(self) -> bytes:
+        """The registry in the text exposition format (version 0.0.4)."""
+        return generate_latest(self.registry)
+
+
+class _NullMetrics:
+    """Metrics off: the bindings take :data:`NULL_METER`; nothing is served."""
+
+    jsonrpc: Final[Meter] = NULL_METER
+    rest: Final[Meter] = NULL_METER
+    grpc: Final[Meter] = NULL_METER
+
+
+#: Either a :class:`Metrics` or metrics off; what the bindings hold.
+MetricsLike = Metrics | _NullMetrics
+NULL_METRICS: Final = _NullMetrics()
+
+__all__ = [
+    "BINDINGS",
+    "CLIENT_GONE",
+    "CONTENT_TYPE",
+    "ENGINE_GAUGES",
+    "GRPC",
+    "HTTP_JSON",
+    "INTERNAL",
+    "JSONRPC",
+    "METHODS",
+    "NULL_METER",
+    "NULL_METRICS",
+    "OK",
+    "OTHER",
+    "OUTCOMES",
+    "UNKNOWN_METHOD",
+    "BindingMeter",
+    "EngineGauges",
+    "Meter",
+    "Metrics",
+    "MetricsLike",
+    "outcome_of",
+]

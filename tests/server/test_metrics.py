@@ -1,0 +1,504 @@
+"""Metrics and health: ``/metrics`` parsed with prometheus-client's own parser after
+calls on all three bindings, its guard, ``/healthz``/``/readyz``, the gRPC health
+service following readiness, and the stores' readiness checks.
+
+All servers are in-process (aiohttp test servers, grpc.aio on 127.0.0.1): no
+subprocess is started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+import lf.a2a.v1.a2a_pb2 as pb
+import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.server.auth import WorkspaceCallers
+from a2a_gateway.server.config import ServerConfig
+from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.grpc_server import build_grpc_server
+from a2a_gateway.server.health import Readiness
+from a2a_gateway.server.metrics import (
+    BINDINGS,
+    METHODS,
+    OUTCOMES,
+    Metrics,
+)
+from a2a_gateway.server.pg_local import LocalPostgres
+from a2a_gateway.server.pg_store import PostgresTaskStore
+from a2a_gateway.server.secret_box import SecretBox
+from a2a_gateway.server.task_store import MemoryTaskStore
+
+from ..pg_support import (
+    fresh_database,
+    postgres,  # noqa: F401 - the session's PostgreSQL
+)
+from .conftest import KEY, Http, Starter, text_message
+from .grpc_conftest_helpers import EchoService as GrpcEchoService
+
+BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
+V1 = {"A2A-Version": "1.0"}
+GRPC_V1 = (("a2a-version", "1.0"),)
+#: A client address that is not loopback (TEST-NET-3), put on requests by a middleware.
+FAR_AWAY = "203.0.113.7"
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of the exposition: (name, labels) -> value."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def scrape(http: Http, **headers: str) -> tuple[int, str]:
+    async with asyncio.timeout(BOUND):
+        response = await http.client.get("/metrics", headers=headers)
+        async with response:
+            return response.status, await response.text()
+
+
+async def jsonrpc_stream(http: Http, params: dict[str, Any]) -> str:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+    async with asyncio.timeout(BOUND):
+        response = await http.client.post("/a2a", json=body, headers=V1)
+        async with response:
+            assert response.status == 200
+            return await response.text()
+
+
+@pytest.fixture
+async def grpc_channel(metrics: Metrics) -> AsyncIterator[grpc.aio.Channel]:
+    from a2a_gateway.server.auth import AllowAnonymous
+
+    server, port = await build_grpc_server(
+        GrpcEchoService(),
+        ServerConfig(host="127.0.0.1", grpc_port=0),
+        AllowAnonymous(),
+        meter=metrics.grpc,
+    )
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop(None)
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(process=False)
+
+
+async def test_calls_on_all_three_bindings_are_counted_with_bounded_labels(
+    start_http: Starter, metrics: Metrics, grpc_channel: grpc.aio.Channel
+) -> None:
+    http = await start_http(metrics=metrics)
+    grpc_stub = a2a_pb2_grpc.A2AServiceStub(grpc_channel)
+    before = parse((await scrape(http))[1])
+    assert (
+        value(before, "a2a_requests_total", method="SendMessage", binding="JSONRPC", outcome="OK")
+        == 0
+    )
+
+    # JSON-RPC: a send, a failed read, an unknown method, a 0.3 method, a stream.
+    status, body = await http.rpc("SendMessage", text_message("hi"), headers=V1)
+    assert status == 200 and body["result"]["task"]["id"] == "task-1"
+    status, body = await http.rpc("GetTask", {"id": "task-404"}, headers=V1)
+    assert body["error"]["code"] == -32001
+    status, body = await http.rpc("tasks/frobnicate-task-1", {})
+    assert body["error"]["code"] == -32601
+    async with asyncio.timeout(BOUND):  # refused for its Content-Type, its method known
+        envelope = b'{"jsonrpc":"2.0","id":2,"method":"ListTasks","params":{}}'
+        form = {"Content-Type": "application/x-www-form-urlencoded", **V1}
+        async with http.client.post("/a2a", data=envelope, headers=form) as r:
+            assert (await r.json())["error"]["code"] == -32600
+    legacy = {
+        "message": {"messageId": "m-03", "role": "user", "parts": [{"kind": "text", "text": "x"}]}
+    }
+    status, body = await http.rpc("message/send", legacy)
+    assert "result" in body, body
+    assert "chunk 1" in await jsonrpc_stream(http, text_message("s", "m-s"))
+
+    # HTTP+JSON: a send, a missing task, an unknown path.
+    async with asyncio.timeout(BOUND):
+        async with http.client.post(
+            "/a2a/v1/message:send", json=text_message("r", "m-r"), headers=V1
+        ) as r:
+            assert r.status == 200
+        async with http.client.get("/a2a/v1/tasks/task-9999", headers=V1) as r:
+            assert r.status == 404
+        async with http.client.get("/a2a/v1/no/such/route/task-1", headers=V1) as r:
+            assert r.status == 404
+
+    # gRPC: a send, a failed read, a stream.
+    async with asyncio.timeout(BOUND):
+        message = pb.Message(message_id="g-1", role=pb.ROLE_USER, parts=[pb.Part(text="g")])
+        await grpc_stub.SendMessage(pb.SendMessageRequest(message=message), metadata=GRPC_V1)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await grpc_stub.GetTask(
+                pb.GetTaskRequest(id="error:TaskNotFoundError"), metadata=GRPC_V1
+            )
+        stream = grpc_stub.SendStreamingMessage(
+            pb.SendMessageRequest(
+                message=pb.Message(message_id="g-2", role=pb.ROLE_USER, parts=[pb.Part(text="s")])
+            ),
+            metadata=GRPC_V1,
+        )
+        events = [event async for event in stream]
+        assert events
+        nobody = grpc_channel.unary_unary("/lf.a2a.v1.A2AService/NoSuchMethod-task-1")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await nobody(b"", metadata=GRPC_V1)
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+    status, text = await scrape(http)
+    assert status == 200
+    after = parse(text)
+
+    def count(method: str, binding: str, outcome: str) -> float:
+        return value(after, "a2a_requests_total", method=method, binding=binding, outcome=outcome)
+
+    def timed(method: str, binding: str) -> float:
+        return value(after, "a2a_request_duration_seconds_count", method=method, binding=binding)
+
+    assert count("SendMessage", "JSONRPC", "OK") == 2  # 1.0 and the 0.3 message/send
+    assert count("GetTask", "JSONRPC", "TASK_NOT_FOUND") == 1
+    assert count("unknown", "JSONRPC", "METHOD_NOT_FOUND") == 1
+    assert count("ListTasks", "JSONRPC", "INVALID_REQUEST") == 1
+    assert count("SendStreamingMessage", "JSONRPC", "OK") == 1
+    assert count("SendMessage", "HTTP+JSON", "OK") == 1
+    assert count("GetTask", "HTTP+JSON", "TASK_NOT_FOUND") == 1
+    assert count("unknown", "HTTP+JSON", "METHOD_NOT_FOUND") == 1
+    assert count("SendMessage", "GRPC", "OK") == 1
+    assert count("GetTask", "GRPC", "TASK_NOT_FOUND") == 1
+    assert count("SendStreamingMessage", "GRPC", "OK") == 1
+    assert count("unknown", "GRPC", "METHOD_NOT_FOUND") == 1
+    # Latency: one observation per call, whatever its outcome; a bucket per bound.
+    assert timed("SendMessage", "JSONRPC") == 2
+    assert timed("GetTask", "GRPC") == 1
+    assert timed("SendStreamingMessage", "JSONRPC") == 1
+    assert timed("SendStreamingMessage", "GRPC") == 1
+    inf = value(
+        after,
+        "a2a_request_duration_seconds_bucket",
+        method="SendMessage",
+        binding="GRPC",
+        le="+Inf",
+    )
+    assert inf == 1
+    for binding in BINDINGS:  # every stream has ended
+        assert value(after, "a2a_open_streams", binding=binding) == 0
+
+    # Bounded cardinality: every label value comes from a fixed set, none is an id.
+    looks_like_an_id = re.compile(r"task-|ctx-|^m-|^g-|error:|frobnicate|" + re.escape(KEY))
+    for name, labels in after:
+        for label, shown in labels:
+            assert not looks_like_an_id.search(shown), (name, label, shown)
+            if label == "method":
+                assert shown in METHODS
+            elif label == "binding":
+                assert shown in BINDINGS
+            elif label == "outcome":
+                assert shown in OUTCOMES
+            else:
+                assert label == "le", (name, label)
+
+
+async def test_open_streams_gauge_counts_a_stream_while_it_is_open(
+    start_http: Starter, metrics: Metrics
+) -> None:
+    http = await start_http(metrics=metrics, config=ServerConfig(keepalive_interval_s=0.05))
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
+    body["params"] = text_message("h", "m-hang", hang=True)
+    async with asyncio.timeout(BOUND):
+        response = await http.client.post("/a2a", json=body, headers=V1)
+        await response.content.readline()  # the first event's line: the stream is open
+        during = parse((await scrape(http))[1])
+        assert value(during, "a2a_open_streams", binding="JSONRPC") == 1
+        response.close()  # the client leaves
+        await http.service.stream_closed.wait()
+        for _ in range(100):
+            after = parse((await scrape(http))[1])
+            if value(after, "a2a_open_streams", binding="JSONRPC") == 0:
+                break
+            await asyncio.sleep(0.02)
+    assert value(after, "a2a_open_streams", binding="JSONRPC") == 0
+    outcome = {"method": "SendStreamingMessage", "binding": "JSONRPC", "outcome": "CLIENT_GONE"}
+    assert value(after, "a2a_requests_total", **outcome) == 1
+
+
+def test_a_stray_label_value_is_folded_into_unknown_or_other(metrics: Metrics) -> None:
+    meter = metrics.grpc
+    meter.done("task-5f1e", "a caller's free text", meter.start())
+    samples = parse(metrics.exposition().decode())
+    stray = {"method": "unknown", "binding": "GRPC", "outcome": "OTHER"}
+    assert value(samples, "a2a_requests_total", **stray) == 1
+    assert (
+        value(samples, "a2a_request_duration_seconds_count", method="unknown", binding="GRPC") == 1
+    )
+
+
+def from_far_away() -> Any:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await handler(request.clone(remote=FAR_AWAY))
+
+    return middleware
+
+
+async def test_metrics_guard_loopback_or_a_caller_key(
+    start_http: Starter, metrics: Metrics, keyed_workspace: Path
+) -> None:
+    local = await start_http(metrics=metrics)
+    assert (await scrape(local))[0] == 200
+    # Anonymous access allowed (AllowAnonymous), but not from far away: 403.
+    anonymous = await start_http(metrics=metrics, middlewares=[from_far_away()])
+    status, text = await scrape(anonymous)
+    assert status == 403 and "a2a_requests" not in text
+    # Keys required: none or a wrong one is 401; a caller's key is let in.
+    keyed = await start_http(
+        metrics=metrics,
+        config=ServerConfig(workspaces=[keyed_workspace]),
+        authenticator=WorkspaceCallers([keyed_workspace]),
+        middlewares=[from_far_away()],
+    )
+    assert (await scrape(keyed))[0] == 401
+    assert (await scrape(keyed, **{"X-API-Key": "k-wrong-000000"}))[0] == 401
+    status, text = await scrape(keyed, **{"X-API-Key": KEY})
+    assert status == 200 and "a2a_requests_total" in text
+
+
+async def test_metrics_off_serves_no_metrics_route(start_http: Starter) -> None:
+    http = await start_http()  # NULL_METRICS
+    status, _ = await scrape(http)
+    assert status == 404  # the HTTP+JSON catch-all: no such route
+
+
+async def test_healthz_and_readyz(start_http: Starter) -> None:
+    problem: list[str | None] = [None]
+
+    async def store() -> str | None:
+        return problem[0]
+
+    http = await start_http(readiness=Readiness({"store": store}, cache_s=0))
+    async with asyncio.timeout(BOUND):
+        async with http.client.get("/healthz") as r:
+            assert r.status == 200 and await r.json() == {"status": "ok"}
+        async with http.client.get("/readyz") as r:
+            assert r.status == 200 and await r.json() == {"status": "ready"}
+        problem[0] = "the database does not answer"
+        async with http.client.get("/readyz") as r:
+            assert r.status == 503
+            assert await r.json() == {
+                "status": "not ready",
+                "problems": {"store": "the database does not answer"},
+            }
+        async with http.client.get("/healthz") as r:  # alive all the same
+            assert r.status == 200
+
+
+async def test_grpc_health_follows_readiness() -> None:
+    from a2a_gateway.server.auth import AllowAnonymous
+
+    problem: list[str | None] = [None]
+
+    async def store() -> str | None:
+        return problem[0]
+
+    readiness = Readiness({"store": store}, cache_s=0)
+    server, port = await build_grpc_server(
+        GrpcEchoService(),
+        ServerConfig(host="127.0.0.1", grpc_port=0),
+        AllowAnonymous(),
+        readiness=readiness,
+    )
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest(service="")
+            async with asyncio.timeout(BOUND):
+                assert (await readiness.problems()) == {}
+                found = await health.Check(request)
+                assert found.status == health_pb2.HealthCheckResponse.SERVING
+                problem[0] = "down"
+                assert (await readiness.problems()) == {"store": "down"}
+                found = await health.Check(request)
+                assert found.status == health_pb2.HealthCheckResponse.NOT_SERVING
+                problem[0] = None
+                await readiness.problems()
+                found = await health.Check(request)
+                assert found.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await server.stop(None)
+
+
+async def test_store_readiness(tmp_path: Path) -> None:
+    assert await MemoryTaskStore().readiness() is None
+    files = WorkspaceTaskStore(tmp_path)
+    try:
+        assert await files.readiness() is None
+    finally:
+        await files.aclose()
+    # Nothing listens on port 1: not ready, with a fixed reason (never the URL).
+    url = "postgresql://gw:s3cret-pw@127.0.0.1:1/gw"
+    pg = PostgresTaskStore(url, box=SecretBox(tmp_path), acquire_timeout_s=0.5)
+    try:
+        why = await pg.readiness()
+    finally:
+        await pg.aclose()
+    assert why == "the database does not answer"
+
+
+async def test_engine_gauges_read_at_scrape_time(metrics: Metrics) -> None:
+    engine = TaskEngine(FauxAgent(), MemoryTaskStore())
+    metrics.watch_engine(engine)
+    try:
+        message = pb.Message(
+            message_id="m-hold", role=pb.ROLE_USER, parts=[pb.Part(text="hold:30")]
+        )
+        request = pb.SendMessageRequest(
+            message=message, configuration=pb.SendMessageConfiguration(return_immediately=True)
+        )
+        async with asyncio.timeout(BOUND):
+            answer = await engine.send_message(request, CallContext())
+        during = parse(metrics.exposition().decode())
+        assert value(during, "a2a_runs_in_flight") == 1
+        assert value(during, "a2a_context_claims") == 1
+        async with asyncio.timeout(BOUND):
+            await engine.cancel_task(pb.CancelTaskRequest(id=answer.task.id), CallContext())
+            while engine.live_task_ids():  # noqa: ASYNC110 - the run ends after the answer
+                await asyncio.sleep(0.01)
+        after = parse(metrics.exposition().decode())
+        assert value(after, "a2a_runs_in_flight") == 0
+    finally:
+        await engine.aclose()
+
+
+async def test_gateway_serves_metrics_on_its_metrics_port(tmp_path: Path) -> None:
+    """``serve`` wiring, in-process: the engine's gauges and the bindings' counts on
+    ``--metrics-port``; the HTTP port keeps the health endpoints, not ``/metrics``."""
+    import aiohttp
+
+    from a2a_gateway.serve import Gateway
+    from a2a_gateway.settings import resolve
+
+    (tmp_path / "ws").mkdir()
+    flags = {
+        "workspace": [str(tmp_path / "ws")],
+        "allow_anonymous": True,
+        "port": 0,
+        "grpc_port": -1,
+        "metrics_port": 0,
+        "faux": True,
+    }
+    gateway = Gateway(resolve(flags, environ={}))
+    await gateway.start()
+    try:
+        http = f"http://127.0.0.1:{gateway.http_port}"
+        async with aiohttp.ClientSession() as session, asyncio.timeout(BOUND):
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}
+            body["params"] = text_message("hello", "m-gw")
+            async with session.post(f"{http}/a2a", json=body, headers=V1) as r:
+                assert "result" in await r.json()
+            async with session.get(f"{http}/metrics") as r:
+                assert r.status == 404
+            async with session.get(f"{http}/readyz") as r:
+                assert r.status == 200
+            async with session.get(f"http://127.0.0.1:{gateway.metrics_port}/metrics") as r:
+                assert r.status == 200
+                samples = parse(await r.text())
+    finally:
+        await gateway.stop()
+    sent = {"method": "SendMessage", "binding": "JSONRPC", "outcome": "OK"}
+    assert value(samples, "a2a_requests_total", **sent) == 1
+    assert ("a2a_runs_in_flight", frozenset()) in samples
+    assert any(name == "process_cpu_seconds_total" for name, _ in samples)
+
+
+async def test_grpc_streams_open_ended_by_the_client_and_failed_midway(metrics: Metrics) -> None:
+    from a2a_gateway.server.auth import AllowAnonymous
+
+    service = GrpcEchoService()
+    config = ServerConfig(host="127.0.0.1", grpc_port=0)
+    server, port = await build_grpc_server(service, config, AllowAnonymous(), meter=metrics.grpc)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            async with asyncio.timeout(BOUND):
+                call = stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="hang"), metadata=GRPC_V1)
+                await call.read()  # the snapshot: the stream is open
+                during = parse(metrics.exposition().decode())
+                assert value(during, "a2a_open_streams", binding="GRPC") == 1
+                call.cancel()
+                await service.closed["hang"].wait()
+                for _ in range(100):
+                    after = parse(metrics.exposition().decode())
+                    if value(after, "a2a_open_streams", binding="GRPC") == 0:
+                        break
+                    await asyncio.sleep(0.02)
+                failing = stub.SubscribeToTask(
+                    pb.SubscribeToTaskRequest(id="midstream:TaskNotFoundError"), metadata=GRPC_V1
+                )
+                with pytest.raises(grpc.aio.AioRpcError):
+                    async for _ in failing:
+                        pass
+    finally:
+        await server.stop(None)
+    samples = parse(metrics.exposition().decode())
+    assert value(samples, "a2a_open_streams", binding="GRPC") == 0
+    calls = {"method": "SubscribeToTask", "binding": "GRPC"}
+    assert value(samples, "a2a_requests_total", outcome="CLIENT_GONE", **calls) == 1
+    assert value(samples, "a2a_requests_total", outcome="TASK_NOT_FOUND", **calls) == 1
+    assert value(samples, "a2a_request_duration_seconds_count", **calls) == 2  # once each
+
+
+async def test_postgres_readiness_follows_the_database(
+    postgres: LocalPostgres,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """Not ready while the database refuses connections (its sessions ended, new ones
+    refused: what a stopped server looks like to the pool), ready again after."""
+    url = await fresh_database(postgres)
+    name = url.rsplit("/", 1)[1]
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), acquire_timeout_s=1.0)
+    admin = await asyncpg.connect(postgres.url)
+    try:
+        await store.start()
+        assert await store.readiness() is None
+        await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+        )
+        assert await store.readiness() == "the database does not answer"
+        await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        async with asyncio.timeout(BOUND):
+            while await store.readiness() is not None:  # noqa: ASYNC110 - the pool reconnects
+                await asyncio.sleep(0.05)
+    finally:
+        await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        await admin.close()
+        await store.aclose()

@@ -1,0 +1,75 @@
+"""What the metrics seam costs per call, in-process (docs/performance.md, issue 28).
+
+    .venv/bin/python -P tools/bench_metrics.py
+
+Times what a binding does per call with metrics on (``BindingMeter``: ``start`` and
+``done``, i.e. the clock twice, a dict lookup and an add for the count, a bisect and two
+adds for the histogram) against metrics off (``NULL_METER``), and a stream's extra reports
+(``observe``, ``opened``, ``closed``, ``count``); then one scrape (``exposition``) with
+every method x binding x a few outcomes in use. Best of several rounds, to see the
+cost without the host's noise; the sends/s comparison is the side-by-side bench's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from a2a_gateway.server.metrics import METHODS, NULL_METER, Meter, Metrics
+
+ROUNDS = 7
+CALLS = 200_000
+
+
+def best_ns(fn: Callable[[], None], calls: int) -> float:
+    """Best per-call time over ROUNDS rounds of ``calls`` calls, in ns."""
+    best = float("inf")
+    for _ in range(ROUNDS):
+        start = time.perf_counter_ns()
+        fn()
+        best = min(best, (time.perf_counter_ns() - start) / calls)
+    return best
+
+
+def unary(meter: Meter) -> Callable[[], None]:
+    def run() -> None:
+        done = meter.done
+        start = meter.start
+        for _ in range(CALLS):
+            done("SendMessage", "OK", start())
+
+    return run
+
+
+def stream(meter: Meter) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(CALLS):
+            started = meter.start()
+            meter.observe("SendStreamingMessage", started)
+            meter.opened()
+            meter.closed()
+            meter.count("SendStreamingMessage", "OK")
+
+    return run
+
+
+def main() -> None:
+    metrics = Metrics()
+    meter = metrics.jsonrpc
+    on = best_ns(unary(meter), CALLS)
+    off = best_ns(unary(NULL_METER), CALLS)
+    print(f"unary call: metrics on {on:.0f} ns, off {off:.0f} ns, cost {on - off:.0f} ns")
+    on = best_ns(stream(meter), CALLS)
+    off = best_ns(stream(NULL_METER), CALLS)
+    print(f"stream:     metrics on {on:.0f} ns, off {off:.0f} ns, cost {on - off:.0f} ns")
+    for each in (metrics.jsonrpc, metrics.rest, metrics.grpc):
+        for method in METHODS:
+            for outcome in ("OK", "TASK_NOT_FOUND", "INVALID_PARAMS", "UNAUTHENTICATED"):
+                each.done(method, outcome, each.start())
+    size = len(metrics.exposition())
+    scrape = best_ns(lambda: [metrics.exposition() for _ in range(20)] and None, 20)
+    print(f"scrape with every method x binding in use: {scrape / 1e6:.1f} ms, {size} bytes")
+
+
+if __name__ == "__main__":
+    main()
