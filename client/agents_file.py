@@ -17,7 +17,8 @@ Read fresh on every call (an edit applies to the next call). Rules:
   replaces the card's description in listings; ``allow_private`` (optional, boolean)
   lets this entry reach loopback and private addresses (otherwise only
   ``--allow-private-urls`` does); ``card_keys`` (optional, a JWKS object) makes the a2a
-  tool refuse the agent unless its card is signed by one of those keys.
+  tool refuse the agent unless its card is signed by one of those keys; ``transport``
+  (optional: ``jsonrpc``, ``rest`` or ``grpc``) picks that binding of the card.
 
 A missing (or blank) file is no agents. A file that is not JSON, or not an array, is no agents and
 :attr:`AgentsFile.error` says the file could not be read. A bad entry (bad name or url,
@@ -68,6 +69,8 @@ class AgentEntry:
     auth: ClientAuth | None = None
     #: With ``card_keys``: the keys the agent's card must be signed by.
     card_keys: KeySet | None = field(default=None, repr=False, compare=False)
+    #: ``jsonrpc``, ``rest`` or ``grpc``: the binding to use (None: the card's first).
+    transport: str | None = None
 
     @property
     def is_card_url(self) -> bool:
@@ -156,6 +159,9 @@ def parse_entry(value: Any, index: int) -> tuple[AgentEntry | None, str | None]:
     allow_private = value.get("allow_private", False)
     if not isinstance(allow_private, bool):
         return None, f"{where}: allow_private must be true or false"
+    transport = value.get("transport")
+    if transport is not None and transport not in TRANSPORTS:
+        return None, f"{where}: transport must be one of {', '.join(TRANSPORTS)}"
     auth = _auth(value)
     if isinstance(auth, str):
         return None, f"{where}: {auth}"
@@ -166,7 +172,7 @@ def parse_entry(value: Any, index: int) -> tuple[AgentEntry | None, str | None]:
         except ValueError as exc:
             return None, f"{where}: card_keys: {exc}"
     entry = AgentEntry(
-        name, value["url"].strip(), key, description.strip(), allow_private, auth, keys
+        name, value["url"].strip(), key, description.strip(), allow_private, auth, keys, transport
     )
     return entry, None
 
@@ -181,6 +187,7 @@ AUTH_FIELDS = (
     "token_url",
     "token_command",
 )
+TRANSPORTS = ("jsonrpc", "rest", "grpc")
 #: TLS fields (paths of PEM files): a client certificate goes with any credential.
 TLS_FIELDS = ("client_cert", "client_key", "ca_cert")
 SECRET_FIELDS = ("key", "basic_password", "client_secret")

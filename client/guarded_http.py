@@ -163,6 +163,7 @@ async def open_agent(
         http=http,
         auth=entry.auth,
         card_keys=entry.card_keys,
+        transport=entry.transport,
     )
     if service.binding == GRPC:
         try:

@@ -48,6 +48,7 @@ KEY_CAROL = "identity-carol-5e1d0c3b2a19"
 PASSWORD = "identity-bob-password-7c6b5a"
 INTROSPECTION_SECRET = "identity-gateway-introspects-3b2a1f"
 UNAUTHENTICATED = {401, -32000, grpc.StatusCode.UNAUTHENTICATED}
+BINDING_NAMES = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON", "grpc": "GRPC"}
 
 
 @dataclass
@@ -287,19 +288,27 @@ async def test_the_cli_takes_credentials_from_flags_and_the_environment(
         assert PASSWORD not in out.decode() + err.decode()
 
 
+@pytest.mark.parametrize("transport", BINDINGS)
 async def test_agents_json_entries_carry_credentials_for_the_a2a_tool(
-    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     use_secret(CLIENT_SECRET)
     site.idp.clients["dave"] = CLIENT_SECRET
     monkeypatch.setenv("IDENTITY_TEST_DAVE_SECRET", CLIENT_SECRET)
     entries: list[dict[str, Any]] = [
-        {"name": "as-bob", "url": site.base, "basic_user": "bob", "basic_password": PASSWORD},
+        {
+            "name": "as-bob",
+            "url": site.base,
+            "basic_user": "bob",
+            "basic_password": PASSWORD,
+            "transport": transport,
+        },
         {
             "name": "as-dave",
             "url": site.base,
             "client_id": "dave",
             "client_secret_env": "IDENTITY_TEST_DAVE_SECRET",
+            "transport": transport,
         },
         {"name": "two-ways", "url": site.base, "key": KEY_CAROL, "basic_user": "bob"},
         {"name": "no-secret", "url": site.base, "client_id": "dave"},
@@ -320,6 +329,7 @@ async def test_agents_json_entries_carry_credentials_for_the_a2a_tool(
     ]
     for name, owner in (("as-bob", "bob"), ("as-dave", "dave")):
         async with await open_agent(agents.agents[name], allow_private_urls=True) as agent:
+            assert agent.interface.protocol_binding == BINDING_NAMES[transport]
             reply = await agent.send_message(pb.SendMessageRequest(message=user_message(owner)))
             listed = await agent.list_tasks(pb.ListTasksRequest())
             assert [task.id for task in listed.tasks] == [reply.task.id]

@@ -189,18 +189,23 @@ async def test_our_client_presents_a_client_certificate(site: Site, transport: s
         assert await task_ids(robot) == {reply.task.id}  # the same caller: robot
 
 
+@pytest.mark.parametrize("transport", BINDINGS)
 async def test_the_a2a_tool_presents_the_certificate_agents_json_names(
-    site: Site, tmp_path: Path
+    site: Site, tmp_path: Path, transport: str
 ) -> None:
     entry = {
         "name": "robot-side",
         "url": site.base,
+        "transport": transport,
         "client_cert": str(site.robot.cert),
         "client_key": str(site.robot.key),
         "ca_cert": str(site.ca.cert),
     }
     agents = parse_agents([entry], tmp_path / "agents.json")
     async with await open_agent(agents.agents["robot-side"], allow_private_urls=True) as agent:
+        assert agent.transport.binding == {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON"}.get(
+            transport, "GRPC"
+        )
         reply = await agent.send_message(pb.SendMessageRequest(message=user_message("hi")))
     async with driving(site, "jsonrpc", site.robot) as robot:
         assert await task_ids(robot) == {reply.task.id}
