@@ -187,6 +187,19 @@ class Driver:
             raise _grpc_error(exc) from None
 
 
+def pending_records(workspace: Path) -> list[dict[str, Any]]:
+    """The records of ``<workspace>/.a2a/pending.json`` (none without the file). No
+    exists() first: the file is removed once its last record goes, which can fall between
+    a check and the read (a test failed once that way)."""
+    try:
+        records: list[dict[str, Any]] = json.loads(
+            (workspace / ".a2a" / "pending.json").read_text()
+        )
+    except FileNotFoundError:
+        return []
+    return records
+
+
 @dataclass
 class BearerDriver(Driver):
     """Presents the key as ``Authorization: Bearer``, or sends custom headers."""

@@ -26,6 +26,7 @@ from a2a_gateway.client import connect
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually
 from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
+from .conftest import pending_records
 
 LLM_KEY = "sk-delegation-e2e-7c41d09a2b"
 CHAT_BOUND_S = 90.0
@@ -156,8 +157,7 @@ def first_ids(text: str) -> tuple[str, str]:
 
 
 def pending(workspace: Path) -> list[dict[str, Any]]:
-    path = workspace / ".a2a" / "pending.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    return pending_records(workspace)
 
 
 async def task_state(remote: str, task_id: str) -> int:

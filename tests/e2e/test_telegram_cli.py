@@ -36,6 +36,8 @@ from tests.interop.conftest import free_ports
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
+from .conftest import pending_records
+
 OWNER = 111
 CALLER_KEY = "k-travel-bot-8d1f6a2c4e"
 HASHED_CALLER = "sha256:" + "ab" * 32
@@ -301,10 +303,8 @@ async def remote_gateway(tmp_path: Path) -> AsyncIterator[int]:
         yield port
 
 
-def pending_records(root: Path) -> list[dict[str, Any]]:
-    path = root / str(OWNER) / ".a2a" / "pending.json"
-    records: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
-    return records
+def owner_pending(root: Path) -> list[dict[str, Any]]:
+    return pending_records(root / str(OWNER))
 
 
 async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
@@ -337,7 +337,7 @@ async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
                 await bot_api.push_text(OWNER, "/a2a")
                 await bot_api.wait_for(lambda api: "Watches:" in api.chat_text(OWNER)[-1])
             report = bot_api.chat_text(OWNER)[-1]
-            records = pending_records(root)
+            records = owner_pending(root)
             assert report.startswith("A2A client: on")
             assert f"remote: task {records[0]['taskId']}, running" in report
             assert "remote: http://127.0.0.1" in report and "(key ...1c9d)" in report
@@ -354,7 +354,7 @@ async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
                 )
                 async with asyncio.timeout(10):
                     # Another process writes the file: nothing to wait on but the file.
-                    while pending_records(root):  # noqa: ASYNC110
+                    while owner_pending(root):  # noqa: ASYNC110
                         await asyncio.sleep(0.1)
     finally:
         await llm.aclose()
@@ -399,7 +399,7 @@ async def test_a_result_whose_follow_up_turn_the_stop_cut_short_is_kept(
                 await asyncio.sleep(0.05)
         assert "all done" in user_texts(llm.requests[0])[-1]
     await asyncio.wait_for(endless.closed.wait(), 30)  # the turn was cut short
-    assert [r["undelivered"] for r in pending_records(root)] == [text]
+    assert [r["undelivered"] for r in owner_pending(root)] == [text]
 
 
 async def test_a_result_whose_follow_up_turn_failed_is_kept(
@@ -427,6 +427,6 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
         )
         await app.watches.quiesce(root / str(OWNER), bound=30)
         assert "all done" in user_texts(llm.requests[0])[-1]
-        assert [r["undelivered"] for r in pending_records(root)] == [KEPT_TEXT]
+        assert [r["undelivered"] for r in owner_pending(root)] == [KEPT_TEXT]
     finally:
         await app.stop()
