@@ -329,8 +329,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "metrics",
         bool,
-        True,
-        "count calls and serve Prometheus metrics at /metrics (loopback or a caller key)",
+        False,
+        "count calls and serve Prometheus metrics at /metrics (loopback or a caller key);"
+        " off by default until its measured cost is understood (docs/performance.md)",
     ),
     Setting(
         "metrics_port",

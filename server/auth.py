@@ -556,20 +556,19 @@ class WorkspaceCallers(Authenticator):
         return BEARER_CHALLENGE
 
     async def identify(self, get: HeaderGetter, certificate: bytes | None = None) -> Identity:
-        entries = self.entries()
         try:
             presented = presented_credentials(get)
         except UnauthenticatedError as exc:  # malformed: name the schemes that would do
-            exc.challenge = exc.challenge or self._challenge(entries)
+            exc.challenge = exc.challenge or self._challenge(self.entries())
             raise
-        if (
-            presented is None
-            and certificate is not None
-            and any(entry.mtls is not None for entry in entries)
-        ):
-            return self._certified(certificate, entries)
-        if presented is None and self.allow_anonymous:
-            return ANONYMOUS_IDENTITY
+        if presented is None and certificate is None and self.allow_anonymous:
+            return ANONYMOUS_IDENTITY  # before the file is even looked at: the hot path
+        entries = self.entries()
+        if presented is None and certificate is not None:
+            if any(entry.mtls is not None for entry in entries):
+                return self._certified(certificate, entries)
+            if self.allow_anonymous:
+                return ANONYMOUS_IDENTITY
         if isinstance(presented, BasicCredentials):
             return await self._basic(presented, entries)
         if not presented:

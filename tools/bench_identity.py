@@ -15,72 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
-
-import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
+
+from load import free_port, sends, wait_ready  # noqa: E402
 
 from tests.idp import AUDIENCE, provider_in_thread  # noqa: E402
 
 KEY = "bench-identity-key-0f1e2d3c4b5a"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def wait_ready(url: str) -> None:
-    async with aiohttp.ClientSession() as http:
-        for _ in range(200):
-            try:
-                async with http.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise SystemExit(f"the gateway did not answer at {url}")
-
-
-async def sends(url: str, headers: dict[str, str], count: int, concurrency: int) -> float:
-    counter = itertools.count()
-    headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as http:
-
-        async def worker() -> None:
-            while next(counter) < count:
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "SendMessage",
-                    "params": {
-                        "message": {
-                            "role": "ROLE_USER",
-                            "messageId": uuid.uuid4().hex,
-                            "parts": [{"text": "hi"}],
-                        }
-                    },
-                }
-                async with http.post(url, data=json.dumps(body), headers=headers) as response:
-                    answer = await response.json(content_type=None)
-                    state = answer["result"]["task"]["status"]["state"]
-                    assert state == "TASK_STATE_COMPLETED", answer
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return count / (time.perf_counter() - started)
 
 
 async def bench(args: argparse.Namespace) -> None:

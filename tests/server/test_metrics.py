@@ -412,6 +412,7 @@ async def test_gateway_serves_metrics_on_its_metrics_port(tmp_path: Path) -> Non
         "port": 0,
         "grpc_port": -1,
         "metrics_port": 0,
+        "metrics": True,
         "faux": True,
     }
     gateway = Gateway(resolve(flags, environ={}))

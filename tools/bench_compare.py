@@ -1,0 +1,138 @@
+"""Two revisions of this repository, side by side: blocking sends/s of each, and the ratio.
+
+    .venv/bin/python -P tools/bench_compare.py BASE [HEAD] [--sends 4000] [--rounds 4]
+        [--concurrency 32] [--transport jsonrpc|rest]
+
+For each revision (anything ``git rev-parse`` takes; HEAD by default for the second),
+builds a package tree under ``build/bench-compare/<rev>`` from ``git archive`` laid out
+by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved rounds
+(the order alternating): ``a2a-gateway serve --faux`` of that tree, started from this
+venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/``, not
+/tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
+after each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median.
+
+Run it before resolving performance-sensitive work (a hot path, the engine, a store, a
+binding): docs/performance.md keeps the figures. The load is our own; no outside code.
+A measurement, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
+
+from load import free_port, sends, wait_ready  # noqa: E402
+
+WORK = ROOT / "build" / "bench-compare"
+
+
+def resolve(rev: str) -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short=12", rev], cwd=ROOT, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"not a revision: {rev}")
+    return done.stdout.strip()
+
+
+def package_tree(commit: str) -> Path:
+    """The importable packages of ``commit``, laid out as the editable install does."""
+    tree = WORK / commit / "pkgs"
+    if tree.exists():
+        return tree
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True)
+    source = WORK / commit / "src"
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(source, filter="data")
+    layout = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for package, folder in layout["package-dir"].items():
+        target = tree.joinpath(*package.split("."))
+        target.mkdir(parents=True, exist_ok=True)
+        for file in (source / folder).iterdir():
+            if file.is_file():
+                shutil.copy2(file, target / file.name)
+    return tree
+
+
+async def one_round(tree: Path, args: argparse.Namespace, name: str) -> float:
+    # A fresh folder each time, and the disk settled first: the previous run's fsynced
+    # files (or a folder removed just before) otherwise slow the next run's writes, and
+    # whichever server ran second in a round measured up to twice as fast.
+    workspace = WORK / "workspaces" / name
+    workspace.mkdir(parents=True)
+    os.sync()
+    await asyncio.sleep(1)
+    port = free_port()
+    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
+    command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    server = await asyncio.create_subprocess_exec(
+        *command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_ready(base + "/.well-known/agent-card.json")
+        url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
+        rest = args.transport == "rest"
+        await sends(url, {}, min(500, args.sends), args.concurrency, rest=rest)  # warm up
+        return await sends(url, {}, args.sends, args.concurrency, rest=rest)
+    finally:
+        server.terminate()
+        await asyncio.wait_for(server.wait(), 10)
+
+
+async def compare(args: argparse.Namespace) -> None:
+    revisions = [resolve(args.base), resolve(args.head)]
+    trees = {rev: package_tree(rev) for rev in revisions}
+    rates: dict[str, list[float]] = {rev: [] for rev in revisions}
+    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    for number in range(args.rounds):
+        order = revisions if number % 2 == 0 else revisions[::-1]
+        for rev in order:
+            rates[rev].append(await one_round(trees[rev], args, f"{rev}-{number}"))
+        base, head = (rates[rev][-1] for rev in revisions)
+        print(
+            f"round {number + 1}: {revisions[0]} {base:.0f}/s, {revisions[1]} {head:.0f}/s,"
+            f" ratio {head / base:.3f}"
+        )
+    ratios = [h / b for b, h in zip(*rates.values(), strict=True)]
+    summary = {
+        "base": revisions[0],
+        "head": revisions[1],
+        "transport": args.transport,
+        "ratio_median": round(statistics.median(ratios), 3),
+        "ratio_min": round(min(ratios), 3),
+        "ratio_max": round(max(ratios), 3),
+    }
+    print(json.dumps(summary))
+    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base")
+    parser.add_argument("head", nargs="?", default="HEAD")
+    parser.add_argument("--sends", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--transport", choices=("jsonrpc", "rest"), default="jsonrpc")
+    asyncio.run(compare(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

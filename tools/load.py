@@ -1,0 +1,64 @@
+"""The in-repo load the benchmark tools share: a free port, waiting for a card, and
+blocking sends at a concurrency (JSON-RPC or HTTP+JSON), each answer checked."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import time
+import uuid
+
+import aiohttp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_ready(url: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(200):
+            try:
+                async with http.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise SystemExit(f"the gateway did not answer at {url}")
+
+
+def _message() -> dict[str, object]:
+    return {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": "hi"}]}
+
+
+async def sends(
+    url: str, headers: dict[str, str], count: int, concurrency: int, *, rest: bool = False
+) -> float:
+    """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
+    with a new messageId; every answer must be a completed task."""
+    counter = itertools.count()
+    headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+
+        async def worker() -> None:
+            while next(counter) < count:
+                params = {"message": _message()}
+                body = (
+                    params
+                    if rest
+                    else {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+                )
+                async with http.post(url, data=json.dumps(body), headers=headers) as response:
+                    answer = await response.json(content_type=None)
+                    task = answer["task"] if rest else answer["result"]["task"]
+                    assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return count / (time.perf_counter() - started)
