@@ -203,8 +203,24 @@ def token_source(
             raise AuthRejected(
                 "client credentials need a token URL: the card names none (set token_url)"
             )
+        if not auth.token_url and not card_may_name_token_url(card, url):
+            raise AuthRejected(
+                "the card's token URL is neither https nor on the agent's host; our client"
+                " secret goes only there when token_url says so"
+            )
         return ClientCredentialsToken(url, auth.client_id, auth.client_secret, http)
     return None
+
+
+def card_may_name_token_url(card: pb.AgentCard, url: str) -> bool:
+    """Whether our client secret may go to a token URL the card names: https, or the host
+    of one of the card's own interfaces. The card is the agent's to write; a plain-http
+    URL elsewhere would hand the secret to whoever the card points at, in the clear."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    hosts = {urllib.parse.urlsplit(i.url).hostname for i in card.supported_interfaces}
+    return parts.scheme == "http" and parts.hostname is not None and parts.hostname in hosts
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,16 @@ _registered: set[str] = set()
 _registered_lock = threading.Lock()
 
 
+class FakeClock:
+    """An injectable clock (seconds) that tests move by hand: ``clock.now += 31``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def use_secret(*secrets: str) -> None:
     """Declare secrets this test uses that are in no callers.json / agents.json."""
     with _registered_lock:

@@ -34,6 +34,7 @@ SALT_BYTES = 16
 KEY_BYTES = 32
 MAX_PASSWORD_CHARS = 1024
 MAX_REMEMBERED = 1024
+MAX_CONCURRENT_KDFS = 2
 _HASH = re.compile(r"^scrypt\$(\d{1,2})\$(\d{1,2})\$(\d{1,2})\$([A-Za-z0-9_-]+)\$([A-Za-z0-9_-]+)$")
 CHALLENGE = 'Basic realm="a2a", charset="UTF-8"'
 MALFORMED = "The Basic credentials are not valid base64 of user:password"
@@ -120,6 +121,9 @@ class PasswordChecker:
     def __init__(self) -> None:
         self._pepper = secrets.token_bytes(32)  # remembered digests mean nothing elsewhere
         self._passed: OrderedDict[bytes, None] = OrderedDict()
+        # A flood of wrong passwords must not fill the default executor, which DNS
+        # lookups (outbound, identity providers) share: at most this many KDFs at once.
+        self._kdfs = asyncio.Semaphore(MAX_CONCURRENT_KDFS)
 
     def _memo(self, password: str, stored: str) -> bytes:
         data = stored.encode() + b"\0" + password.encode("utf-8", "surrogateescape")
@@ -130,7 +134,9 @@ class PasswordChecker:
         if memo in self._passed:
             self._passed.move_to_end(memo)
             return True
-        if not await asyncio.to_thread(verify_password, password, stored):
+        async with self._kdfs:
+            passed = await asyncio.to_thread(verify_password, password, stored)
+        if not passed:
             return False
         self._passed[memo] = None
         while len(self._passed) > MAX_REMEMBERED:

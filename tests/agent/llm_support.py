@@ -13,17 +13,10 @@ from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig, TurnEvent
 from a2a_gateway.agent.tools import ToolRegistry
 
+from ..conftest import FakeClock
 from .fake_llm import FakeLLM
 
 API_KEY = "sk-test-llm-4f2a9c7e1b3d5a6f"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
 
@@ -15,6 +16,7 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import (
     AuthRejected,
     CardError,
+    ClientAuth,
     Credentials,
     Redactor,
     card_url,
@@ -363,3 +365,40 @@ def test_public_surface_is_pinned() -> None:
     ]
     for name in client_api.__all__:
         assert hasattr(client_api, name)
+
+
+@pytest.mark.parametrize(
+    ("token_url", "allowed"),
+    [
+        ("https://auth.example/token", True),
+        ("http://127.0.0.1:9/token", True),  # the agent's own host
+        ("http://auth.example/token", False),  # elsewhere, in the clear
+        ("ftp://127.0.0.1/token", False),
+    ],
+)
+async def test_our_client_secret_goes_only_where_a_card_may_send_it(
+    token_url: str, allowed: bool
+) -> None:
+    card = pb.AgentCard(
+        supported_interfaces=[pb.AgentInterface(url="http://127.0.0.1:8/a2a")],
+        security_schemes={
+            "oauth2": pb.SecurityScheme(
+                oauth2_security_scheme=pb.OAuth2SecurityScheme(
+                    flows=pb.OAuthFlows(
+                        client_credentials=pb.ClientCredentialsOAuthFlow(token_url=token_url)
+                    )
+                )
+            )
+        },
+    )
+    auth = ClientAuth(client_id="me", client_secret="cards-may-not-take-this-secret")
+    async with httpx.AsyncClient() as http:
+        if allowed:
+            found = credentials_for(card, None, auth=auth, http=http)
+            assert found is not None and found.source is not None
+        else:
+            with pytest.raises(AuthRejected, match="neither https nor on the agent's host"):
+                credentials_for(card, None, auth=auth, http=http)
+        # Named by the owner, any URL is taken: the choice is theirs.
+        owned = ClientAuth(client_id="me", client_secret="x" * 12, token_url=token_url)
+        assert credentials_for(card, None, auth=owned, http=http) is not None

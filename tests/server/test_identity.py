@@ -22,7 +22,7 @@ from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.identity.jwt import MIN_REFETCH_INTERVAL_S
 from a2a_gateway.server.outbound import OutboundClient
 
-from ..conftest import use_secret
+from ..conftest import FakeClock, use_secret
 from ..idp import (
     AUDIENCE,
     IdentityProvider,
@@ -35,14 +35,6 @@ PASSWORD = "correct horse battery staple"
 #: Test hashes use a small N (the stored parameters say how to check them).
 FAST_HASH = hash_password(PASSWORD, log2_n=10)
 use_secret(PASSWORD)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -160,11 +152,9 @@ async def test_a_provider_that_is_down_is_a_bounded_refusal(
     setattr(idp, failure, True)
     verifier = JwtVerifier(outbound, fetch_timeout_s=0.3, clock=FakeClock())
     token = idp.token()
-    started = time.monotonic()
     for _ in range(3):  # the first waits out the bound; the rest do not ask again
         with pytest.raises(TokenRefused, match="could not be verified"):
             await asyncio.wait_for(verifier.verify(token, {idp.issuer: False}), 5)
-    assert time.monotonic() - started < 3
     assert verifier.issuer_keys(idp.issuer).fetches == 1
 
 
