@@ -32,10 +32,11 @@ from a2a_gateway.settings import resolve
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
 from ..agent.llm_support import API_KEY, llm
-from ..client.delegation_support import faux_gateway, workspace_calling
+from ..client.delegation_support import REMOTE_KEY, faux_gateway, workspace_calling
 from ..conftest import use_secret
 from ..otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from .conftest import BINDINGS, Driver
+from .outbound_support import webhook_receiver
 from .test_assistant_e2e import start_gateway
 
 __all__ = ["llm"]  # the scripted model, a fixture
@@ -152,7 +153,9 @@ async def test_a_delegated_task_is_one_trace_across_two_agents(
     assert len({s.trace_id for s in receiver.spans}) == 1
 
 
-async def test_json_log_lines_inside_a_traced_call_carry_its_ids(tmp_path: Path) -> None:
+async def test_log_lines_and_push_deliveries_of_a_traced_call_carry_its_trace(
+    tmp_path: Path,
+) -> None:
     formatter = JsonFormatter()
     lines: list[dict[str, Any]] = []
 
@@ -166,16 +169,23 @@ async def test_json_log_lines_inside_a_traced_call_carry_its_ids(tmp_path: Path)
     try:
         async with (
             otlp_receiver() as receiver,
-            faux_gateway(tmp_path, otlp_endpoint=receiver.url, access_log=True) as gateway,
+            webhook_receiver() as webhook,
+            faux_gateway(
+                tmp_path, otlp_endpoint=receiver.url, access_log=True, allow_private_urls=True
+            ) as gateway,
             aiohttp.ClientSession() as http,
         ):
             driver = TracedDriver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", None)
-            driver.key = "k_b_0123456789abcdef"
+            driver.key = REMOTE_KEY
             message = {"messageId": "m-log", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
-            await driver.call("SendMessage", {"message": message})
+            push = {"taskPushNotificationConfig": {"url": webhook.url("/hook")}}
+            await driver.call("SendMessage", {"message": message, "configuration": push})
+            hits = await webhook.wait_for("/hook", 2)  # WORKING, COMPLETED
             await gateway.stop()
-            call = receiver.one("A2A SendMessage")
+            call, run = chain(receiver, "A2A SendMessage", "A2A run")
     finally:
         logger.removeHandler(capture)
     (line,) = [entry for entry in lines if entry["message"].startswith("access JSONRPC")]
     assert (line["trace_id"], line["span_id"]) == (CALLER_TRACE, call.span_id)
+    for hit in hits:  # sent from the run: its span is the parent a webhook would see
+        assert hit.headers["traceparent"].split("-")[1:3] == [CALLER_TRACE, run.span_id]
