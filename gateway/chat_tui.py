@@ -181,6 +181,7 @@ class TerminalView:
     def finished(self) -> None:
         self.status = None
         self._flush()
+        self.console.print()  # a blank line before the next prompt
 
     def asked(self, question: str) -> None:
         self.status = None
