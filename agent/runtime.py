@@ -15,6 +15,7 @@ Host API::
             match event:
                 case TextDelta(text): ...      # show it as it arrives
                 case ToolStarted(name, arguments): ...
+                case ToolFinished(name, is_error): ...
                 case FileReady(filename, data, media_type): ...   # send_file
                 case Finished(text, truncated): ...               # the turn's reply
                 case Asked(question, schema, secret): ...         # request_input
@@ -84,6 +85,14 @@ class ToolStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolFinished:
+    """A tool call returned (``is_error``: its result is an error the model will read)."""
+
+    name: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class FileReady:
     """``send_file``: a file for the one the session talks with."""
 
@@ -121,7 +130,7 @@ class TurnFailed:
     text: str
 
 
-TurnEvent = TextDelta | ToolStarted | FileReady | Finished | Asked | TurnFailed
+TurnEvent = TextDelta | ToolStarted | ToolFinished | FileReady | Finished | Asked | TurnFailed
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +319,7 @@ class Runtime:
                     except InputNeeded as exc:
                         asked = (call, exc)
                         continue
+                    yield ToolFinished(call.name, result.is_error)
                 if isinstance(result, FileResult):
                     yield FileReady(result.filename, result.data, result.media_type)
                 content = f"Error: {result.text}" if result.is_error else result.text
@@ -378,6 +388,7 @@ __all__ = [
     "Runtime",
     "RuntimeConfig",
     "TextDelta",
+    "ToolFinished",
     "ToolStarted",
     "TurnEvent",
     "TurnFailed",

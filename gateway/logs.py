@@ -106,3 +106,18 @@ def setup_logging(level: str = "info", fmt: str = "plain") -> None:
     # The model provider's client (serve --llm): one line per request otherwise.
     for name in ("httpx2", "httpcore2", "openai"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def log_to_file(handler: logging.Handler, *, keep_stderr: bool = False) -> None:
+    """Send log lines to ``handler`` (a terminal program's log file), formatted as
+    :func:`setup_logging` formats them; the stderr handler stays only if
+    ``keep_stderr``."""
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if isinstance(old, _GatewayHandler):
+            handler.setFormatter(old.formatter)
+            if not keep_stderr:
+                root.removeHandler(old)
+    if handler.formatter is None:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
