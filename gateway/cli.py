@@ -20,7 +20,7 @@ from .callers_cli import add_parser as _add_callers
 from .callers_cli import run as _callers
 from .chat_settings import CHAT_SETTINGS
 from .logs import setup_logging
-from .settings import SETTINGS, Setting, Settings, SettingsError, resolve
+from .settings import SETTINGS, Setting, Settings, SettingsError, heading_order, resolve
 from .startup import StartupError, report
 from .telegram_settings import TELEGRAM_SETTINGS
 from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
@@ -59,8 +59,13 @@ def _help_with_default(setting: Setting) -> str:
 
 
 def _add_settings(parser: argparse.ArgumentParser, table: tuple[Setting, ...]) -> None:
-    """One flag per setting of ``table`` (bools as ``--x/--no-x``, lists repeatable)."""
-    for setting in table:
+    """One flag per setting of ``table`` (bools as ``--x/--no-x``, lists repeatable),
+    listed under the setting's heading."""
+    groups: dict[str, Any] = {}
+    for setting in sorted(table, key=lambda s: heading_order(s.heading)):
+        group = groups.get(setting.heading)
+        if group is None:
+            group = groups[setting.heading] = parser.add_argument_group(setting.heading)
         kwargs: dict[str, Any] = {
             "dest": setting.name,
             "default": None,
@@ -73,7 +78,7 @@ def _add_settings(parser: argparse.ArgumentParser, table: tuple[Setting, ...]) -
             kwargs["metavar"] = setting.name.upper()
         else:
             kwargs["type"] = setting.kind
-        parser.add_argument(setting.flag, **kwargs)
+        group.add_argument(setting.flag, **kwargs)
 
 
 def _add_host(sub: Any, name: str, table: tuple[Setting, ...], help_text: str, about: str) -> Any:
@@ -81,6 +86,7 @@ def _add_host(sub: Any, name: str, table: tuple[Setting, ...], help_text: str, a
     ``--config`` TOML file whose table is named after the verb."""
     parser = sub.add_parser(
         name,
+        usage=f"a2a-gateway {name} [options]  (by topic below; docs/configuration.md)",
         help=help_text,
         description=f"{about} Every setting can also be given as A2A_GATEWAY_<NAME> in the"
         f" environment or in the --config file ([{name}] table).",
