@@ -59,6 +59,7 @@ from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.metrics import NULL_METRICS, Metrics, MetricsLike
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pact import PactAuthenticator, PactMount, PactService
+from a2a_gateway.server.pact.config import pact_file
 from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
@@ -391,13 +392,17 @@ def keyless_problem(config: ServerConfig) -> str | None:
 
     Off loopback a key is always required, so a server whose workspaces list no caller
     at all (or that has no workspace) would refuse every call, or, before this rule,
-    answer everyone: it is refused before any port is bound.
+    answer everyone: it is refused before any port is bound. An enabled personal agent
+    in a pact.json is a caller too (a PACT-only server).
     """
     if is_loopback(config.host):
         return None
     for workspace in config.workspaces:
         entries, _ = read_callers(workspace / CALLERS_FILE, str(workspace))
         if entries:
+            return None
+        pact = pact_file(workspace).value()
+        if pact is not None and any(agent.enabled for agent in pact.agents):
             return None
     where = "no --workspace is given" if not config.workspaces else "no workspace has a caller"
     return (

@@ -10,6 +10,9 @@ from typing import Any
 
 import aiohttp
 
+from a2a_gateway.serve import keyless_problem, server_config
+from a2a_gateway.settings import resolve
+
 from ..agent.fake_llm import FakeLLM, Say, user_texts
 from ..agent.llm_support import llm
 from ..idp import running_provider
@@ -71,3 +74,14 @@ async def test_the_assistant_hears_the_personal_agent_and_its_user(
     # The second turn is in the same session: the model sees the first exchange.
     texts = user_texts(llm.requests[1])
     assert texts[0].endswith("Where is my order?") and texts[-1].endswith("Which one?")
+
+
+def test_an_enabled_personal_agent_is_a_caller_off_loopback(tmp_path: Path) -> None:
+    pact = tmp_path / ".a2a" / "pact.json"
+    pact.parent.mkdir(parents=True)
+    agent = {"issuer": "https://pa.example", "jwksUri": "https://pa.example/jwks"}
+    flags = {"host": "0.0.0.0", "workspace": [str(tmp_path)]}
+    for agents, refused in (([agent], False), ([{**agent, "enabled": False}], True)):
+        pact.write_text(json.dumps({"audience": AUDIENCE, "personalAgents": agents}))
+        problem = keyless_problem(server_config(resolve(flags, environ={})))
+        assert (problem is not None) == refused, agents
