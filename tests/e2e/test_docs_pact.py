@@ -5,7 +5,6 @@ the output."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..interop.conftest import free_ports
+from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Walk-through"
@@ -50,19 +50,9 @@ async def test_the_pact_walkthrough(tmp_path: Path) -> None:
         claims += [line.split("# → ", 1)[1] for line in block.splitlines() if "# → " in line]
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     env["PYTHON"] = sys.executable
-    process = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        "\n".join(parts),
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out_b, _ = await asyncio.wait_for(process.communicate(), 120)
-    out = out_b.decode()
+    returncode, out = await run_bash("\n".join(parts), tmp_path, env)
     log = (tmp_path / "gateway.log").read_text(errors="replace")
-    assert process.returncode == 0, (out[-3000:], log[-3000:])
+    assert returncode == 0, (out[-3000:], log[-3000:])
     for claim in claims:
         for fragment in claim.split("..."):
             assert fragment.strip() in out, (fragment, out[-3000:])

@@ -16,21 +16,11 @@ from a2a_gateway.settings import resolve
 from ..agent.fake_llm import FakeLLM, Say, user_texts
 from ..agent.llm_support import llm
 from ..idp import running_provider
+from ..server.test_pact import send_request as send
 from .test_assistant_e2e import start_gateway
 
 __all__ = ["llm"]  # the scripted provider fixture
 AUDIENCE = "acme-support"
-
-
-def send(text: str, message_id: str, context_id: str = "") -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "messageId": message_id,
-        "role": "ROLE_USER",
-        "parts": [{"text": text}],
-    }
-    if context_id:
-        message["contextId"] = context_id
-    return {"message": message}
 
 
 async def test_the_assistant_hears_the_personal_agent_and_its_user(

@@ -61,6 +61,18 @@ class CountingAgent(FauxAgent):
             yield output
 
 
+def send_request(text: str, message_id: str = "m-1", context_id: str = "") -> dict[str, Any]:
+    """A SendMessageRequest as ProtoJSON (a new conversation without ``context_id``)."""
+    message: dict[str, Any] = {
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    }
+    if context_id:
+        message["contextId"] = context_id
+    return {"message": message}
+
+
 @dataclass
 class Stack:
     """One gateway (engine, workspace store, both URLs) serving ``workspace``."""
@@ -82,14 +94,8 @@ class Stack:
         **extra: Any,
     ) -> tuple[int, dict[str, Any], Any]:
         """SendMessage; (HTTP status, headers, the result or the error object)."""
-        message: dict[str, Any] = {
-            "messageId": message_id,
-            "role": "ROLE_USER",
-            "parts": [{"text": text}],
-        }
-        if context_id:
-            message["contextId"] = context_id
-        return await self.call(binding, token, "SendMessage", {"message": message, **extra}, path)
+        params = {**send_request(text, message_id, context_id), **extra}
+        return await self.call(binding, token, "SendMessage", params, path)
 
     async def call(
         self, binding: str, token: str | None, method: str, params: Any, path: str = PACT
