@@ -31,7 +31,13 @@ from typing import Any, TypeGuard
 from a2a_gateway.protocol.context import Caller, OnBehalf
 from a2a_gateway.protocol.errors import UnauthenticatedError
 
-from ..auth import AUTHORIZATION_HEADER, Authenticator, HeaderGetter, Identity
+from ..auth import (
+    AUTHORIZATION_HEADER,
+    BEARER_CHALLENGE,
+    Authenticator,
+    HeaderGetter,
+    Identity,
+)
 from ..config import DEFAULT_PACT_MAX_LIFETIME_S
 from ..identity.jwt import Clock, JwtVerifier, TokenRefused, audience_contains, peek
 from ..limits import RateLimits
@@ -45,7 +51,6 @@ PACT_ALGORITHMS = frozenset({"ES256", "RS256"})
 MAX_REMEMBERED_JTIS = 100_000
 MAX_CLAIM_CHARS = 256
 CALLER_PREFIX = "pact."
-CHALLENGE = 'Bearer realm="a2a-pact"'
 
 
 class ReplayGuard:
@@ -170,7 +175,7 @@ class PactAuthenticator(Authenticator):
         if scheme.lower() != "bearer" or not token.strip():
             raise UnauthenticatedError(
                 "A personal agent's token is required (Authorization: Bearer <JWT>)",
-                challenge=CHALLENGE,
+                challenge=BEARER_CHALLENGE,
             )
         return token.strip()
 
