@@ -36,6 +36,7 @@ from a2a_gateway.server.pact import (
     ReplayGuard,
 )
 from a2a_gateway.server.pact.config import parse_pact
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import FakeClock
 from ..idp import IdentityProvider, hs256_with_public_key, running_provider, unsigned_token
@@ -52,7 +53,12 @@ class CountingAgent(FauxAgent):
 
     def __init__(self) -> None:
         self.runs = 0
+        self.replies = 0
         self.callers: list[Caller] = []
+
+    async def reply(self, turn: Turn) -> pb.Message | None:
+        self.replies += 1
+        return await super().reply(turn)
 
     async def run(self, turn: Turn) -> AsyncIterator[Output]:
         self.runs += 1
@@ -471,3 +477,26 @@ async def test_concurrent_retries_run_the_agent_once(start: Start, idp: Identity
     assert {a[0] for a in answers} == {200}
     assert len({json.dumps(a[2], sort_keys=True) for a in answers}) == 1
     assert stack.agent.runs == 1
+
+
+async def test_plain_message_replies_and_unfinished_tasks(
+    start: Start, idp: IdentityProvider
+) -> None:
+    stack = await start()
+    status, _, first = await stack.send(
+        "JSONRPC", idp.token("alice", audience=AUDIENCE), "message:hi"
+    )
+    assert status == 200 and reply_text(first["message"]) == "hi"
+    replies = stack.agent.replies
+    again = await stack.send("JSONRPC", idp.token("alice", audience=AUDIENCE), "message:hi")
+    assert again[2] == first and stack.agent.replies == replies  # not asked again
+    # Its context is alice's to continue, though no task was made.
+    status, _, failed = await stack.send(
+        "HTTP+JSON",
+        idp.token("alice", audience=AUDIENCE),
+        "fail:no such order",
+        message_id="m-2",
+        context_id=first["message"]["contextId"],
+    )
+    assert status == 200 and reply_text(failed["message"]) == "no such order"
+    assert failed["message"]["metadata"] == {"a2a-gateway.taskState": "TASK_STATE_FAILED"}
