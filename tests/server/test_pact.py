@@ -87,6 +87,7 @@ class Stack:
     base: str
     agent: CountingAgent
     workspace: Path
+    stop: Callable[[], Awaitable[None]]
 
     async def send(
         self,
@@ -186,13 +187,15 @@ async def start(
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
 
         async def stop() -> None:
+            if session.closed:
+                return
             await session.close()
             await server.close()
             await engine.aclose()
             await pact.authenticator.aclose()
 
         cleanups.append(stop)
-        return Stack(session, str(server.make_url("")).rstrip("/"), agent, tmp_path)
+        return Stack(session, str(server.make_url("")).rstrip("/"), agent, tmp_path, stop)
 
     yield starter
     for stop in reversed(cleanups):
@@ -234,10 +237,23 @@ async def test_the_stored_reply_survives_a_restart(start: Start, idp: IdentityPr
     first = await start()
     status, _, result = await first.send("JSONRPC", idp.token("alice", audience=AUDIENCE))
     assert status == 200
+    await first.stop()
     second = await start()  # a new engine and PACT service over the same workspace files
     again = await second.send("HTTP+JSON", idp.token("alice", audience=AUDIENCE))
     assert again[0] == 200 and again[2] == result
     assert second.agent.runs == 0
+    # The conversation is still alice's (and only hers) after the restart.
+    context_id = result["message"]["contextId"]
+    for user, code in (("alice", None), ("bob", -32602)):
+        got = await second.send(
+            "JSONRPC",
+            idp.token(user, audience=AUDIENCE),
+            "on",
+            message_id="m-2",
+            context_id=context_id,
+        )
+        assert got[0] == 200 and got[2].get("code") == code, got
+    assert second.agent.runs == 1
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
