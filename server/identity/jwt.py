@@ -36,6 +36,7 @@ import binascii
 import hashlib
 import json
 import logging
+import math
 import time
 import warnings
 from collections import OrderedDict
@@ -131,20 +132,25 @@ def peek(token: str) -> Unverified:
 def check_time_claims(claims: Mapping[str, Any], now: float, leeway_s: float) -> None:
     """``exp`` (required), ``nbf`` and ``iat`` against ``now`` with ``leeway_s``."""
     exp: Any = claims.get("exp")
-    if not _is_number(exp):
+    if not is_number(exp):
         raise TokenRefused("The token has no exp claim")
     if now > exp + leeway_s:
         raise TokenRefused("The token has expired")
     nbf: Any = claims.get("nbf")
-    if nbf is not None and (not _is_number(nbf) or now + leeway_s < nbf):
-        raise TokenRefused("The token is not valid yet")
     iat: Any = claims.get("iat")
-    if iat is not None and (not _is_number(iat) or now + leeway_s < iat):
+    for name, value in (("nbf", nbf), ("iat", iat)):
+        if value is not None and not is_number(value):
+            raise TokenRefused(f"The token's {name} claim is not a number")
+    if nbf is not None and now + leeway_s < nbf:
+        raise TokenRefused("The token is not valid yet")
+    if iat is not None and now + leeway_s < iat:
         raise TokenRefused("The token was issued in the future")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def is_number(value: Any) -> bool:
+    """A JSON number that is finite: Python's JSON reader also takes ``NaN`` and
+    ``Infinity``, and an ``exp`` of NaN would never expire (every comparison is false)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def audience_contains(claims: Mapping[str, Any], audience: str) -> bool:
@@ -394,6 +400,7 @@ __all__ = [
     "audience_contains",
     "check_time_claims",
     "inline_keys",
+    "is_number",
     "looks_like_jwt",
     "peek",
 ]

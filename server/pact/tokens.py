@@ -39,7 +39,14 @@ from ..auth import (
     Identity,
 )
 from ..config import DEFAULT_PACT_MAX_LIFETIME_S
-from ..identity.jwt import Clock, JwtVerifier, TokenRefused, audience_contains, peek
+from ..identity.jwt import (
+    Clock,
+    JwtVerifier,
+    TokenRefused,
+    audience_contains,
+    is_number,
+    peek,
+)
 from ..limits import RateLimits
 from .config import PactConfig, pact_file
 
@@ -156,7 +163,7 @@ class PactAuthenticator(Authenticator):
             raise TokenRefused("The token has no sub claim (the user)")
         if not _bounded_text(jti):
             raise TokenRefused("The token has no jti claim")
-        if not isinstance(iat, int | float) or isinstance(iat, bool):
+        if not is_number(iat):
             raise TokenRefused("The token has no iat claim")
         if claims["exp"] - iat > self.max_lifetime_s:
             raise TokenRefused(f"The token lives longer than {self.max_lifetime_s:g} s (exp - iat)")

@@ -285,6 +285,9 @@ async def test_each_bad_token_is_401_and_stores_nothing(
         "no jti": (idp.token("alice", audience=AUDIENCE, jti=None), "no jti"),
         "no sub": (idp.token("", audience=AUDIENCE), "no sub"),
         "no iat": (idp.token("alice", audience=AUDIENCE, iat=None), "no iat"),
+        "iat NaN": (idp.token("alice", audience=AUDIENCE, iat=float("nan")), "iat claim is not"),
+        "exp NaN": (idp.token("alice", audience=AUDIENCE, exp=float("nan")), "no exp"),
+        "not a JWT": ("a.b.c", "not valid base64url JSON"),
     }
     for case, (token, words) in bad.items():
         status, headers, error = await stack.send(binding, token, message_id=f"m-{case}")
