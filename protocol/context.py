@@ -51,6 +51,10 @@ class CallContext:
     activated_extensions: set[str] = field(default_factory=set)
     #: ``JSONRPC``, ``HTTP+JSON`` or ``GRPC``: the binding the call came in on (logs).
     binding: str = ""
+    #: Whether the agent may answer a new message with a plain Message
+    #: (``Agent.reply``). The PACT URL turns it off: every reply there is a turn whose
+    #: task keeps it for retries.
+    message_replies: bool = True
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), or ``None``."""

@@ -8,14 +8,15 @@ agents' users (:mod:`.tokens`):
   artifacts' parts, then, unless it completed, its status message (a question, a
   failure). No task is shown: the Message carries no taskId; a reply that did not
   complete says its state in ``metadata["a2a-gateway.taskState"]``.
+- Every message is a turn (``Agent.reply`` is not consulted: ``message_replies`` off),
+  so every reply has its task, and the store keeps what the rules below need.
 - A retried messageId (the same message again, :mod:`..engine.retries`) gets the same
   reply without running the agent: the engine's retry keys find the task the first
   attempt made (kept by the store: on disk with the workspace store, across restarts),
-  and the reply's messageId is derived from that task's id. A plain-Message reply of
-  the agent (``Agent.reply``, no task) is remembered in memory only.
+  and the reply's messageId is derived from that task's id.
 - A ``contextId`` continues a conversation of the same user only: one in which this
-  user has a task (or got a plain-Message reply here). Anyone else's, or one that does
-  not exist, is the same InvalidParams, so the answer tells nothing about others.
+  user has a task. Anyone else's, or one that does not exist, is the same
+  InvalidParams, so the answer tells nothing about others.
 - ``taskId`` (no tasks here), ``returnImmediately`` and an inline push config, the
   streaming operations, the task operations, the push operations and the extended card
   are UnsupportedOperation.
@@ -24,9 +25,7 @@ agents' users (:mod:`.tokens`):
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import TypeVar
 
 from google.protobuf import empty_pb2
 
@@ -35,18 +34,13 @@ from a2a_gateway.protocol.errors import UnsupportedOperationError
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..engine.retries import RetryKey, retry_key
 from ..engine.state import invalid
 
-#: Plain-Message replies (and their contexts) remembered for retries, per process.
-MAX_REMEMBERED_REPLIES = 10_000
 STATE_KEY = "a2a-gateway.taskState"
 NO_TASKS = "PACT: no tasks on this URL; send messages (the reply is a Message)"
 NO_STREAMING = "PACT: no streaming on this URL; use SendMessage"
 NO_PUSH = "PACT: no push notifications on this URL"
 UNKNOWN_CONTEXT = "is not a conversation of this user"
-_K = TypeVar("_K")
-_V = TypeVar("_V")
 _REPLY_IDS = uuid.UUID("0b6f1f4e-6b9e-4c55-9d0f-2f6f0e5f7a11")
 
 
@@ -67,12 +61,6 @@ def reply_of(task: pb.Task) -> pb.Message:
     return reply
 
 
-def _remember(table: OrderedDict[_K, _V], key: _K, value: _V) -> None:
-    table[key] = value
-    while len(table) > MAX_REMEMBERED_REPLIES:
-        table.popitem(last=False)
-
-
 async def _refused_stream(error: UnsupportedOperationError) -> AsyncIterator[pb.StreamResponse]:
     raise error
     yield pb.StreamResponse()  # pragma: no cover (makes this an async generator)
@@ -83,8 +71,6 @@ class PactService(A2AService):
 
     def __init__(self, service: A2AService) -> None:
         self.service = service
-        self._replies: OrderedDict[RetryKey, pb.Message] = OrderedDict()
-        self._contexts: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
@@ -97,29 +83,19 @@ class PactService(A2AService):
             raise UnsupportedOperationError(NO_TASKS)
         if configuration.HasField("task_push_notification_config"):
             raise UnsupportedOperationError(NO_PUSH)
-        caller = context.caller
-        key = retry_key(caller, message)
-        remembered = self._replies.get(key)
-        if remembered is not None:
-            return pb.SendMessageResponse(message=remembered)
         if message.context_id:
             await self._check_context(message.context_id, context)
         forwarded = pb.SendMessageRequest()
         forwarded.CopyFrom(request)
         forwarded.configuration.history_length = 0  # the reply needs none of it
+        context.message_replies = False
         answer = await self.service.send_message(forwarded, context)
-        if answer.HasField("message"):  # the agent's plain-Message reply: no task
-            _remember(self._replies, key, answer.message)
-            owned = (caller.workspace, caller.name, answer.message.context_id)
-            _remember(self._contexts, owned, None)
+        if answer.HasField("message"):  # a service that answered without a task anyway
             return answer
         return pb.SendMessageResponse(message=reply_of(answer.task))
 
     async def _check_context(self, context_id: str, context: CallContext) -> None:
         """The user's own conversation, else the one refusal for all other cases."""
-        caller = context.caller
-        if (caller.workspace, caller.name, context_id) in self._contexts:
-            return
         listing = pb.ListTasksRequest(context_id=context_id, page_size=1)
         found = await self.service.list_tasks(listing, context)
         if not found.tasks:

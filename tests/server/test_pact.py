@@ -498,18 +498,17 @@ async def test_concurrent_retries_run_the_agent_once(start: Start, idp: Identity
     assert stack.agent.runs == 1
 
 
-async def test_plain_message_replies_and_unfinished_tasks(
+async def test_every_message_is_a_turn_and_an_unfinished_one_says_its_state(
     start: Start, idp: IdentityProvider
 ) -> None:
     stack = await start()
+    # The faux agent would answer "message:hi" with a plain Message (Agent.reply); here
+    # it is a turn, whose task keeps the reply for retries.
     status, _, first = await stack.send(
         "JSONRPC", idp.token("alice", audience=AUDIENCE), "message:hi"
     )
-    assert status == 200 and reply_text(first["message"]) == "hi"
-    replies = stack.agent.replies
-    again = await stack.send("JSONRPC", idp.token("alice", audience=AUDIENCE), "message:hi")
-    assert again[2] == first and stack.agent.replies == replies  # not asked again
-    # Its context is alice's to continue, though no task was made.
+    assert status == 200 and reply_text(first["message"]) == "message:hi"
+    assert (stack.agent.replies, stack.agent.runs) == (0, 1)
     status, _, failed = await stack.send(
         "HTTP+JSON",
         idp.token("alice", audience=AUDIENCE),
