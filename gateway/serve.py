@@ -58,6 +58,8 @@ from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.metrics import NULL_METRICS, Metrics, MetricsLike
 from a2a_gateway.server.outbound import OutboundClient
+from a2a_gateway.server.pact import PactAuthenticator, PactMount, PactService
+from a2a_gateway.server.pact.config import pact_file
 from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
@@ -176,6 +178,7 @@ def identity_config(settings: Settings) -> IdentityConfig:
         introspection_client_secret=secret,
         introspection_cache_s=settings["introspection_cache"],
         oauth2_token_url=settings["oauth2_token_url"].strip(),
+        pact_max_lifetime_s=settings["pact_token_max_lifetime"],
     )
 
 
@@ -323,6 +326,33 @@ def build_retention(settings: Settings, store: TaskStore) -> Retention | None:
     return Retention(store.stores, max_age_s, files=files)
 
 
+def jwt_verifier(config: ServerConfig) -> JwtVerifier:
+    """A verifier with its own guarded client: identity providers are addresses from
+    the workspace's files (callers.json, pact.json)."""
+    identity = config.identity
+    return JwtVerifier(
+        OutboundClient(
+            allow_private_urls=config.allow_private_urls, timeout_s=identity.fetch_timeout_s
+        ),
+        leeway_s=identity.jwt_leeway_s,
+        fetch_timeout_s=identity.fetch_timeout_s,
+    )
+
+
+def build_pact(config: ServerConfig, service: A2AService) -> PactMount | None:
+    """The PACT URL over ``service`` (the engine), for the personal agents each
+    workspace's pact.json lists (read fresh: none yet is every token refused)."""
+    if not config.workspaces:
+        return None
+    authenticator = PactAuthenticator(
+        config.workspaces,
+        jwt_verifier(config),
+        max_lifetime_s=config.identity.pact_max_lifetime_s,
+        limits=config.rate_limits,
+    )
+    return PactMount(PactService(service), authenticator)
+
+
 def build_authenticator(config: ServerConfig) -> Authenticator:
     """Who may call. The anonymous caller exists only on a loopback address: without a
     workspace there (the zero-configuration default) everyone is anonymous; elsewhere
@@ -332,14 +362,7 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
     if not config.workspaces and loopback:
         return AllowAnonymous(limits=config.rate_limits)
     identity = config.identity
-    verifier = JwtVerifier(
-        # Its own guarded client: identity providers are addresses from callers.json.
-        OutboundClient(
-            allow_private_urls=config.allow_private_urls, timeout_s=identity.fetch_timeout_s
-        ),
-        leeway_s=identity.jwt_leeway_s,
-        fetch_timeout_s=identity.fetch_timeout_s,
-    )
+    verifier = jwt_verifier(config)
     introspector = None
     if identity.introspection_url:
         introspector = Introspector(
@@ -370,13 +393,17 @@ def keyless_problem(config: ServerConfig) -> str | None:
 
     Off loopback a key is always required, so a server whose workspaces list no caller
     at all (or that has no workspace) would refuse every call, or, before this rule,
-    answer everyone: it is refused before any port is bound.
+    answer everyone: it is refused before any port is bound. An enabled personal agent
+    in a pact.json is a caller too (a PACT-only server).
     """
     if is_loopback(config.host):
         return None
     for workspace in config.workspaces:
         entries, _ = read_callers(workspace / CALLERS_FILE, str(workspace))
         if entries:
+            return None
+        pact = pact_file(workspace).value()
+        if pact is not None and any(agent.enabled for agent in pact.agents):
             return None
     where = "no --workspace is given" if not config.workspaces else "no workspace has a caller"
     return (
@@ -496,6 +523,8 @@ class Gateway:
         if tracing_wanted(settings["otlp_endpoint"]):
             self.tracing = Tracing(settings["otlp_endpoint"])
             self.service = Traced(self.service, self.tracing.tracer)
+        # The PACT URL (server/pact) serves the hosted agent, not an upstream's.
+        self.pact = build_pact(self.config, self.service) if self.engine is not None else None
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
         # nothing. The engine is read at scrape time (its gauges), never on its path.
         self.metrics: MetricsLike = Metrics() if settings["metrics"] else NULL_METRICS
@@ -542,6 +571,7 @@ class Gateway:
             metrics=self.metrics,
             readiness=self.readiness,
             serve_metrics=self.metrics_port is None,
+            pact=self.pact,
         )
         if self._routes is not None:
             self._routes(app)
@@ -606,6 +636,8 @@ class Gateway:
             await self._runner.cleanup()
             self._runner = None
         await self.authenticator.aclose()  # after the bindings: no request still asks
+        if self.pact is not None:
+            await self.pact.authenticator.aclose()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
             self._metrics_runner = None

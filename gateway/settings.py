@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.server.config import DEFAULT_PACT_MAX_LIFETIME_S
 
 ENV_PREFIX = "A2A_GATEWAY_"
 #: Where a local Ollama serves its OpenAI-compatible API (``--llm-base-url``).
@@ -327,6 +328,13 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         5.0,
         "seconds an identity provider (discovery, JWKS) has to answer",
+        above=0,
+    ),
+    Setting(
+        "pact_token_max_lifetime",
+        float,
+        DEFAULT_PACT_MAX_LIFETIME_S,
+        "seconds a personal agent's token may live (exp - iat) on the PACT URL",
         above=0,
     ),
     Setting(

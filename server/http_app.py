@@ -43,6 +43,7 @@ from .http_context import (
     unexpected,
 )
 from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
+from .pact import mount as pact_mount
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +139,12 @@ def build_http_app(
     metrics: MetricsLike = NULL_METRICS,
     readiness: health.Readiness | None = None,
     serve_metrics: bool = True,
+    pact: pact_mount.PactMount | None = None,
 ) -> web.Application:
     """The gateway's HTTP app. ``metrics`` is what the bindings report to (off: the
     null one); with ``serve_metrics`` (no ``--metrics-port``) it is also served at
     ``/metrics``, guarded (:func:`handle_guarded_metrics`). ``readiness`` adds
-    ``/healthz`` and ``/readyz``."""
+    ``/healthz`` and ``/readyz``; ``pact`` the PACT URL (server/pact)."""
     app = web.Application(
         middlewares=[_errors], client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS
     )
@@ -173,6 +175,8 @@ def build_http_app(
     for path in {jsonrpc_path, jsonrpc_path.rstrip("/") + "/"}:
         app.router.add_post(path, jsonrpc.handle)
         app.router.add_route(hdrs.METH_ANY, path, jsonrpc.not_post)
+    if pact is not None:
+        pact_mount.mount(app, pact)
     if rest_prefix:
         app.router.add_route(hdrs.METH_ANY, rest_prefix, rest.handle)
     app.router.add_route(hdrs.METH_ANY, rest_prefix + "/{tail:.*}", rest.handle)

@@ -153,7 +153,7 @@ class Intake:
         busy_key = (caller.workspace, caller.name, context_id)
         if busy_key in self._state.busy:
             raise UnsupportedOperationError(CONTEXT_BUSY)
-        if hops <= self._state.max_hops:
+        if hops <= self._state.max_hops and context.message_replies:
             reply = await self._reply(request, caller, context_id, hops)
             if reply is not None:
                 return reply

@@ -7,7 +7,6 @@ a claim: each fragment between ``...`` must appear in the output."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from typing import Any
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
 from ..interop.conftest import free_ports
+from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### Two gateways: one assistant delegating to another"
@@ -66,20 +66,10 @@ async def test_two_gateways_walkthrough(tmp_path: Path) -> None:
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
         env.update({"A2A_GATEWAY_LLM_BASE_URL": llm.base_url, "A2A_GATEWAY_LLM_API_KEY": LLM_KEY})
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            "\n".join(parts),
-            cwd=tmp_path,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        out_b, _ = await asyncio.wait_for(process.communicate(), 120)
+        returncode, out = await run_bash("\n".join(parts), tmp_path, env)
     finally:
         await llm.aclose()
-    out = out_b.decode()
-    assert process.returncode == 0, out[-3000:]
+    assert returncode == 0, out[-3000:]
     for claim in claims:
         for fragment in claim.split("..."):
             assert fragment.strip() in out, (fragment, out[-3000:])
