@@ -32,7 +32,7 @@ from a2a_gateway.client.watches import Deliver, WatchRegistry
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.host import valid_zone
-from a2a_gateway.telegram.status import status_report
+from a2a_gateway.telegram.status import recent_tasks, status_report
 
 from .assistant_host import build_assistant, build_runtime
 from .logs import redact, register_secret
@@ -175,8 +175,10 @@ class TelegramApp:
 
     async def status(self, chat_id: int, workspace: Path) -> str:
         """``/a2a``: the chat's agents, watches and callers (keys never in full)."""
+        store = self.gateway.store if self.gateway is not None else None
+        recent = await recent_tasks(store, workspace) if store is not None else {}
         return await asyncio.to_thread(
-            status_report, workspace, client_on=self.a2a_tool is not None
+            status_report, workspace, client_on=self.a2a_tool is not None, recent=recent
         )
 
     def _webhook_path(self) -> str:
