@@ -44,21 +44,26 @@ class CallOptions:
     stream (until the response headers or the first message). ``idle_timeout`` bounds
     every later wait for a stream event. ``on_extensions`` receives the extensions the
     agent reports as activated (the ``A2A-Extensions`` response header or metadata).
+    ``headers`` are the caller's own service parameters (``--header NAME=VALUE``).
     """
 
     timeout: float = DEFAULT_TIMEOUT
     idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     extensions: frozenset[str] = frozenset()
     on_extensions: Callable[[frozenset[str]], None] = field(default=_ignore)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def service_headers(
     options: CallOptions, credentials: Credentials | None, version: str = PROTOCOL_VERSION
 ) -> dict[str, str]:
-    """The service parameters sent on every request (digest §9), plus the credentials."""
+    """The service parameters sent on every request (digest §9): the version, the
+    extensions, the caller's own (which may replace those two), then the credentials."""
     headers = {VERSION_HEADER: version}
     if options.extensions:
         headers[EXTENSIONS_HEADER] = format_extensions(options.extensions)
+    for name, value in options.headers:
+        headers[name] = value
     if credentials is not None:
         headers.update(credentials.headers())
     return headers

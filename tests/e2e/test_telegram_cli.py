@@ -33,8 +33,8 @@ from tests.agent.fake_llm import (
     user_texts,
 )
 from tests.interop.conftest import free_ports
-from tests.telegram.conftest import BOT_TOKEN
 from tests.pg_support import fresh_database
+from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
 from .conftest import pending_records
