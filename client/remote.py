@@ -15,8 +15,8 @@ import httpx
 from google.protobuf import empty_pb2, message
 from joserfc.jwk import KeySet
 
-from a2a_gateway.protocol.card_signature import CardSignatureError, verify_card
 from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.card_signature import CardSignatureError, verify_card
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.compat03 import LEGACY_VERSION
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
@@ -35,7 +35,6 @@ from .jsonrpc import JsonRpcTransport
 from .jsonrpc03 import JsonRpc03Transport
 from .rest import RestTransport
 from .rest03 import Rest03Transport
-from .wire_log import WireLog
 from .transport import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -46,6 +45,7 @@ from .transport import (
     M,
     Transport,
 )
+from .wire_log import WireLog
 
 log = logging.getLogger(__name__)
 

@@ -290,6 +290,25 @@ def _takes(parser: argparse.ArgumentParser) -> str:
     return f"{verb} takes {' '.join(words)}" if words else f"{verb} takes no positional argument"
 
 
+def _flags_without_values(
+    parser: argparse.ArgumentParser, argv: Sequence[str], extras: list[str]
+) -> list[str]:
+    """``--json takes no value``: for a value given to a flag that takes none (the
+    a2a-go CLI's ``send --json '{message}'``)."""
+    hints: list[str] = []
+    for extra in extras:
+        if extra.startswith("-") or extra not in argv:
+            continue
+        at = list(argv).index(extra)
+        action = parser._option_string_actions.get(argv[at - 1]) if at > 0 else None
+        if action is not None and action.nargs == 0 and argv[at - 1] not in hints:
+            hint = f"{argv[at - 1]} takes no value"
+            if action.dest == "json" and "message_json" in {a.dest for a in parser._actions}:
+                hint += " (it asks for JSON output): send a whole Message with --message JSON"
+            hints.append(hint)
+    return hints
+
+
 def unknown_arguments(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,
@@ -314,17 +333,37 @@ def unknown_arguments(
     message = "unrecognized arguments: " + " ".join(named)
     if values:
         message += f"{' and ' if named else ''}{values} value{'s' if values > 1 else ''} not shown"
-    words = [w for w, e in zip(shown, extras, strict=True) if w is not None and not e.startswith("-")]
-    if words:
-        hints.append(_takes(chosen) + ("; quote a text of several words" if "TEXT" in _takes(chosen) else ""))
+    hints += _flags_without_values(chosen, argv, extras)
+    if any(word is not None and not word.startswith("-") for word in shown):
+        takes = _takes(chosen)
+        hints.append(takes + ("; quote a text of several words" if "TEXT" in takes else ""))
     if hints:
         message += " (" + "; ".join(hints) + ")"
     return f"{message} (see '{chosen.prog} --help')"
 
 
+#: The a2a-go CLI's verbs (``a2a discover URL``, ``a2a get task URL ID``) as ours.
+_FOREIGN_VERBS = {
+    ("discover",): ["card"],
+    ("get", "card"): ["card"],
+    ("get", "task"): ["get"],
+    ("list", "tasks"): ["list"],
+}
+
+
+def a2a_go_verbs(argv: list[str]) -> list[str]:
+    """``argv`` with an a2a-go verb spelled as ours: ``discover`` is ``card``, and the
+    nouns ``get task``, ``get card`` and ``list tasks`` need are dropped (no URL is
+    spelled ``task`` or ``tasks``, so the words cannot be meant otherwise)."""
+    for words, ours in _FOREIGN_VERBS.items():
+        if tuple(argv[: len(words)]) == words:
+            return ours + argv[len(words) :]
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = a2a_go_verbs(list(sys.argv[1:] if argv is None else argv))
     args, extras = parser.parse_known_args(argv)
     if extras:
         return report(

@@ -1,7 +1,7 @@
 """Start-up mistakes through the real command: one line on stderr, never a traceback.
 
-A port that is already taken exits 1; a mistake in how the gateway was started (a
-workspace, --agent, the TOML file, a flag) exits 2."""
+A mistake in how the gateway was started (a port already taken, a workspace, --agent,
+the TOML file, a flag) exits 2."""
 
 from __future__ import annotations
 
@@ -14,22 +14,29 @@ from pathlib import Path
 import pytest
 
 
-def test_port_in_use_is_a_clean_error() -> None:
+@pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
+@pytest.mark.parametrize("mode", ["serve", "proxy"])
+def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(
+    capsys: pytest.CaptureFixture[str], flag: str, mode: str
+) -> None:
+    # A gRPC port in use exited 1 with a line of gRPC's C core, an HTTP one exited 1.
+    from a2a_gateway.cli import main
+
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--port", str(port),
-             "--grpc-port", "-1"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )  # fmt: skip
-    assert result.returncode == 1
-    assert "cannot start" in result.stderr
-    assert "address already in use" in result.stderr
-    assert "Traceback" not in result.stderr
+        ports = {"--port": "0", "--grpc-port": "0", flag: str(port)}
+        upstream = ["--upstream", "http://127.0.0.1:9"] if mode == "proxy" else ["--faux"]
+        argv = ["serve", *upstream, "--allow-anonymous"]
+        code = main([*argv, *(word for pair in ports.items() for word in pair)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.splitlines()[-1] == (
+        f"a2a-gateway: cannot listen on 127.0.0.1:{port} ({flag}): address already in use"
+    )
+    assert "Traceback" not in err and "add_port" not in err, err
+    assert " ERROR " not in err, err
 
 
 # --- start-up mistakes: one line on stderr, exit status 2, no traceback ---------------
