@@ -565,9 +565,7 @@ class Gateway:
             try:
                 await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
             except OSError as exc:
-                raise bind_failure(
-                    exc, config.host, self.metrics_port, "--metrics-port"
-                ) from None
+                raise bind_failure(exc, config.host, self.metrics_port, "--metrics-port") from None
             self.metrics_port = int(self._metrics_runner.addresses[0][1])
             log.info("metrics on http://%s:%s/metrics", config.host, self.metrics_port)
         if self._grpc is not None:

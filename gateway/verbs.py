@@ -26,6 +26,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 import urllib.parse
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
@@ -46,11 +47,14 @@ from a2a_gateway.client import (
     Unreachable,
     send_request,
 )
+from a2a_gateway.client.cards import fetch_card_value
 from a2a_gateway.client.errors import Redactor
+from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.client.messages import INTERRUPTED_STATES, TERMINAL_STATES
 from a2a_gateway.client.transport import DEFAULT_TIMEOUT
 from a2a_gateway.client.wire_log import is_credential_header
 from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.card_rules import card_problems
 from a2a_gateway.protocol.card_signature import trusted_keys
 from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -65,6 +69,7 @@ EXIT_USAGE = 2
 EXIT_AUTH = 3
 EXIT_UNREACHABLE = 4
 EXIT_TASK_STATE = 5
+EXIT_CARD_INVALID = 6
 EXIT_INTERRUPTED = 130
 
 KEY_ENV = "A2A_GATEWAY_KEY"
@@ -81,6 +86,7 @@ exit status:
   {EXIT_AUTH}  authentication failed (key missing or rejected)
   {EXIT_UNREACHABLE}  agent unreachable, or no answer within --timeout
   {EXIT_TASK_STATE}  the task ended in a state --fail-on-state names (send, subscribe)
+  {EXIT_CARD_INVALID}  card --validate found problems in the card
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); the task's id and how to follow it are printed
 
 The key comes from --key or the {KEY_ENV} environment variable (keeps it out of
@@ -284,7 +290,13 @@ def add_verbs(sub: Any) -> None:
         _common(parser)
         return parser
 
-    verb("card", "show an agent's card (the extended card when a key is given)")
+    card = verb("card", "show an agent's card (the extended card when a key is given)")
+    card.add_argument(
+        "--validate",
+        action="store_true",
+        help="check the public card against the A2A 1.0 schema and the spec's rules; each"
+        f" problem on its own line, exit {EXIT_CARD_INVALID} if there is any",
+    )
 
     send = verb("send", "send a message to an agent and print its answer")
     send.add_argument(
@@ -722,6 +734,10 @@ class UsageError(Exception):
     """The request cannot be built from the arguments (exit status 2)."""
 
 
+class CardInvalid(Exception):
+    """``card --validate`` found problems (already printed; exit status 6)."""
+
+
 class _Call:
     """What every verb needs: its arguments, the output, a connection on demand, and the
     task it is about (for the hints on Ctrl-C and timeouts)."""
@@ -825,8 +841,40 @@ class _Call:
                 self.printer.save(part)
 
 
+async def _validate_card(call: _Call) -> None:
+    """``card --validate``: the public card as served, checked (:mod:`card_rules`)."""
+    args = call.args
+    target = call.target
+    if target.url:
+        async with new_http_client(args.timeout) as http:
+            source, value = await call.waiting(
+                fetch_card_value(target.url, http=http, timeout=args.timeout),
+                "fetching the card...",
+            )
+    else:  # a gRPC agent without a card over HTTP: the one GetExtendedAgentCard answers
+        async with await call.connect() as agent:
+            card = await call.waiting(agent.get_extended_agent_card(), "fetching the card...")
+        source, value = f"grpc://{target.grpc}", codec.to_dict(card)
+    problems = card_problems(value)
+    if call.printer.as_json:
+        call.printer.write(
+            orjson.dumps({"card": source, "valid": not problems, "problems": problems}).decode()
+            + "\n"
+        )
+    else:
+        for problem in problems:
+            call.printer.line(problem)
+        verdict = f"{len(problems)} problem(s)" if problems else "valid (A2A 1.0)"
+        call.printer.line(f"{source}: {verdict}")
+    if problems:
+        raise CardInvalid(len(problems))
+
+
 async def _card(call: _Call) -> None:
     args = call.args
+    if args.validate:
+        await _validate_card(call)
+        return
     card = await call.waiting(
         agent_card(
             call.target,
@@ -1120,7 +1168,11 @@ async def _run(
             # A second Ctrl-C is Python's own KeyboardInterrupt again (exit 130 at once).
             loop.remove_signal_handler(signal.SIGINT)
 
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        # Signals reach the main thread only (a verb run in a worker thread, as the
+        # tests run it in-process, leaves Ctrl-C to its caller).
+        handles_sigint = threading.current_thread() is threading.main_thread()
+        if handles_sigint:
+            loop.add_signal_handler(signal.SIGINT, on_interrupt)
         try:
             await work
         except asyncio.CancelledError:
@@ -1142,8 +1194,11 @@ async def _run(
             progress.hide()
             print(f"a2a-gateway {args.verb}: {redact(str(exc))}", file=err)
             return EXIT_USAGE
+        except CardInvalid:
+            return EXIT_CARD_INVALID
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            if handles_sigint:
+                loop.remove_signal_handler(signal.SIGINT)
         failing = getattr(args, "fail_on_state", frozenset())
         if call.task_id and call.state in failing:
             print(
