@@ -1199,7 +1199,7 @@ async def _run(
         finally:
             if handles_sigint:
                 loop.remove_signal_handler(signal.SIGINT)
-        failing = getattr(args, "fail_on_state", frozenset())
+        failing: frozenset[int] = getattr(args, "fail_on_state", frozenset())
         if call.task_id and call.state in failing:
             print(
                 f"a2a-gateway {args.verb}: task {call.task_id} ended {state_name(call.state)}"
