@@ -162,6 +162,8 @@ async def build_grpc_server(
     """
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
+    # Before the server exists: one dropped unstarted and unstopped crashes grpc's core.
+    check_bindable(config.host, config.grpc_port)
     server = grpc.aio.server(options=server_options(config))
     bounds = GrpcBounds(
         request_s=config.body_read_timeout_s,
@@ -178,13 +180,13 @@ async def build_grpc_server(
         )
     )
     requested = grpc_address(config.host, config.grpc_port)
-    check_bindable(config.host, config.grpc_port)
     try:
         if config.tls is not None:
             port = server.add_secure_port(requested, grpc_server_credentials(config.tls))
         else:
             port = server.add_insecure_port(requested)
     except RuntimeError as exc:  # grpc reports bind failures as RuntimeError
+        await server.stop(None)
         raise OSError(f"cannot bind gRPC server to {requested}: {exc}") from None
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     for name in HEALTH_SERVICES:
