@@ -45,7 +45,7 @@ from .transport import (
     M,
     Transport,
 )
-from .wire_log import WireLog
+from .wire_log import wired
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ async def connect(
         credentials = credentials_for(card, key, signing_secret, auth=auth, http=http)
         calls = make_transport(interface, http=http, credentials=credentials, redact=redact)
         service = RemoteService(
-            WireLog(calls, wire) if wire is not None else calls,
+            wired(calls, wire),
             card=card,
             interface=interface,
             timeout=timeout,
@@ -428,7 +428,7 @@ async def resolve_card(
         credentials = credentials_for(card, key, signing_secret)
         calls = make_transport(interface, http=http, credentials=credentials, redact=redact)
         async with RemoteService(
-            WireLog(calls, wire) if wire is not None else calls,
+            wired(calls, wire),
             card=card,
             interface=interface,
             timeout=timeout,

@@ -92,6 +92,10 @@ class Transport(abc.ABC):
         """Call a server-streaming rpc. Errors before the first event are raised on the first
         ``__anext__``; closing the iterator closes the HTTP response / cancels the call."""
 
+    def sent_headers(self, options: CallOptions) -> dict[str, str]:
+        """The service parameters and credentials each call carries (``-v`` shows them)."""
+        return service_headers(options, self.credentials)
+
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Release what this transport owns. Idempotent."""

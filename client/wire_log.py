@@ -2,7 +2,7 @@
 
 :class:`WireLog` wraps any :class:`~.transport.Transport` (JSON-RPC, HTTP+JSON, gRPC
 alike): before each call it writes the rpc, the binding and URL, the service parameters
-the transport sends (:func:`~.transport.service_headers`, credentials included) and the
+the transport sends (:meth:`~.transport.Transport.sent_headers`, credentials included) and the
 request as ProtoJSON; then each answer (the response, every stream event, or the
 error). Credentials never show: a credential header's value is ``***``, and the
 transport's :class:`~.errors.Redactor` (every secret the caller holds) runs over every
@@ -20,7 +20,7 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.errors import A2AError
 
-from .transport import CallOptions, M, Transport, service_headers
+from .transport import CallOptions, M, Transport
 
 #: Header names whose values are credentials (compared in lower case).
 _CREDENTIAL_WORDS = ("authorization", "key", "token", "secret", "cookie", "signature", "password")
@@ -45,9 +45,7 @@ class WireLog(Transport):
 
     def _call(self, rpc: str, request: message.Message, options: CallOptions) -> None:
         self._line(f"> {rpc} ({self.binding} {self.target})")
-        version = getattr(self.inner, "version", None)
-        headers = service_headers(options, self.credentials, *([version] if version else []))
-        for name, value in headers.items():
+        for name, value in self.inner.sent_headers(options).items():
             self._line(f"> {name}: {'***' if is_credential_header(name) else value}")
         self._line(f"> {codec.to_json(request).decode()}")
 
@@ -85,4 +83,9 @@ class WireLog(Transport):
         await self.inner.aclose()
 
 
-__all__ = ["WireLog", "is_credential_header"]
+def wired(inner: Transport, write: Callable[[str], None] | None) -> Transport:
+    """``inner``, written out to ``write`` when one is given (``-v``)."""
+    return inner if write is None else WireLog(inner, write)
+
+
+__all__ = ["WireLog", "is_credential_header", "wired"]

@@ -33,8 +33,8 @@ from a2a_gateway.client import (
     credentials_for,
     resolve_card,
 )
-from a2a_gateway.client.transport import GRPC, HTTP_JSON, JSONRPC, Transport
-from a2a_gateway.client.wire_log import WireLog
+from a2a_gateway.client.transport import GRPC, HTTP_JSON, JSONRPC
+from a2a_gateway.client.wire_log import wired
 from lf.a2a.v1 import a2a_pb2 as pb
 
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([0-9]{1,5})/?$")
@@ -104,11 +104,9 @@ def grpc_direct(
     """The agent at gRPC ``address`` (``host:port``), called without reading a card."""
     redact = Redactor([key, signing_secret, *(auth.secrets() if auth else ())])
     credentials = credentials_for(pb.AgentCard(), key, signing_secret, auth=auth)
-    calls: Transport = GrpcTransport(f"grpc://{address}", credentials=credentials, redact=redact)
-    if extras.wire is not None:
-        calls = WireLog(calls, extras.wire)
+    calls = GrpcTransport(f"grpc://{address}", credentials=credentials, redact=redact)
     return RemoteService(
-        calls,
+        wired(calls, extras.wire),
         timeout=timeout,
         stream_idle_timeout=timeout,
         extensions=extras.extensions,
