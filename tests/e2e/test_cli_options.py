@@ -143,6 +143,14 @@ async def test_fail_on_state_makes_scripts_stop(
         assert "(--fail-on-state)" in run.err.splitlines()[-1]
 
 
+async def test_subscribe_fails_on_the_state_too(cli: Any, url: str) -> None:
+    started = await cli("send", url, "hold:2", "--return-immediately", "--json")
+    task_id = json.loads(started.out)["task"]["id"]
+    run = await cli("subscribe", url, task_id, "--fail-on-state", "completed")
+    assert run.code == EXIT_TASK_STATE, run.err
+    assert f"task {task_id} ended completed (--fail-on-state)" in run.err
+
+
 async def test_fail_on_state_refuses_an_unknown_state(cli: Any, url: str) -> None:
     run = await cli("send", url, "hi", "--fail-on-state", "failed,broken")
     assert run.code == 2 and "unknown task state 'broken'" in run.err
