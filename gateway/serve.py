@@ -73,7 +73,7 @@ from .access_log import AccessLogged
 from .logs import register_secret
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
-from .startup import StartupError
+from .startup import StartupError, bind_failure
 
 if TYPE_CHECKING:
     from a2a_gateway.agent.runtime import Runtime
@@ -554,13 +554,16 @@ class Gateway:
             await self.runtime.start()  # the idle-session sweeper
         if config.grpc_port is not None:
             # Bind gRPC first: with port 0 the card must advertise the real port.
-            self._grpc, self.grpc_port = await build_grpc_server(
-                self.service,
-                config,
-                self.authenticator,
-                meter=self.metrics.grpc,
-                readiness=self.readiness,
-            )
+            try:
+                self._grpc, self.grpc_port = await build_grpc_server(
+                    self.service,
+                    config,
+                    self.authenticator,
+                    meter=self.metrics.grpc,
+                    readiness=self.readiness,
+                )
+            except OSError as exc:
+                raise bind_failure(exc, config.host, config.grpc_port, "--grpc-port") from None
             config.grpc_port = self.grpc_port
         app = build_http_app(
             self.service,
@@ -583,7 +586,10 @@ class Gateway:
         await self._runner.setup()
         ssl_context = server_ssl_context(config.tls) if config.tls is not None else None
         site = web.TCPSite(self._runner, config.host, config.port, ssl_context=ssl_context)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise bind_failure(exc, config.host, config.port, "--port") from None
         self.http_port = int(self._runner.addresses[0][1])
         if self.metrics_port is not None and isinstance(self.metrics, Metrics):
             self._metrics_runner = AppRunner(
@@ -592,7 +598,10 @@ class Gateway:
                 access_log=None,
             )
             await self._metrics_runner.setup()
-            await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
+            try:
+                await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
+            except OSError as exc:
+                raise bind_failure(exc, config.host, self.metrics_port, "--metrics-port") from None
             self.metrics_port = int(self._metrics_runner.addresses[0][1])
             log.info("metrics on http://%s:%s/metrics", config.host, self.metrics_port)
         if self._grpc is not None:
@@ -612,7 +621,8 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
-        log.info("shutting down")
+        if self.http_port is not None:  # a start that failed says why, and only that
+            log.info("shutting down")
         await self.readiness.aclose()
         if self.retention is not None:
             await self.retention.aclose()
@@ -650,13 +660,12 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     gateway = Gateway(settings)
     try:
         await gateway.start()
-    except OSError as exc:  # a port in use, an address we cannot bind
-        log.error("cannot start: %s", exc)
-        await gateway.stop()
-        return 1
-    except StartupError:  # the database cannot be used
+    except StartupError:  # a port in use, the database cannot be used
         await gateway.stop()
         raise
+    except OSError as exc:  # an address we cannot use otherwise
+        await gateway.stop()
+        raise StartupError(f"cannot start: {exc.strerror or exc}") from None
     try:
         await until_signalled(stop)
     finally:
