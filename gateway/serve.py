@@ -1,9 +1,14 @@
 """``a2a-gateway serve``: wire the service, the bindings and the lifecycle together.
 
 One process runs the aiohttp server (card, JSON-RPC, HTTP+JSON, SSE) and the grpc.aio
-server over one :class:`~a2a_gateway.protocol.service.A2AService`. SIGTERM or SIGINT
-stops accepting, ends open streams, cancels runs (their tasks are written in a final
-state) and exits 0.
+server over one :class:`~a2a_gateway.protocol.service.A2AService`.
+
+SIGTERM drains (:meth:`Gateway.drain`, docs/reliability.md "Drain"): not ready, no new
+connection, new calls refused with UNAVAILABLE, open streams ended with the resumable
+UNAVAILABLE, calls in flight given ``--shutdown-grace`` to finish; then the stop. SIGINT,
+a second signal or the grace running out stops at once: runs still going are cancelled
+(their tasks are written in a final state), connections closed. Either way the exit
+status is 0.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -48,6 +54,7 @@ from a2a_gateway.server.config import (
     ServerConfig,
     is_loopback,
 )
+from a2a_gateway.server.drain import Drain
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
@@ -76,6 +83,10 @@ if TYPE_CHECKING:
     from a2a_gateway.agent.runtime import Runtime
 
 log = logging.getLogger("a2a_gateway.serve")
+
+#: What :meth:`Gateway.stop` gives calls still in flight once the runs have ended (their
+#: answers being written) before it closes their connections.
+STOP_GRACE_S = 1.0
 
 
 def _mount(path: str) -> str:
@@ -111,6 +122,7 @@ def server_config(settings: Settings) -> ServerConfig:
         max_hops=settings["max_hops"],
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
+        shutdown_grace_s=settings["shutdown_grace"],
         identity=identity_config(settings),
         tls=tls_config(settings),
         rate_limits=RateLimits(
@@ -488,6 +500,9 @@ class Gateway:
                 max_file_bytes=settings["max_file_bytes"],
             )
             self.service = self.engine
+        # Every call passes the drain's gate (inside the access log, which shows refusals).
+        self.drain_gate = Drain()
+        self.service = self.drain_gate.gate(self.service)
         if settings["access_log"]:
             self.service = AccessLogged(self.service)
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
@@ -501,7 +516,7 @@ class Gateway:
         if self.store is not None:
             self.readiness.add("store", self.store.readiness)
         self._metrics_runner: web.AppRunner | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
@@ -542,7 +557,7 @@ class Gateway:
         # No access log: a line per request costs throughput and the bindings log
         # what matters (errors, refused callers) themselves.
         self._runner = AppRunner(
-            app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s, access_log=None
+            app, handle_signals=False, shutdown_timeout=STOP_GRACE_S, access_log=None
         )
         await self._runner.setup()
         ssl_context = server_ssl_context(config.tls) if config.tls is not None else None
@@ -574,9 +589,29 @@ class Gateway:
             f", gRPC {config.host}:{self.grpc_port}" if self.grpc_port is not None else "",
         )
 
+    async def drain(self, interrupted: asyncio.Event | None = None) -> bool:
+        """Drain (SIGTERM; docs/reliability.md "Drain"): not ready at once (``/readyz``
+        and the gRPC health service), neither port accepts a connection, a new call on
+        an open one is refused with UNAVAILABLE, every open stream ends with the
+        resumable UNAVAILABLE, and the unary calls in flight (a blocking send) get up to
+        ``--shutdown-grace`` to finish, or until ``interrupted`` is set. True when they
+        all did. :meth:`stop` comes next, as after any run."""
+        grace_s = self.config.shutdown_grace_s
+        log.info("draining: calls in flight have up to %g s", grace_s)
+        await self.readiness.hold("drain", "the gateway is shutting down")
+        stop_accepting: list[Awaitable[None]] = []
+        if self._runner is not None:
+            stop_accepting.append(self._runner.drain())
+        if self._grpc is not None:
+            # grpc's own graceful stop: no new connection, GOAWAY on the open ones (their
+            # clients' new calls fail UNAVAILABLE), rpcs in flight go on.
+            stop_accepting.append(self._grpc.stop(grace_s))
+        return await self.drain_gate.run(grace_s, stop_accepting, interrupted)
+
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
         log.info("shutting down")
+        self.drain_gate.begin()  # nothing new starts while the parts below close
         await self.readiness.aclose()
         if self.retention is not None:
             await self.retention.aclose()
@@ -594,7 +629,7 @@ class Gateway:
         if self.proxy is not None:
             await self.proxy.aclose()
         if self._grpc is not None:
-            await self._grpc.stop(self.config.shutdown_grace_s)
+            await self._grpc.stop(STOP_GRACE_S)
             self._grpc = None
         if self._runner is not None:
             await self._runner.cleanup()
@@ -616,21 +651,52 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     except StartupError:  # the database cannot be used
         await gateway.stop()
         raise
-    try:
-        await until_signalled(stop)
-    finally:
-        await gateway.stop()
+    with Signals(stop) as signals:  # until after the stop: a late signal changes nothing
+        try:
+            await signals.first.wait()
+            if not signals.at_once.is_set():
+                await gateway.drain(interrupted=signals.at_once)
+        finally:
+            await gateway.stop()
     return 0
+
+
+class Signals:
+    """SIGTERM and SIGINT while a host runs: ``first`` is set by either (or by whoever
+    holds ``stop``), ``at_once`` by SIGINT or by any signal after the first: a drain
+    is cut short by it."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: asyncio.Event | None = None) -> None:
+        self.first = stop or asyncio.Event()
+        self.at_once = asyncio.Event()
+
+    def _received(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGINT or self.first.is_set():
+            if not self.at_once.is_set():
+                log.info("%s: stopping at once", sig.name)
+            self.at_once.set()
+        self.first.set()
+
+    def __enter__(self) -> Signals:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.add_signal_handler(sig, self._received, sig)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
 async def until_signalled(stop: asyncio.Event | None = None) -> None:
     """Return on SIGTERM or SIGINT (or when ``stop`` is set): how a host process waits."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    with Signals(stop) as signals:
+        await signals.first.wait()

@@ -1,0 +1,292 @@
+"""Graceful drain: what a gateway does between SIGTERM and its exit (docs/reliability.md).
+
+:class:`Drain` is the one place that knows whether the gateway is draining. Every A2A
+call passes its gate (:class:`DrainGate`, a decorator of the service, so every binding
+behaves the same): while serving, the gate counts unary calls in flight and keeps the
+open streams; once draining, a new call is refused with :func:`shutting_down` (503 with
+``Retry-After`` on HTTP, UNAVAILABLE on gRPC), every open stream ends with that same
+error (the resumable close: a client resumes it elsewhere), and :meth:`Drain.run` waits
+for the unary calls in flight (a blocking SendMessage holds its call until its task
+settles) for at most the grace, or until asked to stop at once.
+
+A stream is ended where it waits: a stream's consumer (the HTTP pump's producer task,
+the gRPC handler task) that is inside the gate's ``__anext__`` is cancelled, and the
+gate turns that one cancellation back into :class:`UnavailableError` (taking it back
+from the task, as ``asyncio.timeout`` does); a consumer busy elsewhere (writing to a
+slow client) gets the error on its next ``__anext__``. So the gate costs a stream no
+task and no timer per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Final, TypeVar
+
+from google.protobuf import empty_pb2
+
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import UnavailableError
+from a2a_gateway.protocol.service import A2AService
+from lf.a2a.v1 import a2a_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+#: What a refused call and an ended stream say in ``Retry-After``: the replicas behind
+#: the same address can take the call at once; this one is going away.
+RETRY_AFTER_S: Final = 1
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def shutting_down() -> UnavailableError:
+    """The error of a call refused, or a stream ended, by a draining gateway."""
+    return UnavailableError(
+        "The server is shutting down: retry the call, or resume the stream, elsewhere.",
+        metadata={"retryAfterSeconds": str(RETRY_AFTER_S)},
+    )
+
+
+class Drain:
+    """Whether the gateway drains, its unary calls in flight and its open streams."""
+
+    __slots__ = ("_idle", "_streams", "calls", "draining")
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.calls = 0  # unary calls in flight
+        self._streams: set[_GatedStream[Any]] = set()
+        self._idle = asyncio.Event()  # set once draining with no call in flight
+
+    def gate(self, service: A2AService) -> A2AService:
+        """``service`` behind this drain's gate."""
+        return DrainGate(service, self)
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    def begin(self) -> None:
+        """Refuse new calls from now on and end every open stream (idempotent)."""
+        if self.draining:
+            return
+        self.draining = True
+        for stream in list(self._streams):
+            stream.end()
+        self._streams.clear()
+        if not self.calls:
+            self._idle.set()
+
+    def left(self) -> None:
+        """A unary call finished (the gate calls this)."""
+        self.calls -= 1
+        if self.draining and not self.calls:
+            self._idle.set()
+
+    async def run(
+        self,
+        grace_s: float,
+        stop_accepting: Iterable[Awaitable[None]] = (),
+        interrupted: asyncio.Event | None = None,
+    ) -> bool:
+        """Drain: :meth:`begin`, then run the ``stop_accepting`` steps (closing the
+        listeners; grpc's may wait for its own calls) beside a wait of at most
+        ``grace_s`` for the unary calls in flight, or until ``interrupted`` is set.
+        True when every call finished. Steps still running then are cancelled: the
+        gateway's stop ends what they wait for."""
+        self.begin()
+        steps = [asyncio.ensure_future(step) for step in stop_accepting]
+        waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._idle.wait())}
+        if interrupted is not None:
+            waits.add(asyncio.ensure_future(interrupted.wait()))
+        try:
+            await asyncio.wait(waits, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (*waits, *steps):
+                task.cancel()
+            outcomes = await asyncio.gather(*steps, *waits, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                log.warning("drain: a listener failed to close: %r", outcome)
+        finished = self._idle.is_set()
+        if not finished:
+            why = f"the {grace_s:g} s grace ran out"
+            if interrupted is not None and interrupted.is_set():
+                why = "asked to stop at once"
+            log.warning("drain: %s with %d call(s) in flight; stopping", why, self.calls)
+        return finished
+
+
+class _GatedStream(AsyncIterator[T]):
+    """One stream through the gate: opened on its first ``__anext__`` (so a refused
+    call never starts the service's stream), ended by :meth:`end` (module doc)."""
+
+    __slots__ = ("_call", "_cancelled", "_drain", "_ended", "_events", "_request", "_task")
+
+    def __init__(
+        self,
+        drain: Drain,
+        call: Callable[[Any, CallContext], AsyncIterator[T]],
+        request: Any,
+        context: CallContext,
+    ) -> None:
+        self._drain = drain
+        self._call: tuple[Callable[[Any, CallContext], AsyncIterator[T]], CallContext] | None = (
+            call,
+            context,
+        )
+        self._request = request
+        self._events: AsyncIterator[T] | None = None
+        self._task: asyncio.Task[Any] | None = None  # the consumer, while in __anext__
+        self._ended = False
+        self._cancelled: int | None = None  # cancellations pending when end() cancelled
+
+    async def __anext__(self) -> T:
+        if self._ended:
+            raise shutting_down()
+        events = self._events
+        if events is None:
+            events = self._open()
+        self._task = task = asyncio.current_task()
+        try:
+            return await events.__anext__()
+        except asyncio.CancelledError:
+            if self._claim(task):
+                raise shutting_down() from None
+            raise
+        except StopAsyncIteration:
+            self._drain._streams.discard(self)
+            raise
+        finally:
+            self._task = None
+            self._claim(task)  # a cancellation the stream swallowed is taken back too
+
+    def _open(self) -> AsyncIterator[T]:
+        drain = self._drain
+        if drain.draining:
+            self._ended = True
+            raise shutting_down()
+        assert self._call is not None
+        call, context = self._call
+        request, self._call, self._request = self._request, None, None
+        self._events = events = call(request, context)
+        drain._streams.add(self)
+        return events
+
+    def end(self) -> None:
+        """End the stream with :func:`shutting_down` (cancelling its consumer if it is
+        waiting for an event)."""
+        self._ended = True
+        task = self._task
+        if task is not None and self._cancelled is None:
+            self._cancelled = task.cancelling()
+            task.cancel()
+
+    def _claim(self, task: asyncio.Task[Any] | None) -> bool:
+        """Take back :meth:`end`'s cancellation of ``task``; True when nothing else
+        asked for the task's cancellation meanwhile."""
+        before, self._cancelled = self._cancelled, None
+        if before is None or task is None:
+            return False
+        return task.uncancel() <= before
+
+    async def aclose(self) -> None:
+        self._drain._streams.discard(self)
+        self._call = self._request = None
+        events, self._events = self._events, None
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class DrainGate(A2AService):
+    """``service`` behind a :class:`Drain`'s gate (see the module doc)."""
+
+    __slots__ = ("_drain", "service")
+
+    def __init__(self, service: A2AService, drain: Drain) -> None:
+        self.service = service
+        self._drain = drain
+
+    async def _unary(
+        self, call: Callable[[R, CallContext], Awaitable[T]], request: R, context: CallContext
+    ) -> T:
+        drain = self._drain
+        if drain.draining:
+            raise shutting_down()
+        drain.calls += 1
+        try:
+            return await call(request, context)
+        finally:
+            drain.left()
+
+    def _stream(
+        self,
+        call: Callable[[Any, CallContext], AsyncIterator[pb.StreamResponse]],
+        request: Any,
+        context: CallContext,
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return _GatedStream(self._drain, call, request, context)
+
+    # The methods are plain functions returning the gate's coroutine: one frame per
+    # call, not two.
+
+    def send_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.SendMessageResponse]:
+        return self._unary(self.service.send_message, request, context)
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._stream(self.service.send_streaming_message, request, context)
+
+    def get_task(
+        self, request: pb.GetTaskRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.Task]:
+        return self._unary(self.service.get_task, request, context)
+
+    def list_tasks(
+        self, request: pb.ListTasksRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.ListTasksResponse]:
+        return self._unary(self.service.list_tasks, request, context)
+
+    def cancel_task(
+        self, request: pb.CancelTaskRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.Task]:
+        return self._unary(self.service.cancel_task, request, context)
+
+    def subscribe_to_task(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._stream(self.service.subscribe_to_task, request, context)
+
+    def create_task_push_notification_config(
+        self, request: pb.TaskPushNotificationConfig, context: CallContext
+    ) -> Coroutine[Any, Any, pb.TaskPushNotificationConfig]:
+        return self._unary(self.service.create_task_push_notification_config, request, context)
+
+    def get_task_push_notification_config(
+        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.TaskPushNotificationConfig]:
+        return self._unary(self.service.get_task_push_notification_config, request, context)
+
+    def list_task_push_notification_configs(
+        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.ListTaskPushNotificationConfigsResponse]:
+        return self._unary(self.service.list_task_push_notification_configs, request, context)
+
+    def delete_task_push_notification_config(
+        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
+    ) -> Coroutine[Any, Any, empty_pb2.Empty]:
+        return self._unary(self.service.delete_task_push_notification_config, request, context)
+
+    def get_extended_agent_card(
+        self, request: pb.GetExtendedAgentCardRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.AgentCard]:
+        return self._unary(self.service.get_extended_agent_card, request, context)
+
+
+__all__ = ["RETRY_AFTER_S", "Drain", "DrainGate", "shutting_down"]
