@@ -141,7 +141,7 @@ class _GatedStream(AsyncIterator[T]):
         self._events: AsyncIterator[T] | None = None
         self._task: asyncio.Task[Any] | None = None  # the consumer, while in __anext__
         self._ended = False
-        self._cancelled: int | None = None  # cancellations pending when end() cancelled
+        self._cancelled = False  # end() cancelled the consumer; not yet taken back
 
     async def __anext__(self) -> T:
         if self._ended:
@@ -180,17 +180,19 @@ class _GatedStream(AsyncIterator[T]):
         waiting for an event)."""
         self._ended = True
         task = self._task
-        if task is not None and self._cancelled is None:
-            self._cancelled = task.cancelling()
+        # A consumer whose cancellation is already asked for (its client left) is
+        # left to it: it unwinds anyway, and the gate must not claim that one.
+        if task is not None and not self._cancelled and not task.cancelling():
+            self._cancelled = True
             task.cancel()
 
     def _claim(self, task: asyncio.Task[Any] | None) -> bool:
         """Take back :meth:`end`'s cancellation of ``task``; True when nothing else
         asked for the task's cancellation meanwhile."""
-        before, self._cancelled = self._cancelled, None
-        if before is None or task is None:
+        if not self._cancelled or task is None:
             return False
-        return task.uncancel() <= before
+        self._cancelled = False
+        return task.uncancel() == 0
 
     async def aclose(self) -> None:
         self._drain._streams.discard(self)
