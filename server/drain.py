@@ -123,7 +123,16 @@ class _GatedStream(AsyncIterator[T]):
     """One stream through the gate: opened on its first ``__anext__`` (so a refused
     call never starts the service's stream), ended by :meth:`end` (module doc)."""
 
-    __slots__ = ("_call", "_cancelled", "_drain", "_ended", "_events", "_request", "_task")
+    __slots__ = (
+        "_call",
+        "_cancelled",
+        "_drain",
+        "_ended",
+        "_events",
+        "_request",
+        "_task",
+        "_waiting",
+    )
 
     def __init__(
         self,
@@ -139,7 +148,10 @@ class _GatedStream(AsyncIterator[T]):
         )
         self._request = request
         self._events: AsyncIterator[T] | None = None
-        self._task: asyncio.Task[Any] | None = None  # the consumer, while in __anext__
+        # The consumer: the task that opened the stream (each binding pulls a stream
+        # from one task), and whether it is inside __anext__ now.
+        self._task: asyncio.Task[Any] | None = None
+        self._waiting = False
         self._ended = False
         self._cancelled = False  # end() cancelled the consumer; not yet taken back
 
@@ -149,19 +161,20 @@ class _GatedStream(AsyncIterator[T]):
         events = self._events
         if events is None:
             events = self._open()
-        self._task = task = asyncio.current_task()
+        self._waiting = True
         try:
             return await events.__anext__()
         except asyncio.CancelledError:
-            if self._claim(task):
+            if self._cancelled and self._claim():
                 raise shutting_down() from None
             raise
         except StopAsyncIteration:
             self._drain._streams.discard(self)
             raise
         finally:
-            self._task = None
-            self._claim(task)  # a cancellation the stream swallowed is taken back too
+            self._waiting = False
+            if self._cancelled:  # one the stream swallowed is taken back too
+                self._claim()
 
     def _open(self) -> AsyncIterator[T]:
         drain = self._drain
@@ -172,6 +185,7 @@ class _GatedStream(AsyncIterator[T]):
         call, context = self._call
         request, self._call, self._request = self._request, None, None
         self._events = events = call(request, context)
+        self._task = asyncio.current_task()
         drain._streams.add(self)
         return events
 
@@ -182,17 +196,16 @@ class _GatedStream(AsyncIterator[T]):
         task = self._task
         # A consumer whose cancellation is already asked for (its client left) is
         # left to it: it unwinds anyway, and the gate must not claim that one.
-        if task is not None and not self._cancelled and not task.cancelling():
+        if self._waiting and task is not None and not self._cancelled and not task.cancelling():
             self._cancelled = True
             task.cancel()
 
-    def _claim(self, task: asyncio.Task[Any] | None) -> bool:
-        """Take back :meth:`end`'s cancellation of ``task``; True when nothing else
-        asked for the task's cancellation meanwhile."""
-        if not self._cancelled or task is None:
-            return False
+    def _claim(self) -> bool:
+        """Take back :meth:`end`'s cancellation of the consumer; True when nothing
+        else asked for its cancellation meanwhile."""
         self._cancelled = False
-        return task.uncancel() == 0
+        task = self._task
+        return task is not None and task.uncancel() == 0
 
     async def aclose(self) -> None:
         self._drain._streams.discard(self)
