@@ -19,10 +19,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.server.engine import SHUTDOWN
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..interop.conftest import free_ports
-from .conftest import BINDINGS, Driver, WireError
+from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, running_gateway
 
 DONE = "TASK_STATE_COMPLETED"
 FAILED = "TASK_STATE_FAILED"
@@ -36,14 +39,18 @@ class Served:
     workspace: Path
     log: Path
 
-    def driver(self, binding: str, http: aiohttp.ClientSession, channel: grpc.aio.Channel) -> Driver:
+    def driver(
+        self, binding: str, http: aiohttp.ClientSession, channel: grpc.aio.Channel
+    ) -> Driver:
         return Driver(binding, http, self.base, channel, key="")
 
     async def logged(self, text: str) -> None:
         """Until the server's log holds ``text``."""
-        async with asyncio.timeout(30):
-            while text not in self.log.read_text():
-                await asyncio.sleep(0.02)
+        for _ in range(1500):
+            if text in self.log.read_text():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{text!r} never logged")
 
     async def exit_status(self) -> int:
         """The process's exit status: waited for well beyond a drain of a few seconds,
@@ -244,3 +251,30 @@ async def test_drain_stops_at_once(tmp_path: Path, binding: str, how: str) -> No
     log = served.log.read_text()
     assert ("stopping at once" in log) == (how == "second SIGTERM")
     assert ("grace ran out" in log) == (how == "grace runs out")
+
+
+async def test_proxy_mode_drains(tmp_path: Path) -> None:
+    """Proxy mode drains the same way (in process: Gateway.drain): a blocking send
+    through the proxy completes, a stream through it ends UNAVAILABLE and the proxy
+    refuses what comes next."""
+    async with (
+        running_gateway(tmp_path / "upstream") as upstream,
+        running_gateway(
+            tmp_path / "proxy",
+            upstream=f"http://127.0.0.1:{upstream.http_port}",
+            upstream_key=KEY_ALICE,
+        ) as proxy,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http,
+        grpc.aio.insecure_channel(f"127.0.0.1:{proxy.grpc_port}") as channel,
+    ):
+        through = Driver("grpc", http, f"http://127.0.0.1:{proxy.http_port}", channel)
+        direct = Driver("jsonrpc", http, f"http://127.0.0.1:{upstream.http_port}", channel)
+        send = asyncio.create_task(through.call("SendMessage", _send("hold:3", "held")))
+        stream = through.open_stream("SendStreamingMessage", _send("hold:60", "streamed"))
+        await anext(stream)
+        await _until_working(direct, "held")
+        assert await proxy.drain() is True  # the send answered within the grace
+        assert (await send)["task"]["status"]["state"] == DONE
+        assert (await _stream_error(stream)).reason == "UNAVAILABLE"
+        with pytest.raises(UnavailableError):
+            await proxy.service.get_task(pb.GetTaskRequest(id="t"), CallContext())

@@ -26,12 +26,13 @@ CONTEXT = CallContext()
 
 class HeldService(EchoService):
     """SendMessage waits for ``release``; streams yield one event per ``feed`` item
-    and record whether they were closed."""
+    (``waiting`` is set when one waits for the next) and count their closes."""
 
     def __init__(self) -> None:
         super().__init__()
         self.release = asyncio.Event()
         self.feed: asyncio.Queue[pb.StreamResponse] = asyncio.Queue()
+        self.waiting = asyncio.Event()
         self.streams_opened = 0
         self.streams_closed = 0
 
@@ -47,6 +48,8 @@ class HeldService(EchoService):
         self.streams_opened += 1
         try:
             while True:
+                if self.feed.empty():
+                    self.waiting.set()
                 yield await self.feed.get()
         finally:
             self.streams_closed += 1
@@ -95,9 +98,7 @@ async def test_grace_out_or_interrupted_ends_the_wait() -> None:
             await call
 
 
-async def test_a_waiting_stream_ends_unavailable_and_its_consumer_is_not_left_cancelled() -> (
-    None
-):
+async def test_a_waiting_stream_ends_unavailable_and_its_consumer_is_not_left_cancelled() -> None:
     drain = Drain()
     service = HeldService()
     events = drain.gate(service).subscribe_to_task(pb.SubscribeToTaskRequest(id="t"), CONTEXT)
@@ -116,9 +117,7 @@ async def test_a_waiting_stream_ends_unavailable_and_its_consumer_is_not_left_ca
 
     async with asyncio.timeout(BOUND):
         consumer = asyncio.create_task(consume())
-        while drain.open_streams == 0 or service.feed.qsize():
-            await asyncio.sleep(0)
-        await asyncio.sleep(0)  # the consumer waits for the next event
+        await service.waiting.wait()  # the consumer waits for the next event
         drain.begin()
         seen, error, cancelling = await consumer
         await events.aclose()  # type: ignore[attr-defined]
@@ -147,11 +146,11 @@ async def test_a_busy_consumer_gets_the_error_on_its_next_event() -> None:
 
 async def test_an_outside_cancel_during_the_drain_is_not_swallowed() -> None:
     drain = Drain()
-    events = drain.gate(HeldService()).subscribe_to_task(pb.SubscribeToTaskRequest(), CONTEXT)
+    service = HeldService()
+    events = drain.gate(service).subscribe_to_task(pb.SubscribeToTaskRequest(), CONTEXT)
     consumer = asyncio.create_task(anext(events))
     async with asyncio.timeout(BOUND):
-        while drain.open_streams == 0:
-            await asyncio.sleep(0)
+        await service.waiting.wait()
         consumer.cancel()  # the client left, in the same step as the drain
         drain.begin()
         with pytest.raises(asyncio.CancelledError):
