@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final, TypeVar
-
-from google.protobuf import empty_pb2
 
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import UnavailableError
-from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.protocol.service import A2AService, ServiceDecorator, StreamCall, UnaryCall
 from lf.a2a.v1 import a2a_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -216,18 +214,14 @@ class _GatedStream(AsyncIterator[T]):
             await close()
 
 
-class DrainGate(A2AService):
+class DrainGate(ServiceDecorator):
     """``service`` behind a :class:`Drain`'s gate (see the module doc)."""
 
-    __slots__ = ("_drain", "service")
-
     def __init__(self, service: A2AService, drain: Drain) -> None:
-        self.service = service
+        super().__init__(service)
         self._drain = drain
 
-    async def _unary(
-        self, call: Callable[[R, CallContext], Awaitable[T]], request: R, context: CallContext
-    ) -> T:
+    async def unary(self, rpc: str, call: UnaryCall[R, T], request: R, context: CallContext) -> T:
         drain = self._drain
         if drain.draining:
             raise shutting_down()
@@ -237,71 +231,10 @@ class DrainGate(A2AService):
         finally:
             drain.left()
 
-    def _stream(
-        self,
-        call: Callable[[Any, CallContext], AsyncIterator[pb.StreamResponse]],
-        request: Any,
-        context: CallContext,
+    def stream(
+        self, rpc: str, call: StreamCall, request: Any, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
         return _GatedStream(self._drain, call, request, context)
-
-    # The methods are plain functions returning the gate's coroutine: one frame per
-    # call, not two.
-
-    def send_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.SendMessageResponse]:
-        return self._unary(self.service.send_message, request, context)
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._stream(self.service.send_streaming_message, request, context)
-
-    def get_task(
-        self, request: pb.GetTaskRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.Task]:
-        return self._unary(self.service.get_task, request, context)
-
-    def list_tasks(
-        self, request: pb.ListTasksRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.ListTasksResponse]:
-        return self._unary(self.service.list_tasks, request, context)
-
-    def cancel_task(
-        self, request: pb.CancelTaskRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.Task]:
-        return self._unary(self.service.cancel_task, request, context)
-
-    def subscribe_to_task(
-        self, request: pb.SubscribeToTaskRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._stream(self.service.subscribe_to_task, request, context)
-
-    def create_task_push_notification_config(
-        self, request: pb.TaskPushNotificationConfig, context: CallContext
-    ) -> Coroutine[Any, Any, pb.TaskPushNotificationConfig]:
-        return self._unary(self.service.create_task_push_notification_config, request, context)
-
-    def get_task_push_notification_config(
-        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.TaskPushNotificationConfig]:
-        return self._unary(self.service.get_task_push_notification_config, request, context)
-
-    def list_task_push_notification_configs(
-        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.ListTaskPushNotificationConfigsResponse]:
-        return self._unary(self.service.list_task_push_notification_configs, request, context)
-
-    def delete_task_push_notification_config(
-        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
-    ) -> Coroutine[Any, Any, empty_pb2.Empty]:
-        return self._unary(self.service.delete_task_push_notification_config, request, context)
-
-    def get_extended_agent_card(
-        self, request: pb.GetExtendedAgentCardRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.AgentCard]:
-        return self._unary(self.service.get_extended_agent_card, request, context)
 
 
 __all__ = ["RETRY_AFTER_S", "Drain", "DrainGate", "shutting_down"]
