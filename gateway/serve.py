@@ -19,7 +19,7 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -518,6 +518,7 @@ class Gateway:
         self._metrics_runner: web.AppRunner | None = None
         self._runner: AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._grpc_stopping: asyncio.Future[None] | None = None  # drain's graceful stop
         self.http_port: int | None = None
         self.grpc_port: int | None = None
 
@@ -599,14 +600,14 @@ class Gateway:
         grace_s = self.config.shutdown_grace_s
         log.info("draining: calls in flight have up to %g s", grace_s)
         await self.readiness.hold("drain", "the gateway is shutting down")
-        stop_accepting: list[Awaitable[None]] = []
         if self._runner is not None:
-            stop_accepting.append(self._runner.drain())
-        if self._grpc is not None:
+            await self._runner.drain()
+        if self._grpc is not None and self._grpc_stopping is None:
             # grpc's own graceful stop: no new connection, GOAWAY on the open ones (their
-            # clients' new calls fail UNAVAILABLE), rpcs in flight go on.
-            stop_accepting.append(self._grpc.stop(grace_s))
-        return await self.drain_gate.run(grace_s, stop_accepting, interrupted)
+            # clients' new calls fail UNAVAILABLE), rpcs in flight go on. It ends when
+            # they have; stop() ends it sooner (a second stop call cancels what is left).
+            self._grpc_stopping = asyncio.ensure_future(self._grpc.stop(grace_s))
+        return await self.drain_gate.run(grace_s, interrupted)
 
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
@@ -629,8 +630,13 @@ class Gateway:
         if self.proxy is not None:
             await self.proxy.aclose()
         if self._grpc is not None:
-            await self._grpc.stop(STOP_GRACE_S)
+            await self._grpc.stop(STOP_GRACE_S)  # also ends the drain's graceful stop
             self._grpc = None
+        stopping, self._grpc_stopping = self._grpc_stopping, None
+        if stopping is not None:  # done now: the stop above resolved what it waits for
+            await asyncio.wait({stopping}, timeout=STOP_GRACE_S)
+            stopping.cancel()
+            await asyncio.gather(stopping, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 from a2a_gateway.protocol.context import CallContext
@@ -83,31 +83,19 @@ class Drain:
         if self.draining and not self.calls:
             self._idle.set()
 
-    async def run(
-        self,
-        grace_s: float,
-        stop_accepting: Iterable[Awaitable[None]] = (),
-        interrupted: asyncio.Event | None = None,
-    ) -> bool:
-        """Drain: :meth:`begin`, then run the ``stop_accepting`` steps (closing the
-        listeners; grpc's may wait for its own calls) beside a wait of at most
-        ``grace_s`` for the unary calls in flight, or until ``interrupted`` is set.
-        True when every call finished. Steps still running then are cancelled: the
-        gateway's stop ends what they wait for."""
+    async def run(self, grace_s: float, interrupted: asyncio.Event | None = None) -> bool:
+        """Drain: :meth:`begin`, then wait at most ``grace_s`` for the unary calls in
+        flight to finish, or until ``interrupted`` is set. True when they all did."""
         self.begin()
-        steps = [asyncio.ensure_future(step) for step in stop_accepting]
-        waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._idle.wait())}
+        waits = {asyncio.ensure_future(self._idle.wait())}
         if interrupted is not None:
             waits.add(asyncio.ensure_future(interrupted.wait()))
         try:
             await asyncio.wait(waits, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (*waits, *steps):
-                task.cancel()
-            outcomes = await asyncio.gather(*steps, *waits, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, Exception):
-                log.warning("drain: a listener failed to close: %r", outcome)
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
         finished = self._idle.is_set()
         if not finished:
             why = f"the {grace_s:g} s grace ran out"
