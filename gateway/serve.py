@@ -599,7 +599,6 @@ class Gateway:
         all did. :meth:`stop` comes next, as after any run."""
         grace_s = self.config.shutdown_grace_s
         log.info("draining: calls in flight have up to %g s", grace_s)
-        await self.readiness.hold("drain", "the gateway is shutting down")
         if self._runner is not None:
             await self._runner.drain()
         if self._grpc is not None and self._grpc_stopping is None:
@@ -607,6 +606,8 @@ class Gateway:
             # clients' new calls fail UNAVAILABLE), rpcs in flight go on. It ends when
             # they have; stop() ends it sooner (a second stop call cancels what is left).
             self._grpc_stopping = asyncio.ensure_future(self._grpc.stop(grace_s))
+        self.drain_gate.begin()  # before the readiness checks, which may take a while
+        await self.readiness.hold("drain", "the gateway is shutting down")
         return await self.drain_gate.run(grace_s, interrupted)
 
     async def stop(self) -> None:
