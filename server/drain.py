@@ -77,12 +77,6 @@ class Drain:
         if not self.calls:
             self._idle.set()
 
-    def left(self) -> None:
-        """A unary call finished (the gate calls this)."""
-        self.calls -= 1
-        if self.draining and not self.calls:
-            self._idle.set()
-
     async def run(self, grace_s: float, interrupted: asyncio.Event | None = None) -> bool:
         """Drain: :meth:`begin`, then wait at most ``grace_s`` for the unary calls in
         flight to finish, or until ``interrupted`` is set. True when they all did."""
@@ -217,7 +211,9 @@ class DrainGate(ServiceDecorator):
         try:
             return await call(request, context)
         finally:
-            drain.left()
+            drain.calls -= 1  # inline, not a method: every call runs this
+            if drain.draining and not drain.calls:
+                drain._idle.set()
 
     def stream(
         self, rpc: str, call: StreamCall, request: Any, context: CallContext
