@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import UnavailableError
+from a2a_gateway.serve import Signals
 from a2a_gateway.server.engine import SHUTDOWN
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -278,3 +280,25 @@ async def test_proxy_mode_drains(tmp_path: Path) -> None:
         assert (await _stream_error(stream)).reason == "UNAVAILABLE"
         with pytest.raises(UnavailableError):
             await proxy.service.get_task(pb.GetTaskRequest(id="t"), CallContext())
+
+
+@pytest.mark.parametrize(
+    ("sent", "drains"),
+    [
+        ((signal.SIGTERM,), True),
+        ((signal.SIGTERM, signal.SIGTERM), False),
+        ((signal.SIGINT,), False),
+    ],
+)
+async def test_which_signals_drain(sent: tuple[signal.Signals, ...], drains: bool) -> None:
+    """In process (serve's own Signals): a SIGTERM asks for a drain; a second signal,
+    or SIGINT first, asks for a stop at once."""
+    with Signals() as signals:
+        async with asyncio.timeout(10):
+            for sig in sent:
+                os.kill(os.getpid(), sig)
+                await signals.first.wait()  # handled before the next: two at once are one
+            if drains:
+                assert not signals.at_once.is_set()
+            else:
+                await signals.at_once.wait()
