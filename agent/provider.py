@@ -22,6 +22,8 @@ import openai
 import orjson
 from yarl import URL
 
+from a2a_gateway.protocol import tracing
+
 from .base import redact
 
 log = logging.getLogger("a2a_gateway.agent.provider")
@@ -136,6 +138,8 @@ class ChatProvider:
         if tools:
             body["tools"] = list(tools)
         parts = _Parts()
+        headers: dict[str, str] = {}
+        tracing.inject(headers)  # the model's own server may trace too
         try:
             async with self._client.chat.completions.with_streaming_response.create(
                 model=config.model,
@@ -144,6 +148,7 @@ class ChatProvider:
                 max_tokens=config.max_tokens if config.max_tokens > 0 else openai.omit,
                 temperature=config.temperature if config.temperature is not None else openai.omit,
                 extra_body=body,
+                extra_headers=headers or None,
             ) as response:
                 done = False
                 # Read to the end even after [DONE]: an HTTP/1.1 connection goes back

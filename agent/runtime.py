@@ -46,6 +46,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from opentelemetry.trace import SpanKind
+
+from a2a_gateway.protocol import tracing
 
 from .base import Signal
 from .prompt import PROMPT_FILE_CAP, frame, system_prompt
@@ -245,14 +248,19 @@ class Runtime:
             separator = "\n\n" if any(turn.texts) else ""
             written: list[str] = []
             try:
-                async with contextlib.aclosing(self.provider.stream(messages, specs)) as stream:
-                    async for item in stream:
-                        if isinstance(item, Delta):
-                            written.append(item.text)
-                            yield TextDelta(separator + item.text if separator else item.text)
-                            separator = ""
-                        else:
-                            reply = item
+                with tracing.span(
+                    f"chat {self.provider.config.model}",
+                    kind=SpanKind.CLIENT,
+                    attributes={"gen_ai.request.model": self.provider.config.model},
+                ):
+                    async with contextlib.aclosing(self.provider.stream(messages, specs)) as stream:
+                        async for item in stream:
+                            if isinstance(item, Delta):
+                                written.append(item.text)
+                                yield TextDelta(separator + item.text if separator else item.text)
+                                separator = ""
+                            else:
+                                reply = item
             except ProviderError as exc:
                 if written:  # keep what the caller already saw
                     session.append({"role": "assistant", "content": "".join(written)})
@@ -297,7 +305,8 @@ class Runtime:
                     arguments = _arguments(call)
                     yield ToolStarted(call.name, arguments or {})
                     try:
-                        result = await self._call(turn, call, arguments)
+                        with tracing.span(f"tool {call.name}", attributes={"tool": call.name}):
+                            result = await self._call(turn, call, arguments)
                     except InputNeeded as exc:
                         asked = (call, exc)
                         continue

@@ -16,16 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError
-from a2a_gateway.protocol.service import A2AService, ServiceDecorator, StreamCall, UnaryCall
+from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.protocol.service_wrapper import WrappedService
 
 log = logging.getLogger("a2a_gateway.access")
-R = TypeVar("R")
 T = TypeVar("T")
 
 
@@ -39,7 +41,7 @@ def _outcome(exc: BaseException | None) -> str:
     return "internal-error"
 
 
-class AccessLogged(ServiceDecorator):
+class AccessLogged(WrappedService):
     """``service`` with one access-log line per call (see the module docstring)."""
 
     def __init__(self, service: A2AService) -> None:
@@ -55,10 +57,12 @@ class AccessLogged(ServiceDecorator):
             f" status={_outcome(exc)} {took:.1f}ms"
         )
 
-    async def unary(self, rpc: str, call: UnaryCall[R, T], request: R, context: CallContext) -> T:
+    async def unary(
+        self, rpc: str, request: message.Message, call: Awaitable[T], context: CallContext
+    ) -> T:
         started = time.perf_counter()
         try:
-            result = await call(request, context)
+            result = await call
         except BaseException as exc:
             log.info("%s", self._line(rpc, context, started, exc))
             raise
@@ -66,13 +70,15 @@ class AccessLogged(ServiceDecorator):
         return result
 
     async def stream(
-        self, rpc: str, call: StreamCall, request: Any, context: CallContext
+        self,
+        rpc: str,
+        request: message.Message,
+        events: AsyncIterator[pb.StreamResponse],
+        context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
         started = time.perf_counter()
         sent = 0
         failure: BaseException | None = None
-        events = call(request, context)
-        del request  # the stream may last long; its request must not
         try:
             async for event in events:
                 sent += 1

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from aiohttp import web
+from opentelemetry.trace import Tracer
 
 from a2a_gateway.agent.runtime import (
     Asked,
@@ -45,8 +46,10 @@ from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.agents_file import agents_path
 from a2a_gateway.client.watches import CALL_TIMEOUT_S, WatchRegistry
+from a2a_gateway.protocol.tracing import traced_by
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.push_receiver import build_push_app
+from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
 from .assistant_host import build_runtime
 from .chat_settings import TURN_TIMEOUT_S
@@ -83,7 +86,11 @@ class ChatHost:
         out: TextIO,
         *,
         turn_timeout_s: float = TURN_TIMEOUT_S,
+        tracer: Tracer | None = None,
     ) -> None:
+        """With a ``tracer`` (``--otlp-endpoint``), each turn is the root span of a trace
+        that the model's calls, the tools and the agents they call add to."""
+        self.tracer = tracer
         self.runtime = runtime
         self.workspace = workspace
         self.tools = tools
@@ -127,6 +134,13 @@ class ChatHost:
             self.queue.task_done()
 
     async def _turn(self, prompt: _Prompt) -> bool:
+        if self.tracer is None:
+            return await self._run_turn(prompt)
+        name = "owner follow-up" if prompt.delivered else "owner turn"
+        with traced_by(self.tracer), self.tracer.start_as_current_span(name):
+            return await self._run_turn(prompt)
+
+    async def _run_turn(self, prompt: _Prompt) -> bool:
         if prompt.delivered:
             self._print(f"\n{prompt.text}\n")
         events = self.runtime.run_turn(SCOPE, self.workspace, prompt.text, tools=self.tools)
@@ -265,12 +279,15 @@ async def run_chat(
         watch_timeout_s=settings["watch_timeout"],
         max_file_bytes=settings["max_file_bytes"],
     )
+    endpoint = settings["otlp_endpoint"]
+    tracing = Tracing(endpoint) if tracing_wanted(endpoint) else None
     host = ChatHost(
         runtime,
         workspace,
         _tools(settings, watches),
         stdout or sys.stdout,
         turn_timeout_s=settings["turn_timeout"],
+        tracer=tracing.tracer if tracing is not None else None,
     )
     receiver: web.AppRunner | None = None
     await runtime.start()
@@ -311,3 +328,5 @@ async def run_chat(
         if receiver is not None:
             await receiver.cleanup()
         await runtime.aclose()
+        if tracing is not None:
+            await tracing.aclose()

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import orjson
+from opentelemetry import trace
 
 _MIN_SECRET_LEN = 6
 _lock = threading.Lock()
@@ -67,6 +68,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        # Inside a traced call, the ids that find this line's trace in the OTLP receiver.
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            entry["trace_id"] = format(span.trace_id, "032x")
+            entry["span_id"] = format(span.span_id, "016x")
         if record.exc_info or record.exc_text:
             entry["exception"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
         return orjson.dumps(entry).decode()

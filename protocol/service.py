@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
 
 from google.protobuf import descriptor, empty_pb2
 
@@ -81,92 +80,3 @@ class A2AService(abc.ABC):
     async def get_extended_agent_card(
         self, request: pb.GetExtendedAgentCardRequest, context: CallContext
     ) -> pb.AgentCard: ...
-
-
-R = TypeVar("R")
-T = TypeVar("T")
-#: A service method of a unary rpc, and of a streaming one.
-UnaryCall = Callable[[R, CallContext], Awaitable[T]]
-StreamCall = Callable[[Any, CallContext], AsyncIterator[pb.StreamResponse]]
-
-
-class ServiceDecorator(A2AService):
-    """``service`` with something around every call: each unary rpc goes through
-    :meth:`unary`, each streaming one through :meth:`stream`, with the rpc's schema name
-    and the wrapped service's method (not yet called: a decorator may refuse the call
-    before the service sees it). The methods are plain functions returning
-    :meth:`unary`'s coroutine: one frame per call, not two."""
-
-    def __init__(self, service: A2AService) -> None:
-        self.service = service
-
-    @abc.abstractmethod
-    async def unary(
-        self, rpc: str, call: UnaryCall[R, T], request: R, context: CallContext
-    ) -> T: ...
-
-    @abc.abstractmethod
-    def stream(
-        self, rpc: str, call: StreamCall, request: Any, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]: ...
-
-    def send_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.SendMessageResponse]:
-        return self.unary("SendMessage", self.service.send_message, request, context)
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        call = self.service.send_streaming_message
-        return self.stream("SendStreamingMessage", call, request, context)
-
-    def get_task(
-        self, request: pb.GetTaskRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.Task]:
-        return self.unary("GetTask", self.service.get_task, request, context)
-
-    def list_tasks(
-        self, request: pb.ListTasksRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.ListTasksResponse]:
-        return self.unary("ListTasks", self.service.list_tasks, request, context)
-
-    def cancel_task(
-        self, request: pb.CancelTaskRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.Task]:
-        return self.unary("CancelTask", self.service.cancel_task, request, context)
-
-    def subscribe_to_task(
-        self, request: pb.SubscribeToTaskRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self.stream("SubscribeToTask", self.service.subscribe_to_task, request, context)
-
-    def create_task_push_notification_config(
-        self, request: pb.TaskPushNotificationConfig, context: CallContext
-    ) -> Coroutine[Any, Any, pb.TaskPushNotificationConfig]:
-        call = self.service.create_task_push_notification_config
-        return self.unary("CreateTaskPushNotificationConfig", call, request, context)
-
-    def get_task_push_notification_config(
-        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.TaskPushNotificationConfig]:
-        call = self.service.get_task_push_notification_config
-        return self.unary("GetTaskPushNotificationConfig", call, request, context)
-
-    def list_task_push_notification_configs(
-        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.ListTaskPushNotificationConfigsResponse]:
-        call = self.service.list_task_push_notification_configs
-        return self.unary("ListTaskPushNotificationConfigs", call, request, context)
-
-    def delete_task_push_notification_config(
-        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
-    ) -> Coroutine[Any, Any, empty_pb2.Empty]:
-        call = self.service.delete_task_push_notification_config
-        return self.unary("DeleteTaskPushNotificationConfig", call, request, context)
-
-    def get_extended_agent_card(
-        self, request: pb.GetExtendedAgentCardRequest, context: CallContext
-    ) -> Coroutine[Any, Any, pb.AgentCard]:
-        call = self.service.get_extended_agent_card
-        return self.unary("GetExtendedAgentCard", call, request, context)

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Final, TypeVar
+
+from google.protobuf import message
 
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import UnavailableError
-from a2a_gateway.protocol.service import A2AService, ServiceDecorator, StreamCall, UnaryCall
+from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.protocol.service_wrapper import WrappedService
 from lf.a2a.v1 import a2a_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -35,7 +38,6 @@ log = logging.getLogger(__name__)
 #: the same address can take the call at once; this one is going away.
 RETRY_AFTER_S: Final = 1
 
-R = TypeVar("R")
 T = TypeVar("T")
 
 
@@ -100,35 +102,15 @@ class Drain:
 
 
 class _GatedStream(AsyncIterator[T]):
-    """One stream through the gate: opened on its first ``__anext__`` (so a refused
-    call never starts the service's stream), ended by :meth:`end` (module doc)."""
+    """One stream through the gate, ended by :meth:`end` (module doc). It opens on its
+    first ``__anext__``: one asked for while draining is refused then, never started."""
 
-    __slots__ = (
-        "_call",
-        "_cancelled",
-        "_drain",
-        "_ended",
-        "_events",
-        "_request",
-        "_task",
-        "_waiting",
-    )
+    __slots__ = ("_cancelled", "_drain", "_ended", "_events", "_task", "_waiting")
 
-    def __init__(
-        self,
-        drain: Drain,
-        call: Callable[[Any, CallContext], AsyncIterator[T]],
-        request: Any,
-        context: CallContext,
-    ) -> None:
+    def __init__(self, drain: Drain, events: AsyncIterator[T]) -> None:
         self._drain = drain
-        self._call: tuple[Callable[[Any, CallContext], AsyncIterator[T]], CallContext] | None = (
-            call,
-            context,
-        )
-        self._request = request
-        self._events: AsyncIterator[T] | None = None
-        # The consumer: the task that opened the stream (each binding pulls a stream
+        self._events: AsyncIterator[T] | None = events
+        # The consumer: the task that pulls the first event (each binding pulls a stream
         # from one task), and whether it is inside __anext__ now.
         self._task: asyncio.Task[Any] | None = None
         self._waiting = False
@@ -139,8 +121,15 @@ class _GatedStream(AsyncIterator[T]):
         if self._ended:
             raise shutting_down()
         events = self._events
-        if events is None:
-            events = self._open()
+        if events is None:  # closed
+            raise StopAsyncIteration
+        if self._task is None:  # the first event: the stream opens (or is refused)
+            drain = self._drain
+            if drain.draining:
+                self._ended = True
+                raise shutting_down()
+            self._task = asyncio.current_task()
+            drain._streams.add(self)
         self._waiting = True
         try:
             return await events.__anext__()
@@ -155,19 +144,6 @@ class _GatedStream(AsyncIterator[T]):
             self._waiting = False
             if self._cancelled:  # one the stream swallowed is taken back too
                 self._claim()
-
-    def _open(self) -> AsyncIterator[T]:
-        drain = self._drain
-        if drain.draining:
-            self._ended = True
-            raise shutting_down()
-        assert self._call is not None
-        call, context = self._call
-        request, self._call, self._request = self._request, None, None
-        self._events = events = call(request, context)
-        self._task = asyncio.current_task()
-        drain._streams.add(self)
-        return events
 
     def end(self) -> None:
         """End the stream with :func:`shutting_down` (cancelling its consumer if it is
@@ -189,36 +165,44 @@ class _GatedStream(AsyncIterator[T]):
 
     async def aclose(self) -> None:
         self._drain._streams.discard(self)
-        self._call = self._request = None
         events, self._events = self._events, None
         close = getattr(events, "aclose", None)
         if close is not None:
             await close()
 
 
-class DrainGate(ServiceDecorator):
+class DrainGate(WrappedService):
     """``service`` behind a :class:`Drain`'s gate (see the module doc)."""
 
     def __init__(self, service: A2AService, drain: Drain) -> None:
         super().__init__(service)
         self._drain = drain
 
-    async def unary(self, rpc: str, call: UnaryCall[R, T], request: R, context: CallContext) -> T:
+    async def unary(
+        self, rpc: str, request: message.Message, call: Awaitable[T], context: CallContext
+    ) -> T:
         drain = self._drain
         if drain.draining:
+            close = getattr(call, "close", None)
+            if close is not None:
+                close()  # refused: the service's coroutine never runs
             raise shutting_down()
         drain.calls += 1
         try:
-            return await call(request, context)
+            return await call
         finally:
             drain.calls -= 1  # inline, not a method: every call runs this
             if drain.draining and not drain.calls:
                 drain._idle.set()
 
     def stream(
-        self, rpc: str, call: StreamCall, request: Any, context: CallContext
+        self,
+        rpc: str,
+        request: message.Message,
+        events: AsyncIterator[pb.StreamResponse],
+        context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
-        return _GatedStream(self._drain, call, request, context)
+        return _GatedStream(self._drain, events)
 
 
 __all__ = ["RETRY_AFTER_S", "Drain", "DrainGate", "shutting_down"]
