@@ -1,7 +1,7 @@
 """Graceful drain: what a gateway does between SIGTERM and its exit (docs/reliability.md).
 
 :class:`Drain` is the one place that knows whether the gateway is draining. Every A2A
-call passes its gate (:class:`DrainGate`, a decorator of the service, so every binding
+call passes its gate (:class:`DrainGate`, a WrappedService around the service, so every binding
 behaves the same): while serving, the gate counts unary calls in flight and keeps the
 open streams; once draining, a new call is refused with :func:`shutting_down` (503 with
 ``Retry-After`` on HTTP, UNAVAILABLE on gRPC), every open stream ends with that same
