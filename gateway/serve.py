@@ -1,9 +1,14 @@
 """``a2a-gateway serve``: wire the service, the bindings and the lifecycle together.
 
 One process runs the aiohttp server (card, JSON-RPC, HTTP+JSON, SSE) and the grpc.aio
-server over one :class:`~a2a_gateway.protocol.service.A2AService`. SIGTERM or SIGINT
-stops accepting, ends open streams, cancels runs (their tasks are written in a final
-state) and exits 0.
+server over one :class:`~a2a_gateway.protocol.service.A2AService`.
+
+SIGTERM drains (:meth:`Gateway.drain`, docs/reliability.md "Drain"): not ready, no new
+connection, new calls refused with UNAVAILABLE, open streams ended with the resumable
+UNAVAILABLE, calls in flight given ``--shutdown-grace`` to finish; then the stop. SIGINT,
+a second signal or the grace running out stops at once: runs still going are cancelled
+(their tasks are written in a final state), connections closed. Either way the exit
+status is 0.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -48,6 +54,7 @@ from a2a_gateway.server.config import (
     ServerConfig,
     is_loopback,
 )
+from a2a_gateway.server.drain import Drain
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
@@ -79,6 +86,10 @@ if TYPE_CHECKING:
     from a2a_gateway.agent.runtime import Runtime
 
 log = logging.getLogger("a2a_gateway.serve")
+
+#: What :meth:`Gateway.stop` gives calls still in flight once the runs have ended (their
+#: answers being written) before it closes their connections.
+STOP_GRACE_S = 1.0
 
 
 def _mount(path: str) -> str:
@@ -114,6 +125,7 @@ def server_config(settings: Settings) -> ServerConfig:
         max_hops=settings["max_hops"],
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
+        shutdown_grace_s=settings["shutdown_grace"],
         identity=identity_config(settings),
         tls=tls_config(settings),
         rate_limits=RateLimits(
@@ -516,6 +528,9 @@ class Gateway:
                 max_file_bytes=settings["max_file_bytes"],
             )
             self.service = self.engine
+        # Every call passes the drain's gate (inside the access log, which shows refusals).
+        self.drain_gate = Drain()
+        self.service = self.drain_gate.gate(self.service)
         if settings["access_log"]:
             self.service = AccessLogged(self.service)
         # Tracing wraps outermost, so the access-log line is inside the call's span.
@@ -536,8 +551,9 @@ class Gateway:
         if self.store is not None:
             self.readiness.add("store", self.store.readiness)
         self._metrics_runner: web.AppRunner | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._grpc_stopping: asyncio.Future[None] | None = None  # drain's graceful stop
         self.http_port: int | None = None
         self.grpc_port: int | None = None
 
@@ -581,7 +597,7 @@ class Gateway:
         # No access log: a line per request costs throughput and the bindings log
         # what matters (errors, refused callers) themselves.
         self._runner = AppRunner(
-            app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s, access_log=None
+            app, handle_signals=False, shutdown_timeout=STOP_GRACE_S, access_log=None
         )
         await self._runner.setup()
         ssl_context = server_ssl_context(config.tls) if config.tls is not None else None
@@ -619,10 +635,31 @@ class Gateway:
             f", gRPC {config.host}:{self.grpc_port}" if self.grpc_port is not None else "",
         )
 
+    async def drain(self, interrupted: asyncio.Event | None = None) -> bool:
+        """Drain (SIGTERM; docs/reliability.md "Drain"): not ready at once (``/readyz``
+        and the gRPC health service), neither port accepts a connection, a new call on
+        an open one is refused with UNAVAILABLE, every open stream ends with the
+        resumable UNAVAILABLE, and the unary calls in flight (a blocking send) get up to
+        ``--shutdown-grace`` to finish, or until ``interrupted`` is set. True when they
+        all did. :meth:`stop` comes next, as after any run."""
+        grace_s = self.config.shutdown_grace_s
+        log.info("draining: calls in flight have up to %g s", grace_s)
+        if self._runner is not None:
+            await self._runner.drain()
+        if self._grpc is not None and self._grpc_stopping is None:
+            # grpc's own graceful stop: no new connection, GOAWAY on the open ones (their
+            # clients' new calls fail UNAVAILABLE), rpcs in flight go on. It ends when
+            # they have; stop() ends it sooner (a second stop call cancels what is left).
+            self._grpc_stopping = asyncio.ensure_future(self._grpc.stop(grace_s))
+        self.drain_gate.begin()  # before the readiness checks, which may take a while
+        await self.readiness.hold("drain", "the gateway is shutting down")
+        return await self.drain_gate.run(grace_s, interrupted)
+
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
         if self.http_port is not None:  # a start that failed says why, and only that
             log.info("shutting down")
+        self.drain_gate.begin()  # nothing new starts while the parts below close
         await self.readiness.aclose()
         if self.retention is not None:
             await self.retention.aclose()
@@ -640,8 +677,13 @@ class Gateway:
         if self.proxy is not None:
             await self.proxy.aclose()
         if self._grpc is not None:
-            await self._grpc.stop(self.config.shutdown_grace_s)
+            await self._grpc.stop(STOP_GRACE_S)  # also ends the drain's graceful stop
             self._grpc = None
+        stopping, self._grpc_stopping = self._grpc_stopping, None
+        if stopping is not None:  # done now: the stop above resolved what it waits for
+            await asyncio.wait({stopping}, timeout=STOP_GRACE_S)
+            stopping.cancel()
+            await asyncio.gather(stopping, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -666,21 +708,52 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     except OSError as exc:  # an address we cannot use otherwise
         await gateway.stop()
         raise StartupError(f"cannot start: {exc.strerror or exc}") from None
-    try:
-        await until_signalled(stop)
-    finally:
-        await gateway.stop()
+    with Signals(stop) as signals:  # until after the stop: a late signal changes nothing
+        try:
+            await signals.first.wait()
+            if not signals.at_once.is_set():
+                await gateway.drain(interrupted=signals.at_once)
+        finally:
+            await gateway.stop()
     return 0
+
+
+class Signals:
+    """SIGTERM and SIGINT while a host runs: ``first`` is set by either (or by whoever
+    holds ``stop``), ``at_once`` by SIGINT or by any signal after the first: a drain
+    is cut short by it."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: asyncio.Event | None = None) -> None:
+        self.first = stop or asyncio.Event()
+        self.at_once = asyncio.Event()
+
+    def _received(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGINT or self.first.is_set():
+            if not self.at_once.is_set():
+                log.info("%s: stopping at once", sig.name)
+            self.at_once.set()
+        self.first.set()
+
+    def __enter__(self) -> Signals:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.add_signal_handler(sig, self._received, sig)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
 async def until_signalled(stop: asyncio.Event | None = None) -> None:
     """Return on SIGTERM or SIGINT (or when ``stop`` is set): how a host process waits."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    with Signals(stop) as signals:
+        await signals.first.wait()

@@ -215,6 +215,14 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a gRPC stream may go without an event before it is ended (default 300)",
         above=0,
     ),
+    Setting(
+        "shutdown_grace",
+        float,
+        10.0,
+        "seconds a SIGTERM gives calls in flight (a blocking send) to finish before the"
+        " exit; new calls are refused and open streams end meanwhile (default 10)",
+        0,
+    ),
     Setting("allow_anonymous", bool, False, "accept requests without a key (loopback only)"),
     Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
     Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),

@@ -99,4 +99,4 @@ class ServerConfig:
     keepalive_interval_s: float = 15.0  # SSE comment cadence on idle streams
     card_max_age_s: int = 300  # Cache-Control max-age of the public card
     max_hops: int = 3
-    shutdown_grace_s: float = 5.0
+    shutdown_grace_s: float = 10.0  # SIGTERM: how long calls in flight may go on

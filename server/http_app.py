@@ -104,6 +104,18 @@ class _RequestHandler(web.RequestHandler):
         return super().handle_error(request, status, exc, message)
 
 
+class _DrainingRequestHandler(_RequestHandler):
+    """A connection of a draining server: its next answer (a call in flight, or the
+    refusal of a new call on a kept-alive connection) closes it (``Connection:
+    close``), so that the client's next call goes to another replica."""
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        resp.force_close()
+        return await super().finish_response(request, resp, start_time)
+
+
 class _Server(web.Server):
     def __call__(self) -> web.RequestHandler:
         return _RequestHandler(self, loop=self._loop, **self._kwargs)
@@ -117,6 +129,20 @@ class AppRunner(web.AppRunner):
         # aiohttp builds the Server itself and has no hook for the handler class.
         server.__class__ = _Server
         return server
+
+    async def drain(self) -> None:
+        """Stop accepting connections; the open ones stay (their calls go on, a new
+        call gets the drain's refusal) and close after their next answer.
+
+        The open connections become :class:`_DrainingRequestHandler`: a class swap, so
+        that serving costs nothing for a drain that has not begun (an answer hook would
+        run on every answer)."""
+        for site in list(self.sites):
+            await site.stop()
+        if self.server is not None:
+            for connection in self.server.connections:
+                if isinstance(connection, _RequestHandler):
+                    connection.__class__ = _DrainingRequestHandler
 
 
 #: Keyword arguments of aiohttp's connection handler for every app built here.
