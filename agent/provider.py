@@ -56,7 +56,12 @@ class ProviderConfig:
 
 
 class ProviderError(Exception):
-    """The provider failed; ``str(error)`` is short, redacted and safe to show."""
+    """The provider failed; ``str(error)`` is short, redacted and safe to show. ``kind``
+    is one of :data:`~a2a_gateway.agent.metering.PROVIDER_ERRORS` (for metrics)."""
+
+    def __init__(self, text: str, kind: str = "reported") -> None:
+        super().__init__(text)
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,8 @@ class Reply:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str = "stop"
+    #: (prompt, completion) tokens, when the provider sent its ``usage``.
+    usage: tuple[int, int] | None = None
 
 
 class ChatProvider:
@@ -107,22 +114,23 @@ class ChatProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def _error(self, text: str) -> ProviderError:
+    def _error(self, text: str, kind: str = "malformed") -> ProviderError:
         secrets = [self.config.api_key] if self.config.api_key else []
-        return ProviderError(redact(text, secrets))
+        return ProviderError(redact(text, secrets), kind)
 
     def _translate(self, exc: BaseException) -> ProviderError:
         where = self.config.public_url()
         if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
             return self._error(
-                f"The model provider did not answer in time ({self.config.timeout_s:g} s)."
+                f"The model provider did not answer in time ({self.config.timeout_s:g} s).",
+                "timeout",
             )
         if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
-            return self._error(f"Cannot reach the model provider at {where}.")
+            return self._error(f"Cannot reach the model provider at {where}.", "connection")
         if isinstance(exc, openai.APIStatusError):
             detail = _status_detail(exc.body)
             text = f"The model provider answered HTTP {exc.status_code}"
-            return self._error(f"{text}: {detail}" if detail else f"{text}.")
+            return self._error(f"{text}: {detail}" if detail else f"{text}.", "status")
         return self._error("The model provider sent a malformed answer.")
 
     async def stream(
@@ -169,7 +177,7 @@ class ChatProvider:
         except (openai.APIError, httpx2.HTTPError, ValueError, TypeError, KeyError) as exc:
             raise self._translate(exc) from None
         if parts.error is not None:
-            raise self._error(f"The model provider reported an error: {parts.error}")
+            raise self._error(f"The model provider reported an error: {parts.error}", "reported")
         if not parts.chunks:
             raise self._error("The model provider sent a malformed answer (no completion chunks).")
         yield parts.reply()
@@ -178,9 +186,10 @@ class ChatProvider:
 class _Parts:
     """What the chunks of one answer said so far (TypeError/KeyError: malformed)."""
 
-    __slots__ = ("calls", "chunks", "error", "finish", "text")
+    __slots__ = ("calls", "chunks", "error", "finish", "text", "usage")
 
     def __init__(self) -> None:
+        self.usage: tuple[int, int] | None = None  # (prompt, completion) tokens, if told
         self.text: list[str] = []
         self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         self.finish = ""
@@ -195,6 +204,11 @@ class _Parts:
         if chunk.get("error"):
             self.error = _status_detail(chunk) or "no details"
             return ""
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int) and isinstance(completion, int):
+                self.usage = (prompt, completion)
         choices = chunk.get("choices")
         if not choices:
             return ""  # a usage-only chunk
@@ -222,7 +236,7 @@ class _Parts:
             ToolCall(id=slot[0] or f"call_{index}", name=slot[1], arguments=slot[2] or "{}")
             for index, slot in sorted(self.calls.items())
         )
-        return Reply("".join(self.text), tool_calls, self.finish or "stop")
+        return Reply("".join(self.text), tool_calls, self.finish or "stop", self.usage)
 
 
 def _status_detail(body: object) -> str:

@@ -52,10 +52,11 @@ from opentelemetry.trace import SpanKind
 from a2a_gateway.protocol import tracing
 
 from .base import Signal
+from .metering import NULL_RUNTIME_METER, RuntimeMeter
 from .prompt import PROMPT_FILE_CAP, frame, system_prompt
 from .provider import ChatProvider, Delta, ProviderError, Reply, ToolCall, parse_arguments
 from .sessions import Clock, Question, Session, SessionStore
-from .tools.base import ToolContext, ToolError, ToolRegistry, ToolResult
+from .tools.base import Tool, ToolContext, ToolError, ToolRegistry, ToolResult
 from .tools.files import FileResult
 from .tools.interaction import InputNeeded
 
@@ -132,6 +133,9 @@ class TurnFailed:
 
 TurnEvent = TextDelta | ToolStarted | ToolFinished | FileReady | Finished | Asked | TurnFailed
 
+#: The turn outcome (:data:`~.metering.TURN_OUTCOMES`) each ending event means.
+_OUTCOME_OF: dict[type, str] = {Finished: "finished", Asked: "asked", TurnFailed: "failed"}
+
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
@@ -168,6 +172,8 @@ class Runtime:
         self.config = config or RuntimeConfig()
         self.sessions = SessionStore(idle_timeout_s=self.config.idle_timeout_s, clock=clock)
         self._sweeper: asyncio.Task[None] | None = None
+        #: Where turns, model calls and tool calls are counted (a host's metrics).
+        self.meter: RuntimeMeter = NULL_RUNTIME_METER
 
     async def start(self) -> None:
         """Start sweeping idle sessions out of memory (``aclose`` stops it)."""
@@ -212,6 +218,7 @@ class Runtime:
             raise ValueError("workspace: give an absolute (resolved) path")
         session = await self.sessions.open(workspace, scope)
         context = ToolContext(workspace, scope, caller, hops, cancelled or Signal())
+        outcome = "stopped"  # until an event that ends the turn says otherwise
         async with session.lock:
             session.busy += 1
             try:
@@ -219,13 +226,16 @@ class Runtime:
                 content = frame(framing, _with_files(text, files, workspace))
                 self._take_message(session, content, ask_tag)
                 async for event in self._loop(turn, ask_tag):
+                    outcome = _OUTCOME_OF.get(type(event), outcome)
                     yield event
             except (asyncio.CancelledError, GeneratorExit):
                 raise
             except Exception:
                 log.exception("turn of session %s failed", scope)
+                outcome = "failed"
                 yield TurnFailed(UNEXPECTED)
             finally:
+                self.meter.turn(outcome)
                 session.busy -= 1
                 session.last_used = self.sessions.clock()
 
@@ -256,6 +266,7 @@ class Runtime:
             reply: Reply | None = None
             separator = "\n\n" if any(turn.texts) else ""
             written: list[str] = []
+            model_call = _ModelCall(self.meter)
             try:
                 with tracing.span(
                     f"chat {self.provider.config.model}",
@@ -264,6 +275,7 @@ class Runtime:
                 ):
                     async with contextlib.aclosing(self.provider.stream(messages, specs)) as stream:
                         async for item in stream:
+                            model_call.arrived()
                             if isinstance(item, Delta):
                                 written.append(item.text)
                                 yield TextDelta(separator + item.text if separator else item.text)
@@ -271,6 +283,7 @@ class Runtime:
                             else:
                                 reply = item
             except ProviderError as exc:
+                model_call.ended(exc.kind)
                 if written:  # keep what the caller already saw
                     session.append({"role": "assistant", "content": "".join(written)})
                 yield TurnFailed(str(exc))
@@ -280,6 +293,9 @@ class Runtime:
                     session.append({"role": "assistant", "content": "".join(written)})
                 raise
             assert reply is not None  # the provider always ends with a Reply
+            model_call.ended(None)
+            if reply.usage is not None:
+                self.meter.tokens(*reply.usage)
             truncated = reply.finish_reason == "length"
             calls = () if truncated else reply.tool_calls
             turn.texts.append(reply.text)
@@ -335,7 +351,15 @@ class Runtime:
     ) -> ToolResult:
         tool = turn.tools.get(call.name)
         if tool is None:
+            self.meter.tool_call("", "no_such_tool")  # never the name: the model wrote it
             return ToolResult(f"There is no tool named {call.name!r}.", is_error=True)
+        result = await self._call_tool(turn, tool, call, arguments)
+        self.meter.tool_call(call.name, "error" if result.is_error else "ok")
+        return result
+
+    async def _call_tool(
+        self, turn: _Turn, tool: Tool, call: ToolCall, arguments: dict[str, Any] | None
+    ) -> ToolResult:
         if arguments is None:
             return ToolResult("The arguments are not a JSON object.", is_error=True)
         try:
@@ -347,6 +371,24 @@ class Runtime:
         except Exception:
             log.exception("tool %s failed", call.name)
             return ToolResult(TOOL_FAILED, is_error=True)
+
+
+class _ModelCall:
+    """The timing of one model call, reported once to the meter when it ends."""
+
+    __slots__ = ("first", "meter", "started")
+
+    def __init__(self, meter: RuntimeMeter) -> None:
+        self.meter = meter
+        self.started = time.monotonic()
+        self.first: float | None = None
+
+    def arrived(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic() - self.started
+
+    def ended(self, error: str | None) -> None:
+        self.meter.model_call(self.first, time.monotonic() - self.started, error)
 
 
 def _arguments(call: ToolCall) -> dict[str, Any] | None:

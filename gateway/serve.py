@@ -543,8 +543,8 @@ class Gateway:
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
         # nothing. The engine is read at scrape time (its gauges), never on its path.
         self.metrics: MetricsLike = Metrics() if settings["metrics"] else NULL_METRICS
-        if isinstance(self.metrics, Metrics) and self.engine is not None:
-            self.metrics.watch_engine(self.engine)
+        if isinstance(self.metrics, Metrics):
+            self._meter_parts(self.metrics)
         metrics_port = settings["metrics_port"]
         self.metrics_port: int | None = None if metrics_port < 0 else metrics_port
         self.readiness = Readiness()
@@ -556,6 +556,17 @@ class Gateway:
         self._grpc_stopping: asyncio.Future[None] | None = None  # drain's graceful stop
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+
+    def _meter_parts(self, metrics: Metrics) -> None:
+        """Give the parts that report (the engine's gauges, the assistant, push) the
+        gateway's metrics."""
+        if self.engine is not None:
+            metrics.watch_engine(self.engine)
+        if self.runtime is not None:
+            self.runtime.meter = metrics.assistant
+        if self.push is not None:
+            push = metrics.push
+            self.push.on_result = lambda result: push.record(result.outcome, result.attempts)
 
     async def start(self) -> None:
         config = self.config

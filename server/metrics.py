@@ -45,6 +45,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
 from a2a_gateway.protocol.errors import ALL_ERRORS, A2AError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 
@@ -92,6 +93,8 @@ LATENCY_BUCKETS: Final = (
 )
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+#: Distinct tool names counted; a host with more tools counts the rest as ``OTHER``.
+MAX_TOOL_LABELS: Final = 64
 
 _clock = time.perf_counter
 
@@ -306,6 +309,156 @@ class _EngineCollector(Collector):
         return [GaugeMetricFamily(f"a2a_{name}", text) for name, text in ENGINE_GAUGES.items()]
 
 
+#: Seconds, for the model's answers (first token, whole call): a local model answers in
+#: tens of milliseconds, a hosted one in seconds, a long answer in minutes.
+MODEL_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: Attempts one push notification took (delivered, failed or dropped).
+ATTEMPT_BUCKETS: Final = (1.0, 2.0, 3.0, 5.0, 8.0)
+PUSH_OUTCOMES: Final = ("delivered", "failed", "dropped")
+#: The tool label of a call to a tool that is not in the turn's registry.
+NO_TOOL: Final = "none"
+
+
+class _Series:
+    """One histogram series over ``bounds``: counts per bucket (the last is +Inf)."""
+
+    __slots__ = ("bounds", "buckets", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.buckets = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.buckets[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def family(self, name: str, text: str) -> HistogramMetricFamily:
+        bounds = [repr(b) for b in self.bounds] + ["+Inf"]
+        cumulative = list(accumulate(self.buckets))
+        family = HistogramMetricFamily(name, text)
+        family.add_metric([], list(zip(bounds, cumulative, strict=True)), sum_value=self.total)
+        return family
+
+
+def _tally(counts: dict[str, int], key: str, allowed: Iterable[str], other: str = OTHER) -> None:
+    key = key if key in allowed else other
+    counts[key] = counts.get(key, 0) + 1
+
+
+class AssistantMeter(Collector):
+    """The assistant's turns, model calls, tokens and tool calls (the runtime's
+    :class:`~a2a_gateway.agent.metering.RuntimeMeter`). Tool names are the registry's
+    (a call to a tool the model made up counts under ``none``), so labels stay bounded."""
+
+    def __init__(self) -> None:
+        self.turns: dict[str, int] = {}
+        self.tool_calls: dict[tuple[str, str], int] = {}
+        self.provider_errors: dict[str, int] = {}
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.first_token = _Series(MODEL_BUCKETS)
+        self.model_calls = _Series(MODEL_BUCKETS)
+        #: Tool names seen (bounded: a registry has a few; past this, ``other``).
+        self._tools: set[str] = set()
+
+    def turn(self, outcome: str) -> None:
+        _tally(self.turns, outcome, TURN_OUTCOMES)
+
+    def model_call(self, first_s: float | None, total_s: float, error: str | None) -> None:
+        if first_s is not None:
+            self.first_token.add(first_s)
+        self.model_calls.add(total_s)
+        if error is not None:
+            _tally(self.provider_errors, error, PROVIDER_ERRORS)
+
+    def tokens(self, prompt: int, completion: int) -> None:
+        self.tokens_in += max(0, prompt)
+        self.tokens_out += max(0, completion)
+
+    def tool_call(self, tool: str, outcome: str) -> None:
+        if not tool:
+            tool = NO_TOOL
+        elif tool not in self._tools:
+            if len(self._tools) >= MAX_TOOL_LABELS:
+                tool = OTHER
+            else:
+                self._tools.add(tool)
+        outcome = outcome if outcome in TOOL_OUTCOMES else OTHER
+        key = (tool, outcome)
+        self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
+
+    def collect(self) -> Iterable[Metric]:
+        turns = CounterMetricFamily(
+            "a2a_assistant_turns", "Assistant turns by how they ended.", labels=("outcome",)
+        )
+        for outcome, n in sorted(self.turns.items()):
+            turns.add_metric((outcome,), n)
+        tools = CounterMetricFamily(
+            "a2a_assistant_tool_calls",
+            "Tool calls by tool and outcome.",
+            labels=("tool", "outcome"),
+        )
+        for (tool, outcome), n in sorted(self.tool_calls.items()):
+            tools.add_metric((tool, outcome), n)
+        errors = CounterMetricFamily(
+            "a2a_assistant_provider_errors", "Failed model calls by kind.", labels=("kind",)
+        )
+        for kind, n in sorted(self.provider_errors.items()):
+            errors.add_metric((kind,), n)
+        tokens = CounterMetricFamily(
+            "a2a_assistant_tokens",
+            "Tokens the model used, as its provider reported them (in: prompt, out: answer).",
+            labels=("direction",),
+        )
+        tokens.add_metric(("in",), self.tokens_in)
+        tokens.add_metric(("out",), self.tokens_out)
+        return [
+            turns,
+            tools,
+            errors,
+            tokens,
+            self.first_token.family(
+                "a2a_assistant_first_token_seconds", "Model calls: time to the first piece."
+            ),
+            self.model_calls.family(
+                "a2a_assistant_model_call_seconds", "Model calls: time to the whole answer."
+            ),
+        ]
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class PushMeter(Collector):
+    """Push notifications by outcome, and how many attempts each took."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.attempts = _Series(ATTEMPT_BUCKETS)
+
+    def record(self, outcome: str, attempts: int) -> None:
+        _tally(self.outcomes, outcome, PUSH_OUTCOMES)
+        if attempts:
+            self.attempts.add(float(attempts))
+
+    def collect(self) -> Iterable[Metric]:
+        deliveries = CounterMetricFamily(
+            "a2a_push_notifications",
+            "Push notifications by outcome (delivered, failed after retries, dropped).",
+            labels=("outcome",),
+        )
+        for outcome, n in sorted(self.outcomes.items()):
+            deliveries.add_metric((outcome,), n)
+        return [
+            deliveries,
+            self.attempts.family("a2a_push_attempts", "Attempts per push notification sent."),
+        ]
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
 class Metrics:
     """The metrics of one gateway, in a registry of its own (see the module doc)."""
 
@@ -318,6 +471,10 @@ class Metrics:
         self.jsonrpc: Meter = meters[0]
         self.rest: Meter = meters[1]
         self.grpc: Meter = meters[2]
+        self.assistant = AssistantMeter()
+        self.push = PushMeter()
+        self.registry.register(self.assistant)
+        self.registry.register(self.push)
         self._engine: _EngineCollector | None = None
 
     def watch_engine(self, engine: EngineGauges) -> None:

@@ -95,6 +95,9 @@ class FakeLLM:
         self.port = 0
         self.record = True
         self.received = asyncio.Event()  # set by every request
+        #: (prompt, completion) tokens sent as a usage-only last chunk, as OpenAI does
+        #: with ``stream_options.include_usage`` (None: no usage chunk).
+        self.usage: tuple[int, int] | None = None
 
     def script(self, *replies: Reply) -> None:
         self._script.extend(replies)
@@ -197,6 +200,10 @@ class FakeLLM:
                     {"tool_calls": [{"index": index, "function": {"arguments": raw[half:]}}]}
                 )
             out += _chunk({}, "tool_calls")
+        if self.usage is not None:
+            prompt, completion = self.usage
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+            out += b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n"
         out += b"data: [DONE]\n\n"
         with contextlib.suppress(ConnectionError):
             await response.write(bytes(out))

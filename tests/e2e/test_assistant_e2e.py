@@ -22,7 +22,9 @@ from a2a_gateway.settings import resolve
 from ..agent.fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from ..agent.llm_support import API_KEY, llm
 from ..conftest import use_secret
+from ..server.test_metrics import parse, value
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
+from .outbound_support import settle, webhook_receiver
 from .test_scenarios import artifact_text, send
 
 COMPLETED = "TASK_STATE_COMPLETED"
@@ -269,3 +271,56 @@ async def test_provider_500_timeout_garbage_and_down_fail_tasks(
         "The model provider did not answer in time (0.5 s).",
         "Cannot reach the model provider at http://127.0.0.1:9/v1.",
     ]
+
+
+async def test_metrics_count_the_assistants_turns_model_calls_tools_tokens_and_pushes(
+    tmp_path: Path, llm: FakeLLM
+) -> None:
+    """``serve --llm --metrics``: after a turn with a tool call, a call of a tool that
+    does not exist, a failed model call and a push delivery, /metrics shows each."""
+    workspace = tmp_path / "ws"
+    (workspace).mkdir()
+    (workspace / "notes.txt").write_text("milk")
+    llm.usage = (120, 7)
+    llm.script(
+        Calls([("read_file", {"path": "notes.txt"})]),
+        Say("it says milk"),
+        Calls([("made_up_tool", {})]),
+        Say("no such tool"),
+        Status(500),
+    )
+    async with webhook_receiver() as webhook:
+        gateway = await start_gateway(workspace, llm, metrics=True, allow_private_urls=True)
+        try:
+            async with aiohttp.ClientSession() as http:
+                base = f"http://127.0.0.1:{gateway.http_port}"
+                driver = Driver("jsonrpc", http, base, None)  # type: ignore[arg-type]
+                push = {"taskPushNotificationConfig": {"url": webhook.url("/hook")}}
+                done = await driver.call("SendMessage", send("read it", configuration=push))
+                assert done["task"]["status"]["state"] == COMPLETED
+                await driver.call("SendMessage", send("call something"))
+                failed = await driver.call("SendMessage", send("and again"))
+                assert failed["task"]["status"]["state"] == "TASK_STATE_FAILED"
+                await webhook.wait_for("/hook", 2)  # WORKING, COMPLETED
+                await settle(gateway)
+                async with http.get(base + "/metrics") as response:
+                    assert response.status == 200
+                    samples = parse(await response.text())
+        finally:
+            await gateway.stop()
+    assert value(samples, "a2a_assistant_turns_total", outcome="finished") == 2
+    assert value(samples, "a2a_assistant_turns_total", outcome="failed") == 1
+    ok = value(samples, "a2a_assistant_tool_calls_total", tool="read_file", outcome="ok")
+    assert ok == 1
+    made_up = value(samples, "a2a_assistant_tool_calls_total", tool="none", outcome="no_such_tool")
+    assert made_up == 1
+    assert value(samples, "a2a_assistant_provider_errors_total", kind="status") == 1
+    # Four answers came (with usage each), the fifth call failed.
+    assert value(samples, "a2a_assistant_tokens_total", direction="in") == 4 * 120
+    assert value(samples, "a2a_assistant_tokens_total", direction="out") == 4 * 7
+    assert value(samples, "a2a_assistant_model_call_seconds_count") == 5
+    assert value(samples, "a2a_assistant_first_token_seconds_count") == 4
+    assert value(samples, "a2a_push_notifications_total", outcome="delivered") == 2
+    assert value(samples, "a2a_push_attempts_count") == 2
+    # No label holds free text: the model's made-up tool name is not one.
+    assert not any("made_up_tool" in str(labels) for _, labels in samples)
