@@ -3,10 +3,19 @@
 :class:`ChatProvider` wraps the official ``openai`` package (``AsyncOpenAI`` with a base
 URL: Ollama, vLLM, llama.cpp's server, a hosted endpoint). :meth:`ChatProvider.stream`
 yields :class:`Delta` items as the answer's text arrives, then one :class:`Reply` (the
-whole text, the tool calls, the finish reason). Every failure the provider can cause
-(connection, HTTP status, timeout, a malformed answer) raises :class:`ProviderError`
-whose message is short and redacted: never the key, never credentials or query strings
-from the base URL. Closing the generator (a cancelled turn) closes the HTTP response.
+whole text, the tool calls, the finish reason).
+
+``ProviderConfig.stream`` (``--llm-stream``): ``on`` streams every request; ``off``
+asks for whole answers (``stream: false``; the text comes as one Delta), for servers
+that cannot stream; ``auto`` (the default) streams, and when the provider fails a
+streamed request that offers tools before any text came (an HTTP error such as 400 or
+500, or an answer that is not an event stream), asks again once without streaming; that
+working, the provider's later requests with tools are not streamed either.
+
+Every failure the provider can cause (connection, HTTP status, timeout, a malformed
+answer) raises :class:`ProviderError` whose message is short and redacted: never the
+key, never credentials or query strings from the base URL. Closing the generator (a
+cancelled turn) closes the HTTP response.
 """
 
 from __future__ import annotations
@@ -26,6 +35,12 @@ from .base import redact
 
 log = logging.getLogger("a2a_gateway.agent.provider")
 
+#: ``--llm-stream`` values (see the module docstring).
+STREAM_MODES = ("auto", "on", "off")
+#: HTTP statuses of a streamed request that a whole-answer request may not get: the
+#: server's own refusal or failure (not the key, the model name, a rate limit).
+_STREAM_REFUSALS = frozenset({400, 405, 415, 422, 500, 501})
+
 #: Where a local Ollama listens.
 DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
 _NO_KEY = "no-key"  # AsyncOpenAI insists on a key; local servers ignore it
@@ -43,6 +58,7 @@ class ProviderConfig:
     max_tokens: int = 0
     temperature: float | None = None
     max_retries: int = 2
+    stream: str = "auto"  # one of STREAM_MODES
 
     def public_url(self) -> str:
         """The base URL without user, password, query or fragment (for messages)."""
@@ -54,7 +70,13 @@ class ProviderConfig:
 
 
 class ProviderError(Exception):
-    """The provider failed; ``str(error)`` is short, redacted and safe to show."""
+    """The provider failed; ``str(error)`` is short, redacted and safe to show.
+    ``stream_refused``: the failure may be the server's refusal to stream (an ``auto``
+    provider asks again without streaming)."""
+
+    def __init__(self, text: str, *, stream_refused: bool = False) -> None:
+        super().__init__(text)
+        self.stream_refused = stream_refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +116,11 @@ class ChatProvider:
     """One ``AsyncOpenAI`` client shared by every session."""
 
     def __init__(self, config: ProviderConfig) -> None:
+        if config.stream not in STREAM_MODES:
+            raise ValueError(f"stream must be one of {', '.join(STREAM_MODES)}")
         self.config = config
+        # auto: a whole-answer request worked where a streamed one with tools failed.
+        self._tools_unstreamed = False
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or _NO_KEY,
             base_url=config.base_url,
@@ -105,9 +131,9 @@ class ChatProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def _error(self, text: str) -> ProviderError:
+    def _error(self, text: str, *, stream_refused: bool = False) -> ProviderError:
         secrets = [self.config.api_key] if self.config.api_key else []
-        return ProviderError(redact(text, secrets))
+        return ProviderError(redact(text, secrets), stream_refused=stream_refused)
 
     def _translate(self, exc: BaseException) -> ProviderError:
         where = self.config.public_url()
@@ -120,14 +146,70 @@ class ChatProvider:
         if isinstance(exc, openai.APIStatusError):
             detail = _status_detail(exc.body)
             text = f"The model provider answered HTTP {exc.status_code}"
-            return self._error(f"{text}: {detail}" if detail else f"{text}.")
-        return self._error("The model provider sent a malformed answer.")
+            return self._error(
+                f"{text}: {detail}" if detail else f"{text}.",
+                stream_refused=exc.status_code in _STREAM_REFUSALS,
+            )
+        return self._error("The model provider sent a malformed answer.", stream_refused=True)
 
     async def stream(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
     ) -> AsyncGenerator[Delta | Reply, None]:
-        """Ask the model; yield text deltas as they come, then the :class:`Reply`."""
+        """Ask the model; yield text deltas as they come, then the :class:`Reply`
+        (``stream`` ``off``, or ``auto`` after a fallback: the text as one delta)."""
+        mode = self.config.stream
+        if mode == "off" or (tools and self._tools_unstreamed):
+            async for item in self._whole(messages, tools):
+                yield item
+            return
+        text_came = False
+        try:
+            async for item in self._streamed(messages, tools):
+                text_came = text_came or isinstance(item, Delta)
+                yield item
+            return
+        except ProviderError as exc:
+            if mode != "auto" or not tools or text_came or not exc.stream_refused:
+                raise
+            log.warning(
+                "the model provider failed a streamed request with tools (%s): asking again"
+                " without streaming (--llm-stream off skips the first try)",
+                exc,
+            )
+        async for item in self._whole(messages, tools):
+            yield item
+        self._tools_unstreamed = True
+
+    def _options(self) -> dict[str, Any]:
         config = self.config
+        return {
+            "model": config.model,
+            "messages": [],
+            "max_tokens": config.max_tokens if config.max_tokens > 0 else openai.omit,
+            "temperature": config.temperature if config.temperature is not None else openai.omit,
+        }
+
+    async def _whole(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> AsyncGenerator[Delta | Reply, None]:
+        """One request for the whole answer (``stream: false``)."""
+        body: dict[str, Any] = {"messages": list(messages)}
+        if tools:
+            body["tools"] = list(tools)
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                **self._options(), stream=False, extra_body=body
+            )
+            reply = _whole_reply(orjson.loads(raw.content))
+        except (openai.APIError, httpx2.HTTPError, ValueError, TypeError, KeyError) as exc:
+            raise self._translate(exc) from None
+        if reply.text:
+            yield Delta(reply.text)
+        yield reply
+
+    async def _streamed(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> AsyncGenerator[Delta | Reply, None]:
         # The conversation is plain JSON already: sent as ``extra_body`` it skips the
         # client's per-field transform of typed params (it grows with the transcript).
         # The answer's events are read as lines and parsed here (orjson, plain dicts):
@@ -138,12 +220,7 @@ class ChatProvider:
         parts = _Parts()
         try:
             async with self._client.chat.completions.with_streaming_response.create(
-                model=config.model,
-                messages=[],
-                stream=True,
-                max_tokens=config.max_tokens if config.max_tokens > 0 else openai.omit,
-                temperature=config.temperature if config.temperature is not None else openai.omit,
-                extra_body=body,
+                **self._options(), stream=True, extra_body=body
             ) as response:
                 done = False
                 # Read to the end even after [DONE]: an HTTP/1.1 connection goes back
@@ -164,9 +241,14 @@ class ChatProvider:
         except (openai.APIError, httpx2.HTTPError, ValueError, TypeError, KeyError) as exc:
             raise self._translate(exc) from None
         if parts.error is not None:
-            raise self._error(f"The model provider reported an error: {parts.error}")
+            raise self._error(
+                f"The model provider reported an error: {parts.error}", stream_refused=True
+            )
         if not parts.chunks:
-            raise self._error("The model provider sent a malformed answer (no completion chunks).")
+            raise self._error(
+                "The model provider sent a malformed answer (no completion chunks).",
+                stream_refused=True,
+            )
         yield parts.reply()
 
 
@@ -220,6 +302,26 @@ class _Parts:
         return Reply("".join(self.text), tool_calls, self.finish or "stop")
 
 
+def _whole_reply(answer: Any) -> Reply:
+    """The Reply of a whole (not streamed) completion (TypeError/KeyError: malformed)."""
+    if not isinstance(answer, dict):
+        raise TypeError("the answer must be an object")
+    choice = answer["choices"][0]
+    message = choice["message"]
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise TypeError("message.content must be a string")
+    calls = tuple(
+        ToolCall(
+            id=str(call.get("id") or f"call_{index}"),
+            name=str(call["function"]["name"]),
+            arguments=str(call["function"].get("arguments") or "{}"),
+        )
+        for index, call in enumerate(message.get("tool_calls") or ())
+    )
+    return Reply(text, calls, str(choice.get("finish_reason") or "stop"))
+
+
 def _status_detail(body: object) -> str:
     """The provider's own error message, if its body has one (redacted later)."""
     message: object = None
@@ -243,6 +345,7 @@ def parse_arguments(call: ToolCall) -> dict[str, Any]:
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "STREAM_MODES",
     "ChatProvider",
     "Delta",
     "ProviderConfig",

@@ -50,6 +50,7 @@ def build_runtime(settings: Settings) -> Runtime:
             max_tokens=settings["llm_max_tokens"],
             temperature=settings["llm_temperature"],
             max_retries=settings["llm_max_retries"],
+            stream=settings["llm_stream"],
         )
     )
     log.info("assistant: model %s at %s", settings["llm_model"], provider.config.public_url())

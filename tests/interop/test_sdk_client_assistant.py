@@ -63,9 +63,7 @@ class Assistant(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def assistant_server(
-    tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
-) -> Iterator[Assistant]:
+def assistant_server(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[Assistant]:
     require_peer_venv()
     port, grpc_port = free_ports(2)
     workspace = tmp_path_factory.mktemp("assistant-ws")

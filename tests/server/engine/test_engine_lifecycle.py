@@ -260,7 +260,13 @@ async def test_streamed_text_is_one_part_whenever_the_task_is_read(
                 go_on.set()
     updates = [e.artifact_update for e in events if e.HasField("artifact_update")]
     response = [u for u in updates if u.artifact.name == "response"]
-    assert [u.artifact.parts[0].text for u in response] == ["Hello", " from", " the", " engine", "."]
+    assert [u.artifact.parts[0].text for u in response] == [
+        "Hello",
+        " from",
+        " the",
+        " engine",
+        ".",
+    ]
     assert [u.append for u in response] == [False, True, True, True, True]
     assert seen == [["Hello from the engine"]] * 2
     task = await engine.get_task(pb.GetTaskRequest(id=events[0].task.id), ctx())
