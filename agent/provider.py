@@ -115,7 +115,9 @@ class Reply:
 class ChatProvider:
     """One ``AsyncOpenAI`` client shared by every session."""
 
-    def __init__(self, config: ProviderConfig) -> None:
+    def __init__(self, config: ProviderConfig, http_client: httpx2.AsyncClient | None = None) -> None:
+        """``http_client``: the client's own HTTP client (the demo model's in-process
+        transport); closed with the provider."""
         if config.stream not in STREAM_MODES:
             raise ValueError(f"stream must be one of {', '.join(STREAM_MODES)}")
         self.config = config
@@ -126,6 +128,7 @@ class ChatProvider:
             base_url=config.base_url,
             timeout=config.timeout_s,
             max_retries=config.max_retries,
+            http_client=http_client,
         )
 
     async def aclose(self) -> None:

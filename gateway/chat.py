@@ -48,7 +48,7 @@ from a2a_gateway.client.watches import CALL_TIMEOUT_S, WatchRegistry
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.push_receiver import build_push_app
 
-from .assistant_host import build_runtime
+from .assistant_host import MODEL_REQUIRED, build_runtime
 from .chat_settings import TURN_TIMEOUT_S
 from .settings import Settings
 from .startup import StartupError
@@ -255,8 +255,8 @@ async def run_chat(
     stdout: TextIO | None = None,
 ) -> int:
     workspace = _workspace(settings["workspace"])
-    if not settings["llm_model"]:
-        raise StartupError("--llm-model is required (the model name the provider knows)")
+    if not settings["llm_model"] and not settings["llm_demo"]:
+        raise StartupError(MODEL_REQUIRED)
     runtime = build_runtime(settings)
     public_url = settings["public_url"].rstrip("/") or None
     watches = WatchRegistry(

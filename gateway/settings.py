@@ -69,6 +69,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("llm_model", str, "", "model name (required with --llm)"),
     Setting(
+        "llm_demo",
+        bool,
+        False,
+        "the built-in demo model instead of a real one (a few rules, no language model:"
+        " to try the assistant, chat and delegation); serve: implies --llm",
+    ),
+    Setting(
         "llm_timeout",
         float,
         60.0,

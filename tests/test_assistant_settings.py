@@ -101,7 +101,9 @@ def test_llm_without_model_exits_2_in_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines[-1] == "a2a-gateway: --llm needs --llm-model (the model name the provider knows)"
+    assert lines[-1] == (
+        "a2a-gateway: --llm needs --llm-model (the model name the provider knows) or --llm-demo"
+    )
     assert "Traceback" not in done.stderr
 
 
