@@ -8,8 +8,8 @@ whole text, the tool calls, the finish reason).
 ``ProviderConfig.stream`` (``--llm-stream``): ``on`` streams every request; ``off``
 asks for whole answers (``stream: false``; the text comes as one Delta), for servers
 that cannot stream; ``auto`` (the default) streams, and when the provider fails a
-streamed request that offers tools before any text came (an HTTP error such as 400 or
-500, or an answer that is not an event stream), asks again once without streaming; that
+streamed request that offers tools before any text came (HTTP 400, 405, 415, 422 or
+501, an answer that is not an event stream, or an error event), asks again once without streaming; that
 working, the provider's later requests with tools are not streamed either.
 
 Every failure the provider can cause (connection, HTTP status, timeout, a malformed
@@ -39,7 +39,7 @@ log = logging.getLogger("a2a_gateway.agent.provider")
 STREAM_MODES = ("auto", "on", "off")
 #: HTTP statuses of a streamed request that a whole-answer request may not get: the
 #: server's own refusal or failure (not the key, the model name, a rate limit).
-_STREAM_REFUSALS = frozenset({400, 405, 415, 422, 500, 501})
+_STREAM_REFUSALS = frozenset({400, 405, 415, 422, 501})
 
 #: Where a local Ollama listens.
 DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
@@ -115,7 +115,9 @@ class Reply:
 class ChatProvider:
     """One ``AsyncOpenAI`` client shared by every session."""
 
-    def __init__(self, config: ProviderConfig, http_client: httpx2.AsyncClient | None = None) -> None:
+    def __init__(
+        self, config: ProviderConfig, http_client: httpx2.AsyncClient | None = None
+    ) -> None:
         """``http_client``: the client's own HTTP client (the demo model's in-process
         transport); closed with the provider."""
         if config.stream not in STREAM_MODES:

@@ -73,7 +73,7 @@ SETTINGS: tuple[Setting, ...] = (
         bool,
         False,
         "the built-in demo model instead of a real one (a few rules, no language model:"
-        " to try the assistant, chat and delegation); serve: implies --llm",
+        " to try the assistant, chat and delegation; serve hosts the assistant on it)",
     ),
     Setting(
         "llm_timeout",

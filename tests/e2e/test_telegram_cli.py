@@ -236,7 +236,7 @@ def test_telegram_help_says_the_model_is_required(capsys: pytest.CaptureFixture[
         main(["telegram", "--help"])
     assert ended.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "--llm-model LLM_MODEL model name (required)" in text
+    assert "--llm-model LLM_MODEL model name (required, unless --llm-demo)" in text
     assert "--llm " not in text and "with --llm)" not in text
 
 
@@ -410,7 +410,7 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
     # In-process, so the end of the delivery can be waited for (quiesce).
     root = tmp_path / "chats"
     keep_a_result(root)
-    llm.script(Status(400))
+    llm.script(Status(401))  # (a 400 to a streamed request with tools is asked again whole)
     flags = {
         "workspaces_root": str(root),
         "allowed_users": str(OWNER),
