@@ -9,8 +9,9 @@ whole text, the tool calls, the finish reason).
 asks for whole answers (``stream: false``; the text comes as one Delta), for servers
 that cannot stream; ``auto`` (the default) streams, and when the provider fails a
 streamed request that offers tools before any text came (HTTP 400, 405, 415, 422 or
-501, an answer that is not an event stream, or an error event), asks again once without streaming; that
-working, the provider's later requests with tools are not streamed either.
+501, an answer that is not an event stream, or an error event), asks again once
+without streaming; that working, the provider's later requests with tools are not
+streamed either.
 
 Every failure the provider can cause (connection, HTTP status, timeout, a malformed
 answer) raises :class:`ProviderError` whose message is short and redacted: never the
