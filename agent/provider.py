@@ -158,33 +158,14 @@ class ChatProvider:
             )
         return self._error("The model provider sent a malformed answer.", stream_refused=True)
 
-    async def stream(
+    def stream(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
     ) -> AsyncGenerator[Delta | Reply, None]:
         """Ask the model; yield text deltas as they come, then the :class:`Reply`
         (``stream`` ``off``, or ``auto`` after a fallback: the text as one delta)."""
-        mode = self.config.stream
-        if mode == "off" or (tools and self._tools_unstreamed):
-            async for item in self._whole(messages, tools):
-                yield item
-            return
-        text_came = False
-        try:
-            async for item in self._streamed(messages, tools):
-                text_came = text_came or isinstance(item, Delta)
-                yield item
-            return
-        except ProviderError as exc:
-            if mode != "auto" or not tools or text_came or not exc.stream_refused:
-                raise
-            log.warning(
-                "the model provider failed a streamed request with tools (%s): asking again"
-                " without streaming (--llm-stream off skips the first try)",
-                exc,
-            )
-        async for item in self._whole(messages, tools):
-            yield item
-        self._tools_unstreamed = True
+        if self.config.stream == "off" or (tools and self._tools_unstreamed):
+            return self._whole(messages, tools)
+        return self._streamed(messages, tools)
 
     def _options(self) -> dict[str, Any]:
         config = self.config
@@ -242,20 +223,30 @@ class ChatProvider:
                     text = parts.add(orjson.loads(data))
                     if text:
                         yield Delta(text)
-        except ProviderError:
-            raise
         except (openai.APIError, httpx2.HTTPError, ValueError, TypeError, KeyError) as exc:
-            raise self._translate(exc) from None
-        if parts.error is not None:
-            raise self._error(
-                f"The model provider reported an error: {parts.error}", stream_refused=True
-            )
-        if not parts.chunks:
-            raise self._error(
-                "The model provider sent a malformed answer (no completion chunks).",
-                stream_refused=True,
-            )
-        yield parts.reply()
+            failure: ProviderError | None = self._translate(exc)
+        else:
+            failure = None
+            if parts.error is not None:
+                text = f"The model provider reported an error: {parts.error}"
+                failure = self._error(text, stream_refused=True)
+            elif not parts.chunks:
+                text = "The model provider sent a malformed answer (no completion chunks)."
+                failure = self._error(text, stream_refused=True)
+        if failure is None:
+            yield parts.reply()
+            return
+        if self.config.stream != "auto" or not tools or parts.text or not failure.stream_refused:
+            raise failure
+        # In this generator, not a wrapper around it: no extra hop for every token.
+        log.warning(
+            "the model provider failed a streamed request with tools (%s): asking again"
+            " without streaming (--llm-stream off skips the first try)",
+            failure,
+        )
+        async for item in self._whole(messages, tools):
+            yield item
+        self._tools_unstreamed = True
 
 
 class _Parts:
