@@ -8,7 +8,8 @@ stream of chunks, or a whole answer for ``stream: false``), and the assistant's
 :class:`~.provider.ChatProvider` uses it as it would a server's, through the real
 ``openai`` client. Its rules, on the last message it is sent:
 
-- ``ask me QUESTION`` calls ``request_input`` with the question (when offered);
+- ``ask me QUESTION`` calls ``request_input`` with the question (when offered: an
+  inbound caller's session), else asks it as its answer (the owner's own chat);
 - ``ask AGENT MESSAGE`` calls ``a2a`` (``action=send``) with the message (when offered);
 - a tool's result is answered with that result (``a2a``: the agent's answer as is);
 - a question about what it can do gets the list of these rules; anything else is echoed.
@@ -80,10 +81,14 @@ def demo_reply(body: Mapping[str, Any]) -> tuple[str, list[tuple[str, dict[str, 
     text = _spoken(str(last.get("content") or ""))
     tools = _tool_names(body)
     asked_me = _ASK_ME.match(text)
-    if asked_me and "request_input" in tools:
-        return "", [("request_input", {"question": asked_me["question"].strip()})]
+    if asked_me:
+        question = asked_me["question"].strip()
+        if "request_input" in tools:
+            return "", [("request_input", {"question": question})]
+        # The owner's own chat has no request_input: the question is the answer.
+        return question if question.endswith("?") else f"{question}?", []
     asked = _ASK_AGENT.match(text)
-    if asked and not asked_me:
+    if asked:
         agent, message = asked["agent"].rstrip(".,:"), asked["message"].strip()
         if "a2a" in tools:
             return "", [("a2a", {"action": "send", "agent": agent, "message": message})]

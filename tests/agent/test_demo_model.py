@@ -68,11 +68,14 @@ async def test_the_demo_model_echoes_asks_back_and_delegates(tmp_path: Path, str
         assert delegated[-1] == Finished("assistant-a says: what it can do")
         assert agents.calls == [sent]
 
-        # Without the a2a tool (an inbound caller's session) it says it cannot.
+        # Without the a2a tool (an inbound caller's session) it says it cannot; without
+        # request_input (the owner's chat) it asks in its answer.
         alone = await run(runtime, tmp_path, "ask bob hi", tools=ToolRegistry([RequestInput()]))
         assert alone[-1] == Finished(
             "I cannot ask bob: here I have no a2a tool (the owner's chat has it)."
         )
+        owner = await run(runtime, tmp_path, "ask me which day", tools=ToolRegistry([agents]))
+        assert owner[-1] == Finished("which day?")
     finally:
         await runtime.aclose()
 

@@ -430,3 +430,24 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
         assert [r["undelivered"] for r in owner_pending(root)] == [KEPT_TEXT]
     finally:
         await app.stop()
+
+
+async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Path) -> None:
+    # --llm-demo instead of --llm-model: no model server at all.
+    flags = {
+        "workspaces_root": str(tmp_path / "chats"),
+        "allowed_users": str(OWNER),
+        "telegram_base_url": bot_api.base_url,
+        "llm_demo": True,
+    }
+    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
+    await app.start()
+    try:
+        await bot_api.push_text(OWNER, "hello bot")
+        await bot_api.wait_for(lambda api: "You said: hello bot" in api.chat_text(OWNER), 30)
+        # The owner's chat has no request_input: the question comes as the answer.
+        await bot_api.push_text(OWNER, "ask me which colour")
+        await bot_api.wait_for(lambda api: api.chat_text(OWNER)[-1:] == ["which colour?"], 30)
+    finally:
+        await app.stop()
