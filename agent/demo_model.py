@@ -98,14 +98,19 @@ def demo_reply(body: Mapping[str, Any]) -> tuple[str, list[tuple[str, dict[str, 
     return f"You said: {text}", []
 
 
-def _chunk(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
-    body = {
+def _completion(kind: str, choice: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``chat.completion`` (``kind``) or ``chat.completion.chunk`` with one choice."""
+    return {
         "id": "chatcmpl-demo",
-        "object": "chat.completion.chunk",
+        "object": kind,
         "created": 0,
         "model": DEMO_MODEL,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [{"index": 0, **choice}],
     }
+
+
+def _chunk(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+    body = _completion("chat.completion.chunk", {"delta": delta, "finish_reason": finish})
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
@@ -137,13 +142,7 @@ class DemoTransport(httpx2.AsyncBaseTransport):
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
             if tool_calls:
                 message["tool_calls"] = tool_calls
-            answer = {
-                "id": "chatcmpl-demo",
-                "object": "chat.completion",
-                "created": 0,
-                "model": DEMO_MODEL,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            }
+            answer = _completion("chat.completion", {"message": message, "finish_reason": finish})
             return httpx2.Response(200, json=answer)
         events = bytearray(_chunk({"role": "assistant", "content": ""}))
         for word in _WORDS.findall(text):  # a word a chunk, as a model streams tokens
