@@ -32,6 +32,8 @@ import openai
 import orjson
 from yarl import URL
 
+from a2a_gateway.protocol import tracing
+
 from .base import redact
 
 log = logging.getLogger("a2a_gateway.agent.provider")
@@ -177,12 +179,15 @@ class ChatProvider:
         body: dict[str, Any] = {"messages": list(messages)}
         if tools:
             body["tools"] = list(tools)
+        headers: dict[str, str] = {}
+        tracing.inject(headers)  # the model's own server may trace too
         return {
             "model": config.model,
             "messages": [],
             "max_tokens": config.max_tokens if config.max_tokens > 0 else openai.omit,
             "temperature": config.temperature if config.temperature is not None else openai.omit,
             "extra_body": body,
+            "extra_headers": headers or None,
         }
 
     async def _whole(

@@ -15,6 +15,7 @@ Host API::
             match event:
                 case TextDelta(text): ...      # show it as it arrives
                 case ToolStarted(name, arguments): ...
+                case ToolFinished(name, is_error): ...
                 case FileReady(filename, data, media_type): ...   # send_file
                 case Finished(text, truncated): ...               # the turn's reply
                 case Asked(question, schema, secret): ...         # request_input
@@ -46,6 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from opentelemetry.trace import SpanKind
+
+from a2a_gateway.protocol import tracing
 
 from .base import Signal
 from .prompt import PROMPT_FILE_CAP, frame, system_prompt
@@ -78,6 +82,14 @@ class ToolStarted:
 
     name: str
     arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    """A tool call returned (``is_error``: its result is an error the model will read)."""
+
+    name: str
+    is_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +130,7 @@ class TurnFailed:
     text: str
 
 
-TurnEvent = TextDelta | ToolStarted | FileReady | Finished | Asked | TurnFailed
+TurnEvent = TextDelta | ToolStarted | ToolFinished | FileReady | Finished | Asked | TurnFailed
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,14 +257,19 @@ class Runtime:
             separator = "\n\n" if any(turn.texts) else ""
             written: list[str] = []
             try:
-                async with contextlib.aclosing(self.provider.stream(messages, specs)) as stream:
-                    async for item in stream:
-                        if isinstance(item, Delta):
-                            written.append(item.text)
-                            yield TextDelta(separator + item.text if separator else item.text)
-                            separator = ""
-                        else:
-                            reply = item
+                with tracing.span(
+                    f"chat {self.provider.config.model}",
+                    kind=SpanKind.CLIENT,
+                    attributes={"gen_ai.request.model": self.provider.config.model},
+                ):
+                    async with contextlib.aclosing(self.provider.stream(messages, specs)) as stream:
+                        async for item in stream:
+                            if isinstance(item, Delta):
+                                written.append(item.text)
+                                yield TextDelta(separator + item.text if separator else item.text)
+                                separator = ""
+                            else:
+                                reply = item
             except ProviderError as exc:
                 if written:  # keep what the caller already saw
                     session.append({"role": "assistant", "content": "".join(written)})
@@ -297,10 +314,12 @@ class Runtime:
                     arguments = _arguments(call)
                     yield ToolStarted(call.name, arguments or {})
                     try:
-                        result = await self._call(turn, call, arguments)
+                        with tracing.span(f"tool {call.name}", attributes={"tool": call.name}):
+                            result = await self._call(turn, call, arguments)
                     except InputNeeded as exc:
                         asked = (call, exc)
                         continue
+                    yield ToolFinished(call.name, result.is_error)
                 if isinstance(result, FileResult):
                     yield FileReady(result.filename, result.data, result.media_type)
                 content = f"Error: {result.text}" if result.is_error else result.text
@@ -369,6 +388,7 @@ __all__ = [
     "Runtime",
     "RuntimeConfig",
     "TextDelta",
+    "ToolFinished",
     "ToolStarted",
     "TurnEvent",
     "TurnFailed",

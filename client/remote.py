@@ -14,7 +14,9 @@ from collections.abc import AsyncGenerator, Iterable
 import httpx
 from google.protobuf import empty_pb2, message
 from joserfc.jwk import KeySet
+from opentelemetry.trace import SpanKind
 
+from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.card_signature import CardSignatureError, verify_card
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.compat03 import LEGACY_VERSION
@@ -144,6 +146,15 @@ class RemoteService(A2AService, AsyncCloseable):
         return credentials.source if credentials is not None else None
 
     async def _unary(
+        self, rpc: str, request: R, response_type: type[M], context: CallContext | None
+    ) -> M:
+        if tracing.current_tracer() is None:
+            return await self._send(rpc, request, response_type, context)
+        attributes = {"rpc.system": "a2a", "rpc.method": rpc, "a2a.binding": self.binding}
+        with tracing.span(f"A2A client {rpc}", kind=SpanKind.CLIENT, attributes=attributes):
+            return await self._send(rpc, request, response_type, context)
+
+    async def _send(
         self, rpc: str, request: R, response_type: type[M], context: CallContext | None
     ) -> M:
         prepared = self._prepare(request)

@@ -13,6 +13,7 @@ from typing import ClassVar, TypeVar
 from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, VERSION_HEADER, format_extensions
 
@@ -61,6 +62,7 @@ def service_headers(
         headers[EXTENSIONS_HEADER] = format_extensions(options.extensions)
     if credentials is not None:
         headers.update(credentials.headers())
+    tracing.inject(headers)  # the next agent's spans join this call's trace
     return headers
 
 

@@ -19,12 +19,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
-from google.protobuf import empty_pb2
+from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.protocol.service_wrapper import WrappedService
 
 log = logging.getLogger("a2a_gateway.access")
 T = TypeVar("T")
@@ -40,11 +41,11 @@ def _outcome(exc: BaseException | None) -> str:
     return "internal-error"
 
 
-class AccessLogged(A2AService):
+class AccessLogged(WrappedService):
     """``service`` with one access-log line per call (see the module docstring)."""
 
     def __init__(self, service: A2AService) -> None:
-        self.service = service
+        super().__init__(service)
         log.setLevel(logging.INFO)  # shown whatever --log-level says: it was asked for
 
     def _line(
@@ -56,7 +57,9 @@ class AccessLogged(A2AService):
             f" status={_outcome(exc)} {took:.1f}ms"
         )
 
-    async def _unary(self, rpc: str, call: Awaitable[T], context: CallContext) -> T:
+    async def unary(
+        self, rpc: str, request: message.Message, call: Awaitable[T], context: CallContext
+    ) -> T:
         started = time.perf_counter()
         try:
             result = await call
@@ -66,8 +69,12 @@ class AccessLogged(A2AService):
         log.info("%s", self._line(rpc, context, started, None))
         return result
 
-    async def _stream(
-        self, rpc: str, events: AsyncIterator[pb.StreamResponse], context: CallContext
+    async def stream(
+        self,
+        rpc: str,
+        request: message.Message,
+        events: AsyncIterator[pb.StreamResponse],
+        context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
         started = time.perf_counter()
         sent = 0
@@ -84,66 +91,6 @@ class AccessLogged(A2AService):
             if closing is not None:
                 await closing()
             log.info("%s events=%d", self._line(rpc, context, started, failure), sent)
-
-    async def send_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> pb.SendMessageResponse:
-        return await self._unary(
-            "SendMessage", self.service.send_message(request, context), context
-        )
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        events = self.service.send_streaming_message(request, context)
-        return self._stream("SendStreamingMessage", events, context)
-
-    async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
-        return await self._unary("GetTask", self.service.get_task(request, context), context)
-
-    async def list_tasks(
-        self, request: pb.ListTasksRequest, context: CallContext
-    ) -> pb.ListTasksResponse:
-        return await self._unary("ListTasks", self.service.list_tasks(request, context), context)
-
-    async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
-        return await self._unary("CancelTask", self.service.cancel_task(request, context), context)
-
-    def subscribe_to_task(
-        self, request: pb.SubscribeToTaskRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        events = self.service.subscribe_to_task(request, context)
-        return self._stream("SubscribeToTask", events, context)
-
-    async def create_task_push_notification_config(
-        self, request: pb.TaskPushNotificationConfig, context: CallContext
-    ) -> pb.TaskPushNotificationConfig:
-        call = self.service.create_task_push_notification_config(request, context)
-        return await self._unary("CreateTaskPushNotificationConfig", call, context)
-
-    async def get_task_push_notification_config(
-        self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
-    ) -> pb.TaskPushNotificationConfig:
-        call = self.service.get_task_push_notification_config(request, context)
-        return await self._unary("GetTaskPushNotificationConfig", call, context)
-
-    async def list_task_push_notification_configs(
-        self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
-    ) -> pb.ListTaskPushNotificationConfigsResponse:
-        call = self.service.list_task_push_notification_configs(request, context)
-        return await self._unary("ListTaskPushNotificationConfigs", call, context)
-
-    async def delete_task_push_notification_config(
-        self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
-    ) -> empty_pb2.Empty:
-        call = self.service.delete_task_push_notification_config(request, context)
-        return await self._unary("DeleteTaskPushNotificationConfig", call, context)
-
-    async def get_extended_agent_card(
-        self, request: pb.GetExtendedAgentCardRequest, context: CallContext
-    ) -> pb.AgentCard:
-        call = self.service.get_extended_agent_card(request, context)
-        return await self._unary("GetExtendedAgentCard", call, context)
 
 
 __all__ = ["AccessLogged"]

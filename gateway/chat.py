@@ -25,12 +25,13 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from aiohttp import web
+from opentelemetry.trace import Tracer
 
 from a2a_gateway.agent.runtime import (
     Asked,
@@ -38,6 +39,8 @@ from a2a_gateway.agent.runtime import (
     Finished,
     Runtime,
     TextDelta,
+    ToolFinished,
+    ToolStarted,
     TurnFailed,
 )
 from a2a_gateway.agent.tools import ToolRegistry
@@ -45,13 +48,18 @@ from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.agents_file import agents_path
 from a2a_gateway.client.watches import CALL_TIMEOUT_S, WatchRegistry
+from a2a_gateway.protocol.tracing import traced_by
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.push_receiver import build_push_app
+from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
 from .assistant_host import MODEL_REQUIRED, build_runtime
 from .chat_settings import TURN_TIMEOUT_S
 from .settings import Settings
 from .startup import StartupError
+
+if TYPE_CHECKING:
+    from .chat_tui import TerminalView
 
 log = logging.getLogger("a2a_gateway.chat")
 
@@ -72,6 +80,74 @@ class _Prompt:
     )
 
 
+class ChatView(Protocol):
+    """Where a turn shows: plain text (``--message``, a pipe) or the terminal program
+    (:mod:`.chat_tui`). The host calls these in order as the turn's events come."""
+
+    def turn_started(self, text: str, *, delivered: bool) -> None: ...
+
+    def text(self, delta: str) -> None: ...
+
+    def tool_started(self, name: str, arguments: Mapping[str, Any]) -> None: ...
+
+    def tool_finished(self, name: str, *, is_error: bool) -> None: ...
+
+    def file_saved(self, relative: str) -> None: ...
+
+    def finished(self) -> None: ...
+
+    def asked(self, question: str) -> None: ...
+
+    def failed(self, text: str) -> None: ...
+
+    def stopped(self) -> None: ...
+
+    def notice(self, text: str) -> None: ...
+
+
+class PlainView:
+    """The turn as plain text on ``out``: the answer as it streams, nothing else but
+    failures, questions and saved files (what scripts and pipes have always read)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def _print(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def turn_started(self, text: str, *, delivered: bool) -> None:
+        if delivered:
+            self._print(f"\n{text}\n")
+
+    def text(self, delta: str) -> None:
+        self._print(delta)
+
+    def tool_started(self, name: str, arguments: Mapping[str, Any]) -> None:
+        pass
+
+    def tool_finished(self, name: str, *, is_error: bool) -> None:
+        pass
+
+    def file_saved(self, relative: str) -> None:
+        self._print(f"\n[file saved: {relative}]\n")
+
+    def finished(self) -> None:
+        self._print("\n")
+
+    def asked(self, question: str) -> None:
+        self._print(f"\n{question}\n")
+
+    def failed(self, text: str) -> None:
+        self._print(f"\n[failed: {text}]\n")
+
+    def stopped(self) -> None:
+        self._print("\n[stopped]\n")
+
+    def notice(self, text: str) -> None:
+        self._print(text)
+
+
 class ChatHost:
     """One owner conversation: a queue of prompts run one turn at a time."""
 
@@ -82,14 +158,37 @@ class ChatHost:
         tools: ToolRegistry,
         out: TextIO,
         *,
+        view: ChatView | None = None,
         turn_timeout_s: float = TURN_TIMEOUT_S,
+        tracer: Tracer | None = None,
     ) -> None:
+        """Turns show in ``view``, else as plain text on ``out``. With a ``tracer``
+        (``--otlp-endpoint``), each turn is the root span of a trace that the model's
+        calls, the tools and the agents they call add to."""
+        self.tracer = tracer
         self.runtime = runtime
         self.workspace = workspace
         self.tools = tools
-        self.out = out
+        self.view: ChatView = view if view is not None else PlainView(out)
         self.turn_timeout_s = turn_timeout_s
         self.queue: asyncio.Queue[_Prompt] = asyncio.Queue()
+        #: The turn running now (its own task, so that :meth:`stop_turn` can end it).
+        self._running: asyncio.Task[bool] | None = None
+        self._stop_asked = False
+
+    @property
+    def turn_running(self) -> bool:
+        return self._running is not None and not self._running.done()
+
+    def stop_turn(self) -> bool:
+        """Stop the running turn as a timeout would (its model stream closed, a remote
+        task it waits on handed to a watch); False if none runs."""
+        if not self.turn_running:
+            return False
+        assert self._running is not None
+        self._stop_asked = True
+        self._running.cancel()
+        return True
 
     async def deliver(self, scope: str, text: str) -> None:
         """The watch registry's delivery: a follow-up turn, queued behind a running
@@ -108,17 +207,26 @@ class ChatHost:
         """Run queued prompts forever (cancel to stop), each within the turn bound."""
         while True:
             prompt = await self.queue.get()
+            self._stop_asked = False
+            self._running = asyncio.ensure_future(self._turn(prompt))
             try:
                 async with asyncio.timeout(self.turn_timeout_s):
-                    ok = await self._turn(prompt)
+                    ok = await self._running
             except TimeoutError:
                 log.warning("chat turn stopped after %g s", self.turn_timeout_s)
-                self._print(f"\n[failed: the turn took longer than {self.turn_timeout_s:g} s]\n")
+                self.view.failed(f"the turn took longer than {self.turn_timeout_s:g} s")
                 ok = False
             except asyncio.CancelledError:
-                if not prompt.done.done():
-                    prompt.done.set_result(False)
-                raise
+                current = asyncio.current_task()
+                if self._stop_asked and current is not None and not current.cancelling():
+                    log.info("chat turn stopped by the owner")
+                    self.view.stopped()
+                    ok = False
+                else:
+                    self._running.cancel()
+                    if not prompt.done.done():
+                        prompt.done.set_result(False)
+                    raise
             except Exception:
                 log.exception("chat turn failed")
                 ok = False
@@ -127,35 +235,41 @@ class ChatHost:
             self.queue.task_done()
 
     async def _turn(self, prompt: _Prompt) -> bool:
-        if prompt.delivered:
-            self._print(f"\n{prompt.text}\n")
+        if self.tracer is None:
+            return await self._run_turn(prompt)
+        name = "owner follow-up" if prompt.delivered else "owner turn"
+        with traced_by(self.tracer), self.tracer.start_as_current_span(name):
+            return await self._run_turn(prompt)
+
+    async def _run_turn(self, prompt: _Prompt) -> bool:
+        view = self.view
+        view.turn_started(prompt.text, delivered=prompt.delivered)
         events = self.runtime.run_turn(SCOPE, self.workspace, prompt.text, tools=self.tools)
         ok = False
         async with contextlib.aclosing(events) as stream:
             async for event in stream:
                 if isinstance(event, TextDelta):
-                    self._print(event.text)
+                    view.text(event.text)
+                elif isinstance(event, ToolStarted):
+                    view.tool_started(event.name, event.arguments)
+                elif isinstance(event, ToolFinished):
+                    view.tool_finished(event.name, is_error=event.is_error)
                 elif isinstance(event, FileReady):
-                    saved = await asyncio.to_thread(self._save, event)
-                    self._print(f"\n[file saved: {saved}]\n")
+                    view.file_saved(await asyncio.to_thread(self._save, event))
                 elif isinstance(event, Finished):
-                    self._print("\n")
+                    view.finished()
                     ok = True
                 elif isinstance(event, Asked):
-                    self._print(f"\n{event.question}\n")
+                    view.asked(event.question)
                     ok = True
                 elif isinstance(event, TurnFailed):
-                    self._print(f"\n[failed: {event.text}]\n")
+                    view.failed(event.text)
         return ok
 
     def _save(self, event: FileReady) -> str:
         name = sanitize_filename(event.filename)
         _, relative = save_new_file(self.workspace, OUTBOX, name, event.data)
         return relative
-
-    def _print(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
 
 
 def _tools(settings: Settings, watches: WatchRegistry) -> ToolRegistry:
@@ -247,16 +361,31 @@ def _workspace(text: str) -> Path:
     return workspace.resolve()
 
 
+def is_terminal(stdin: TextIO, stdout: TextIO) -> bool:
+    """Both ends are a terminal: the interactive program, not the plain one."""
+    try:
+        return os.isatty(stdin.fileno()) and os.isatty(stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a StringIO)
+        return False
+
+
 async def run_chat(
     settings: Settings,
     *,
     message: str | None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
+    verbose: bool = False,
 ) -> int:
     workspace = _workspace(settings["workspace"])
     if not settings["llm_model"] and not settings["llm_demo"]:
         raise StartupError(MODEL_REQUIRED)
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    interactive = message is None and is_terminal(stdin, stdout)
+    if interactive:  # before anything logs: never into the conversation
+        from .chat_tui import log_to_workspace  # prompt_toolkit and rich: only for a terminal
+
+        log_to_workspace(workspace, verbose=verbose)
     runtime = build_runtime(settings)
     public_url = settings["public_url"].rstrip("/") or None
     watches = WatchRegistry(
@@ -265,12 +394,21 @@ async def run_chat(
         watch_timeout_s=settings["watch_timeout"],
         max_file_bytes=settings["max_file_bytes"],
     )
+    endpoint = settings["otlp_endpoint"]
+    tracing = Tracing(endpoint) if tracing_wanted(endpoint) else None
+    view: TerminalView | None = None
+    if interactive:
+        from .chat_tui import open_terminal
+
+        view = open_terminal(stdout, workspace, runtime.provider.config.model)  # or the demo
     host = ChatHost(
         runtime,
         workspace,
         _tools(settings, watches),
-        stdout or sys.stdout,
+        stdout,
+        view=view,
         turn_timeout_s=settings["turn_timeout"],
+        tracer=tracing.tracer if tracing is not None else None,
     )
     receiver: web.AppRunner | None = None
     await runtime.start()
@@ -291,12 +429,17 @@ async def run_chat(
                 await asyncio.wait_for(asyncio.shield(restoring), CALL_TIMEOUT_S)
             await watches.quiesce(workspace, bound=2 * CALL_TIMEOUT_S)
             return 0 if await host.ask(message) else 1
-        lines = await _lines(stdin or sys.stdin)
+        if view is not None:
+            from .chat_tui import Terminal
+
+            await Terminal(host, view, watches, workspace).run()
+            return 0
+        lines = await _lines(stdin)
         while True:
             try:
                 line = await lines.next()
             except _TooLong:
-                host._print(f"[not sent: the line is longer than {MAX_LINE_BYTES} bytes]\n")
+                host.view.notice(f"[not sent: the line is longer than {MAX_LINE_BYTES} bytes]\n")
                 continue
             if line is None:
                 return 0
@@ -311,3 +454,5 @@ async def run_chat(
         if receiver is not None:
             await receiver.cleanup()
         await runtime.aclose()
+        if tracing is not None:
+            await tracing.aclose()

@@ -33,6 +33,7 @@ _FROM_SERVE = frozenset(
         "port",
         "public_url",
         "allow_private_urls",
+        "otlp_endpoint",
         "max_file_bytes",
         "session_idle_timeout",
         "log_level",

@@ -123,6 +123,11 @@ def _add_chat(sub: Any) -> None:
         " --message runs one turn and exits. Same LLM settings as serve --llm.",
     )
     chat.add_argument("--message", help="run this one message, print the answer and exit")
+    chat.add_argument(
+        "--verbose",
+        action="store_true",
+        help="in the terminal program, show log lines on stderr too (always in .a2a/logs/chat.log)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,7 +213,7 @@ def _chat(args: argparse.Namespace) -> int:
         return settings
     from .chat import run_chat
 
-    return _run_host(run_chat(settings, message=args.message))
+    return _run_host(run_chat(settings, message=args.message, verbose=args.verbose))
 
 
 #: Young-generation threshold for a serving process (CPython's default is 700).

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import orjson
+from opentelemetry import trace
 
 _MIN_SECRET_LEN = 6
 _lock = threading.Lock()
@@ -67,6 +68,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        # Inside a traced call, the ids that find this line's trace in the OTLP receiver.
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            entry["trace_id"] = format(span.trace_id, "032x")
+            entry["span_id"] = format(span.span_id, "016x")
         if record.exc_info or record.exc_text:
             entry["exception"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
         return orjson.dumps(entry).decode()
@@ -100,3 +106,18 @@ def setup_logging(level: str = "info", fmt: str = "plain") -> None:
     # The model provider's client (serve --llm): one line per request otherwise.
     for name in ("httpx2", "httpcore2", "openai"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def log_to_file(handler: logging.Handler, *, keep_stderr: bool = False) -> None:
+    """Send log lines to ``handler`` (a terminal program's log file), formatted as
+    :func:`setup_logging` formats them; the stderr handler stays only if
+    ``keep_stderr``."""
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if isinstance(old, _GatewayHandler):
+            handler.setFormatter(old.formatter)
+            if not keep_stderr:
+                root.removeHandler(old)
+    if handler.formatter is None:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)

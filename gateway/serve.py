@@ -65,6 +65,7 @@ from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 from a2a_gateway.server.tls import TlsConfig, server_ssl_context
+from a2a_gateway.server.tracing import Traced, Tracing, tracing_wanted
 
 from .access_log import AccessLogged
 from .logs import register_secret
@@ -490,6 +491,11 @@ class Gateway:
             self.service = self.engine
         if settings["access_log"]:
             self.service = AccessLogged(self.service)
+        # Tracing wraps outermost, so the access-log line is inside the call's span.
+        self.tracing: Tracing | None = None
+        if tracing_wanted(settings["otlp_endpoint"]):
+            self.tracing = Tracing(settings["otlp_endpoint"])
+            self.service = Traced(self.service, self.tracing.tracer)
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
         # nothing. The engine is read at scrape time (its gauges), never on its path.
         self.metrics: MetricsLike = Metrics() if settings["metrics"] else NULL_METRICS
@@ -603,6 +609,9 @@ class Gateway:
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
             self._metrics_runner = None
+        if self.tracing is not None:
+            await self.tracing.aclose()  # last: the spans of everything above
+            self.tracing = None
 
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> int:

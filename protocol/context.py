@@ -37,6 +37,10 @@ class CallContext:
     activated_extensions: set[str] = field(default_factory=set)
     #: ``JSONRPC``, ``HTTP+JSON`` or ``GRPC``: the binding the call came in on (logs).
     binding: str = ""
+    #: The caller's W3C trace context (``traceparent``/``tracestate``), if it sent one:
+    #: a traced gateway's span for this call continues the caller's trace.
+    traceparent: str = ""
+    tracestate: str = ""
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), or ``None``."""

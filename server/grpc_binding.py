@@ -61,7 +61,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf import descriptor, message, message_factory
 
-from a2a_gateway.protocol import codec, versioning
+from a2a_gateway.protocol import codec, tracing, versioning
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import (
@@ -562,6 +562,8 @@ class RpcAdapter:
             extensions=extensions,
             deadline=_deadline(context, default_deadline_s),
             binding="GRPC",
+            traceparent=get(tracing.TRACEPARENT) or "",
+            tracestate=get(tracing.TRACESTATE) or "",
         )
         return request, call_context
 

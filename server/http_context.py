@@ -21,7 +21,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import descriptor, message, message_factory
 
-from a2a_gateway.protocol import codec, sse, versioning
+from a2a_gateway.protocol import codec, sse, tracing, versioning
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -125,11 +125,14 @@ async def call_context(request: web.Request, *, binding: str = "") -> CallContex
         *request.headers.getall(versioning.LEGACY_EXTENSIONS_HEADER, ()),
     ]
     card.bind_request(request)
+    headers = request.headers
     return CallContext(
         caller=caller,
         version=version,
         extensions=versioning.parse_extensions(values),
         binding=binding,
+        traceparent=headers.get(tracing.TRACEPARENT, ""),
+        tracestate=headers.get(tracing.TRACESTATE, ""),
     )
 
 

@@ -42,7 +42,7 @@ from typing import Literal
 
 import orjson
 
-from a2a_gateway.protocol import compat03, proto_dict
+from a2a_gateway.protocol import compat03, proto_dict, tracing
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -241,7 +241,9 @@ class PushDispatcher:
                     DeliveryResult(task.id, config.id, state, "failed", 0, None, exc.message)
                 )
                 continue
-            headers = tuple(notification_headers(config, version).items())
+            named = notification_headers(config, version)
+            tracing.inject(named)  # the webhook's side may join the task's trace
+            headers = tuple(named.items())
             self._enqueue(_Notification(task.id, config.id, state, config.url, headers, body))
 
     def forget(self, task_id: str, config_id: str) -> None:

@@ -37,6 +37,7 @@ from a2a_gateway.agent.base import (
     TextChunk,
     redact,
 )
+from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -102,9 +103,18 @@ class Runner:
             self._state.subscribe(task_id, subscriber)
         # The run's first step is scheduled before the flusher's wake-up, so a run that
         # finishes without suspending is written once, finished.
-        run.aio = asyncio.create_task(self._drive(run), name=f"a2a-run-{task_id}")
+        drive = self._drive(run) if tracing.current_tracer() is None else self._traced(run)
+        run.aio = asyncio.create_task(drive, name=f"a2a-run-{task_id}")
         self._records.mark_dirty(run)
         return run
+
+    async def _traced(self, run: Run) -> None:
+        """The run as a span of the traced call that started it (its parent)."""
+        task = run.record.task
+        with tracing.span("A2A run", attributes={"a2a.task_id": task.id}) as current:
+            await self._drive(run)
+            if current is not None:
+                current.set_attribute("a2a.state", pb.TaskState.Name(task.status.state))
 
     async def _drive(self, run: Run) -> None:
         task = run.record.task

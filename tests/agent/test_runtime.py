@@ -18,6 +18,7 @@ from a2a_gateway.agent.runtime import (
     Finished,
     Runtime,
     TextDelta,
+    ToolFinished,
     ToolStarted,
     TurnEvent,
     TurnFailed,
@@ -276,6 +277,7 @@ async def test_stream_off_asks_for_whole_answers(llm: FakeLLM, tmp_path: Path) -
     assert events == [
         TextDelta("Looking."),
         ToolStarted("read_file", {"path": "notes.txt"}),
+        ToolFinished("read_file", False),
         TextDelta("\n\nIt says: plan"),
         Finished("Looking.\n\nIt says: plan"),
     ]

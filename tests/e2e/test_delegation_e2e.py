@@ -12,18 +12,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import pexpect
 import pytest
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.chat_tui import PROMPT
 from a2a_gateway.client import connect
 
-from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, user_texts
+from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually
 from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 from .conftest import pending_records
@@ -384,3 +387,77 @@ def test_chat_help_says_what_its_listener_is(capsys: pytest.CaptureFixture[str])
     assert "--host HOST address the push receiver listens on (only with --public-url)" in text
     assert "--llm-model LLM_MODEL model name (required, unless --llm-demo)" in text
     assert "card" not in text and "gRPC" not in text and "--llm " not in text
+
+
+# --- chat as a terminal program (a real pty) ----------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\r")
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO|WARNING|ERROR) ")
+
+
+async def test_chat_in_a_terminal_shows_tools_stops_a_turn_and_names_running_watches(
+    llm: FakeLLM, workspace_b: Path
+) -> None:
+    env = {**chat_env(), "TERM": "xterm-256color", "LANG": "C.UTF-8", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    command = chat_command(llm, workspace_b, "--a2a-wait", "1")
+    child = pexpect.spawn(
+        command[0], command[1:], env=env, encoding="utf-8", dimensions=(40, 120), timeout=60
+    )
+    screen: list[str] = []
+    child.logfile_read = _Collect(screen)
+
+    async def expect(pattern: str) -> None:
+        await asyncio.to_thread(child.expect, pattern)
+
+    try:
+        await expect("a2a-gateway chat")
+        await expect(re.escape(PROMPT.strip()))
+        # A tool call: its status line while it runs, its mark when it ends, then the answer.
+        hold = {"action": "send", "agent": "assistant-a", "message": "hold:90"}
+        child.sendline("a2a " + json.dumps(hold))
+        await expect("→ a2a send assistant-a")
+        await expect("✓ .*a2a send assistant-a")
+        await expect("TOOL RESULT")
+        await expect(re.escape(PROMPT.strip()))
+        child.sendline("/a2a")
+        await expect("assistant-a  http://")
+        await expect(r"assistant-a  task [0-9a-f-]+")
+        await expect(re.escape(PROMPT.strip()))
+        # Ctrl-C stops a streaming turn (the model's stream is closed), and the chat goes on.
+        stall = Stall(first="partial-words ")
+        llm.script(stall)
+        child.sendline("tell me a long story")
+        await expect("partial-words")
+        child.sendintr()
+        await expect(re.escape("[stopped]"))
+        await asyncio.wait_for(stall.closed.wait(), 30)
+        await expect(re.escape(PROMPT.strip()))
+        llm.script(Say("back again"))
+        child.sendline("hello")
+        await expect("back again")
+        await expect(re.escape(PROMPT.strip()))
+        # Ctrl-D quits, naming the watch still running (its result comes next start).
+        child.sendeof()
+        await expect("still running; its result is delivered at the next start")
+        await expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    text = ANSI.sub("", "".join(screen))
+    assert not LOG_LINE.search(text)  # log lines go to the file, never the conversation
+    logged = (workspace_b / ".a2a" / "logs" / "chat.log").read_text()
+    assert "a2a client: agents in" in logged
+    assert LLM_KEY not in text + logged and REMOTE_KEY not in text + logged
+
+
+class _Collect:
+    """pexpect's ``logfile_read``: keeps everything the program wrote."""
+
+    def __init__(self, into: list[str]) -> None:
+        self.into = into
+
+    def write(self, data: str) -> None:
+        self.into.append(data)
+
+    def flush(self) -> None:
+        pass

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from a2a_gateway.server.file_store import SAVED_AS_KEY, WorkspaceTaskStore
+from a2a_gateway.server.file_store import SAVED_AS_KEY, WorkspaceTaskStore, encode_record
 from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.task_store import TaskFilter, TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -111,7 +111,12 @@ async def test_a_task_written_since_it_was_indexed_is_left_for_the_next_pass(
         # The first pass over the new index must be over, or it may index the change.
         await store.index.wait_reconciled()
         path = task_path(tmp_path, "busy")
-        path.write_bytes(path.read_bytes() + b" ")  # changed behind the index's back
+        # Changed behind the index's back, in place (same inode), into a running task: a
+        # pass that acts on the row it indexed before must leave the file (its stamp
+        # differs), and one that re-indexed the file first must keep it too (it runs).
+        # (An edit that kept it settled and old made the test racy: a reconcile that
+        # caught it first could rightly expire it.)
+        path.write_bytes(encode_record(aged("busy", pb.TASK_STATE_WORKING, 0)))
         assert await store.expire(int(NOW * 1e9), 10) == 0  # considered, not removed
         assert path.exists()
     finally:

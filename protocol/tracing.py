@@ -1,0 +1,113 @@
+"""The tracing seam: spans that follow a task across agents (OpenTelemetry, W3C context).
+
+One small surface, used the same way by the server (a span per inbound call and per
+run), the runtime (the model's calls and each tool call) and the client (a span per
+outbound call, and ``traceparent``/``tracestate`` on its headers or metadata):
+
+- :func:`span` opens a child of the current span *if this call is traced*, else does
+  nothing. "Traced" means a gateway with tracing on (``--otlp-endpoint``) started the
+  call: its :class:`Tracer` rides in a context variable, so the engine, the runtime and
+  the client need no tracer handed to them, and a gateway with tracing off (the
+  default) pays one context-variable read per would-be span.
+- :func:`inject` writes the current span's W3C ``traceparent`` (and ``tracestate``)
+  into outgoing headers, so the next agent's spans join the same trace. It writes
+  nothing when there is no valid current span.
+- :func:`extract` reads them from an inbound call's headers or metadata.
+
+Each gateway has its own ``TracerProvider`` (never OpenTelemetry's global one): several
+gateways in one process (tests, a host) each export with their own settings, and a
+gateway with tracing off never records a span that another one started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from contextvars import ContextVar
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+#: The header (and lower-case gRPC metadata key) names of W3C trace context.
+TRACEPARENT: Final = "traceparent"
+TRACESTATE: Final = "tracestate"
+TRACE_HEADERS: Final = (TRACEPARENT, TRACESTATE)
+
+_PROPAGATOR: Final = TraceContextTextMapPropagator()
+#: The tracer of the gateway whose call this is; ``None``: not traced.
+_TRACER: ContextVar[Tracer | None] = ContextVar("a2a_tracer", default=None)
+
+Attributes = Mapping[str, str | int | bool]
+
+
+def current_tracer() -> Tracer | None:
+    """The tracer of the traced call this code runs in, or ``None``."""
+    return _TRACER.get()
+
+
+@contextlib.contextmanager
+def traced_by(tracer: Tracer) -> Iterator[None]:
+    """Mark the code inside as part of a call traced by ``tracer``."""
+    token = _TRACER.set(tracer)
+    try:
+        yield
+    finally:
+        _TRACER.reset(token)
+
+
+@contextlib.contextmanager
+def span(
+    name: str, *, kind: SpanKind = SpanKind.INTERNAL, attributes: Attributes | None = None
+) -> Iterator[Span | None]:
+    """A child span of the current one while the body runs, if this call is traced.
+
+    Yields the span (to add attributes) or ``None``. An exception leaving the body marks
+    the span as an error with the exception's type as its description (never its
+    message: messages may quote user input).
+    """
+    tracer = _TRACER.get()
+    if tracer is None:
+        yield None
+        return
+    with tracer.start_as_current_span(
+        name,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            mark_failed(current, exc)
+            raise
+
+
+def mark_failed(current: Span, exc: BaseException) -> None:
+    """Record that ``current`` ended with ``exc`` (its type and A2A reason only)."""
+    reason = getattr(getattr(exc, "spec", None), "reason", None)
+    if reason is not None:
+        current.set_attribute("a2a.error", str(reason))
+    current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+
+
+def inject(headers: MutableMapping[str, str]) -> None:
+    """Write the current span's trace context into ``headers`` (if there is one)."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return
+    _PROPAGATOR.inject(headers)
+
+
+def extract(get: Callable[[str], str | None]) -> otel_context.Context | None:
+    """The remote parent named by an inbound call's ``traceparent``, or ``None``."""
+    parent = get(TRACEPARENT)
+    if not parent:
+        return None
+    carrier = {TRACEPARENT: parent}
+    state = get(TRACESTATE)
+    if state:
+        carrier[TRACESTATE] = state
+    return _PROPAGATOR.extract(carrier)

@@ -1,0 +1,187 @@
+"""Traces of a gateway: a span per inbound call, exported over OTLP/HTTP.
+
+Off unless ``serve --otlp-endpoint URL`` or the standard
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set; off, the
+service is not wrapped at all and nothing below runs. On, :class:`Traced` wraps the
+gateway's service: every call becomes a ``SERVER`` span, a child of the caller's W3C
+``traceparent`` when the binding found one (:attr:`CallContext.traceparent`), with the
+binding, the rpc, the caller's name and the task id as attributes. The call then runs
+"traced by" this gateway's tracer (:mod:`a2a_gateway.protocol.tracing`), so the engine's
+run, the model's calls, the tools and our client's outbound calls add their own spans
+to the same trace and pass it on to the next agent.
+
+Spans are batched and exported from OpenTelemetry's own worker thread (never on the
+event loop); :meth:`Tracing.aclose` flushes what is left, within a bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Final, TypeVar
+
+from google.protobuf import message
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.service import A2AService
+from a2a_gateway.protocol.service_wrapper import WrappedService
+from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE, extract, mark_failed, traced_by
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: The standard variables the OTLP exporter reads when no endpoint is given.
+OTLP_ENV: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+#: How long closing waits for the last spans to be exported.
+FLUSH_BOUND_S: Final = 5.0
+#: What a gateway's spans are named by, unless ``OTEL_SERVICE_NAME`` says otherwise.
+DEFAULT_SERVICE_NAME: Final = "a2a-gateway"
+
+
+def tracing_wanted(endpoint: str) -> bool:
+    """Whether tracing is on: an endpoint given, or one in the standard environment."""
+    return bool(endpoint) or any(os.environ.get(name) for name in OTLP_ENV)
+
+
+def traces_url(endpoint: str) -> str:
+    """The OTLP/HTTP traces URL for a base endpoint (the spec appends ``/v1/traces``)."""
+    if endpoint.rstrip("/").endswith("/v1/traces"):
+        return endpoint
+    return endpoint.rstrip("/") + "/v1/traces"
+
+
+class Tracing:
+    """One gateway's tracer provider and exporter (its own, never the global one)."""
+
+    def __init__(self, endpoint: str = "", *, service_name: str = "") -> None:
+        name = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+        self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+        # No endpoint given: the exporter reads the standard environment itself.
+        exporter = OTLPSpanExporter(endpoint=traces_url(endpoint) if endpoint else None)
+        self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.tracer: Tracer = self.provider.get_tracer("a2a_gateway")
+
+    async def aclose(self) -> None:
+        """Export what is still batched (bounded), then stop the worker thread."""
+        flushed = await asyncio.to_thread(self.provider.force_flush, int(FLUSH_BOUND_S * 1000))
+        if not flushed:
+            log.warning("tracing: spans not exported within %.0f s were dropped", FLUSH_BOUND_S)
+        await asyncio.to_thread(self.provider.shutdown)
+
+
+def _task_id(value: Any) -> str:
+    """The task a request or an answer is about, if it names one."""
+    if isinstance(value, pb.Task):
+        return value.id
+    if isinstance(value, pb.SendMessageResponse):
+        return value.task.id if value.HasField("task") else value.message.task_id
+    if isinstance(value, pb.SendMessageRequest):
+        return value.message.task_id
+    if isinstance(value, pb.StreamResponse):
+        kind = value.WhichOneof("payload")
+        inner = getattr(value, kind) if kind else None
+        if isinstance(inner, pb.Task):
+            return inner.id
+        return str(getattr(inner, "task_id", ""))
+    return str(getattr(value, "id", "") or getattr(value, "task_id", ""))
+
+
+def _current(current: Span) -> contextlib.AbstractContextManager[Span]:
+    """``current`` as the current span (its outcome is recorded by :class:`Traced`)."""
+    return trace.use_span(
+        current, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+class Traced(WrappedService):
+    """``service`` with a ``SERVER`` span around every call (the module docstring)."""
+
+    def __init__(self, service: A2AService, tracer: Tracer) -> None:
+        super().__init__(service)
+        self.tracer = tracer
+
+    def _start(self, rpc: str, request: message.Message, context: CallContext) -> Span:
+        parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
+        current = self.tracer.start_span(
+            f"A2A {rpc}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={
+                "rpc.system": "a2a",
+                "rpc.method": rpc,
+                "a2a.binding": context.binding,
+                "a2a.caller": context.caller.name,
+            },
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        task_id = _task_id(request)
+        if task_id:
+            current.set_attribute("a2a.task_id", task_id)
+        return current
+
+    async def unary(
+        self, rpc: str, request: message.Message, call: Awaitable[T], context: CallContext
+    ) -> T:
+        current = self._start(rpc, request, context)
+        try:
+            with _current(current), traced_by(self.tracer):
+                result = await call
+        except BaseException as exc:
+            mark_failed(current, exc)
+            raise
+        else:
+            task_id = _task_id(result)
+            if task_id:
+                current.set_attribute("a2a.task_id", task_id)
+            return result
+        finally:
+            current.end()
+
+    async def stream(
+        self,
+        rpc: str,
+        request: message.Message,
+        events: AsyncIterator[pb.StreamResponse],
+        context: CallContext,
+    ) -> AsyncIterator[pb.StreamResponse]:
+        current = self._start(rpc, request, context)
+        named = current.is_recording() and bool(_task_id(request))
+        try:
+            while True:
+                # The span is current only while the service makes the next event (its
+                # run task, started then, inherits it); never across our own yield,
+                # which resumes in whatever context the consumer has.
+                try:
+                    with _current(current), traced_by(self.tracer):
+                        event = await anext(events)
+                except StopAsyncIteration:
+                    return
+                if not named:
+                    task_id = _task_id(event)
+                    if task_id:
+                        current.set_attribute("a2a.task_id", task_id)
+                        named = True
+                yield event
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                mark_failed(current, exc)
+            raise
+        finally:
+            closing = getattr(events, "aclose", None)
+            if closing is not None:
+                await closing()
+            current.end()
+
+
+__all__ = ["Traced", "Tracing", "traces_url", "tracing_wanted"]
