@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 GRPC_PORT ?= 8081
 
-.PHONY: run test lint gen dev peer clean pg postgres-bin
+.PHONY: run test lint gen dev peer clean pg postgres-bin docs
 
 $(VENV)/.deps: requirements/dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,10 @@ pg: dev postgres-bin
 
 test: lint peer postgres-bin
 	$(VENV)/bin/pytest -q
+
+# docs/configuration.md is made from the settings tables (the suite checks it).
+docs: dev
+	$(PY) -P -m a2a_gateway.config_doc > docs/configuration.md
 
 gen: $(VENV)/.deps
 	$(VENV)/bin/buf generate

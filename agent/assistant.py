@@ -125,7 +125,11 @@ class AssistantAgent(Agent):
             task_id=task_id,
             context_id=turn.context_id,
         )
-        framing = framing_header(turn.caller.name, can_notify_owner="notify_owner" in self.tools)
+        framing = framing_header(
+            turn.caller.name,
+            can_notify_owner="notify_owner" in self.tools,
+            on_behalf=turn.caller.on_behalf,
+        )
         if self.local_time is not None:
             framing += f"\n[Your owner's local time: {self.local_time(workspace)}]"
         events = self.runtime.run_turn(

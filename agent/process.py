@@ -9,6 +9,9 @@ The command's environment also has:
 
 - ``A2A_TASK_ID``, ``A2A_CONTEXT_ID``, ``A2A_CALLER``: the task, its context and the
   caller's name;
+- ``A2A_PACT_AGENT``, ``A2A_PACT_USER``: for a personal agent's user (PACT), the
+  personal agent (its token's ``iss``) and the user (``sub``), as the token states
+  them; empty for any other caller;
 - ``A2A_FILES``: the absolute paths of the files the message carried (saved in the
   caller's workspace inbox), one per line, in part order; empty when there are none.
 
@@ -63,12 +66,15 @@ class ProcessAgent(Agent):
         self.env = dict(env or {})
 
     async def run(self, turn: Turn) -> AsyncIterator[Output]:
+        on_behalf = turn.caller.on_behalf
         env = {
             **os.environ,
             **self.env,
             "A2A_TASK_ID": turn.task.id if turn.task is not None else "",
             "A2A_CONTEXT_ID": turn.context_id,
             "A2A_CALLER": turn.caller.name,
+            "A2A_PACT_AGENT": on_behalf.agent if on_behalf is not None else "",
+            "A2A_PACT_USER": on_behalf.user if on_behalf is not None else "",
             "A2A_FILES": "\n".join(str(path) for path in turn.files),
         }
         loop = asyncio.get_running_loop()

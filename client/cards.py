@@ -190,6 +190,19 @@ async def fetch_card(
 ) -> pb.AgentCard:
     """The public card of the agent at ``url`` (no credentials are sent)."""
     redact = redact or Redactor()
+    source, value = await fetch_card_value(url, http=http, timeout=timeout, redact=redact)
+    return parse_card(value, source=source, redact=redact)
+
+
+async def fetch_card_value(
+    url: str,
+    *,
+    http: httpx.AsyncClient,
+    timeout: float,  # noqa: ASYNC109 (bounds the fetch)
+    redact: Redactor | None = None,
+) -> tuple[str, Any]:
+    """The card's URL and its JSON value as served, unchecked (``card --validate``)."""
+    redact = redact or Redactor()
     source = card_url(url)
     request = http.build_request(
         "GET",
@@ -206,7 +219,7 @@ async def fetch_card(
     if status != 200:
         raise CardError(f"no agent card at {redact(source)} (HTTP {status})")
     value = http_calls.load_json(body, target=source, what="agent card", redact=redact)
-    return parse_card(value, source=source, redact=redact)
+    return source, value
 
 
 # --- interface choice ---------------------------------------------------------------------

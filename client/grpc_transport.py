@@ -115,6 +115,9 @@ class GrpcTransport(Transport):
         """The generated stub the rpcs are called on (the 0.3 transport uses its own)."""
         return a2a_pb2_grpc.A2AServiceStub(channel)
 
+    def sent_headers(self, options: CallOptions) -> dict[str, str]:
+        return service_headers(options, self.credentials, self.version)
+
     def _metadata(
         self, options: CallOptions, request: message.Message
     ) -> tuple[tuple[str, str], ...]:

@@ -42,6 +42,8 @@ def legacy_headers(options: CallOptions, credentials: Credentials | None) -> dic
     headers: dict[str, str] = {}
     if options.extensions:
         headers[LEGACY_EXTENSIONS_HEADER] = format_extensions(options.extensions)
+    for name, value in options.headers:
+        headers[name] = value
     if credentials is not None:
         headers.update(credentials.headers())
     return headers
@@ -52,6 +54,10 @@ class JsonRpc03Transport(Subscribe03, http_calls.HttpTransport):
     client."""
 
     binding = JSONRPC
+
+    def sent_headers(self, options: CallOptions) -> dict[str, str]:
+        return legacy_headers(options, self.credentials)
+
     #: The protocol version this transport speaks (``AgentInterface.protocolVersion``).
     version = compat03.LEGACY_VERSION
 

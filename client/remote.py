@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 
 import httpx
 from google.protobuf import empty_pb2, message
 from joserfc.jwk import KeySet
 from opentelemetry.trace import SpanKind
 
-from a2a_gateway.protocol import tracing
+from a2a_gateway.protocol import codec, tracing
 from a2a_gateway.protocol.card_signature import CardSignatureError, verify_card
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.compat03 import LEGACY_VERSION
@@ -26,7 +26,7 @@ from a2a_gateway.protocol.hops import has_hops, read_hops, stamp_hops
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .cards import choose_interface, fetch_card, speaks_03
+from .cards import card_url, choose_interface, fetch_card, speaks_03
 from .credentials import ClientAuth, Credentials, TokenSource, credentials_for
 from .errors import AuthRejected, CardError, Redactor
 from .grpc03 import Grpc03Transport
@@ -46,6 +46,7 @@ from .transport import (
     M,
     Transport,
 )
+from .wire_log import wired
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ class RemoteService(A2AService, AsyncCloseable):
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
         extensions: Iterable[str] = (),
         http: httpx.AsyncClient | None = None,
+        headers: Iterable[tuple[str, str]] = (),
+        tenant: str | None = None,
     ) -> None:
         self.transport = transport
         self.card = card if card is not None else pb.AgentCard()
@@ -88,6 +91,9 @@ class RemoteService(A2AService, AsyncCloseable):
         self.timeout = timeout
         self.stream_idle_timeout = stream_idle_timeout
         self.extensions = frozenset(extensions)
+        self.headers = tuple(headers)
+        #: Replaces the interface's tenant when set (``--tenant``).
+        self.tenant = tenant
         self._http = http
         self._closed = False
 
@@ -117,7 +123,7 @@ class RemoteService(A2AService, AsyncCloseable):
     def _options(self, context: CallContext | None) -> CallOptions:
         timeout, idle, extensions = self.timeout, self.stream_idle_timeout, self.extensions
         if context is None:
-            return CallOptions(timeout, idle, extensions)
+            return CallOptions(timeout, idle, extensions, headers=self.headers)
         remaining = context.remaining()
         if remaining is not None:
             timeout, idle = min(timeout, remaining), min(idle, remaining)
@@ -126,6 +132,7 @@ class RemoteService(A2AService, AsyncCloseable):
             idle,
             extensions | context.extensions,
             on_extensions=context.activated_extensions.update,
+            headers=self.headers,
         )
 
     def _prepare(self, request: R) -> R:
@@ -135,7 +142,8 @@ class RemoteService(A2AService, AsyncCloseable):
         prepared.CopyFrom(request)
         # Digest §9: the chosen interface's tenant goes on every request (none: omitted).
         # Every request type has a tenant field; the type here is the generic Message.
-        setattr(prepared, "tenant", self.interface.tenant)  # noqa: B010
+        tenant = self.interface.tenant if self.tenant is None else self.tenant
+        setattr(prepared, "tenant", tenant)  # noqa: B010
         if isinstance(prepared, pb.SendMessageRequest) and has_hops(prepared):
             # A hop count set under either key goes out under both (protocol/hops.py).
             stamp_hops(prepared, read_hops(prepared))
@@ -317,6 +325,9 @@ async def connect(
     signing_secret: str | None = None,
     auth: ClientAuth | None = None,
     card_keys: KeySet | None = None,
+    headers: Iterable[tuple[str, str]] = (),
+    tenant: str | None = None,
+    wire: Callable[[str], None] | None = None,
 ) -> RemoteService:
     """Connect to the agent at ``url`` (its base URL, or its card URL ending in ``.json``).
 
@@ -329,7 +340,9 @@ async def connect(
     With ``card_keys`` the card must carry a signature by one of them (CardError if not).
 
     ``http`` replaces the default HTTP client (e.g. the a2a tool's guarded one); the
-    service owns it either way.
+    service owns it either way. ``headers`` (service parameters) go on every call,
+    ``tenant`` replaces the interface's, and ``wire`` receives each call and answer
+    written out (:class:`~.wire_log.WireLog`, ``-v``).
 
     Raises Unreachable, Timeout, AuthRejected, CardError, or ValueError for an unknown
     ``transport`` name. The caller must ``aclose()`` the service (or use ``async with``).
@@ -339,20 +352,22 @@ async def connect(
         http = new_http_client(timeout, tls=auth.ssl_context() if auth and auth.has_tls else None)
     service: RemoteService | None = None
     try:
-        card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+        card = await fetched_card(url, http, timeout, redact, wire)
         if card_keys is not None:
             check_signed(card, card_keys)
         interface = choose_interface(card, transport)
         credentials = credentials_for(card, key, signing_secret, auth=auth, http=http)
-        wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
+        calls = make_transport(interface, http=http, credentials=credentials, redact=redact)
         service = RemoteService(
-            wire,
+            wired(calls, wire),
             card=card,
             interface=interface,
             timeout=timeout,
             stream_idle_timeout=stream_idle_timeout,
             extensions=extensions,
             http=http,
+            headers=headers,
+            tenant=tenant,
         )
         if (key or auth) and extended_card and card.capabilities.extended_agent_card:
             await service.use_extended_card()
@@ -363,6 +378,26 @@ async def connect(
         else:
             await http.aclose()
         raise
+
+
+async def fetched_card(
+    url: str,
+    http: httpx.AsyncClient,
+    timeout: float,  # noqa: ASYNC109 (bounds the fetch)
+    redact: Redactor,
+    wire: Callable[[str], None] | None,
+) -> pb.AgentCard:
+    """:func:`fetch_card`, written out to ``wire`` when given (``-v``)."""
+    if wire is None:
+        return await fetch_card(url, http=http, timeout=timeout, redact=redact)
+    wire(redact(f"> GET {card_url(url)}"))
+    try:
+        card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+    except A2AError as exc:
+        wire(redact(f"< error {type(exc).__name__}: {exc.message}"))
+        raise
+    wire(redact(f"< {codec.to_json(card).decode()}"))
+    return card
 
 
 def check_signed(card: pb.AgentCard, keys: KeySet) -> None:
@@ -381,13 +416,17 @@ async def resolve_card(
     timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 (each call is bounded by it)
     signing_secret: str | None = None,
     card_keys: KeySet | None = None,
+    headers: Iterable[tuple[str, str]] = (),
+    tenant: str | None = None,
+    extensions: Iterable[str] = (),
+    wire: Callable[[str], None] | None = None,
 ) -> pb.AgentCard:
     """The agent's card: the extended card when ``key`` is given and the card offers one
     (and it can be fetched), else the public card. For ``a2a-gateway card URL``. With
     ``card_keys`` the public card must carry a signature by one of them."""
     redact = Redactor([key, signing_secret])
     async with new_http_client(timeout) as http:
-        card = await fetch_card(url, http=http, timeout=timeout, redact=redact)
+        card = await fetched_card(url, http, timeout, redact, wire)
         if card_keys is not None:
             check_signed(card, card_keys)
         if not key or not card.capabilities.extended_agent_card:
@@ -397,7 +436,15 @@ async def resolve_card(
         except CardError:
             return card  # nothing we can call: the public card is all there is
         credentials = credentials_for(card, key, signing_secret)
-        wire = make_transport(interface, http=http, credentials=credentials, redact=redact)
-        async with RemoteService(wire, card=card, interface=interface, timeout=timeout) as service:
+        calls = make_transport(interface, http=http, credentials=credentials, redact=redact)
+        async with RemoteService(
+            wired(calls, wire),
+            card=card,
+            interface=interface,
+            timeout=timeout,
+            extensions=extensions,
+            headers=headers,
+            tenant=tenant,
+        ) as service:
             await service.use_extended_card()
             return service.card

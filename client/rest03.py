@@ -64,6 +64,10 @@ class Rest03Transport(Subscribe03, http_calls.HttpTransport):
     """Calls one A2A 0.3 HTTP+JSON base URL (the interface ``url``)."""
 
     binding = HTTP_JSON
+
+    def sent_headers(self, options: CallOptions) -> dict[str, str]:
+        return legacy_headers(options, self.credentials)
+
     version = compat03.LEGACY_VERSION
 
     def _request(

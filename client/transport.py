@@ -45,21 +45,26 @@ class CallOptions:
     stream (until the response headers or the first message). ``idle_timeout`` bounds
     every later wait for a stream event. ``on_extensions`` receives the extensions the
     agent reports as activated (the ``A2A-Extensions`` response header or metadata).
+    ``headers`` are the caller's own service parameters (``--header NAME=VALUE``).
     """
 
     timeout: float = DEFAULT_TIMEOUT
     idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     extensions: frozenset[str] = frozenset()
     on_extensions: Callable[[frozenset[str]], None] = field(default=_ignore)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def service_headers(
     options: CallOptions, credentials: Credentials | None, version: str = PROTOCOL_VERSION
 ) -> dict[str, str]:
-    """The service parameters sent on every request (digest §9), plus the credentials."""
+    """The service parameters sent on every request (digest §9): the version, the
+    extensions, the caller's own (which may replace those two), then the credentials."""
     headers = {VERSION_HEADER: version}
     if options.extensions:
         headers[EXTENSIONS_HEADER] = format_extensions(options.extensions)
+    for name, value in options.headers:
+        headers[name] = value
     if credentials is not None:
         headers.update(credentials.headers())
     tracing.inject(headers)  # the next agent's spans join this call's trace
@@ -88,6 +93,10 @@ class Transport(abc.ABC):
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         """Call a server-streaming rpc. Errors before the first event are raised on the first
         ``__anext__``; closing the iterator closes the HTTP response / cancels the call."""
+
+    def sent_headers(self, options: CallOptions) -> dict[str, str]:
+        """The service parameters and credentials each call carries (``-v`` shows them)."""
+        return service_headers(options, self.credentials)
 
     @abc.abstractmethod
     async def aclose(self) -> None:

@@ -20,7 +20,7 @@ from .callers_cli import add_parser as _add_callers
 from .callers_cli import run as _callers
 from .chat_settings import CHAT_SETTINGS
 from .logs import setup_logging
-from .settings import SETTINGS, Setting, Settings, SettingsError, resolve
+from .settings import SETTINGS, Setting, Settings, SettingsError, heading_order, resolve
 from .startup import StartupError, report
 from .telegram_settings import TELEGRAM_SETTINGS
 from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
@@ -59,8 +59,13 @@ def _help_with_default(setting: Setting) -> str:
 
 
 def _add_settings(parser: argparse.ArgumentParser, table: tuple[Setting, ...]) -> None:
-    """One flag per setting of ``table`` (bools as ``--x/--no-x``, lists repeatable)."""
-    for setting in table:
+    """One flag per setting of ``table`` (bools as ``--x/--no-x``, lists repeatable),
+    listed under the setting's heading."""
+    groups: dict[str, Any] = {}
+    for setting in sorted(table, key=lambda s: heading_order(s.heading)):
+        group = groups.get(setting.heading)
+        if group is None:
+            group = groups[setting.heading] = parser.add_argument_group(setting.heading)
         kwargs: dict[str, Any] = {
             "dest": setting.name,
             "default": None,
@@ -73,7 +78,7 @@ def _add_settings(parser: argparse.ArgumentParser, table: tuple[Setting, ...]) -
             kwargs["metavar"] = setting.name.upper()
         else:
             kwargs["type"] = setting.kind
-        parser.add_argument(setting.flag, **kwargs)
+        group.add_argument(setting.flag, **kwargs)
 
 
 def _add_host(sub: Any, name: str, table: tuple[Setting, ...], help_text: str, about: str) -> Any:
@@ -81,6 +86,7 @@ def _add_host(sub: Any, name: str, table: tuple[Setting, ...], help_text: str, a
     ``--config`` TOML file whose table is named after the verb."""
     parser = sub.add_parser(
         name,
+        usage=f"a2a-gateway {name} [options]  (by topic below; docs/configuration.md)",
         help=help_text,
         description=f"{about} Every setting can also be given as A2A_GATEWAY_<NAME> in the"
         f" environment or in the --config file ([{name}] table).",
@@ -258,10 +264,70 @@ def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         current = actions[0].choices[chosen]
 
 
+#: Longest extra word named in full (a longer one is cut).
+_SHOWN_WORD_CHARS = 40
+
+
+def _shown_extras(argv: Sequence[str], extras: list[str]) -> list[str | None]:
+    """Each extra as it may be echoed: a flag's name, a positional word in full, or None
+    for a value that follows a flag (it may be that flag's secret: ``--kye k_...``)."""
+    shown: list[str | None] = []
+    start = 0
+    for extra in extras:
+        try:
+            at = argv.index(extra, start)
+        except ValueError:
+            at = -1
+        start = at + 1 if at >= 0 else start
+        if extra.startswith("-"):
+            shown.append(extra.split("=", 1)[0])
+        elif at > 0 and argv[at - 1].startswith("-") and argv[at - 1] != "--":
+            shown.append(None)
+        else:
+            word = extra if len(extra) <= _SHOWN_WORD_CHARS else extra[:_SHOWN_WORD_CHARS] + "..."
+            shown.append(repr(word) if not word.isprintable() or " " in word else word)
+    return shown
+
+
+def _takes(parser: argparse.ArgumentParser) -> str:
+    """``get takes URL TASK_ID``: the verb's positional arguments, as its usage shows them."""
+    words = []
+    for action in parser._positionals._group_actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return ""
+        name = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+        words.append(f"[{name}]" if action.nargs in ("?", "*") else name)
+    verb = parser.prog.removeprefix("a2a-gateway ")
+    return f"{verb} takes {' '.join(words)}" if words else f"{verb} takes no positional argument"
+
+
+def _flags_without_values(
+    parser: argparse.ArgumentParser, argv: Sequence[str], extras: list[str]
+) -> list[str]:
+    """``--json takes no value``: for a value given to a flag that takes none (the
+    a2a-go CLI's ``send --json '{message}'``)."""
+    hints: list[str] = []
+    for extra in extras:
+        if extra.startswith("-") or extra not in argv:
+            continue
+        at = list(argv).index(extra)
+        action = parser._option_string_actions.get(argv[at - 1]) if at > 0 else None
+        if action is not None and action.nargs == 0 and argv[at - 1] not in hints:
+            hint = f"{argv[at - 1]} takes no value"
+            if action.dest == "json" and "message_json" in {a.dest for a in parser._actions}:
+                hint += " (it asks for JSON output): send a whole Message with --message JSON"
+            hints.append(hint)
+    return hints
+
+
 def unknown_arguments(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    extras: list[str],
+    argv: Sequence[str] = (),
 ) -> str:
-    """The one-line message for arguments no parser took, with the closest valid flag."""
+    """The one-line message for arguments no parser took, with the closest valid flag,
+    and what the verb takes when an extra word was given."""
     chosen = _chosen_parser(parser, args)
     flags = sorted(chosen._option_string_actions)
     hints = []
@@ -270,24 +336,49 @@ def unknown_arguments(
             close = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.6)
             if close:
                 hints.append(f"{extra.split('=', 1)[0]}: did you mean {close[0]}?")
-    # Only the flag names are echoed: a value given to a refused flag (``--key k_...``)
-    # may be a secret, and stderr often ends up in logs.
-    named = [extra.split("=", 1)[0] for extra in extras if extra.startswith("-")]
-    values = len(extras) - len(named)
+    # A value given to a refused flag (``--key k_...``) may be a secret, and stderr often
+    # ends up in logs: only flag names and positional words are echoed.
+    shown = _shown_extras(argv, extras)
+    named = [word for word in shown if word is not None]
+    values = len(shown) - len(named)
     message = "unrecognized arguments: " + " ".join(named)
     if values:
         message += f"{' and ' if named else ''}{values} value{'s' if values > 1 else ''} not shown"
+    hints += _flags_without_values(chosen, argv, extras)
+    if any(word is not None and not word.startswith("-") for word in shown):
+        takes = _takes(chosen)
+        hints.append(takes + ("; quote a text of several words" if "TEXT" in takes else ""))
     if hints:
         message += " (" + "; ".join(hints) + ")"
     return f"{message} (see '{chosen.prog} --help')"
 
 
+#: The a2a-go CLI's verbs (``a2a discover URL``, ``a2a get task URL ID``) as ours.
+_FOREIGN_VERBS = {
+    ("discover",): ["card"],
+    ("get", "card"): ["card"],
+    ("get", "task"): ["get"],
+    ("list", "tasks"): ["list"],
+}
+
+
+def a2a_go_verbs(argv: list[str]) -> list[str]:
+    """``argv`` with an a2a-go verb spelled as ours: ``discover`` is ``card``, and the
+    nouns ``get task``, ``get card`` and ``list tasks`` need are dropped (no URL is
+    spelled ``task`` or ``tasks``, so the words cannot be meant otherwise)."""
+    for words, ours in _FOREIGN_VERBS.items():
+        if tuple(argv[: len(words)]) == words:
+            return ours + argv[len(words) :]
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = a2a_go_verbs(list(sys.argv[1:] if argv is None else argv))
     args, extras = parser.parse_known_args(argv)
     if extras:
         return report(
-            unknown_arguments(parser, args, extras), prog=_chosen_parser(parser, args).prog
+            unknown_arguments(parser, args, extras, argv), prog=_chosen_parser(parser, args).prog
         )
     if args.verb == "serve":
         return _serve(args)

@@ -1,9 +1,14 @@
 """``a2a-gateway serve``: wire the service, the bindings and the lifecycle together.
 
 One process runs the aiohttp server (card, JSON-RPC, HTTP+JSON, SSE) and the grpc.aio
-server over one :class:`~a2a_gateway.protocol.service.A2AService`. SIGTERM or SIGINT
-stops accepting, ends open streams, cancels runs (their tasks are written in a final
-state) and exits 0.
+server over one :class:`~a2a_gateway.protocol.service.A2AService`.
+
+SIGTERM drains (:meth:`Gateway.drain`, docs/reliability.md "Drain"): not ready, no new
+connection, new calls refused with UNAVAILABLE, open streams ended with the resumable
+UNAVAILABLE, calls in flight given ``--shutdown-grace`` to finish; then the stop. SIGINT,
+a second signal or the grace running out stops at once: runs still going are cancelled
+(their tasks are written in a final state), connections closed. Either way the exit
+status is 0.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -48,6 +54,7 @@ from a2a_gateway.server.config import (
     ServerConfig,
     is_loopback,
 )
+from a2a_gateway.server.drain import Drain
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
@@ -58,6 +65,8 @@ from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
 from a2a_gateway.server.metrics import NULL_METRICS, Metrics, MetricsLike
 from a2a_gateway.server.outbound import OutboundClient
+from a2a_gateway.server.pact import PactAuthenticator, PactMount, PactService
+from a2a_gateway.server.pact.config import pact_file
 from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
@@ -71,12 +80,16 @@ from .access_log import AccessLogged
 from .logs import register_secret
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import Settings
-from .startup import StartupError
+from .startup import StartupError, bind_failure
 
 if TYPE_CHECKING:
     from a2a_gateway.agent.runtime import Runtime
 
 log = logging.getLogger("a2a_gateway.serve")
+
+#: What :meth:`Gateway.stop` gives calls still in flight once the runs have ended (their
+#: answers being written) before it closes their connections.
+STOP_GRACE_S = 1.0
 
 
 def _mount(path: str) -> str:
@@ -112,6 +125,7 @@ def server_config(settings: Settings) -> ServerConfig:
         max_hops=settings["max_hops"],
         grpc_default_deadline_s=settings["grpc_default_deadline"],
         grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
+        shutdown_grace_s=settings["shutdown_grace"],
         identity=identity_config(settings),
         tls=tls_config(settings),
         rate_limits=RateLimits(
@@ -176,6 +190,7 @@ def identity_config(settings: Settings) -> IdentityConfig:
         introspection_client_secret=secret,
         introspection_cache_s=settings["introspection_cache"],
         oauth2_token_url=settings["oauth2_token_url"].strip(),
+        pact_max_lifetime_s=settings["pact_token_max_lifetime"],
     )
 
 
@@ -323,6 +338,33 @@ def build_retention(settings: Settings, store: TaskStore) -> Retention | None:
     return Retention(store.stores, max_age_s, files=files)
 
 
+def jwt_verifier(config: ServerConfig) -> JwtVerifier:
+    """A verifier with its own guarded client: identity providers are addresses from
+    the workspace's files (callers.json, pact.json)."""
+    identity = config.identity
+    return JwtVerifier(
+        OutboundClient(
+            allow_private_urls=config.allow_private_urls, timeout_s=identity.fetch_timeout_s
+        ),
+        leeway_s=identity.jwt_leeway_s,
+        fetch_timeout_s=identity.fetch_timeout_s,
+    )
+
+
+def build_pact(config: ServerConfig, service: A2AService) -> PactMount | None:
+    """The PACT URL over ``service`` (the engine), for the personal agents each
+    workspace's pact.json lists (read fresh: none yet is every token refused)."""
+    if not config.workspaces:
+        return None
+    authenticator = PactAuthenticator(
+        config.workspaces,
+        jwt_verifier(config),
+        max_lifetime_s=config.identity.pact_max_lifetime_s,
+        limits=config.rate_limits,
+    )
+    return PactMount(PactService(service), authenticator)
+
+
 def build_authenticator(config: ServerConfig) -> Authenticator:
     """Who may call. The anonymous caller exists only on a loopback address: without a
     workspace there (the zero-configuration default) everyone is anonymous; elsewhere
@@ -332,14 +374,7 @@ def build_authenticator(config: ServerConfig) -> Authenticator:
     if not config.workspaces and loopback:
         return AllowAnonymous(limits=config.rate_limits)
     identity = config.identity
-    verifier = JwtVerifier(
-        # Its own guarded client: identity providers are addresses from callers.json.
-        OutboundClient(
-            allow_private_urls=config.allow_private_urls, timeout_s=identity.fetch_timeout_s
-        ),
-        leeway_s=identity.jwt_leeway_s,
-        fetch_timeout_s=identity.fetch_timeout_s,
-    )
+    verifier = jwt_verifier(config)
     introspector = None
     if identity.introspection_url:
         introspector = Introspector(
@@ -370,13 +405,17 @@ def keyless_problem(config: ServerConfig) -> str | None:
 
     Off loopback a key is always required, so a server whose workspaces list no caller
     at all (or that has no workspace) would refuse every call, or, before this rule,
-    answer everyone: it is refused before any port is bound.
+    answer everyone: it is refused before any port is bound. An enabled personal agent
+    in a pact.json is a caller too (a PACT-only server).
     """
     if is_loopback(config.host):
         return None
     for workspace in config.workspaces:
         entries, _ = read_callers(workspace / CALLERS_FILE, str(workspace))
         if entries:
+            return None
+        pact = pact_file(workspace).value()
+        if pact is not None and any(agent.enabled for agent in pact.agents):
             return None
     where = "no --workspace is given" if not config.workspaces else "no workspace has a caller"
     return (
@@ -489,6 +528,9 @@ class Gateway:
                 max_file_bytes=settings["max_file_bytes"],
             )
             self.service = self.engine
+        # Every call passes the drain's gate (inside the access log, which shows refusals).
+        self.drain_gate = Drain()
+        self.service = self.drain_gate.gate(self.service)
         if settings["access_log"]:
             self.service = AccessLogged(self.service)
         # Tracing wraps outermost, so the access-log line is inside the call's span.
@@ -496,6 +538,8 @@ class Gateway:
         if tracing_wanted(settings["otlp_endpoint"]):
             self.tracing = Tracing(settings["otlp_endpoint"])
             self.service = Traced(self.service, self.tracing.tracer)
+        # The PACT URL (server/pact) serves the hosted agent, not an upstream's.
+        self.pact = build_pact(self.config, self.service) if self.engine is not None else None
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
         # nothing. The engine is read at scrape time (its gauges), never on its path.
         self.metrics: MetricsLike = Metrics() if settings["metrics"] else NULL_METRICS
@@ -507,8 +551,9 @@ class Gateway:
         if self.store is not None:
             self.readiness.add("store", self.store.readiness)
         self._metrics_runner: web.AppRunner | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: AppRunner | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._grpc_stopping: asyncio.Future[None] | None = None  # drain's graceful stop
         self.http_port: int | None = None
         self.grpc_port: int | None = None
 
@@ -525,13 +570,16 @@ class Gateway:
             await self.runtime.start()  # the idle-session sweeper
         if config.grpc_port is not None:
             # Bind gRPC first: with port 0 the card must advertise the real port.
-            self._grpc, self.grpc_port = await build_grpc_server(
-                self.service,
-                config,
-                self.authenticator,
-                meter=self.metrics.grpc,
-                readiness=self.readiness,
-            )
+            try:
+                self._grpc, self.grpc_port = await build_grpc_server(
+                    self.service,
+                    config,
+                    self.authenticator,
+                    meter=self.metrics.grpc,
+                    readiness=self.readiness,
+                )
+            except OSError as exc:
+                raise bind_failure(exc, config.host, config.grpc_port, "--grpc-port") from None
             config.grpc_port = self.grpc_port
         app = build_http_app(
             self.service,
@@ -542,18 +590,22 @@ class Gateway:
             metrics=self.metrics,
             readiness=self.readiness,
             serve_metrics=self.metrics_port is None,
+            pact=self.pact,
         )
         if self._routes is not None:
             self._routes(app)
         # No access log: a line per request costs throughput and the bindings log
         # what matters (errors, refused callers) themselves.
         self._runner = AppRunner(
-            app, handle_signals=False, shutdown_timeout=config.shutdown_grace_s, access_log=None
+            app, handle_signals=False, shutdown_timeout=STOP_GRACE_S, access_log=None
         )
         await self._runner.setup()
         ssl_context = server_ssl_context(config.tls) if config.tls is not None else None
         site = web.TCPSite(self._runner, config.host, config.port, ssl_context=ssl_context)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise bind_failure(exc, config.host, config.port, "--port") from None
         self.http_port = int(self._runner.addresses[0][1])
         if self.metrics_port is not None and isinstance(self.metrics, Metrics):
             self._metrics_runner = AppRunner(
@@ -562,7 +614,10 @@ class Gateway:
                 access_log=None,
             )
             await self._metrics_runner.setup()
-            await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
+            try:
+                await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
+            except OSError as exc:
+                raise bind_failure(exc, config.host, self.metrics_port, "--metrics-port") from None
             self.metrics_port = int(self._metrics_runner.addresses[0][1])
             log.info("metrics on http://%s:%s/metrics", config.host, self.metrics_port)
         if self._grpc is not None:
@@ -580,9 +635,31 @@ class Gateway:
             f", gRPC {config.host}:{self.grpc_port}" if self.grpc_port is not None else "",
         )
 
+    async def drain(self, interrupted: asyncio.Event | None = None) -> bool:
+        """Drain (SIGTERM; docs/reliability.md "Drain"): not ready at once (``/readyz``
+        and the gRPC health service), neither port accepts a connection, a new call on
+        an open one is refused with UNAVAILABLE, every open stream ends with the
+        resumable UNAVAILABLE, and the unary calls in flight (a blocking send) get up to
+        ``--shutdown-grace`` to finish, or until ``interrupted`` is set. True when they
+        all did. :meth:`stop` comes next, as after any run."""
+        grace_s = self.config.shutdown_grace_s
+        log.info("draining: calls in flight have up to %g s", grace_s)
+        if self._runner is not None:
+            await self._runner.drain()
+        if self._grpc is not None and self._grpc_stopping is None:
+            # grpc's own graceful stop: no new connection, GOAWAY on the open ones (their
+            # clients' new calls fail UNAVAILABLE), rpcs in flight go on. It ends when
+            # they have; stop() ends it sooner (a second stop call cancels what is left).
+            self._grpc_stopping = asyncio.ensure_future(self._grpc.stop(grace_s))
+        self.drain_gate.begin()  # before the readiness checks, which may take a while
+        await self.readiness.hold("drain", "the gateway is shutting down")
+        return await self.drain_gate.run(grace_s, interrupted)
+
     async def stop(self) -> None:
         """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
-        log.info("shutting down")
+        if self.http_port is not None:  # a start that failed says why, and only that
+            log.info("shutting down")
+        self.drain_gate.begin()  # nothing new starts while the parts below close
         await self.readiness.aclose()
         if self.retention is not None:
             await self.retention.aclose()
@@ -600,12 +677,19 @@ class Gateway:
         if self.proxy is not None:
             await self.proxy.aclose()
         if self._grpc is not None:
-            await self._grpc.stop(self.config.shutdown_grace_s)
+            await self._grpc.stop(STOP_GRACE_S)  # also ends the drain's graceful stop
             self._grpc = None
+        stopping, self._grpc_stopping = self._grpc_stopping, None
+        if stopping is not None:  # done now: the stop above resolved what it waits for
+            await asyncio.wait({stopping}, timeout=STOP_GRACE_S)
+            stopping.cancel()
+            await asyncio.gather(stopping, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         await self.authenticator.aclose()  # after the bindings: no request still asks
+        if self.pact is not None:
+            await self.pact.authenticator.aclose()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
             self._metrics_runner = None
@@ -618,28 +702,58 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     gateway = Gateway(settings)
     try:
         await gateway.start()
-    except OSError as exc:  # a port in use, an address we cannot bind
-        log.error("cannot start: %s", exc)
-        await gateway.stop()
-        return 1
-    except StartupError:  # the database cannot be used
+    except StartupError:  # a port in use, the database cannot be used
         await gateway.stop()
         raise
-    try:
-        await until_signalled(stop)
-    finally:
+    except OSError as exc:  # an address we cannot use otherwise
         await gateway.stop()
+        raise StartupError(f"cannot start: {exc.strerror or exc}") from None
+    with Signals(stop) as signals:  # until after the stop: a late signal changes nothing
+        try:
+            await signals.first.wait()
+            if not signals.at_once.is_set():
+                await gateway.drain(interrupted=signals.at_once)
+        finally:
+            await gateway.stop()
     return 0
+
+
+class Signals:
+    """SIGTERM and SIGINT while a host runs: ``first`` is set by either (or by whoever
+    holds ``stop``), ``at_once`` by SIGINT or by any signal after the first: a drain
+    is cut short by it."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: asyncio.Event | None = None) -> None:
+        self.first = stop or asyncio.Event()
+        self.at_once = asyncio.Event()
+
+    def _received(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGINT or self.first.is_set():
+            if not self.at_once.is_set():
+                log.info("%s: stopping at once", sig.name)
+            self.at_once.set()
+        self.first.set()
+
+    def __enter__(self) -> Signals:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.add_signal_handler(sig, self._received, sig)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
 async def until_signalled(stop: asyncio.Event | None = None) -> None:
     """Return on SIGTERM or SIGINT (or when ``stop`` is set): how a host process waits."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    with Signals(stop) as signals:
+        await signals.first.wait()

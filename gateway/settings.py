@@ -9,16 +9,61 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.server.config import DEFAULT_PACT_MAX_LIFETIME_S
 
 ENV_PREFIX = "A2A_GATEWAY_"
 #: Where a local Ollama serves its OpenAI-compatible API (``--llm-base-url``).
 LLM_BASE_URL = "http://127.0.0.1:11434/v1"
+
+
+def _starts(*prefixes: str) -> Callable[[str], bool]:
+    return lambda name: name.startswith(prefixes)
+
+
+def _one_of(*names: str) -> Callable[[str], bool]:
+    return lambda name: name in names
+
+
+GENERAL = "serving"
+#: Headings of ``--help`` and docs/configuration.md, in order, and which settings each
+#: takes (by name, the first rule that matches); the rest are :data:`GENERAL`.
+GROUP_RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("model (the assistant)", _starts("llm", "session_", "message_template", "turn_")),
+    ("delegation (the a2a tool and watches)", _starts("a2a_", "watch_")),
+    ("proxy mode", _starts("upstream")),
+    ("gRPC", _starts("grpc_")),
+    ("card", _starts("card_")),
+    (
+        "identity and TLS",
+        _starts("jwt_", "identity_", "tls_", "introspection_", "oauth2_", "allow_anonymous"),
+    ),
+    (
+        "store",
+        _starts("store", "database_", "fsync", "task_", "index_", "list_", "memory_store_"),
+    ),
+    (
+        "limits",
+        _starts("max_", "rate_limit", "ip_rate_limit", "retry_keys", "keepalive"),
+    ),
+    (
+        "logging and observability",
+        _one_of(
+            "access_log", "metrics", "metrics_port", "otlp_endpoint", "log_format", "log_level"
+        ),
+    ),
+)
+
+
+def heading_order(heading: str) -> int:
+    """Where ``heading`` is listed: serving first, then :data:`GROUP_RULES`' order."""
+    headings = [GENERAL, *(h for h, _ in GROUP_RULES)]
+    return headings.index(heading) if heading in headings else len(headings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +78,15 @@ class Setting:
     above: float | None = None  # numbers only: accepted values are greater than this
     maximum: float | None = None  # numbers only: the largest accepted value
     choices: tuple[str, ...] = ()  # strings only: the accepted values (empty: any)
+    #: The heading it is listed under in ``--help`` and docs/configuration.md; empty:
+    #: the first of :data:`GROUP_RULES` its name matches.
+    group: str = ""
+
+    @property
+    def heading(self) -> str:
+        if self.group:
+            return self.group
+        return next((heading for heading, match in GROUP_RULES if match(self.name)), GENERAL)
 
     @property
     def flag(self) -> str:
@@ -177,6 +231,14 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a gRPC stream may go without an event before it is ended (default 300)",
         above=0,
     ),
+    Setting(
+        "shutdown_grace",
+        float,
+        10.0,
+        "seconds a SIGTERM gives calls in flight (a blocking send) to finish before the"
+        " exit; new calls are refused and open streams end meanwhile (default 10)",
+        0,
+    ),
     Setting("allow_anonymous", bool, False, "accept requests without a key (loopback only)"),
     Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
     Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),
@@ -290,6 +352,13 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         5.0,
         "seconds an identity provider (discovery, JWKS) has to answer",
+        above=0,
+    ),
+    Setting(
+        "pact_token_max_lifetime",
+        float,
+        DEFAULT_PACT_MAX_LIFETIME_S,
+        "seconds a personal agent's token may live (exp - iat) on the PACT URL",
         above=0,
     ),
     Setting(

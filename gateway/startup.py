@@ -7,6 +7,7 @@ that cannot be loaded, an unsafe bind) raises :class:`StartupError` or calls
 
 from __future__ import annotations
 
+import errno
 import sys
 from typing import TextIO
 
@@ -30,4 +31,16 @@ def report(
     return EXIT_STARTUP
 
 
-__all__ = ["EXIT_STARTUP", "StartupError", "one_line", "report"]
+def bind_failure(exc: OSError, host: str, port: int, flag: str) -> StartupError:
+    """A port that cannot be listened on, as the start-up mistake naming the flag that
+    chose it (``cannot listen on 127.0.0.1:8080 (--port): address already in use``)."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "address already in use"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied (ports below 1024 need privileges)"
+    else:
+        why = exc.strerror or one_line(str(exc))
+    return StartupError(f"cannot listen on {host}:{port} ({flag}): {why}")
+
+
+__all__ = ["EXIT_STARTUP", "StartupError", "bind_failure", "one_line", "report"]

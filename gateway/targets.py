@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from joserfc.jwk import KeySet
 
@@ -32,6 +34,7 @@ from a2a_gateway.client import (
     resolve_card,
 )
 from a2a_gateway.client.transport import GRPC, HTTP_JSON, JSONRPC
+from a2a_gateway.client.wire_log import wired
 from lf.a2a.v1 import a2a_pb2 as pb
 
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([0-9]{1,5})/?$")
@@ -72,6 +75,20 @@ def parse_target(text: str, transport: str | None) -> Target:
     return Target(text)
 
 
+@dataclass(frozen=True, slots=True)
+class CallExtras:
+    """What a verb adds to every call: service parameters (``--header``), the tenant
+    (``--tenant``, replacing the interface's), extensions (``--extension``, sent in
+    ``A2A-Extensions``), and where ``-v`` writes each call and answer."""
+
+    headers: tuple[tuple[str, str], ...] = ()
+    tenant: str | None = None
+    extensions: tuple[str, ...] = ()
+    wire: Callable[[str], None] | None = field(default=None, compare=False)
+
+
+NO_EXTRAS = CallExtras()
+
 NO_CARD_TO_VERIFY = "a host:port gRPC target has no card to verify: give the agent's URL"
 
 
@@ -82,12 +99,20 @@ def grpc_direct(
     signing_secret: str | None,
     timeout: float,
     auth: ClientAuth | None = None,
+    extras: CallExtras = NO_EXTRAS,
 ) -> RemoteService:
     """The agent at gRPC ``address`` (``host:port``), called without reading a card."""
     redact = Redactor([key, signing_secret, *(auth.secrets() if auth else ())])
     credentials = credentials_for(pb.AgentCard(), key, signing_secret, auth=auth)
-    wire = GrpcTransport(f"grpc://{address}", credentials=credentials, redact=redact)
-    return RemoteService(wire, timeout=timeout, stream_idle_timeout=timeout)
+    calls = GrpcTransport(f"grpc://{address}", credentials=credentials, redact=redact)
+    return RemoteService(
+        wired(calls, extras.wire),
+        timeout=timeout,
+        stream_idle_timeout=timeout,
+        extensions=extras.extensions,
+        headers=extras.headers,
+        tenant=extras.tenant,
+    )
 
 
 async def _listed_interface(
@@ -122,14 +147,24 @@ async def open_agent(
     timeout: float,  # noqa: ASYNC109 (each call is bounded by it)
     auth: ClientAuth | None = None,
     card_keys: KeySet | None = None,
+    extras: CallExtras = NO_EXTRAS,
 ) -> RemoteService:
     """Connect to the agent ``target`` names (see the module docstring)."""
     if not target.url and card_keys is not None:
         raise CardError(NO_CARD_TO_VERIFY)
-    if not target.url:
+
+    def direct(address: str) -> RemoteService:
         return grpc_direct(
-            target.grpc, key=key, signing_secret=signing_secret, timeout=timeout, auth=auth
+            address,
+            key=key,
+            signing_secret=signing_secret,
+            timeout=timeout,
+            auth=auth,
+            extras=extras,
         )
+
+    if not target.url:
+        return direct(target.grpc)
 
     async def attempt(url: str, forced: str | None) -> RemoteService:
         return await connect(
@@ -142,6 +177,10 @@ async def open_agent(
             extended_card=False,  # one call needs no extended card: save the round trip
             auth=auth,
             card_keys=card_keys,
+            extensions=extras.extensions,
+            headers=extras.headers,
+            tenant=extras.tenant,
+            wire=extras.wire,
         )
 
     try:
@@ -150,9 +189,7 @@ async def open_agent(
         if not target.grpc or transport is not None:
             raise
         # host:port that does not speak HTTP/1.1: the gRPC address a card lists.
-        return grpc_direct(
-            target.grpc, key=key, signing_secret=signing_secret, timeout=timeout, auth=auth
-        )
+        return direct(target.grpc)
     except (CardError, AuthRejected):  # nothing, or a protected route, below the URL
         listed = await _listed_interface(target, transport, timeout)
         if listed is None:
@@ -169,6 +206,7 @@ async def agent_card(
     transport: str | None,
     timeout: float,  # noqa: ASYNC109 (each call is bounded by it)
     card_keys: KeySet | None = None,
+    extras: CallExtras = NO_EXTRAS,
 ) -> pb.AgentCard:
     """The agent's card (the extended one when ``key`` unlocks it); over gRPC without a
     card, what ``GetExtendedAgentCard`` answers. With ``card_keys`` the public card must
@@ -177,7 +215,9 @@ async def agent_card(
     async def over_grpc(address: str) -> pb.AgentCard:
         if card_keys is not None:
             raise CardError(NO_CARD_TO_VERIFY)
-        remote = grpc_direct(address, key=key, signing_secret=signing_secret, timeout=timeout)
+        remote = grpc_direct(
+            address, key=key, signing_secret=signing_secret, timeout=timeout, extras=extras
+        )
         async with remote:
             return await remote.get_extended_agent_card()
 
@@ -191,6 +231,7 @@ async def agent_card(
             timeout=timeout,
             signing_secret=signing_secret,
             card_keys=card_keys,
+            **_card_extras(extras),
         )
     except Unreachable:
         if not target.grpc or transport is not None:
@@ -209,7 +250,25 @@ async def agent_card(
         timeout=timeout,
         signing_secret=signing_secret,
         card_keys=card_keys,
+        **_card_extras(extras),
     )
 
 
-__all__ = ["Target", "agent_card", "grpc_direct", "open_agent", "parse_target"]
+def _card_extras(extras: CallExtras) -> dict[str, Any]:
+    return {
+        "headers": extras.headers,
+        "tenant": extras.tenant,
+        "extensions": extras.extensions,
+        "wire": extras.wire,
+    }
+
+
+__all__ = [
+    "NO_EXTRAS",
+    "CallExtras",
+    "Target",
+    "agent_card",
+    "grpc_direct",
+    "open_agent",
+    "parse_target",
+]

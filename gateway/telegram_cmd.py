@@ -32,13 +32,13 @@ from a2a_gateway.client.watches import Deliver, WatchRegistry
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.host import valid_zone
-from a2a_gateway.telegram.status import status_report
+from a2a_gateway.telegram.status import recent_tasks, status_report
 
 from .assistant_host import MODEL_REQUIRED, build_assistant, build_runtime
 from .logs import redact, register_secret
 from .serve import Gateway, until_signalled
 from .settings import SETTINGS, Settings
-from .startup import StartupError
+from .startup import StartupError, bind_failure
 from .telegram_settings import ALLOWED_VARIABLE, TOKEN_VARIABLE
 
 log = logging.getLogger("a2a_gateway.telegram")
@@ -175,8 +175,10 @@ class TelegramApp:
 
     async def status(self, chat_id: int, workspace: Path) -> str:
         """``/a2a``: the chat's agents, watches and callers (keys never in full)."""
+        store = self.gateway.store if self.gateway is not None else None
+        recent = await recent_tasks(store, workspace) if store is not None else {}
         return await asyncio.to_thread(
-            status_report, workspace, client_on=self.a2a_tool is not None
+            status_report, workspace, client_on=self.a2a_tool is not None, recent=recent
         )
 
     def _webhook_path(self) -> str:
@@ -212,8 +214,11 @@ class TelegramApp:
             self._add_routes(app)
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.settings["host"], self.settings["port"])
-            await site.start()
+            host, port = self.settings["host"], self.settings["port"]
+            try:
+                await web.TCPSite(self._runner, host, port).start()
+            except OSError as exc:
+                raise bind_failure(exc, host, port, "--port") from None
             self.http_port = int(self._runner.addresses[0][1])
         await self.host.start()
         if self.a2a_tool is not None:
@@ -258,6 +263,9 @@ async def run_telegram(settings: Settings, *, stop: asyncio.Event | None = None)
     app = TelegramApp(settings, config)
     try:
         await app.start()
+    except StartupError:  # a port in use
+        await app.stop()
+        raise
     except OSError as exc:
         await app.stop()
         raise StartupError(f"cannot start: {exc.strerror or exc}") from None

@@ -26,8 +26,11 @@ import re
 import shlex
 import signal
 import sys
+import threading
 import urllib.parse
+import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TextIO
@@ -44,23 +47,29 @@ from a2a_gateway.client import (
     Unreachable,
     send_request,
 )
+from a2a_gateway.client.cards import fetch_card_value
 from a2a_gateway.client.errors import Redactor
+from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.client.messages import INTERRUPTED_STATES, TERMINAL_STATES
 from a2a_gateway.client.transport import DEFAULT_TIMEOUT
+from a2a_gateway.client.wire_log import is_credential_header
 from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.card_rules import card_problems
 from a2a_gateway.protocol.card_signature import trusted_keys
 from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret, setup_logging
 from .saving import save_file
-from .targets import Target, agent_card, open_agent, parse_target
+from .targets import CallExtras, Target, agent_card, open_agent, parse_target
 
 EXIT_OK = 0
 EXIT_A2A_ERROR = 1
 EXIT_USAGE = 2
 EXIT_AUTH = 3
 EXIT_UNREACHABLE = 4
+EXIT_TASK_STATE = 5
+EXIT_CARD_INVALID = 6
 EXIT_INTERRUPTED = 130
 
 KEY_ENV = "A2A_GATEWAY_KEY"
@@ -76,6 +85,8 @@ exit status:
   {EXIT_USAGE}  usage error (bad option, not a URL, invalid JSON, unreadable file)
   {EXIT_AUTH}  authentication failed (key missing or rejected)
   {EXIT_UNREACHABLE}  agent unreachable, or no answer within --timeout
+  {EXIT_TASK_STATE}  the task ended in a state --fail-on-state names (send, subscribe)
+  {EXIT_CARD_INVALID}  card --validate found problems in the card
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); the task's id and how to follow it are printed
 
 The key comes from --key or the {KEY_ENV} environment variable (keeps it out of
@@ -128,6 +139,49 @@ def task_state(text: str) -> pb.TaskState.ValueType:
         known = ", ".join(state_name(v) for v in pb.TaskState.values() if v)
         raise argparse.ArgumentTypeError(f"unknown task state {text!r} (one of: {known})")
     return state
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def header(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` (``NAME: VALUE`` too) as a service parameter."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        name, sep, value = text.partition(":")
+    name = name.strip()
+    if not sep or not _HEADER_NAME.match(name):
+        # The value is never echoed: it may be a credential.
+        raise argparse.ArgumentTypeError("expected NAME=VALUE with an HTTP header name")
+    if any(c in value for c in "\r\n\0"):
+        raise argparse.ArgumentTypeError(f"the value of {name} holds a line break")
+    return name, value.strip()
+
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def since(text: str) -> datetime:
+    """``--since``: an RFC 3339 time, or an age (``10m``) counted back from now."""
+    age = _AGE.match(text.strip().lower())
+    if age:
+        return datetime.now(UTC) - timedelta(seconds=float(age[1]) * _AGE_SECONDS[age[2]])
+    try:
+        when = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text[:40]!r} (an RFC 3339 time such as 2026-12-01T12:00:00Z,"
+            " or an age such as 10m)"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"say the time zone of {text[:40]!r} (Z or +01:00)")
+    return when
+
+
+def task_states(text: str) -> frozenset[pb.TaskState.ValueType]:
+    """``failed,rejected`` as a set of TaskStates."""
+    return frozenset(task_state(word) for word in text.split(",") if word.strip())
 
 
 def state_name(state: pb.TaskState.ValueType) -> str:
@@ -188,6 +242,38 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help=f"seconds allowed for each call (default {DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument("--json", action="store_true", help="ProtoJSON output, one object per line")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        help="'json' is --json (the a2a-go CLI's spelling)",
+    )
+    parser.add_argument(
+        "--header",
+        "--svc-param",
+        dest="headers",
+        action="append",
+        type=header,
+        metavar="NAME=VALUE",
+        help="send this service parameter (an HTTP header, gRPC metadata) on every call;"
+        " repeatable",
+    )
+    parser.add_argument(
+        "--tenant", help="the tenant of every request (default: the card interface's)"
+    )
+    parser.add_argument(
+        "--extension",
+        dest="extensions",
+        action="append",
+        metavar="URI",
+        help="ask for this extension (sent in A2A-Extensions); repeatable",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="write each call and answer on stderr (credentials shown as ***)",
+    )
 
 
 def add_verbs(sub: Any) -> None:
@@ -204,7 +290,13 @@ def add_verbs(sub: Any) -> None:
         _common(parser)
         return parser
 
-    verb("card", "show an agent's card (the extended card when a key is given)")
+    card = verb("card", "show an agent's card (the extended card when a key is given)")
+    card.add_argument(
+        "--validate",
+        action="store_true",
+        help="check the public card against the A2A 1.0 schema and the spec's rules; each"
+        f" problem on its own line, exit {EXIT_CARD_INVALID} if there is any",
+    )
 
     send = verb("send", "send a message to an agent and print its answer")
     send.add_argument(
@@ -239,15 +331,24 @@ def add_verbs(sub: Any) -> None:
     send.add_argument("--task-id", default="", help="reply to this task (e.g. input-required)")
     send.add_argument(
         "--return-immediately",
+        "--immediate",
         action="store_true",
         help="do not wait for the task to finish; print it as created",
+    )
+    send.add_argument(
+        "--message",
+        dest="message_json",
+        metavar="JSON",
+        help="the whole Message as ProtoJSON (role and messageId filled in when missing)",
     )
 
     get = verb("get", "show a task")
     get.add_argument("task_id", metavar="TASK_ID")
     get.add_argument(
         "--history-length",
+        "--history",
         type=_non_negative_int,
+        metavar="N",
         help="include at most N recent messages (0: none)",
     )
 
@@ -256,7 +357,25 @@ def add_verbs(sub: Any) -> None:
     listing.add_argument(
         "--status", type=task_state, help="only tasks in this state (e.g. completed)"
     )
-    listing.add_argument("--page-size", type=_non_negative_int, help="tasks per page (1-100)")
+    listing.add_argument(
+        "--since",
+        type=since,
+        metavar="WHEN",
+        help="only tasks whose status changed since WHEN: an RFC 3339 time"
+        " (2026-12-01T12:00:00Z) or an age (90s, 10m, 2h, 1d)",
+    )
+    listing.add_argument(
+        "--history",
+        type=_non_negative_int,
+        metavar="N",
+        help="include each task's N most recent messages (0: none)",
+    )
+    listing.add_argument(
+        "--with-artifacts", action="store_true", help="include each task's artifacts"
+    )
+    listing.add_argument(
+        "--page-size", "--limit", type=_non_negative_int, help="tasks per page (1-100)"
+    )
     listing.add_argument("--page-token", default="", help="the page to show (from a list)")
 
     cancel = verb("cancel", "cancel a task")
@@ -276,6 +395,14 @@ def _after_send_options(parser: argparse.ArgumentParser) -> None:
         "--cancel-on-interrupt",
         action="store_true",
         help="on Ctrl-C cancel the task (default: leave it running and say how to follow it)",
+    )
+    parser.add_argument(
+        "--fail-on-state",
+        type=task_states,
+        default=frozenset(),
+        metavar="STATES",
+        help=f"exit {EXIT_TASK_STATE} when the task ends in one of these comma-separated"
+        " states (e.g. failed,rejected,canceled)",
     )
 
 
@@ -459,8 +586,7 @@ class Printer:
     def task(self, task: pb.Task, *, history: bool = False) -> None:
         if history:
             for item in task.history:
-                role = "agent" if item.role == pb.ROLE_AGENT else "user"
-                self.line(f"[{role}] {parts_text(item.parts)}")
+                self.line(_history_line(item))
         body = "\n".join(parts_text(a.parts) for a in task.artifacts)
         for artifact in task.artifacts:
             for part in artifact.parts:
@@ -477,7 +603,7 @@ class Printer:
     def message(self, message: pb.Message) -> None:
         self.line(parts_text(message.parts))
 
-    def listing(self, reply: pb.ListTasksResponse) -> None:
+    def listing(self, reply: pb.ListTasksResponse, *, history: bool = False) -> None:
         if not reply.tasks:
             self.line("no tasks")
         for task in reply.tasks:
@@ -488,9 +614,18 @@ class Printer:
                 f"{task.id}  {state_name(task.status.state):<14} {stamp}  "
                 f"context {task.context_id or '-'}"
             )
+            for item in task.history if history else ():
+                self.line(f"  {_history_line(item)}")
+            for artifact in task.artifacts:
+                self.line(f"  [artifact] {parts_text(artifact.parts)}")
         self.line(f"{len(reply.tasks)} of {reply.total_size} task(s)")
         if reply.next_page_token:
             self.line(f"next page: --page-token {reply.next_page_token}")
+
+
+def _history_line(item: pb.Message) -> str:
+    role = "agent" if item.role == pb.ROLE_AGENT else "user"
+    return f"[{role}] {parts_text(item.parts)}"
 
 
 def _same(item: pb.Message, status: pb.TaskStatus) -> bool:
@@ -599,6 +734,10 @@ class UsageError(Exception):
     """The request cannot be built from the arguments (exit status 2)."""
 
 
+class CardInvalid(Exception):
+    """``card --validate`` found problems (already printed; exit status 6)."""
+
+
 class _Call:
     """What every verb needs: its arguments, the output, a connection on demand, and the
     task it is about (for the hints on Ctrl-C and timeouts)."""
@@ -630,6 +769,18 @@ class _Call:
             timeout=self.args.timeout,
             auth=getattr(self.args, "auth", None),
             card_keys=getattr(self.args, "card_keys", None),
+            extras=self.extras,
+        )
+
+    @property
+    def extras(self) -> CallExtras:
+        """The verb's ``--header``, ``--tenant``, ``--extension`` and ``-v``."""
+        args = self.args
+        return CallExtras(
+            headers=tuple(args.headers or ()),
+            tenant=args.tenant,
+            extensions=tuple(args.extensions or ()),
+            wire=self.printer.note if args.verbose else None,
         )
 
     def track(self, task_id: str, context_id: str, state: int) -> None:
@@ -690,8 +841,40 @@ class _Call:
                 self.printer.save(part)
 
 
+async def _validate_card(call: _Call) -> None:
+    """``card --validate``: the public card as served, checked (:mod:`card_rules`)."""
+    args = call.args
+    target = call.target
+    if target.url:
+        async with new_http_client(args.timeout) as http:
+            source, value = await call.waiting(
+                fetch_card_value(target.url, http=http, timeout=args.timeout),
+                "fetching the card...",
+            )
+    else:  # a gRPC agent without a card over HTTP: the one GetExtendedAgentCard answers
+        async with await call.connect() as agent:
+            card = await call.waiting(agent.get_extended_agent_card(), "fetching the card...")
+        source, value = f"grpc://{target.grpc}", codec.to_dict(card)
+    problems = card_problems(value)
+    if call.printer.as_json:
+        call.printer.write(
+            orjson.dumps({"card": source, "valid": not problems, "problems": problems}).decode()
+            + "\n"
+        )
+    else:
+        for problem in problems:
+            call.printer.line(problem)
+        verdict = f"{len(problems)} problem(s)" if problems else "valid (A2A 1.0)"
+        call.printer.line(f"{source}: {verdict}")
+    if problems:
+        raise CardInvalid(len(problems))
+
+
 async def _card(call: _Call) -> None:
     args = call.args
+    if args.validate:
+        await _validate_card(call)
+        return
     card = await call.waiting(
         agent_card(
             call.target,
@@ -700,6 +883,7 @@ async def _card(call: _Call) -> None:
             transport=args.transport,
             timeout=args.timeout,
             card_keys=getattr(args, "card_keys", None),
+            extras=call.extras,
         ),
         "fetching the card...",
     )
@@ -739,21 +923,24 @@ def _read_stdin(what: str) -> str:
     return sys.stdin.read()
 
 
+def _message_flags(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """The flags that build a message, and whether each was given."""
+    return [
+        ("TEXT", args.text is not None),
+        ("--file", bool(args.file)),
+        ("--data", bool(args.data)),
+        ("--file-url", bool(args.file_url)),
+        ("--metadata", args.metadata is not None),
+        ("--context-id", bool(args.context_id)),
+        ("--task-id", bool(args.task_id)),
+    ]
+
+
 def _whole_request(args: argparse.Namespace) -> pb.SendMessageRequest:
     """``--request FILE|-``: a ProtoJSON SendMessageRequest, sent as it is."""
-    taken = [
-        flag
-        for flag, given in (
-            ("TEXT", args.text is not None),
-            ("--file", bool(args.file)),
-            ("--data", bool(args.data)),
-            ("--file-url", bool(args.file_url)),
-            ("--metadata", args.metadata is not None),
-            ("--context-id", bool(args.context_id)),
-            ("--task-id", bool(args.task_id)),
-        )
-        if given
-    ]
+    taken = [flag for flag, given in _message_flags(args) if given]
+    if args.message_json is not None:
+        taken.append("--message")
     if taken:
         raise UsageError(f"--request carries the whole message: drop {', '.join(taken)}")
     try:
@@ -769,10 +956,48 @@ def _whole_request(args: argparse.Namespace) -> pb.SendMessageRequest:
     return request
 
 
+def _message_request(args: argparse.Namespace) -> pb.SendMessageRequest:
+    """``--message JSON``: a whole Message (the a2a-go CLI's ``send --json``)."""
+    taken = [flag for flag, given in _message_flags(args) if given]
+    if taken:
+        raise UsageError(f"--message carries the whole message: drop {', '.join(taken)}")
+    value = _json_arg(args.message_json, "--message")
+    if not isinstance(value, dict):
+        raise UsageError("--message must be a JSON object (a Message)")
+    value.setdefault("role", "ROLE_USER")
+    value.setdefault("messageId", str(uuid.uuid4()))
+    try:
+        message = codec.parse(pb.Message, value, path="message")
+    except A2AError as exc:
+        raise UsageError(f"--message: {exc.message}") from None
+    request = pb.SendMessageRequest(message=message)
+    if args.return_immediately:
+        request.configuration.return_immediately = True
+    return request
+
+
+def _looks_like_a_message(text: str | None) -> bool:
+    """A TEXT that is a JSON Message: the a2a-go CLI's ``send URL --json '{...}'``."""
+    if not text or not text.lstrip().startswith("{"):
+        return False
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and ("parts" in value or "role" in value)
+
+
 def build_send_request(args: argparse.Namespace) -> pb.SendMessageRequest:
     """The request ``send`` sends, from its arguments (UsageError when it cannot)."""
     if args.request is not None:
         return _whole_request(args)
+    if args.message_json is not None:
+        return _message_request(args)
+    if args.json and _looks_like_a_message(args.text):
+        raise UsageError(
+            "TEXT is a JSON Message, and --json asks for JSON output here:"
+            " send a whole Message with --message '{...}'"
+        )
     text = args.text or ""
     if text == "-":
         text = _read_stdin("TEXT -").rstrip("\n")
@@ -852,6 +1077,12 @@ async def _list(call: _Call) -> None:
         request.status = args.status
     if args.page_size is not None:
         request.page_size = args.page_size
+    if args.since is not None:
+        request.status_timestamp_after.FromDatetime(args.since)
+    if args.history is not None:
+        request.history_length = args.history
+    if args.with_artifacts:
+        request.include_artifacts = True
     async with await call.connect() as agent:
         reply: pb.ListTasksResponse = await call.waiting(
             agent.list_tasks(request), "listing tasks..."
@@ -859,7 +1090,7 @@ async def _list(call: _Call) -> None:
     if call.printer.as_json:
         call.printer.proto(reply)
     else:
-        call.printer.listing(reply)
+        call.printer.listing(reply, history=args.history is not None)
 
 
 async def _cancel(call: _Call) -> None:
@@ -910,7 +1141,7 @@ def _explain(error: A2AError) -> str:
 async def _run(
     args: argparse.Namespace, key: str | None, err: TextIO, signing_secret: str | None = None
 ) -> int:
-    redact = Redactor([key, signing_secret])
+    redact = Redactor(getattr(args, "secrets", None) or [key, signing_secret])
     async with Progress(err, enabled=err.isatty() and not args.json) as progress:
         printer = Printer(
             sys.stdout,
@@ -937,7 +1168,11 @@ async def _run(
             # A second Ctrl-C is Python's own KeyboardInterrupt again (exit 130 at once).
             loop.remove_signal_handler(signal.SIGINT)
 
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        # Signals reach the main thread only (a verb run in a worker thread, as the
+        # tests run it in-process, leaves Ctrl-C to its caller).
+        handles_sigint = threading.current_thread() is threading.main_thread()
+        if handles_sigint:
+            loop.add_signal_handler(signal.SIGINT, on_interrupt)
         try:
             await work
         except asyncio.CancelledError:
@@ -959,8 +1194,19 @@ async def _run(
             progress.hide()
             print(f"a2a-gateway {args.verb}: {redact(str(exc))}", file=err)
             return EXIT_USAGE
+        except CardInvalid:
+            return EXIT_CARD_INVALID
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            if handles_sigint:
+                loop.remove_signal_handler(signal.SIGINT)
+        failing: frozenset[int] = getattr(args, "fail_on_state", frozenset())
+        if call.task_id and call.state in failing:
+            print(
+                f"a2a-gateway {args.verb}: task {call.task_id} ended {state_name(call.state)}"
+                " (--fail-on-state)",
+                file=err,
+            )
+            return EXIT_TASK_STATE
     return EXIT_OK
 
 
@@ -1024,6 +1270,7 @@ def client_auth(args: argparse.Namespace) -> ClientAuth | None:
 
 def run_verb(args: argparse.Namespace) -> int:
     """Run a client verb parsed by :func:`add_verbs`; returns the exit status."""
+    args.json = args.json or args.output == "json"
     key = args.key or os.environ.get(KEY_ENV) or None
     signing_secret = args.signing_secret or os.environ.get(SIGNING_ENV) or None
     args.auth = client_auth(args)
@@ -1032,7 +1279,9 @@ def run_verb(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"a2a-gateway {args.verb}: --verify-card {args.verify_card}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for secret in (key, signing_secret, *(args.auth.secrets() if args.auth else ())):
+    credential_headers = [v for n, v in args.headers or () if is_credential_header(n)]
+    args.secrets = [key, signing_secret, *credential_headers]
+    for secret in (*args.secrets, *(args.auth.secrets() if args.auth else ())):
         if secret:
             register_secret(secret)
     setup_logging("warning")

@@ -431,6 +431,13 @@ def _is_present(msg: message.Message, fd: descriptor.FieldDescriptor) -> bool:
     return bool(value)
 
 
+def violations(msg: message.Message, path: str = "") -> list[FieldViolation]:
+    """Every REQUIRED field and oneof of ``msg`` that is missing, each with its path."""
+    found: list[FieldViolation] = []
+    _collect(msg, path, found)
+    return found
+
+
 def validate(msg: message.Message, path: str = "") -> None:
     """Raise InvalidParams naming the first REQUIRED field or oneof that is missing."""
     plan = _TYPE_PLANS.get(type(msg))

@@ -10,11 +10,25 @@ PROTOCOL_VERSION = "1.0"
 
 
 @dataclass(frozen=True, slots=True)
+class OnBehalf:
+    """A personal agent speaking for one of its users (PACT): the token's ``iss`` and
+    ``sub``, verified, but chosen by the personal agent (untrusted text to an LLM)."""
+
+    agent: str
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: a named caller of one workspace (``workspace`` may be empty)."""
+    """Who is calling: a named caller of one workspace (``workspace`` may be empty).
+
+    ``on_behalf`` is set for a personal agent's user (``server/pact``); it is shown to
+    the agent, not part of the identity: ``name`` alone already tells users apart, and
+    stored records keep only ``name`` and ``workspace``."""
 
     name: str
     workspace: str = ""
+    on_behalf: OnBehalf | None = field(default=None, compare=False)
 
 
 ANONYMOUS = Caller(name="anonymous")
@@ -41,6 +55,10 @@ class CallContext:
     #: a traced gateway's span for this call continues the caller's trace.
     traceparent: str = ""
     tracestate: str = ""
+    #: Whether the agent may answer a new message with a plain Message
+    #: (``Agent.reply``). The PACT URL turns it off: every reply there is a turn whose
+    #: task keeps it for retries.
+    message_replies: bool = True
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), or ``None``."""

@@ -26,7 +26,7 @@ A bad entry is skipped with a warning naming the entry (never its key); the rest
 work. An unknown field also skips its entry: a misspelt ``signing_secret`` must not
 silently turn signing off. A file that is not a JSON array means no callers, with a
 warning naming the file. The file is re-read whenever its stat changes (and on every
-request while it is younger than :data:`FRESH_S`, because an edit within the same
+request while it is younger than :data:`.fresh_file.FRESH_S`, because an edit within the same
 timestamp tick and of the same size would otherwise go unnoticed).
 """
 
@@ -39,11 +39,8 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import re
 import secrets
-import stat
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +50,7 @@ from a2a_gateway.logs import register_secret
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.errors import UnauthenticatedError
 
+from .fresh_file import FreshFile, read_file
 from .identity.basic import CHALLENGE as BASIC_CHALLENGE
 from .identity.basic import (
     DEFAULT_LOG2_N,
@@ -86,8 +84,6 @@ HeaderListGetter = Callable[[str], Iterable[str]]
 API_KEY_HEADER = "X-API-Key"
 AUTHORIZATION_HEADER = "Authorization"
 CALLERS_FILE = Path(".a2a") / "callers.json"
-#: A callers.json younger than this is re-read on every request (see the module doc).
-FRESH_S = 2.0
 MAX_KEY_CHARS = 4096
 MIN_SIGNING_SECRET_CHARS = 16
 HASH_PREFIX = "sha256:"
@@ -422,75 +418,46 @@ def parse_callers(data: Any, workspace: str, label: str) -> tuple[list[CallerEnt
     return entries, warnings
 
 
+def _callers_parser(
+    path: Path, workspace: str
+) -> Callable[[bytes], tuple[list[CallerEntry], list[str]]]:
+    def parse(raw: bytes) -> tuple[list[CallerEntry], list[str]]:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return [], [f"callers file is not valid JSON, no callers loaded: {path}"]
+        return parse_callers(data, workspace, str(path))
+
+    return parse
+
+
 def read_callers(path: Path, workspace: str) -> tuple[list[CallerEntry], list[str]]:
     """Entries and warnings of one callers.json; a missing file is no callers."""
-    try:
-        # O_NONBLOCK: a FIFO in the file's place must not hang the server.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        return [], [f"callers file unreadable ({exc.strerror}), no callers loaded: {path}"]
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return [], [f"callers file is not a regular file, no callers loaded: {path}"]
-        with open(fd, "rb", closefd=False) as file:
-            raw = file.read()
-    except OSError as exc:
-        return [], [f"callers file unreadable ({exc.strerror}), no callers loaded: {path}"]
-    finally:
-        os.close(fd)
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return [], [f"callers file is not valid JSON, no callers loaded: {path}"]
-    return parse_callers(data, workspace, str(path))
+    parse = _callers_parser(path, workspace)
+    return read_file(path, parse, [], "callers file", "no callers loaded")
 
 
-class _Cached:
-    """callers.json of one workspace, re-read whenever its stat changes (or is fresh).
-
-    Warnings are logged once per version of the file, not on every request.
-    """
+class _Cached(FreshFile[list[CallerEntry]]):
+    """callers.json of one workspace, read fresh (:mod:`.fresh_file`); the keys and
+    signing secrets of each version read are registered for redaction."""
 
     def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
-        self.path = workspace / CALLERS_FILE
-        self._stamp: tuple[int, int, int, int] | None = None
-        self._warned: tuple[int, int, int, int] | None = None
-        self._entries: list[CallerEntry] = []
+        path = workspace / CALLERS_FILE
+        parse = _callers_parser(path, str(workspace))
 
-    def entries(self) -> list[CallerEntry]:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            self._stamp, self._entries = None, []
-            return []
-        except OSError as exc:
-            self._stamp, self._entries = None, []
-            self._warn_once(
-                (0, 0, 0, 0), [f"callers file unreadable ({exc.strerror}): {self.path}"]
-            )
-            return []
-        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-        fresh = abs(time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns)) < FRESH_S * 1e9
-        if stamp != self._stamp or fresh:
-            entries, warnings = read_callers(self.path, str(self.workspace))
+        def parse_and_register(raw: bytes) -> tuple[list[CallerEntry], list[str]]:
+            entries, warnings = parse(raw)
             for entry in entries:
                 if not entry.hashed:
                     register_secret(entry.key)
                 if entry.policy.signing_secret is not None:
                     register_secret(entry.policy.signing_secret)
-            self._warn_once(stamp, warnings)
-            self._entries, self._stamp = entries, stamp
-        return self._entries
+            return entries, warnings
 
-    def _warn_once(self, stamp: tuple[int, int, int, int], warnings: list[str]) -> None:
-        if stamp == self._warned:
-            return
-        self._warned = stamp
-        for warning in warnings:
-            log.warning("%s", warning)
+        super().__init__(path, parse_and_register, [], "callers file", "no callers loaded")
+
+    def entries(self) -> list[CallerEntry]:
+        return self.value()
 
 
 class WorkspaceCallers(Authenticator):

@@ -254,6 +254,13 @@ class CardProvider:
         base = base_url or self.base_url()
         return self._signed(self._public(base), base)
 
+    def derived_card(self, base_url: str, adjust: Callable[[pb.AgentCard], None]) -> pb.AgentCard:
+        """The public card as ``adjust`` changes it (the card of another URL of the
+        same agent: PACT's), signed like the public one."""
+        card = self._public(base_url)
+        adjust(card)
+        return self._signed(card, base_url)
+
     def _signed(self, card: pb.AgentCard, base_url: str) -> pb.AgentCard:
         """``card`` with our signature when we sign cards. ECDSA signatures differ each
         time: the signed card is reused while the card is the same, so its ETag holds."""
@@ -387,13 +394,20 @@ class CardProvider:
         """``GET`` the public card for its reader, with a content-hash ETag,
         Last-Modified, and 304 revalidation."""
         card = self.public_card(self.base_url(request))
-        body, etag, modified, http_date = self._encoded(card, self.serves_hybrid(request))
+        hybrid = self.serves_hybrid(request)
+        return self.card_response(request, card, hybrid, vary=self.config.card.format == "auto")
+
+    def card_response(
+        self, request: web.Request, card: pb.AgentCard, hybrid: bool, *, vary: bool = False
+    ) -> web.Response:
+        """``card`` as the answer to ``request`` (ETag, Last-Modified, 304)."""
+        body, etag, modified, http_date = self._encoded(card, hybrid)
         headers = {
             hdrs.ETAG: etag,
             hdrs.LAST_MODIFIED: http_date,
             hdrs.CACHE_CONTROL: f"public, max-age={self.config.card_max_age_s}",
         }
-        if self.config.card.format == "auto":
+        if vary:
             headers[hdrs.VARY] = versioning.VERSION_HEADER
         if_none_match = request.headers.get(hdrs.IF_NONE_MATCH)
         if if_none_match is not None:

@@ -58,6 +58,10 @@ class CardConfig:
     documentation_url: str = ""
 
 
+#: The longest a personal agent's token may live (``exp - iat``) on the PACT URL.
+DEFAULT_PACT_MAX_LIFETIME_S = 300.0
+
+
 @dataclass(frozen=True, slots=True)
 class IdentityConfig:
     """How callers' tokens are checked beyond keys (server/identity/)."""
@@ -69,6 +73,7 @@ class IdentityConfig:
     introspection_client_secret: str = field(default="", repr=False)
     introspection_cache_s: float = 60.0
     oauth2_token_url: str = ""  # named by the card for introspection callers
+    pact_max_lifetime_s: float = DEFAULT_PACT_MAX_LIFETIME_S  # exp - iat (server/pact)
 
 
 @dataclass(slots=True)
@@ -94,4 +99,4 @@ class ServerConfig:
     keepalive_interval_s: float = 15.0  # SSE comment cadence on idle streams
     card_max_age_s: int = 300  # Cache-Control max-age of the public card
     max_hops: int = 3
-    shutdown_grace_s: float = 5.0
+    shutdown_grace_s: float = 10.0  # SIGTERM: how long calls in flight may go on

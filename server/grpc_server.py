@@ -16,6 +16,8 @@ subscriptions normally run until the grace expires, so end them first (the engin
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +80,35 @@ def grpc_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def check_bindable(host: str, port: int) -> None:
+    """OSError (EADDRINUSE...) when no address of ``host`` can be bound on ``port``.
+
+    grpc reports a bind failure as a RuntimeError with no reason, after its C core
+    has printed its own line on stderr; a plain socket bound and closed first says why,
+    and keeps that line away in the common case (a port in use). SO_REUSEADDR, as grpc
+    binds: a port left in TIME_WAIT is free, a listening one is not."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(errno.EADDRNOTAVAIL, f"cannot resolve {host}: {exc.strerror}") from None
+    failure: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                failure = exc
+                continue
+            return  # grpc needs one of the addresses only
+    if failure is not None:
+        raise failure
+
+
 def max_answer_bytes(config: ServerConfig) -> int:
     """The largest answer or stream event sent over gRPC: twice the request cap, as
     our clients read (``codec.MAX_ANSWER_BYTES`` for the default cap), so a task holding
@@ -131,6 +162,8 @@ async def build_grpc_server(
     """
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
+    # Before the server exists: one dropped unstarted and unstopped crashes grpc's core.
+    check_bindable(config.host, config.grpc_port)
     server = grpc.aio.server(options=server_options(config))
     bounds = GrpcBounds(
         request_s=config.body_read_timeout_s,
@@ -153,6 +186,7 @@ async def build_grpc_server(
         else:
             port = server.add_insecure_port(requested)
     except RuntimeError as exc:  # grpc reports bind failures as RuntimeError
+        await server.stop(None)
         raise OSError(f"cannot bind gRPC server to {requested}: {exc}") from None
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     for name in HEALTH_SERVICES:

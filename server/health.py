@@ -11,6 +11,8 @@ guarded, like any load balancer's probe target) cannot turn into a query per req
 each check is bounded by :data:`CHECK_TIMEOUT_S`. :meth:`Readiness.follow` calls its
 callbacks when readiness changes, which is how the gRPC health service follows it
 (:meth:`Readiness.start` re-checks every :data:`POLL_S` so that it does without probes).
+:meth:`Readiness.hold` makes it not ready for good, at once (a draining gateway: load
+balancers stop sending it calls).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
@@ -47,6 +50,7 @@ class Readiness:
         self.cache_s = cache_s
         self._followers: list[Callable[[bool], Awaitable[None]]] = []
         self._last: dict[str, str] | None = None
+        self._held: dict[str, str] = {}  # problems that stay (hold)
         self._at = 0.0
         self._running: asyncio.Task[dict[str, str]] | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -72,6 +76,7 @@ class Readiness:
         names = list(self.checks)
         results = await asyncio.gather(*(_bounded(name, self.checks[name]) for name in names))
         found = {name: why for name, why in zip(names, results, strict=True) if why is not None}
+        found.update(self._held)  # read after the checks: a hold during them counts
         was_ready = None if self._last is None else not self._last
         self._last, self._at = found, asyncio.get_running_loop().time()
         ready = not found
@@ -86,6 +91,14 @@ class Readiness:
                 except Exception:
                     log.exception("readiness follower failed")
         return found
+
+    async def hold(self, name: str, reason: str) -> None:
+        """Not ready from now on, whatever the checks say (``name``: ``reason``); the
+        followers are told before this returns."""
+        self._held[name] = reason
+        self._at = -math.inf  # the cached answer is stale
+        self._running = None  # nor may a check begun before the hold be shared
+        await self.problems()
 
     def start(self, interval_s: float = POLL_S) -> None:
         """Re-check every ``interval_s`` (for followers, without probes)."""

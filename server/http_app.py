@@ -43,6 +43,7 @@ from .http_context import (
     unexpected,
 )
 from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
+from .pact import mount as pact_mount
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,18 @@ class _RequestHandler(web.RequestHandler):
         return super().handle_error(request, status, exc, message)
 
 
+class _DrainingRequestHandler(_RequestHandler):
+    """A connection of a draining server: its next answer (a call in flight, or the
+    refusal of a new call on a kept-alive connection) closes it (``Connection:
+    close``), so that the client's next call goes to another replica."""
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        resp.force_close()
+        return await super().finish_response(request, resp, start_time)
+
+
 class _Server(web.Server):
     def __call__(self) -> web.RequestHandler:
         return _RequestHandler(self, loop=self._loop, **self._kwargs)
@@ -116,6 +129,20 @@ class AppRunner(web.AppRunner):
         # aiohttp builds the Server itself and has no hook for the handler class.
         server.__class__ = _Server
         return server
+
+    async def drain(self) -> None:
+        """Stop accepting connections; the open ones stay (their calls go on, a new
+        call gets the drain's refusal) and close after their next answer.
+
+        The open connections become :class:`_DrainingRequestHandler`: a class swap, so
+        that serving costs nothing for a drain that has not begun (an answer hook would
+        run on every answer)."""
+        for site in list(self.sites):
+            await site.stop()
+        if self.server is not None:
+            for connection in self.server.connections:
+                if isinstance(connection, _RequestHandler):
+                    connection.__class__ = _DrainingRequestHandler
 
 
 #: Keyword arguments of aiohttp's connection handler for every app built here.
@@ -138,11 +165,12 @@ def build_http_app(
     metrics: MetricsLike = NULL_METRICS,
     readiness: health.Readiness | None = None,
     serve_metrics: bool = True,
+    pact: pact_mount.PactMount | None = None,
 ) -> web.Application:
     """The gateway's HTTP app. ``metrics`` is what the bindings report to (off: the
     null one); with ``serve_metrics`` (no ``--metrics-port``) it is also served at
     ``/metrics``, guarded (:func:`handle_guarded_metrics`). ``readiness`` adds
-    ``/healthz`` and ``/readyz``."""
+    ``/healthz`` and ``/readyz``; ``pact`` the PACT URL (server/pact)."""
     app = web.Application(
         middlewares=[_errors], client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS
     )
@@ -173,6 +201,8 @@ def build_http_app(
     for path in {jsonrpc_path, jsonrpc_path.rstrip("/") + "/"}:
         app.router.add_post(path, jsonrpc.handle)
         app.router.add_route(hdrs.METH_ANY, path, jsonrpc.not_post)
+    if pact is not None:
+        pact_mount.mount(app, pact)
     if rest_prefix:
         app.router.add_route(hdrs.METH_ANY, rest_prefix, rest.handle)
     app.router.add_route(hdrs.METH_ANY, rest_prefix + "/{tail:.*}", rest.handle)

@@ -15,6 +15,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from telegram.error import NetworkError, TelegramError
+
+from .outage import one_line
+
 log = logging.getLogger("a2a_gateway.telegram")
 
 #: How many jobs may wait in one chat before new ones are refused.
@@ -91,6 +95,12 @@ class ChatQueue:
                         log.info("chat %s: %s stopped", self.chat_id, job.label)
                         continue
                     raise  # the worker itself is being cancelled
+                except NetworkError as exc:  # the outage itself is logged once (outage.py)
+                    log.info(
+                        "chat %s: %s not delivered: %s", self.chat_id, job.label, one_line(exc)
+                    )
+                except TelegramError as exc:
+                    log.warning("chat %s: %s failed: %s", self.chat_id, job.label, one_line(exc))
                 except Exception:
                     log.exception("chat %s: %s failed", self.chat_id, job.label)
             finally:

@@ -51,6 +51,7 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHand
 from .access import AllowedUsers
 from .chats import ChatQueue, Job
 from .live_reply import LiveReply
+from .outage import BotApiHealth, WatchedRequest
 
 log = logging.getLogger("a2a_gateway.telegram")
 
@@ -123,20 +124,25 @@ class TelegramHost:
         self.webhook_secret = secrets.token_urlsafe(32)
         _quiet_token_loggers()  # before the Bot exists: it logs its URLs when built
         base = config.base_url.rstrip("/")
+        self.health = BotApiHealth(base)
+        timeouts = {
+            "connect_timeout": 10.0,
+            "read_timeout": config.poll_timeout_s + 10.0,
+            "write_timeout": CALL_TIMEOUT_S,
+        }
         builder = (
             ApplicationBuilder()
             .token(config.token)
             .base_url(f"{base}/bot")
             .base_file_url(f"{base}/file/bot")
-            .connect_timeout(10.0)
-            .read_timeout(config.poll_timeout_s + 10.0)
-            .write_timeout(CALL_TIMEOUT_S)
-            .get_updates_read_timeout(config.poll_timeout_s + 10.0)
+            .request(WatchedRequest(self.health, connection_pool_size=256, **timeouts))
+            .get_updates_request(WatchedRequest(self.health, connection_pool_size=1, **timeouts))
         )
         if config.webhook_url:
             builder = builder.updater(None)  # updates come in through webhook_route
         self.application: Application[Any, Any, Any, Any, Any, Any] = builder.build()
         self.application.add_handler(TypeHandler(Update, self._on_update))
+        self.application.add_error_handler(self.health.handler_error)
 
     @property
     def bot(self) -> Bot:
@@ -160,7 +166,9 @@ class TelegramHost:
             updater = self.application.updater
             assert updater is not None
             await updater.start_polling(
-                timeout=int(self.config.poll_timeout_s), allowed_updates=["message"]
+                timeout=int(self.config.poll_timeout_s),
+                allowed_updates=["message"],
+                error_callback=self.health.polling_error,
             )
             mode = "long polling"
         log.info(

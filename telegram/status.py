@@ -4,13 +4,15 @@ Four parts, each read fresh from the workspace: whether the a2a client is on, th
 agents of ``.a2a/agents.json`` (name, url, key as its last 4 characters when it has 12
 or more), the running watches of ``.a2a/pending.json`` (agent, task, state, age), the
 callers of ``.a2a/callers.json`` (name, note, key as its last 4 characters or
-"sha256 hash") with their recent tasks and states.
+"sha256 hash") with their recent tasks and states, as the A2A side's task store lists
+them (:func:`recent_tasks`; none without ``--a2a``).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,14 +20,14 @@ from a2a_gateway.client.agents_file import key_hint as agent_key_hint
 from a2a_gateway.client.agents_file import read_agents
 from a2a_gateway.client.pending import read_pending
 from a2a_gateway.server.auth import CALLERS_FILE, read_callers
-from a2a_gateway.server.file_store import decode_record
+from a2a_gateway.server.task_store import TaskFilter, TaskStore, Window
 from lf.a2a.v1 import a2a_pb2 as pb
 
 #: How many recent tasks are listed per caller.
 RECENT_TASKS = 5
-#: How many task files are looked at, newest first (a bound for a workspace with many).
-SCANNED_TASK_FILES = 200
 _HINT_MIN, _HINT_CHARS = 12, 4
+
+log = logging.getLogger("a2a_gateway.telegram")
 
 
 def caller_key_hint(key: str) -> str:
@@ -48,27 +50,36 @@ def _age(started: str, now: datetime) -> str:
     return f"{seconds // 3600} h"
 
 
-def _state(value: pb.TaskState.ValueType) -> str:
-    return pb.TaskState.Name(value).removeprefix("TASK_STATE_").lower().replace("_", "-")
+def _state(value: int) -> str:
+    return (
+        pb.TaskState.Name(pb.TaskState.ValueType(value))
+        .removeprefix("TASK_STATE_")
+        .lower()
+        .replace("_", "-")
+    )
 
 
-def _recent_tasks(workspace: Path) -> dict[str, list[tuple[str, str]]]:
-    """Caller name -> [(task id, state)], newest first, from the task files."""
-    folder = workspace / ".a2a" / "tasks"
-    try:
-        entries = [e for e in os.scandir(folder) if e.name.endswith(".json") and e.is_file()]
-    except OSError:
-        return {}
-    entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+#: A caller's recent tasks as /a2a lists them: (task id, state), newest first.
+RecentTasks = Mapping[str, list[tuple[str, str]]]
+
+
+async def recent_tasks(store: TaskStore, workspace: Path) -> dict[str, list[tuple[str, str]]]:
+    """Caller name -> its newest tasks, from the task store the A2A side serves (files,
+    memory or PostgreSQL alike); a store that cannot answer lists none."""
+    callers, _ = await asyncio.to_thread(read_callers, workspace / CALLERS_FILE, str(workspace))
     recent: dict[str, list[tuple[str, str]]] = {}
-    for entry in entries[:SCANNED_TASK_FILES]:
+    for caller in callers:
         try:
-            task, owner, *_ = decode_record(Path(entry.path).read_bytes(), entry.name[:-5])
-        except (OSError, ValueError):
-            continue  # a malformed or vanished file is no task
-        tasks = recent.setdefault(owner.name, [])
-        if len(tasks) < RECENT_TASKS:
-            tasks.append((task.id, _state(task.status.state)))
+            await store.before_listing(caller.caller)
+            page, _, _ = await store.listing(
+                caller.caller, TaskFilter(), Window(None, RECENT_TASKS)
+            )
+        except Exception as exc:  # a store that is down costs the list, not the report
+            log.warning(
+                "/a2a: the tasks of %s could not be listed: %s", caller.name, type(exc).__name__
+            )
+            continue
+        recent[caller.name] = [(task.task_id, _state(task.state)) for task in page]
     return recent
 
 
@@ -77,6 +88,7 @@ def status_report(
     *,
     client_on: bool,
     watch_states: Callable[[str], str | None] = lambda watch_id: None,
+    recent: RecentTasks | None = None,
     now: datetime | None = None,
 ) -> str:
     """The text of ``/a2a`` for the chat whose workspace is ``workspace`` (blocking:
@@ -105,7 +117,7 @@ def status_report(
         lines.append("  none")
     lines += ["", "Callers (.a2a/callers.json):"]
     callers, problems = read_callers(workspace / CALLERS_FILE, str(workspace))
-    recent = _recent_tasks(workspace) if callers else {}
+    recent = recent or {}
     for caller in callers:
         note = f", {caller.note}" if caller.note else ""
         lines.append(f"  {caller.name} (key {caller_key_hint(caller.key)}{note})")

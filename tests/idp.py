@@ -1,4 +1,6 @@
-"""A real OpenID Connect identity provider of our own, on 127.0.0.1, for tests.
+"""A real OpenID Connect identity provider of our own, on 127.0.0.1, for tests; also a
+PACT personal agent (:meth:`IdentityProvider.personal_agent`: its JWKS without
+discovery, tokens for its users with ``token(sub, audience=...)``).
 
 An aiohttp server with discovery (``/.well-known/openid-configuration``), a JWKS
 (``/jwks``) whose keys rotate on request, signing real tokens with joserfc, an OAuth 2.0
@@ -71,6 +73,16 @@ class IdentityProvider:
         private = key.as_dict(private=True)
         use_secret(*(str(private[name]) for name in ("d", "p", "q") if name in private))
         return kid
+
+    @property
+    def jwks_uri(self) -> str:
+        """Its JWKS, for whoever takes keys without discovery (a PACT personal agent)."""
+        return f"{self.issuer}/jwks"
+
+    def personal_agent(self, **entry: Any) -> dict[str, Any]:
+        """This provider as a pact.json personal agent (its keys by ``jwksUri`` on our
+        private address; ``entry`` adds or replaces fields, e.g. ``enabled``)."""
+        return {"issuer": self.issuer, "jwksUri": self.jwks_uri, "allowPrivate": True, **entry}
 
     @property
     def current_kid(self) -> str:

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway import config_doc
+from a2a_gateway.cli import main
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 from a2a_gateway.proxy import ignored_settings
-from a2a_gateway.settings import SettingsError, resolve
+from a2a_gateway.settings import SETTINGS, SettingsError, heading_order, resolve
 
 
 def test_precedence_flag_then_environment_then_file(tmp_path: Path) -> None:
@@ -130,3 +132,26 @@ def test_upstream_settings_without_upstream_are_reported_as_ignored() -> None:
     assert ignored_settings(given) == ["upstream_key", "upstream_timeout"]
     proxying = resolve({"upstream": "http://127.0.0.1:9", "upstream_timeout": 5.0}, environ={})
     assert ignored_settings(proxying) == []
+
+
+def test_the_configuration_page_is_made_from_the_settings_tables() -> None:
+    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert page.read_text(encoding="utf-8") == config_doc.render(), (
+        "docs/configuration.md is out of date: make docs"
+    )
+
+
+def test_serve_help_lists_every_setting_under_its_heading(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    starts = {heading: text.index(f"\n{heading}:\n") for heading in {s.heading for s in SETTINGS}}
+    order = sorted(starts, key=starts.__getitem__)
+    assert order == sorted(order, key=heading_order)  # serving first, then by topic
+    for setting in SETTINGS:
+        at = text.index(f"  {setting.flag}")
+        after = [h for h in order if starts[h] < at]
+        assert after[-1] == setting.heading, setting.name
+    assert {s.heading for s in SETTINGS} >= {"serving", "store", "proxy mode", "identity and TLS"}

@@ -16,12 +16,12 @@ from a2a_gateway.protocol.errors import (
     ContentTypeNotSupportedError,
     FieldViolation,
     InternalError,
-    UnavailableError,
     UnsupportedOperationError,
 )
 from a2a_gateway.protocol.hops import read_hops
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from ..drain import shutting_down
 from ..events import Subscriber
 from ..files import is_file_part
 from ..lifecycle import INTERRUPTED, TERMINAL, agent_message, new_id, set_now, task_view, valid_id
@@ -128,7 +128,7 @@ class Intake:
         """Validate a message and start (or find) its run; ``subscriber`` joins the
         task's hub in the same step, so it misses no event."""
         if self._state.closing:
-            raise UnavailableError("The server is shutting down.")
+            raise shutting_down()
         check_message(request)
         message = request.message
         caller = context.caller
@@ -153,7 +153,7 @@ class Intake:
         busy_key = (caller.workspace, caller.name, context_id)
         if busy_key in self._state.busy:
             raise UnsupportedOperationError(CONTEXT_BUSY)
-        if hops <= self._state.max_hops:
+        if hops <= self._state.max_hops and context.message_replies:
             reply = await self._reply(request, caller, context_id, hops)
             if reply is not None:
                 return reply

@@ -11,10 +11,11 @@ from google.protobuf import empty_pb2
 
 from a2a_gateway.agent.base import Agent
 from a2a_gateway.protocol.context import CallContext
-from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError, UnavailableError
+from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from ..drain import shutting_down
 from ..files import DEFAULT_MAX_FILE_BYTES
 from ..limits import TaskLimiter
 from ..outbound import OutboundClient
@@ -201,7 +202,7 @@ class TaskEngine(A2AService):
         if state.push_feed is not None:  # the final states' configs are read first
             await state.push_feed.aclose(state.cancel_grace_s)
         for hub in state.hubs.values():
-            hub.close(UnavailableError("The server is shutting down."))
+            hub.close(shutting_down())
         state.hubs.clear()
         await self._records.aclose()
         await state.store.aclose()  # e.g. a ListTasks folder scan in progress

@@ -9,7 +9,9 @@ reuse it). The rules, each a refusal with its own message:
   JWK's own ``alg`` and ``use``, when present, must agree;
 - the signing key is the issuer's key with the token's ``kid``, from the JWKS its
   discovery document names (``<issuer>/.well-known/openid-configuration``, whose
-  ``issuer`` must be ours exactly, then ``jwks_uri``);
+  ``issuer`` must be ours exactly, then ``jwks_uri``), or, as a :class:`KeySource`
+  says, from a JWKS URL without discovery or from a JWKS given inline (PACT's
+  personal agents);
 - ``iss`` equals the configured issuer exactly, ``aud`` (a string or a list) contains
   the configured audience, ``exp`` is required and ``exp``/``nbf``/``iat`` hold within
   ``leeway_s``.
@@ -34,6 +36,7 @@ import binascii
 import hashlib
 import json
 import logging
+import math
 import time
 import warnings
 from collections import OrderedDict
@@ -129,20 +132,25 @@ def peek(token: str) -> Unverified:
 def check_time_claims(claims: Mapping[str, Any], now: float, leeway_s: float) -> None:
     """``exp`` (required), ``nbf`` and ``iat`` against ``now`` with ``leeway_s``."""
     exp: Any = claims.get("exp")
-    if not _is_number(exp):
+    if not is_number(exp):
         raise TokenRefused("The token has no exp claim")
     if now > exp + leeway_s:
         raise TokenRefused("The token has expired")
     nbf: Any = claims.get("nbf")
-    if nbf is not None and (not _is_number(nbf) or now + leeway_s < nbf):
-        raise TokenRefused("The token is not valid yet")
     iat: Any = claims.get("iat")
-    if iat is not None and (not _is_number(iat) or now + leeway_s < iat):
+    for name, value in (("nbf", nbf), ("iat", iat)):
+        if value is not None and not is_number(value):
+            raise TokenRefused(f"The token's {name} claim is not a number")
+    if nbf is not None and now + leeway_s < nbf:
+        raise TokenRefused("The token is not valid yet")
+    if iat is not None and now + leeway_s < iat:
         raise TokenRefused("The token was issued in the future")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def is_number(value: Any) -> bool:
+    """A JSON number that is finite: Python's JSON reader also takes ``NaN`` and
+    ``Infinity``, and an ``exp`` of NaN would never expire (every comparison is false)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def audience_contains(claims: Mapping[str, Any], audience: str) -> bool:
@@ -152,8 +160,29 @@ def audience_contains(claims: Mapping[str, Any], audience: str) -> bool:
     return isinstance(aud, list) and audience in aud
 
 
+@dataclass(frozen=True, slots=True)
+class KeySource:
+    """Where an issuer's keys come from: its discovery document (the default), a
+    ``jwks_uri`` fetched directly, or ``jwks``, a JWKS given inline (its JSON text, so
+    that the source is hashable and an edited JWKS is a new source)."""
+
+    allow_private: bool = False  # fetch from a private address (the owner's network)
+    jwks_uri: str = ""
+    jwks: str = ""
+
+
+def inline_keys(jwks: Any) -> KeySet:
+    """A JWKS document as a key set; ValueError when it is not one (nothing of it in
+    the message)."""
+    try:
+        return KeySet.import_key_set(jwks)
+    except (JoseError, ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError("not a JWKS of public keys") from None
+
+
 class IssuerKeys:
-    """The signing keys of one issuer, from its discovery document and JWKS."""
+    """The signing keys of one issuer, from its discovery document and JWKS (or as
+    its :class:`KeySource` says)."""
 
     def __init__(
         self,
@@ -162,13 +191,18 @@ class IssuerKeys:
         *,
         clock: Clock = time.monotonic,
         fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S,
+        source: KeySource = KeySource(),
     ) -> None:
         self.issuer = issuer
         self._outbound = outbound
         self._clock = clock
         self._fetch_timeout_s = fetch_timeout_s
+        self._jwks_uri = source.jwks_uri
         self._keys: KeySet | None = None
         self._fetched_at = float("-inf")
+        self._static = bool(source.jwks)
+        if self._static:  # never stale, never fetched
+            self._keys, self._fetched_at = inline_keys(json.loads(source.jwks)), float("inf")
         self._attempted_at = float("-inf")
         self._lock = asyncio.Lock()
         #: Fetches made (discovery plus JWKS count as one): the rate limit's witness.
@@ -194,7 +228,7 @@ class IssuerKeys:
             # Missing, stale or without this kid: fetch, but never twice within the
             # interval, whether the last fetch worked or not (a provider that is down is
             # asked again only after it; meanwhile the answer is an immediate 401).
-            if self._clock() - self._attempted_at >= MIN_REFETCH_INTERVAL_S:
+            if not self._static and self._clock() - self._attempted_at >= MIN_REFETCH_INTERVAL_S:
                 await self._refresh()
         if self._keys is None:
             raise TokenRefused("The token could not be verified: the issuer's keys are unavailable")
@@ -208,12 +242,14 @@ class IssuerKeys:
         self.fetches += 1
         try:
             async with asyncio.timeout(self._fetch_timeout_s):
-                discovery = await self._get_json(self.issuer.rstrip("/") + DISCOVERY_PATH)
-                if discovery.get("issuer") != self.issuer:
-                    raise _FetchProblem("its discovery document names another issuer")
-                jwks_uri = discovery.get("jwks_uri")
-                if not isinstance(jwks_uri, str):
-                    raise _FetchProblem("its discovery document has no jwks_uri")
+                jwks_uri: Any = self._jwks_uri
+                if not jwks_uri:
+                    discovery = await self._get_json(self.issuer.rstrip("/") + DISCOVERY_PATH)
+                    if discovery.get("issuer") != self.issuer:
+                        raise _FetchProblem("its discovery document names another issuer")
+                    jwks_uri = discovery.get("jwks_uri")
+                    if not isinstance(jwks_uri, str):
+                        raise _FetchProblem("its discovery document has no jwks_uri")
                 keys = KeySet.import_key_set(await self._get_json(jwks_uri))  # type: ignore[arg-type]
         except (TimeoutError, _FetchProblem, OutboundError) as exc:
             reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
@@ -268,23 +304,30 @@ class JwtVerifier:
     fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
     clock: Clock = time.monotonic
     wall_clock: Clock = time.time
-    _issuers: dict[tuple[str, bool], IssuerKeys] = field(default_factory=dict)
+    _issuers: dict[tuple[str, KeySource], IssuerKeys] = field(default_factory=dict)
     _verified: OrderedDict[bytes, _Verified] = field(default_factory=OrderedDict)
 
-    def issuer_keys(self, issuer: str, *, allow_private: bool = False) -> IssuerKeys:
-        keys = self._issuers.get((issuer, allow_private))
+    def issuer_keys(
+        self, issuer: str, *, allow_private: bool = False, source: KeySource | None = None
+    ) -> IssuerKeys:
+        source = source or KeySource(allow_private)
+        keys = self._issuers.get((issuer, source))
         if keys is None:
             outbound = self.outbound
-            if allow_private and not outbound.allow_private_urls:
+            if source.allow_private and not outbound.allow_private_urls:
                 if self.private_outbound is None:
                     self.private_outbound = OutboundClient(
                         allow_private_urls=True, timeout_s=outbound.timeout_s
                     )
                 outbound = self.private_outbound
             keys = IssuerKeys(
-                issuer, outbound, clock=self.clock, fetch_timeout_s=self.fetch_timeout_s
+                issuer,
+                outbound,
+                clock=self.clock,
+                fetch_timeout_s=self.fetch_timeout_s,
+                source=source,
             )
-            self._issuers[issuer, allow_private] = keys
+            self._issuers[issuer, source] = keys
         return keys
 
     async def aclose(self) -> None:
@@ -292,12 +335,13 @@ class JwtVerifier:
         if self.private_outbound is not None:
             await self.private_outbound.aclose()
 
-    async def verify(self, token: str, issuers: Mapping[str, bool]) -> dict[str, Any]:
+    async def verify(self, token: str, issuers: Mapping[str, bool | KeySource]) -> dict[str, Any]:
         """The token's claims once its ``iss`` is one of ``issuers`` (each mapped to
-        whether its keys may be fetched from a private address) and its signature
-        and time claims hold; the audience and the subject are the caller entry's to
-        check. Raises :class:`TokenRefused`. The issuer is checked before anything is
-        fetched: a token must not make us ask a URL it names."""
+        whether its keys may be fetched from a private address, or to where its keys
+        are) and its signature and time claims hold; the audience and the subject are
+        the caller entry's to check. Raises :class:`TokenRefused`. The issuer is
+        checked before anything is fetched: a token must not make us ask a URL it
+        names."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         now = self.wall_clock()
         seen = self._verified.get(digest)
@@ -311,7 +355,9 @@ class JwtVerifier:
         issuer = token_info.issuer
         if issuer not in issuers:
             raise TokenRefused("The token's issuer is not accepted")
-        keys = self.issuer_keys(issuer, allow_private=issuers[issuer])
+        given = issuers[issuer]
+        source = given if isinstance(given, KeySource) else KeySource(given)
+        keys = self.issuer_keys(issuer, source=source)
         key = await keys.key(token_info.header.get("kid"))
         alg = token_info.header["alg"]
         _check_key_fits(key, alg)
@@ -348,10 +394,13 @@ __all__ = [
     "ALLOWED_ALGORITHMS",
     "IssuerKeys",
     "JwtVerifier",
+    "KeySource",
     "TokenRefused",
     "Unverified",
     "audience_contains",
     "check_time_claims",
+    "inline_keys",
+    "is_number",
     "looks_like_jwt",
     "peek",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ import pytest
 from a2a_gateway.agent import process
 from a2a_gateway.agent.base import Completed, Failed, TextChunk
 from a2a_gateway.agent.process import ProcessAgent
+from a2a_gateway.protocol.context import Caller, OnBehalf
 
 from .agent_helpers import outputs, turn
 
@@ -44,6 +46,14 @@ async def test_environment_and_working_directory(tmp_path: Path) -> None:
     )
     found = await outputs(agent, turn("", task_id="task-9"))
     assert text_of(found).split() == ["task-9", "c-1", "tester", "x", str(tmp_path)]
+
+
+async def test_a_personal_agents_user_is_named_in_the_environment() -> None:
+    agent = ProcessAgent('printf "[%s] [%s]" "$A2A_PACT_AGENT" "$A2A_PACT_USER"')
+    assert text_of(await outputs(agent, turn(""))) == "[] []"
+    speaker = Caller("pact.0123", on_behalf=OnBehalf("https://pa.example", "alice"))
+    found = await outputs(agent, dataclasses.replace(turn(""), caller=speaker))
+    assert text_of(found) == "[https://pa.example] [alice]"
 
 
 async def test_non_zero_exit_fails_with_a_redacted_reason() -> None:

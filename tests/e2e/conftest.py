@@ -6,6 +6,7 @@ scenario table checks what each binding puts on the wire.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -282,3 +283,21 @@ async def driver(request: pytest.FixtureRequest, gateway: Gateway) -> AsyncItera
         grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel,
     ):
         yield Driver(request.param, http, f"http://127.0.0.1:{gateway.http_port}", channel)
+
+
+async def run_bash(
+    script: str, cwd: Path, env: dict[str, str], timeout_s: float = 120
+) -> tuple[int | None, str]:
+    """``bash -c script`` in ``cwd`` (a walk-through of the docs): its exit status and
+    its output, stdout and stderr together."""
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        script,
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+    return process.returncode, out.decode()

@@ -8,7 +8,6 @@ verbatim; this test also checks what A stored.)"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -16,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..interop.conftest import free_ports
+from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### Two gateways: one assistant delegating to another"
@@ -49,18 +49,8 @@ async def test_two_gateways_walkthrough_on_the_demo_model(tmp_path: Path) -> Non
             parts.append(block)
         claims += [line.split("# → ", 1)[1] for line in block.splitlines() if "# → " in line]
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-    process = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        "\n".join(parts),
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out_b, _ = await asyncio.wait_for(process.communicate(), 120)
-    out = out_b.decode()
-    assert process.returncode == 0, out[-3000:]
+    returncode, out = await run_bash("\n".join(parts), tmp_path, env)
+    assert returncode == 0, out[-3000:]
     for claim in claims:
         for fragment in claim.split("..."):
             assert fragment.strip() in out, (fragment, out[-3000:])

@@ -33,6 +33,7 @@ from tests.agent.fake_llm import (
     user_texts,
 )
 from tests.interop.conftest import free_ports
+from tests.pg_support import fresh_database
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
@@ -430,6 +431,48 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
         assert [r["undelivered"] for r in owner_pending(root)] == [KEPT_TEXT]
     finally:
         await app.stop()
+
+
+@pytest.mark.parametrize("store", ["memory", "postgres"])
+async def test_a2a_lists_a_callers_tasks_from_the_task_store(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path, request: pytest.FixtureRequest, store: str
+) -> None:
+    # /a2a read the callers' tasks from task files: with --store postgres or memory it
+    # listed none. In-process, one A2A side on the store.
+    root = tmp_path / "chats"
+    (root / str(OWNER) / ".a2a").mkdir(parents=True)
+    (root / str(OWNER) / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "travel-bot", "key": CALLER_KEY}])
+    )
+    llm.script(Say("booked"))
+    flags: dict[str, Any] = {
+        "workspaces_root": str(root),
+        "allowed_users": str(OWNER),
+        "telegram_base_url": bot_api.base_url,
+        "llm_model": "fake-model",
+        "llm_base_url": llm.base_url,
+        "a2a": True,
+        "port": 0,
+        "grpc_port": -1,
+        "store": store,
+    }
+    if store == "postgres":
+        flags["database_url"] = await fresh_database(request.getfixturevalue("postgres"))
+        flags["database_pool_size"] = 2
+    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
+    await app.start()
+    try:
+        assert app.http_port is not None
+        task = (await a2a_send(app.http_port, "book Lisbon"))["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        await bot_api.push_text(OWNER, "/a2a")
+        await bot_api.wait_for(lambda api: "Callers" in "".join(api.chat_text(OWNER)))
+    finally:
+        await app.stop()
+    report = bot_api.chat_text(OWNER)[-1]
+    assert f"    task {task['id']}: completed" in report.splitlines()
+    assert not list((root / str(OWNER) / ".a2a").glob("tasks/*.json"))  # not from files
 
 
 async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Path) -> None:

@@ -106,6 +106,7 @@ async def test_each_bad_token_is_refused_and_a_good_one_is_the_caller(
         "HS256 with the public key": (hs256_with_public_key(idp), "HS256 is not allowed"),
         "bad signature": (idp.token()[:-4] + "AAAA", "signature is not valid"),
         "no exp": (idp.token(exp=None), "The token has no exp claim"),
+        "exp NaN (never expiring)": (idp.token(exp=float("nan")), "The token has no exp claim"),
     }
     for case, (token, message) in bad.items():
         with pytest.raises(TokenRefused) as caught:

@@ -59,7 +59,8 @@ class FakeBotApi:
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        # A restart (after :meth:`stop`, an outage) comes back on the same port.
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         server = site._server
         assert server is not None and server.sockets  # type: ignore[union-attr]
@@ -70,6 +71,7 @@ class FakeBotApi:
             self._changed.notify_all()
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
 
     @property
     def base_url(self) -> str:
