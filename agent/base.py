@@ -5,7 +5,8 @@ storage; an agent only answers turns. For each user message the engine builds a
 :class:`Turn` (the message, the task (read-only), the caller, the context id and a
 cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
 
-- :class:`TextChunk`: text for the task's ``response`` artifact (each run replaces it);
+- :class:`TextChunk`: text for the task's ``response`` artifact (each run replaces it;
+  the stored artifact holds the run's text as one text part, each stream event one chunk);
 - :class:`ArtifactChunk`: any other artifact, or a chunk of one (``append``/``last_chunk``);
 - :class:`Progress`: a WORKING status message (progress text);
 - :class:`File`: a file for the caller (bytes, or a path in the workspace); the engine
@@ -160,7 +161,8 @@ def session_scope(prefix: str, caller: Caller, context_id: str) -> str:
 @dataclass(frozen=True, slots=True)
 class TextChunk:
     """Text for the ``response`` artifact: the first chunk of a run replaces the
-    artifact, later ones are appended; ``last`` marks the last chunk."""
+    artifact, later ones are appended to its text (one text part in the stored task;
+    a stream event per chunk, ``append: true``); ``last`` marks the last chunk."""
 
     text: str
     last: bool = False

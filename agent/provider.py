@@ -3,10 +3,20 @@
 :class:`ChatProvider` wraps the official ``openai`` package (``AsyncOpenAI`` with a base
 URL: Ollama, vLLM, llama.cpp's server, a hosted endpoint). :meth:`ChatProvider.stream`
 yields :class:`Delta` items as the answer's text arrives, then one :class:`Reply` (the
-whole text, the tool calls, the finish reason). Every failure the provider can cause
-(connection, HTTP status, timeout, a malformed answer) raises :class:`ProviderError`
-whose message is short and redacted: never the key, never credentials or query strings
-from the base URL. Closing the generator (a cancelled turn) closes the HTTP response.
+whole text, the tool calls, the finish reason).
+
+``ProviderConfig.stream`` (``--llm-stream``): ``on`` streams every request; ``off``
+asks for whole answers (``stream: false``; the text comes as one Delta), for servers
+that cannot stream; ``auto`` (the default) streams, and when the provider fails a
+streamed request that offers tools before any text came (HTTP 400, 405, 415, 422 or
+501, an answer that is not an event stream, or an error event), asks again once
+without streaming; that working, the provider's later requests with tools are not
+streamed either.
+
+Every failure the provider can cause (connection, HTTP status, timeout, a malformed
+answer) raises :class:`ProviderError` whose message is short and redacted: never the
+key, never credentials or query strings from the base URL. Closing the generator (a
+cancelled turn) closes the HTTP response.
 """
 
 from __future__ import annotations
@@ -28,6 +38,12 @@ from .base import redact
 
 log = logging.getLogger("a2a_gateway.agent.provider")
 
+#: ``--llm-stream`` values (see the module docstring).
+STREAM_MODES = ("auto", "on", "off")
+#: HTTP statuses of a streamed request that a whole-answer request may not get: the
+#: server's own refusal or failure (not the key, the model name, a rate limit).
+_STREAM_REFUSALS = frozenset({400, 405, 415, 422, 501})
+
 #: Where a local Ollama listens.
 DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
 _NO_KEY = "no-key"  # AsyncOpenAI insists on a key; local servers ignore it
@@ -45,6 +61,7 @@ class ProviderConfig:
     max_tokens: int = 0
     temperature: float | None = None
     max_retries: int = 2
+    stream: str = "auto"  # one of STREAM_MODES
 
     def public_url(self) -> str:
         """The base URL without user, password, query or fragment (for messages)."""
@@ -57,11 +74,14 @@ class ProviderConfig:
 
 class ProviderError(Exception):
     """The provider failed; ``str(error)`` is short, redacted and safe to show. ``kind``
-    is one of :data:`~a2a_gateway.agent.metering.PROVIDER_ERRORS` (for metrics)."""
+    is one of :data:`~a2a_gateway.agent.metering.PROVIDER_ERRORS` (for metrics);
+    ``stream_refused``: the failure may be the server's refusal to stream (an ``auto``
+    provider asks again without streaming)."""
 
-    def __init__(self, text: str, kind: str = "reported") -> None:
+    def __init__(self, text: str, kind: str = "reported", *, stream_refused: bool = False) -> None:
         super().__init__(text)
         self.kind = kind
+        self.stream_refused = stream_refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,21 +122,32 @@ class Reply:
 class ChatProvider:
     """One ``AsyncOpenAI`` client shared by every session."""
 
-    def __init__(self, config: ProviderConfig) -> None:
+    def __init__(
+        self, config: ProviderConfig, http_client: httpx2.AsyncClient | None = None
+    ) -> None:
+        """``http_client``: the client's own HTTP client (the demo model's in-process
+        transport); closed with the provider."""
+        if config.stream not in STREAM_MODES:
+            raise ValueError(f"stream must be one of {', '.join(STREAM_MODES)}")
         self.config = config
+        # auto: a whole-answer request worked where a streamed one with tools failed.
+        self._tools_unstreamed = False
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or _NO_KEY,
             base_url=config.base_url,
             timeout=config.timeout_s,
             max_retries=config.max_retries,
+            http_client=http_client,
         )
 
     async def aclose(self) -> None:
         await self._client.close()
 
-    def _error(self, text: str, kind: str = "malformed") -> ProviderError:
+    def _error(
+        self, text: str, kind: str = "malformed", *, stream_refused: bool = False
+    ) -> ProviderError:
         secrets = [self.config.api_key] if self.config.api_key else []
-        return ProviderError(redact(text, secrets), kind)
+        return ProviderError(redact(text, secrets), kind, stream_refused=stream_refused)
 
     def _translate(self, exc: BaseException) -> ProviderError:
         where = self.config.public_url()
@@ -130,33 +161,67 @@ class ChatProvider:
         if isinstance(exc, openai.APIStatusError):
             detail = _status_detail(exc.body)
             text = f"The model provider answered HTTP {exc.status_code}"
-            return self._error(f"{text}: {detail}" if detail else f"{text}.", "status")
-        return self._error("The model provider sent a malformed answer.")
+            return self._error(
+                f"{text}: {detail}" if detail else f"{text}.",
+                "status",
+                stream_refused=exc.status_code in _STREAM_REFUSALS,
+            )
+        return self._error("The model provider sent a malformed answer.", stream_refused=True)
 
-    async def stream(
+    def stream(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
     ) -> AsyncGenerator[Delta | Reply, None]:
-        """Ask the model; yield text deltas as they come, then the :class:`Reply`."""
+        """Ask the model; yield text deltas as they come, then the :class:`Reply`
+        (``stream`` ``off``, or ``auto`` after a fallback: the text as one delta)."""
+        if self.config.stream == "off" or (tools and self._tools_unstreamed):
+            return self._whole(messages, tools)
+        return self._streamed(messages, tools)
+
+    def _options(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """The request's arguments but ``stream``. The conversation is plain JSON
+        already: sent as ``extra_body`` it skips the client's per-field transform of
+        typed params (it grows with the transcript)."""
         config = self.config
-        # The conversation is plain JSON already: sent as ``extra_body`` it skips the
-        # client's per-field transform of typed params (it grows with the transcript).
-        # The answer's events are read as lines and parsed here (orjson, plain dicts):
-        # the client's typed chunk objects cost ~0.7 ms per token on the bench host.
         body: dict[str, Any] = {"messages": list(messages)}
         if tools:
             body["tools"] = list(tools)
-        parts = _Parts()
         headers: dict[str, str] = {}
         tracing.inject(headers)  # the model's own server may trace too
+        return {
+            "model": config.model,
+            "messages": [],
+            "max_tokens": config.max_tokens if config.max_tokens > 0 else openai.omit,
+            "temperature": config.temperature if config.temperature is not None else openai.omit,
+            "extra_body": body,
+            "extra_headers": headers or None,
+        }
+
+    async def _whole(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> AsyncGenerator[Delta | Reply, None]:
+        """One request for the whole answer (``stream: false``)."""
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                **self._options(messages, tools), stream=False
+            )
+            reply = _whole_reply(orjson.loads(raw.content))
+        except (openai.APIError, httpx2.HTTPError, ValueError, TypeError, KeyError) as exc:
+            raise self._translate(exc) from None
+        if reply.text:
+            yield Delta(reply.text)
+        yield reply
+
+    async def _streamed(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> AsyncGenerator[Delta | Reply, None]:
+        # The answer's events are read as lines and parsed here (orjson, plain dicts):
+        # the client's typed chunk objects cost ~0.7 ms per token on the bench host.
+        parts = _Parts()
         try:
             async with self._client.chat.completions.with_streaming_response.create(
-                model=config.model,
-                messages=[],
-                stream=True,
-                max_tokens=config.max_tokens if config.max_tokens > 0 else openai.omit,
-                temperature=config.temperature if config.temperature is not None else openai.omit,
-                extra_body=body,
-                extra_headers=headers or None,
+                **self._options(messages, tools), stream=True
             ) as response:
                 done = False
                 # Read to the end even after [DONE]: an HTTP/1.1 connection goes back
@@ -172,15 +237,30 @@ class ChatProvider:
                     text = parts.add(orjson.loads(data))
                     if text:
                         yield Delta(text)
-        except ProviderError:
-            raise
         except (openai.APIError, httpx2.HTTPError, ValueError, TypeError, KeyError) as exc:
-            raise self._translate(exc) from None
-        if parts.error is not None:
-            raise self._error(f"The model provider reported an error: {parts.error}", "reported")
-        if not parts.chunks:
-            raise self._error("The model provider sent a malformed answer (no completion chunks).")
-        yield parts.reply()
+            failure: ProviderError | None = self._translate(exc)
+        else:
+            failure = None
+            if parts.error is not None:
+                text = f"The model provider reported an error: {parts.error}"
+                failure = self._error(text, "reported", stream_refused=True)
+            elif not parts.chunks:
+                text = "The model provider sent a malformed answer (no completion chunks)."
+                failure = self._error(text, stream_refused=True)
+        if failure is None:
+            yield parts.reply()
+            return
+        if self.config.stream != "auto" or not tools or parts.text or not failure.stream_refused:
+            raise failure
+        # In this generator, not a wrapper around it: no extra hop for every token.
+        log.warning(
+            "the model provider failed a streamed request with tools (%s): asking again"
+            " without streaming (--llm-stream off skips the first try)",
+            failure,
+        )
+        async for item in self._whole(messages, tools):
+            yield item
+        self._tools_unstreamed = True
 
 
 class _Parts:
@@ -204,11 +284,9 @@ class _Parts:
         if chunk.get("error"):
             self.error = _status_detail(chunk) or "no details"
             return ""
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if isinstance(prompt, int) and isinstance(completion, int):
-                self.usage = (prompt, completion)
+        usage = _usage(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
         choices = chunk.get("choices")
         if not choices:
             return ""  # a usage-only chunk
@@ -239,6 +317,37 @@ class _Parts:
         return Reply("".join(self.text), tool_calls, self.finish or "stop", self.usage)
 
 
+def _whole_reply(answer: Any) -> Reply:
+    """The Reply of a whole (not streamed) completion (TypeError/KeyError: malformed)."""
+    if not isinstance(answer, dict):
+        raise TypeError("the answer must be an object")
+    choice = answer["choices"][0]
+    message = choice["message"]
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise TypeError("message.content must be a string")
+    calls = tuple(
+        ToolCall(
+            id=str(call.get("id") or f"call_{index}"),
+            name=str(call["function"]["name"]),
+            arguments=str(call["function"].get("arguments") or "{}"),
+        )
+        for index, call in enumerate(message.get("tool_calls") or ())
+    )
+    finish = str(choice.get("finish_reason") or "stop")
+    return Reply(text, calls, finish, _usage(answer.get("usage")))
+
+
+def _usage(value: object) -> tuple[int, int] | None:
+    """(prompt, completion) tokens of an OpenAI ``usage`` object, if it is one."""
+    if not isinstance(value, dict):
+        return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return (prompt, completion)
+    return None
+
+
 def _status_detail(body: object) -> str:
     """The provider's own error message, if its body has one (redacted later)."""
     message: object = None
@@ -262,6 +371,7 @@ def parse_arguments(call: ToolCall) -> dict[str, Any]:
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "STREAM_MODES",
     "ChatProvider",
     "Delta",
     "ProviderConfig",

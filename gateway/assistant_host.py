@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
+from a2a_gateway.agent.demo_model import DEMO_BASE_URL, DEMO_MODEL, demo_client
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
@@ -24,6 +25,8 @@ from .startup import StartupError
 log = logging.getLogger("a2a_gateway.serve")
 
 KEY_VARIABLES = ("A2A_GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
+#: Without a model (chat, telegram; serve says "--llm needs ...").
+MODEL_REQUIRED = "--llm-model is required (the model name the provider knows), or --llm-demo"
 
 
 def llm_api_key(environ: Mapping[str, str] | None = None) -> str:
@@ -36,9 +39,29 @@ def llm_api_key(environ: Mapping[str, str] | None = None) -> str:
 
 def build_runtime(settings: Settings) -> Runtime:
     """The provider and the turn runtime from the ``--llm-*`` and ``--session-*``
-    settings (StartupError when no model is named)."""
+    settings (StartupError when no model is named and the demo model is not asked for)."""
+    if settings["llm_demo"]:
+        config = ProviderConfig(
+            model=DEMO_MODEL, base_url=DEMO_BASE_URL, stream=settings["llm_stream"]
+        )
+        provider = ChatProvider(config, http_client=demo_client(settings["llm_timeout"]))
+        log.info("assistant: the demo model (a few rules, not a language model)")
+    else:
+        provider = _model_provider(settings)
+    return Runtime(
+        provider,
+        RuntimeConfig(
+            max_tool_rounds=settings["llm_max_tool_rounds"],
+            context_budget_chars=settings["llm_context_budget"],
+            idle_timeout_s=settings["session_idle_timeout"],
+            sweep_interval_s=min(60.0, settings["session_idle_timeout"] / 2),
+        ),
+    )
+
+
+def _model_provider(settings: Settings) -> ChatProvider:
     if not settings["llm_model"]:
-        raise StartupError("--llm needs --llm-model (the model name the provider knows)")
+        raise StartupError(MODEL_REQUIRED)
     api_key = llm_api_key()
     register_secret(api_key)
     provider = ChatProvider(
@@ -50,18 +73,11 @@ def build_runtime(settings: Settings) -> Runtime:
             max_tokens=settings["llm_max_tokens"],
             temperature=settings["llm_temperature"],
             max_retries=settings["llm_max_retries"],
+            stream=settings["llm_stream"],
         )
     )
     log.info("assistant: model %s at %s", settings["llm_model"], provider.config.public_url())
-    return Runtime(
-        provider,
-        RuntimeConfig(
-            max_tool_rounds=settings["llm_max_tool_rounds"],
-            context_budget_chars=settings["llm_context_budget"],
-            idle_timeout_s=settings["session_idle_timeout"],
-            sweep_interval_s=min(60.0, settings["session_idle_timeout"] / 2),
-        ),
-    )
+    return provider
 
 
 def build_assistant(
@@ -80,8 +96,10 @@ def build_assistant(
     for other in ("agent", "exec", "upstream"):
         if settings.values.get(other):
             raise StartupError(f"--llm and --{other} cannot be used together")
-    if runtime is None and not settings["llm_model"]:
-        raise StartupError("--llm needs --llm-model (the model name the provider knows)")
+    if runtime is None and not settings["llm_model"] and not settings["llm_demo"]:
+        raise StartupError(
+            "--llm needs --llm-model (the model name the provider knows) or --llm-demo"
+        )
     if not workspaces:
         raise StartupError("--llm needs a --workspace (sessions and files live there)")
     try:

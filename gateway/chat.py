@@ -53,7 +53,7 @@ from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.push_receiver import build_push_app
 from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
-from .assistant_host import build_runtime
+from .assistant_host import MODEL_REQUIRED, build_runtime
 from .chat_settings import TURN_TIMEOUT_S
 from .settings import Settings
 from .startup import StartupError
@@ -378,8 +378,8 @@ async def run_chat(
     verbose: bool = False,
 ) -> int:
     workspace = _workspace(settings["workspace"])
-    if not settings["llm_model"]:
-        raise StartupError("--llm-model is required (the model name the provider knows)")
+    if not settings["llm_model"] and not settings["llm_demo"]:
+        raise StartupError(MODEL_REQUIRED)
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     interactive = message is None and is_terminal(stdin, stdout)
     if interactive:  # before anything logs: never into the conversation
@@ -400,7 +400,7 @@ async def run_chat(
     if interactive:
         from .chat_tui import open_terminal
 
-        view = open_terminal(stdout, workspace, settings["llm_model"])
+        view = open_terminal(stdout, workspace, runtime.provider.config.model)  # or the demo
     host = ChatHost(
         runtime,
         workspace,

@@ -55,7 +55,7 @@ TURN_TIMEOUT_SETTING = Setting(
 )
 
 #: ``--llm-model`` in the owner hosts (chat, telegram): always the assistant, no --llm.
-LLM_MODEL_HELP = "model name (required)"
+LLM_MODEL_HELP = "model name (required, unless --llm-demo)"
 
 #: What those settings mean for chat, where serve's help would say card and gRPC.
 _CHAT_HELP = {

@@ -237,7 +237,7 @@ def check_workspaces(workspaces: list[Path]) -> None:
 
 
 def build_agent(settings: Settings, workspaces: list[Path] | None = None) -> Agent:
-    if settings["llm"]:
+    if settings["llm"] or settings["llm_demo"]:
         from .assistant_host import build_assistant  # imports openai: only when used
 
         return build_assistant(settings, workspaces or [])

@@ -123,6 +123,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("llm_model", str, "", "model name (required with --llm)"),
     Setting(
+        "llm_demo",
+        bool,
+        False,
+        "the built-in demo model instead of a real one (a few rules, no language model:"
+        " to try the assistant, chat and delegation; serve hosts the assistant on it)",
+    ),
+    Setting(
         "llm_timeout",
         float,
         60.0,
@@ -133,6 +140,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("llm_max_tokens", int, 0, "most tokens per answer (0: the provider's limit)", 0),
     Setting("llm_temperature", float, None, "sampling temperature (default: the provider's)", 0),
     Setting("llm_max_retries", int, 2, "retries of a failed model request", 0),
+    Setting(
+        "llm_stream",
+        str,
+        "auto",
+        "stream the model's answers: on, off (whole answers, for servers that cannot"
+        " stream), or auto (stream; a streamed request with tools the provider fails is"
+        " asked again once without streaming, and so from then on)",
+        choices=("auto", "on", "off"),
+    ),
     Setting("llm_max_tool_rounds", int, 16, "tool rounds per turn before it fails", 1),
     Setting(
         "llm_context_budget",

@@ -34,7 +34,7 @@ from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.host import valid_zone
 from a2a_gateway.telegram.status import recent_tasks, status_report
 
-from .assistant_host import build_assistant, build_runtime
+from .assistant_host import MODEL_REQUIRED, build_assistant, build_runtime
 from .logs import redact, register_secret
 from .serve import Gateway, until_signalled
 from .settings import SETTINGS, Settings
@@ -64,8 +64,8 @@ def check(settings: Settings, environ: Mapping[str, str] | None = None) -> Teleg
         )
     if not settings["workspaces_root"]:
         raise StartupError("--workspaces-root is required (one folder per chat is made there)")
-    if not settings["llm_model"]:
-        raise StartupError("--llm-model is required (the model name the provider knows)")
+    if not settings["llm_model"] and not settings["llm_demo"]:
+        raise StartupError(MODEL_REQUIRED)
     if not valid_zone(settings["time_zone"]):
         raise StartupError(
             f"--time-zone: unknown time zone {settings['time_zone']!r}"

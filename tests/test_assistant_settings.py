@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from a2a_gateway.agent.provider import DEFAULT_BASE_URL
+from a2a_gateway.agent.provider import DEFAULT_BASE_URL, ProviderConfig
 from a2a_gateway.assistant_host import build_assistant, build_runtime, llm_api_key
 from a2a_gateway.logs import redact
 from a2a_gateway.settings import BY_NAME, LLM_BASE_URL, SettingsError, resolve
@@ -42,6 +42,16 @@ def test_llm_settings_from_each_source(tmp_path: Path) -> None:
     assert defaults["llm_temperature"] is None
     assert defaults["session_idle_timeout"] == 1800.0
     assert defaults["message_template"] == "{{a2a.text}}"
+    assert defaults["llm_stream"] == ProviderConfig("m").stream == "auto"
+
+
+async def test_llm_stream_reaches_the_provider() -> None:
+    settings = resolve({"llm_model": "m"}, environ={"A2A_GATEWAY_LLM_STREAM": "off"})
+    runtime = build_runtime(settings)
+    try:
+        assert runtime.provider.config.stream == "off"
+    finally:
+        await runtime.aclose()
 
 
 @pytest.mark.parametrize(
@@ -51,6 +61,7 @@ def test_llm_settings_from_each_source(tmp_path: Path) -> None:
         ({"llm_timeout": "0"}, "llm_timeout must be more than 0"),
         ({"llm_max_tool_rounds": "0"}, "llm_max_tool_rounds must be at least 1"),
         ({"llm_temperature": "-1"}, "llm_temperature must be at least 0"),
+        ({"llm_stream": "sometimes"}, "llm_stream must be one of: auto, on, off"),
     ],
 )
 def test_bad_llm_values_name_the_setting(flags: dict[str, str], needle: str) -> None:
@@ -90,7 +101,9 @@ def test_llm_without_model_exits_2_in_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines[-1] == "a2a-gateway: --llm needs --llm-model (the model name the provider knows)"
+    assert lines[-1] == (
+        "a2a-gateway: --llm needs --llm-model (the model name the provider knows) or --llm-demo"
+    )
     assert "Traceback" not in done.stderr
 
 

@@ -97,6 +97,7 @@ class Records:
             await self.persist(run)
 
     async def persist(self, run: Run) -> None:
+        run.flush_text()
         run.dirty = False
         self._dirty.pop(run.record.task.id, None)
         await self.save(run.record)
@@ -108,6 +109,7 @@ class Records:
         store would fail the run as lost); not once the
         engine is closing (its store is closed next: a write after that would open
         it anew)."""
+        run.flush_text()
         run.dirty = False
         self._dirty.pop(run.record.task.id, None)
         failure: Exception | None = None

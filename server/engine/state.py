@@ -83,6 +83,7 @@ class Run:
         "dirty",
         "file_notes",
         "finished",
+        "pending_text",
         "record",
         "response_index",
         "settled",
@@ -105,8 +106,31 @@ class Run:
         self.stopping = ""  # why the engine is stopping the run (timeout, shutdown)
         self.dirty = False
         self.response_index = -1  # index of the response artifact, once this run wrote it
+        # Response text streamed since the artifact was last written (see flush_text).
+        self.pending_text: list[str] = []
         self.file_notes: tuple[str, ...] = ()  # outgoing files skipped, for the final status
         self.status_data: Mapping[str, Any] | None = None  # InputRequired.schema, if any
+
+    def flush_text(self) -> None:
+        """Append the response text streamed since the last flush to the response
+        artifact's last text part, so that the stored answer is one text part.
+
+        Deltas are gathered here rather than appended to the part one by one: the
+        protobuf runtime copies a string field into the task's arena on every
+        assignment and frees nothing before the task goes, so a part grown delta by
+        delta would hold every prefix of the answer (megabytes for a long one).
+        Everything that reads a live task (``EngineState.live``, a save, a status
+        change, another artifact) flushes first."""
+        pending = self.pending_text
+        if not pending:
+            return
+        text = "".join(pending)
+        pending.clear()
+        parts = self.record.task.artifacts[self.response_index].parts
+        if parts and parts[-1].WhichOneof("content") == "text":
+            parts[-1].text += text
+        else:
+            parts.add(text=text)
 
 
 class KeyedLocks:
@@ -176,10 +200,12 @@ class EngineState:
         self.shared_events = store.shares_events  # events also go to other processes
 
     def live(self, caller: Caller, task_id: str) -> Run | None:
-        """The caller's live run of ``task_id`` (another caller's is not found)."""
+        """The caller's live run of ``task_id`` (another caller's is not found), its
+        streamed text flushed into the task (the caller is about to read or change it)."""
         run = self.runs.get(task_id)
         if run is None or run.record.owner != caller:
             return None
+        run.flush_text()
         return run
 
     def subscribe(self, task_id: str, subscriber: Subscriber) -> None:

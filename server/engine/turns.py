@@ -169,6 +169,7 @@ class Runner:
             elif isinstance(output, ArtifactChunk):
                 self._artifact(run, output)
             elif isinstance(output, Progress):
+                run.flush_text()  # the status goes to webhooks with the task as it is
                 message = agent_message(output.text, context_id=task.context_id, task_id=task.id)
                 apply_status(task, pb.TASK_STATE_WORKING, message)
                 self._records.mark_dirty(run)
@@ -250,6 +251,9 @@ class Runner:
         return (pb.TASK_STATE_FAILED, UNEXPECTED)
 
     def _text(self, run: Run, chunk: TextChunk) -> None:
+        """The chunk's text into the response artifact (one text part: a run's first
+        chunk replaces the artifact's parts, later ones are appended to its last text
+        part by ``Run.flush_text``); its event carries the chunk alone."""
         task = run.record.task
         if run.response_index < 0:
             append = False
@@ -262,10 +266,11 @@ class Runner:
             else:
                 run.response_index = len(task.artifacts)
                 artifact = task.artifacts.add(artifact_id=new_id(), name=RESPONSE_ARTIFACT)
+            artifact.parts.add(text=chunk.text)
         else:
             append = True
             artifact = task.artifacts[run.response_index]
-        artifact.parts.add(text=chunk.text)
+            run.pending_text.append(chunk.text)
         if self._state.listened(task.id):
             event = pb.StreamResponse()  # built in place: no copies
             update = event.artifact_update
@@ -279,6 +284,7 @@ class Runner:
             self._state.emit(task.id, event)
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
+        run.flush_text()  # the chunk may go to the response artifact
         task = run.record.task
         incoming = pb.Artifact()
         incoming.CopyFrom(chunk.artifact)

@@ -11,6 +11,11 @@ body so tests assert on what the model was sent. Replies:
 - :class:`Garbage` a 200 answer whose body is not SSE chunks;
 - :class:`Stall` one chunk, then nothing until the client goes away (``closed`` is set
   then: cancel tests wait on it), or a chunk every ``every`` seconds.
+
+A request with ``stream: false`` gets :class:`Say` and :class:`Calls` as one whole
+``chat.completion`` object. ``refuse_streams = True`` makes it a server that cannot
+stream: every ``stream: true`` request gets HTTP 400 (LiteLLM's mock and some proxies
+fail streamed requests with tools so).
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class FakeLLM:
         #: (prompt, completion) tokens sent as a usage-only last chunk, as OpenAI does
         #: with ``stream_options.include_usage`` (None: no usage chunk).
         self.usage: tuple[int, int] | None = None
+        self.refuse_streams = False
 
     def script(self, *replies: Reply) -> None:
         self._script.extend(replies)
@@ -127,9 +133,14 @@ class FakeLLM:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
         self.received.set()
+        if self.refuse_streams and body.get("stream"):
+            refusal = {"error": {"message": "streaming is not supported by this server"}}
+            return web.json_response(refusal, status=400)
         reply = self._script.popleft() if self._script else self.responder(body)
         if isinstance(reply, Status):
             return web.json_response(reply.body, status=reply.status)
+        if not body.get("stream") and isinstance(reply, Say | Calls):
+            return web.json_response(self._whole(reply), dumps=lambda v: orjson.dumps(v).decode())
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         if isinstance(reply, Garbage):
             response.headers["Content-Type"] = reply.content_type
@@ -209,6 +220,34 @@ class FakeLLM:
             await response.write(bytes(out))
             await response.write_eof()
         return response
+
+    def _whole(self, reply: Say | Calls) -> dict[str, Any]:
+        """The reply as one ``chat.completion`` (a request with ``stream: false``)."""
+        message: dict[str, Any] = {"role": "assistant"}
+        if isinstance(reply, Say):
+            message["content"] = "".join(reply.chunks) if reply.chunks is not None else reply.text
+            finish = reply.finish
+        else:
+            message["content"] = reply.text or None
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
+                    },
+                }
+                for name, args in reply.calls
+            ]
+            finish = "tool_calls"
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
 
 
 def tool_results(body: dict[str, Any]) -> list[str]:

@@ -34,6 +34,7 @@ def make_runtime(
     *,
     clock: FakeClock | None = None,
     timeout_s: float = 10.0,
+    stream: str = "auto",
     **config: object,
 ) -> Runtime:
     provider = ChatProvider(
@@ -43,6 +44,7 @@ def make_runtime(
             api_key=API_KEY,
             timeout_s=timeout_s,
             max_retries=0,
+            stream=stream,
         )
     )
     return Runtime(provider, RuntimeConfig(**config), clock=clock or FakeClock())  # type: ignore[arg-type]

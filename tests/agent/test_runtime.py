@@ -9,14 +9,18 @@ import os
 from pathlib import Path
 
 import orjson
+import pytest
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.agent.runtime import (
     Asked,
     FileReady,
     Finished,
+    Runtime,
     TextDelta,
+    ToolFinished,
     ToolStarted,
+    TurnEvent,
     TurnFailed,
 )
 from a2a_gateway.agent.sessions import transcript_path
@@ -254,6 +258,64 @@ async def test_tool_loop_is_bounded(llm: FakeLLM, tmp_path: Path) -> None:
     calls = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls", [])]
     answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
     assert sorted(calls) == sorted(answered)
+
+
+async def read_notes(runtime: Runtime, workspace: Path) -> list[TurnEvent]:
+    """A turn in which the model reads notes.txt with a tool, then answers."""
+    (workspace / "notes.txt").write_text("the plan")
+    return await run(runtime, workspace, "read it", tools=ToolRegistry(workspace_tools()))
+
+
+async def test_stream_off_asks_for_whole_answers(llm: FakeLLM, tmp_path: Path) -> None:
+    llm.refuse_streams = True  # a server that only answers whole
+    llm.script(Calls([("read_file", {"path": "notes.txt"})], text="Looking."), Say("It says: plan"))
+    runtime = make_runtime(llm.base_url, stream="off")
+    try:
+        events = await read_notes(runtime, tmp_path)
+    finally:
+        await runtime.aclose()
+    assert events == [
+        TextDelta("Looking."),
+        ToolStarted("read_file", {"path": "notes.txt"}),
+        ToolFinished("read_file", False),
+        TextDelta("\n\nIt says: plan"),
+        Finished("Looking.\n\nIt says: plan"),
+    ]
+    assert [body["stream"] for body in llm.requests] == [False, False]
+    assert tool_results(llm.requests[1]) == ["the plan"]
+
+
+async def test_stream_auto_falls_back_once_when_streams_with_tools_fail(
+    llm: FakeLLM, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    llm.refuse_streams = True
+    llm.script(Calls([("read_file", {"path": "notes.txt"})]), Say("plan"), Say("again"))
+    runtime = make_runtime(llm.base_url)  # auto
+    try:
+        first = await read_notes(runtime, tmp_path)
+        second = await read_notes(runtime, tmp_path)
+    finally:
+        await runtime.aclose()
+    assert (first[-1], second[-1]) == (Finished("plan"), Finished("again"))
+    # One streamed try, refused; every later request with tools asks for a whole answer.
+    assert [body["stream"] for body in llm.requests] == [True, False, False, False]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "without streaming" in warnings[0].getMessage()
+
+
+async def test_stream_on_never_falls_back(llm: FakeLLM, tmp_path: Path) -> None:
+    llm.refuse_streams = True
+    runtime = make_runtime(llm.base_url, stream="on")
+    try:
+        events = await read_notes(runtime, tmp_path)
+    finally:
+        await runtime.aclose()
+    assert events == [
+        TurnFailed(
+            "The model provider answered HTTP 400: streaming is not supported by this server"
+        )
+    ]
+    assert [body["stream"] for body in llm.requests] == [True]
 
 
 async def test_provider_failures_are_short_and_redacted(llm: FakeLLM, tmp_path: Path) -> None:

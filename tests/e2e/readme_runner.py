@@ -42,6 +42,7 @@ SECTIONS = (
     "Try it with curl",
     "Call agents from the command line",
     "From a gRPC peer",
+    "Delegation: the assistant calls other agents",
     "Proxy mode",
     "Host your own agent",
     "Push notifications",

@@ -244,11 +244,34 @@ async def test_shared_session_refuses_streaming(tmp_path: Path, llm: FakeLLM) ->
     ]
 
 
+@pytest.mark.parametrize("mode", ["off", "auto"])
+async def test_a_provider_that_cannot_stream(tmp_path: Path, llm: FakeLLM, mode: str) -> None:
+    """``--llm-stream off`` never asks for a stream; ``auto`` is refused once, then asks
+    for whole answers: the caller's stream gets the answer as one chunk either way."""
+    llm.refuse_streams = True
+    llm.script(Say(chunks=["Who", "le"]), Say("Again"))
+    gateway = await start_gateway(tmp_path / "ws", llm, llm_stream=mode)
+    try:
+        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel("x") as channel:
+            driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", channel)
+            events = await driver.stream("SendStreamingMessage", send("hi"))
+            again = (await driver.call("SendMessage", send("hi again")))["task"]
+    finally:
+        await gateway.stop()
+    updates = [e["artifactUpdate"]["artifact"]["parts"] for e in events if "artifactUpdate" in e]
+    assert updates == [[{"text": "Whole"}]]
+    assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
+    assert artifact_text(again) == "Again"
+    streamed = [body["stream"] for body in llm.requests]
+    assert streamed == ([False, False] if mode == "off" else [True, False, False])
+
+
 async def test_provider_500_timeout_garbage_and_down_fail_tasks(
     tmp_path: Path, llm: FakeLLM
 ) -> None:
     llm.script(Status(500), Garbage(), Stall())
-    gateway = await start_gateway(tmp_path / "ws", llm, llm_timeout=0.5)
+    # Streams only: auto would ask again without streaming after the garbage.
+    gateway = await start_gateway(tmp_path / "ws", llm, llm_timeout=0.5, llm_stream="on")
     down = await start_gateway(
         tmp_path / "ws-down", llm, llm_base_url="http://user:pw-5d1c9e7a@127.0.0.1:9/v1"
     )

@@ -385,7 +385,7 @@ def test_chat_help_says_what_its_listener_is(capsys: pytest.CaptureFixture[str])
     assert ended.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--host HOST address the push receiver listens on (only with --public-url)" in text
-    assert "--llm-model LLM_MODEL model name (required)" in text
+    assert "--llm-model LLM_MODEL model name (required, unless --llm-demo)" in text
     assert "card" not in text and "gRPC" not in text and "--llm " not in text
 
 

@@ -107,11 +107,7 @@ async def test_every_status_change_in_order_with_token_and_authorization(
         assert set(hit.body) == {"task"}  # a StreamResponse holding the whole task
         assert hit.body["task"]["id"] == task["id"]
     final = hits[-1].body["task"]
-    assert [p["text"] for a in final["artifacts"] for p in a["parts"]] == [
-        "chunk-0",
-        "chunk-1",
-        "chunk-2",
-    ]
+    assert [p["text"] for a in final["artifacts"] for p in a["parts"]] == ["chunk-0chunk-1chunk-2"]
     assert final["status"]["timestamp"].endswith("Z")
 
 

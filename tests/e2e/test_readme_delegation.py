@@ -1,9 +1,10 @@
 """The README's "Two gateways" walk-through, run as written: gateway A (``serve
---faux``) in the background, B's ``agents add`` and ``agents list``, then ``chat
---message`` on B, whose model is the scripted OpenAI-compatible server of the assistant
-tests (given through ``A2A_GATEWAY_LLM_BASE_URL``, as the README's default would be a
-local Ollama). Only the port and the program path are changed; every ``# → ...`` line is
-a claim: each fragment between ``...`` must appear in the output."""
+--llm-demo``, the block meant for another terminal) in the background, B's ``agents
+add`` and ``agents list``, then ``chat --llm-demo --message`` on B: the demo model on B
+delegates to A's assistant with the ``a2a`` tool and prints its answer. Only the port
+and the program path are changed; every ``# → ...`` line is a claim: each fragment
+between ``...`` must appear in the output. (The README runner runs the same blocks
+verbatim; this test also checks what A stored.)"""
 
 from __future__ import annotations
 
@@ -12,15 +13,13 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
-from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
 from ..interop.conftest import free_ports
 from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### Two gateways: one assistant delegating to another"
-LLM_KEY = "sk-readme-delegation-3f9a1c7e5b"
+BACKGROUND = "# In another terminal (port 8099)"
 
 
 def blocks() -> list[str]:
@@ -29,22 +28,9 @@ def blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", section, flags=re.S)
 
 
-def script(body: dict[str, Any]) -> Reply:
-    """agents, then send, then the send's result as the answer."""
-    results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
-    if not results:
-        return Calls([("a2a", {"action": "agents"})])
-    if len(results) == 1:
-        assert "assistant-a" in results[0]
-        return Calls(
-            [("a2a", {"action": "send", "agent": "assistant-a", "message": "What can you do?"})]
-        )
-    return Say(results[-1])
-
-
-async def test_two_gateways_walkthrough(tmp_path: Path) -> None:
+async def test_two_gateways_walkthrough_on_the_demo_model(tmp_path: Path) -> None:
     found = blocks()
-    assert len(found) == 3
+    assert len(found) == 4 and found[1].startswith(BACKGROUND)
     (port,) = free_ports(1)
     program = f"{sys.executable} -P -m a2a_gateway"
     ready = (
@@ -55,28 +41,25 @@ async def test_two_gateways_walkthrough(tmp_path: Path) -> None:
     )
     parts = ["trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT", "set -e"]
     claims: list[str] = []
-    for index, block in enumerate(found):
+    for block in found:
         block = block.replace("8099", str(port)).replace(".venv/bin/a2a-gateway", program)
-        parts.append(block)
-        if index == 0:
-            parts.append(ready)
+        if block.startswith("# In another terminal"):
+            parts += [block.rstrip() + " > a.log 2>&1 &", ready]
+        else:
+            parts.append(block)
         claims += [line.split("# → ", 1)[1] for line in block.splitlines() if "# → " in line]
-    llm = FakeLLM(script)
-    await llm.start()
-    try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-        env.update({"A2A_GATEWAY_LLM_BASE_URL": llm.base_url, "A2A_GATEWAY_LLM_API_KEY": LLM_KEY})
-        returncode, out = await run_bash("\n".join(parts), tmp_path, env)
-    finally:
-        await llm.aclose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    returncode, out = await run_bash("\n".join(parts), tmp_path, env)
     assert returncode == 0, out[-3000:]
     for claim in claims:
         for fragment in claim.split("..."):
             assert fragment.strip() in out, (fragment, out[-3000:])
-    assert "k_b_0123456789abcdef" not in out and LLM_KEY not in out
-    # On A the message was a task of caller assistant-b.
-    (task_file,) = (tmp_path / "a-ws" / ".a2a" / "tasks").glob("*.json")
-    assert "assistant-b" in task_file.read_text()
+    assert "k_b_0123456789abcdef" not in out
+    # On A the message was a task of caller assistant-b, answered by A's demo model.
+    (task_file,) = (tmp_path / "a-ws" / ".a2a" / "tasks").rglob("*.json")
+    stored = task_file.read_text()
+    assert "assistant-b" in stored and "what it can do" in stored
+    assert "Traceback" not in (tmp_path / "a.log").read_text()
     assert json.loads((tmp_path / "b-ws" / ".a2a" / "agents.json").read_text())[0]["name"] == (
         "assistant-a"
     )

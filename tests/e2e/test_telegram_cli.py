@@ -237,7 +237,7 @@ def test_telegram_help_says_the_model_is_required(capsys: pytest.CaptureFixture[
         main(["telegram", "--help"])
     assert ended.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "--llm-model LLM_MODEL model name (required)" in text
+    assert "--llm-model LLM_MODEL model name (required, unless --llm-demo)" in text
     assert "--llm " not in text and "with --llm)" not in text
 
 
@@ -411,7 +411,7 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
     # In-process, so the end of the delivery can be waited for (quiesce).
     root = tmp_path / "chats"
     keep_a_result(root)
-    llm.script(Status(400))
+    llm.script(Status(401))  # (a 400 to a streamed request with tools is asked again whole)
     flags = {
         "workspaces_root": str(root),
         "allowed_users": str(OWNER),
@@ -473,3 +473,24 @@ async def test_a2a_lists_a_callers_tasks_from_the_task_store(
     report = bot_api.chat_text(OWNER)[-1]
     assert f"    task {task['id']}: completed" in report.splitlines()
     assert not list((root / str(OWNER) / ".a2a").glob("tasks/*.json"))  # not from files
+
+
+async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Path) -> None:
+    # --llm-demo instead of --llm-model: no model server at all.
+    flags = {
+        "workspaces_root": str(tmp_path / "chats"),
+        "allowed_users": str(OWNER),
+        "telegram_base_url": bot_api.base_url,
+        "llm_demo": True,
+    }
+    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
+    await app.start()
+    try:
+        await bot_api.push_text(OWNER, "hello bot")
+        await bot_api.wait_for(lambda api: "You said: hello bot" in api.chat_text(OWNER), 30)
+        # The owner's chat has no request_input: the question comes as the answer.
+        await bot_api.push_text(OWNER, "ask me which colour")
+        await bot_api.wait_for(lambda api: api.chat_text(OWNER)[-1:] == ["which colour?"], 30)
+    finally:
+        await app.stop()

@@ -31,6 +31,11 @@ states). Scenarios:
   model (the server must allow webhooks on loopback);
 - ``extended-card`` (``get_card``: the authenticated extended card); ``missing-task``.
 
+``--answer TEXT`` runs two scenarios instead: ``answer-text`` (a blocking send of TEXT
+and a GetTask; the SDK's ``get_artifact_text`` on each one's ``response`` artifact:
+``{"answerText", "getText"}``) and ``answer-stream`` (a streaming send of TEXT: every
+event).
+
 ``--api-key K`` sends ``X-API-Key: K`` on every call (gRPC: ``x-api-key`` metadata).
 Exit status 0 when the script ran (A2A errors are results), 1 on a driver failure.
 """
@@ -75,6 +80,7 @@ from a2a.types import (
     TextPart,
 )
 from a2a.utils import proto_utils
+from a2a.utils.artifact import get_artifact_text
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -319,6 +325,11 @@ async def script(args: argparse.Namespace) -> None:
         async def cancel(task_id: str) -> Any:
             return await transport.cancel_task(TaskIdParams(id=task_id))
 
+        if args.answer is not None:
+            await answer_scenarios(transport, params(args.answer), step)
+            await transport.close()
+            return
+
         sent = await step("send", lambda: send("hello 0.3"))
         absent_text = "hello absent" if name == "jsonrpc" else "hold:30"
         absent = await step("send-absent", lambda: send(absent_text, blocking=None))
@@ -371,6 +382,27 @@ async def script(args: argparse.Namespace) -> None:
             "missing-task", lambda: transport.get_task(TaskQueryParams(id=str(uuid.uuid4())))
         )
         await transport.close()
+
+
+async def answer_scenarios(
+    transport: ClientTransport,
+    params: MessageSendParams,
+    step: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]],
+) -> None:
+    def response_text(task: Task) -> str | None:
+        found = [a for a in task.artifacts or () if a.name == "response"]
+        return get_artifact_text(found[0]) if found else None
+
+    async def answer_text() -> dict[str, Any]:
+        sent = await transport.send_message(params)
+        if not isinstance(sent, Task):
+            raise RuntimeError("answer-text: the reply was not a task")
+        got = await transport.get_task(TaskQueryParams(id=sent.id))
+        return {"answerText": response_text(sent), "getText": response_text(got)}
+
+    await step("answer-text", answer_text)
+    params.message.message_id = str(uuid.uuid4())
+    await step("answer-stream", lambda: collect(transport.send_message_streaming(params)))
 
 
 async def resubscribe_while_cancelled(transport: ClientTransport, task_id: str) -> Any:
@@ -444,6 +476,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=15.0, help="per scenario (seconds)")
     p.add_argument("--api-key", default=None, help="present this key (X-API-Key)")
     p.add_argument("--hook-host", default="127.0.0.1", help="where push-delivery listens")
+    p.add_argument("--answer", default=None, help="run only the answer-text scenarios")
     args = p.parse_args()
     try:
         asyncio.run(script(args))

@@ -41,6 +41,9 @@ passed. Scenarios::
     push-create TASK_ID URL [--config-id ID] [--token T]
     push-get TASK_ID CONFIG_ID | push-list TASK_ID | push-delete TASK_ID CONFIG_ID
     multi-turn QUESTION ANSWER    (send "ask:QUESTION", then ANSWER on the same task)
+    answer-text TEXT              (blocking send, then GetTask: the SDK's text helper on
+                                   each one's ``response`` artifact, ``{"answerText": …,
+                                   "getText": …}``)
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ import grpc
 import httpx
 from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.client import Client
+from a2a.helpers.proto_helpers import get_artifact_text
 from a2a.types.a2a_pb2 import (
     AgentCard,
     AgentInterface,
@@ -318,6 +322,21 @@ async def run_multi_turn(s: Session, client: Client) -> None:
     )
 
 
+async def run_answer_text(s: Session, client: Client) -> None:
+    def response_text(task: Any) -> str | None:
+        found = [a for a in task.artifacts if a.name == "response"]
+        return get_artifact_text(found[0]) if found else None
+
+    last: StreamResponse | None = None
+    request = send_request(user_message(s.args.text, s.args), s.args)
+    async for event in client.send_message(request, context=s.context):
+        last = event
+    if last is None or not last.HasField("task"):
+        raise RuntimeError("answer-text: the reply was not a task")
+    got = await client.get_task(GetTaskRequest(id=last.task.id), context=s.context)
+    emit({"answerText": response_text(last.task), "getText": response_text(got)})
+
+
 Scenario = Callable[[Session, Client], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "card": run_card,
@@ -334,6 +353,7 @@ SCENARIOS: dict[str, Scenario] = {
     "push-list": run_push_list,
     "push-delete": run_push_delete,
     "multi-turn": run_multi_turn,
+    "answer-text": run_answer_text,
 }
 
 
@@ -351,7 +371,7 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("card")
     sub.add_parser("extended-card")
-    for name in ("send", "send-immediate", "stream"):
+    for name in ("send", "send-immediate", "stream", "answer-text"):
         sp = sub.add_parser(name)
         sp.add_argument("text")
         sp.add_argument("--task-id")

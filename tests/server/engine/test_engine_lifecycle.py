@@ -226,7 +226,52 @@ async def test_chunks_stream_on_one_artifact_with_append_and_last_chunk(
     assert [u.last_chunk for u in updates] == [False, False, False, False, True]
     assert kinds(events)[-1] == "status:COMPLETED"
     task = await engine.get_task(pb.GetTaskRequest(id=events[0].task.id), ctx())
-    assert response_text(task) == [f"chunk-{i}" for i in range(5)]
+    assert response_text(task) == ["".join(f"chunk-{i}" for i in range(5))]
+
+
+async def test_streamed_text_is_one_part_whenever_the_task_is_read(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    """Mid-run reads, a progress status and another artifact between chunks each see
+    the text so far as one part; each stream event still carries its own delta."""
+    go_on = asyncio.Event()
+    seen: list[list[str]] = []
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        yield TextChunk("Hello")
+        yield TextChunk(" from")
+        yield Progress("still here")
+        yield TextChunk(" the")
+        yield ArtifactChunk(pb.Artifact(name="note", parts=[pb.Part(text="n")]))
+        yield TextChunk(" engine")
+        await go_on.wait()
+        yield TextChunk(".", last=True)
+
+    engine = new_engine(Scripted(script))
+    stream = engine.send_streaming_message(request("go"), ctx())
+    events: list[pb.StreamResponse] = []
+    async with asyncio.timeout(WAIT_S):
+        async for event in stream:
+            events.append(event)
+            if event.artifact_update.artifact.parts[:1] == [pb.Part(text=" engine")]:
+                live = await engine.get_task(pb.GetTaskRequest(id=events[0].task.id), ctx())
+                seen.append(response_text(live))
+                seen.append(response_text(live))  # a second read flushes nothing twice
+                go_on.set()
+    updates = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    response = [u for u in updates if u.artifact.name == "response"]
+    assert [u.artifact.parts[0].text for u in response] == [
+        "Hello",
+        " from",
+        " the",
+        " engine",
+        ".",
+    ]
+    assert [u.append for u in response] == [False, True, True, True, True]
+    assert seen == [["Hello from the engine"]] * 2
+    task = await engine.get_task(pb.GetTaskRequest(id=events[0].task.id), ctx())
+    assert response_text(task) == ["Hello from the engine."]
+    assert [a.name for a in task.artifacts] == ["response", "note"]
 
 
 async def test_send_stream_closes_at_input_required(engine: TaskEngine) -> None:
