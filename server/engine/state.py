@@ -272,12 +272,18 @@ class EngineState:
         finally:
             self.leave(task_id, subscriber)
 
-    def remember_message(self, seen_key: RetryKey, task_id: str) -> None:
-        """Record the retry key of a task (see ``retries``): in the store (the
-        workspace index on disk survives restarts; the memory store's keys are bounded
-        by count and bytes)."""
+    def remember_message(self, seen_key: RetryKey, record: TaskRecord) -> None:
+        """Record the retry key of a message that created or continued the task of
+        ``record`` (see ``retries``): in the store (the workspace index on disk
+        survives restarts; the memory store's keys are bounded by count and bytes), and
+        in the record, so that its next save stores the key with the task (the
+        workspace files: a key is durable with the answer that names its task)."""
         workspace, name, message_id, fingerprint = seen_key
-        self.store.remember_message(Caller(name, workspace), message_id, fingerprint, task_id)
+        if (message_id, fingerprint) not in record.retry_keys:
+            record.retry_keys.append((message_id, fingerprint))
+        self.store.remember_message(
+            Caller(name, workspace), message_id, fingerprint, record.task.id
+        )
 
     async def retried(self, seen_key: RetryKey) -> str | None:
         """The task a message with this retry key created or continued, if any."""
