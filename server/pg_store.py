@@ -130,7 +130,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,7 @@ from .byte_lru import ByteLRU
 from .file_store import remove_inbox_files
 from .lifecycle import ACTIVE, INTERRUPTED, TERMINAL, valid_id
 from .secret_box import SecretBox, SecretBoxError
+from .store_outage import OutageLog, StoreOutageError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
     DEFAULT_RETRY_KEYS,
@@ -425,13 +426,39 @@ _FIND_MESSAGE = (
 )
 
 
-#: What a database call raises when the database is unreachable, slow or refuses.
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
-
-
 class StoreUnavailable(Exception):
     """The database cannot be reached or its schema is not ours (the message names
     neither the URL nor its password)."""
+
+
+#: What a database call raises when the database is unreachable, slow or refuses
+#: (a call that meets an outage raises StoreOutageError).
+_DB_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    TimeoutError,
+    StoreOutageError,
+)
+#: Of those, the ones that say the database is away rather than that a statement was
+#: refused: connections refused, dropped or gone (PostgreSQL's class 08 and asyncpg's
+#: client side), no pooled connection in time, a server shutting down, starting up or
+#: out of connection slots (class 57, 53300).
+_OUTAGE_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.InterfaceError,
+    StoreUnavailable,
+)
+
+
+def _outage(exc: BaseException) -> bool:
+    """A failure the outage's one WARNING already says (none of its own)."""
+    return isinstance(exc, StoreOutageError)
 
 
 #: Status times are stamped to the millisecond (rounded down).
@@ -517,6 +544,7 @@ class PostgresTaskStore(TaskStore):
         # The keys this process wrote or read: find_message (synchronous) answers from
         # here; lookup_message asks the database on a miss.
         self._recent: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
+        self.outage = OutageLog("the task database")
 
     def __repr__(self) -> str:
         return "PostgresTaskStore(<database url>)"  # never the URL: it holds a password
@@ -537,7 +565,9 @@ class PostgresTaskStore(TaskStore):
             try:
                 pool = await asyncpg.create_pool(
                     self._url,
-                    min_size=1,
+                    # No floor: asyncpg restores one by reconnecting in the background
+                    # while the database is away, logging a traceback per attempt.
+                    min_size=0,
                     max_size=self.pool_size,
                     command_timeout=self.command_timeout_s,
                     timeout=self.acquire_timeout_s,
@@ -576,13 +606,12 @@ class PostgresTaskStore(TaskStore):
         """Ready when a pooled connection answers ``SELECT 1`` (a pool that failed to
         open is retried here, as on any use)."""
         try:
-            pool = await self._ready()
-            async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
-                await conn.fetchval("SELECT 1", timeout=self.command_timeout_s)
+            await self._fetch("SELECT 1")
         # Any failure: a connection the server ended can also raise asyncpg's
         # InternalClientError (not an InterfaceError) on its next use (measured).
         except Exception as exc:
-            log.warning("readiness: the database does not answer: %s", type(exc).__name__)
+            if not _outage(exc):  # an outage has its own line (store_outage)
+                log.warning("readiness: the database does not answer: %s", type(exc).__name__)
             return "the database does not answer"
         return None
 
@@ -674,7 +703,8 @@ class PostgresTaskStore(TaskStore):
             try:
                 listener = await self._listen()
             except Exception as exc:  # whatever it is, the next attempt may work
-                log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
+                if not self.outage.down:  # else the outage's line says it
+                    log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
             else:
                 self._listener = listener
                 self._listener_lost.clear()
@@ -708,7 +738,8 @@ class PostgresTaskStore(TaskStore):
                 self.replica,
             )
         except _DB_ERRORS as exc:
-            log.warning("could not read the cancel requests missed: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("could not read the cancel requests missed: %s", _why(exc))
             self._listener_lost.set()
             return False
         for row in rows:
@@ -733,9 +764,26 @@ class PostgresTaskStore(TaskStore):
         self._recent = ByteLRU(self._recent.max_entries, self._recent.max_bytes)
 
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        pool = await self._ready()
-        async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
-            return list(await conn.fetch(sql, *args))
+        with self._database_call():
+            pool = await self._ready()
+            async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
+                return list(await conn.fetch(sql, *args))
+
+    @contextlib.contextmanager
+    def _database_call(self) -> Iterator[None]:
+        """Around one use of the database: a sign that the database is away becomes
+        StoreOutageError (the protocol's UNAVAILABLE; the outage is logged once, see
+        ``store_outage``); a use that succeeds ends an outage."""
+        started = time.monotonic()
+        try:
+            yield
+        except _OUTAGE_ERRORS as exc:
+            self.outage.failed(_why(exc))
+            raise StoreOutageError() from None
+        self.outage.answered(started)
+
+    def on_outage(self, handler: Callable[[], None]) -> None:
+        self.outage.listen(handler)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -1009,6 +1057,18 @@ class PostgresTaskStore(TaskStore):
         most: int,
     ) -> PushAdded:
         sealed = self.box.seal_push_config(config, keep_sealed=False).SerializeToString()
+        with self._database_call():
+            return await self._add_push_config(owner, task_id, config, version, most, sealed)
+
+    async def _add_push_config(
+        self,
+        owner: Caller,
+        task_id: str,
+        config: pb.TaskPushNotificationConfig,
+        version: str,
+        most: int,
+        sealed: bytes,
+    ) -> PushAdded:
         pool = await self._ready()
         async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
             # The task's row lock orders the config changes of one task across every
@@ -1115,7 +1175,8 @@ class PostgresTaskStore(TaskStore):
                 list(self._leased),
             )
         except (StoreUnavailable, *_DB_ERRORS) as exc:
-            log.warning("could not renew run leases: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("could not renew run leases: %s", _why(exc))
 
     # --- events across processes ------------------------------------------------------
 
@@ -1155,12 +1216,13 @@ class PostgresTaskStore(TaskStore):
                 if tries < len(STORE_RETRY_PAUSES_S):
                     pause = STORE_RETRY_PAUSES_S[tries]
                     tries += 1
-                    log.warning(
-                        "%d stream events not logged yet (trying again in %gs): %s",
-                        len(batch),
-                        pause,
-                        _why(exc),
-                    )
+                    if not _outage(exc):
+                        log.warning(
+                            "%d stream events not logged yet (trying again in %gs): %s",
+                            len(batch),
+                            pause,
+                            _why(exc),
+                        )
                     await asyncio.sleep(pause)
                     continue
                 log.warning("%d stream events not logged: %s", len(batch), _why(exc))
@@ -1182,7 +1244,8 @@ class PostgresTaskStore(TaskStore):
                 cutoff,
             )
         except _DB_ERRORS as exc:
-            log.warning("could not prune stream events: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("could not prune stream events: %s", _why(exc))
 
     def follow(
         self,
@@ -1253,7 +1316,8 @@ class PostgresTaskStore(TaskStore):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("following task %s's events failed: %s", task_id, _why(exc))
+            if not _outage(exc):  # (an outage ended the streams that followed it)
+                log.warning("following task %s's events failed: %s", task_id, _why(exc))
             deliver(None, 0)
         finally:
             followed = self._follows.get(task_id)
@@ -1319,14 +1383,21 @@ class PostgresTaskStore(TaskStore):
         also their inbox files). One replica at a time: a batch another replica is
         doing makes this one remove nothing. How many were removed."""
         try:
-            pool = await self._ready()
-            async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-                locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK)
-                if not locked:
-                    return 0
-                rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
+            with self._database_call():
+                pool = await self._ready()
+                async with (
+                    pool.acquire(timeout=self.acquire_timeout_s) as conn,
+                    conn.transaction(),
+                ):
+                    locked = await conn.fetchval(
+                        "SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK
+                    )
+                    if not locked:
+                        return 0
+                    rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
         except (StoreUnavailable, *_DB_ERRORS) as exc:  # the next pass tries again
-            log.warning("task retention skipped a pass: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("task retention skipped a pass: %s", _why(exc))
             return 0
         if files:
             # A caller without a workspace (anonymous) saved its files in the first one.

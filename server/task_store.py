@@ -273,6 +273,11 @@ class TaskStore(abc.ABC):
         """A store shared by several processes calls ``handler(task_id)`` when another
         process asks for the cancellation of a run (nothing to do for one process)."""
 
+    def on_outage(self, handler: Callable[[], None]) -> None:  # noqa: B027
+        """A store on a database calls ``handler()`` when an outage of it starts (its
+        calls raise ``store_outage.StoreOutageError`` meanwhile; nothing to do for a
+        store without one)."""
+
     async def claim_context(
         self,
         owner: Caller,

@@ -79,6 +79,8 @@ class Intake:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):
                         await run.settled.wait()
+        if run.unstored is not None:  # not a task the store holds: UNAVAILABLE
+            raise run.unstored
         # The answer is the task as stored: its view is taken before the write, which
         # may wait (a database) while the run goes on.
         task_view(run.record.task, history_length, into=response.task)
