@@ -15,12 +15,13 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import grpc
 import pytest
-from pathlib import Path
 
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.store_outage import RETRY_AFTER_S
@@ -46,11 +47,15 @@ async def _ready(http: aiohttp.ClientSession, base: str) -> bool:
         return response.status == 200
 
 
-async def _until(check: Any, want: bool, within_s: float) -> bool:
+async def _until(check: Callable[[], Awaitable[bool]], want: bool, within_s: float) -> bool:
+    """Whether ``check()`` answers ``want`` within ``within_s`` (asked every 0.1 s)."""
     deadline = time.monotonic() + within_s
-    while (got := await check()) != want and time.monotonic() < deadline:
+    while True:
+        if await check() == want:
+            return True
+        if time.monotonic() > deadline:
+            return False
         await asyncio.sleep(0.1)
-    return bool(got == want)
 
 
 async def test_a_database_outage_is_answered_unavailable_and_served_again_after(
