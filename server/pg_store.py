@@ -443,12 +443,14 @@ _DB_ERRORS = (
 #: Of those, the ones that say the database is away rather than that a statement was
 #: refused: connections refused, dropped or gone (PostgreSQL's class 08 and asyncpg's
 #: client side), no pooled connection in time, a server shutting down, starting up or
-#: out of connection slots (class 57, 53300).
+#: out of connection slots (57P01-57P03, 53300; not a cancelled statement, 57014).
 _OUTAGE_ERRORS = (
     OSError,
     TimeoutError,
     asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.InternalClientError,
     asyncpg.InterfaceError,
@@ -562,27 +564,7 @@ class PostgresTaskStore(TaskStore):
         async with self._starting:
             if self._pool is not None:
                 return self._pool
-            try:
-                pool = await asyncpg.create_pool(
-                    self._url,
-                    # No floor: asyncpg restores one by reconnecting in the background
-                    # while the database is away, logging a traceback per attempt.
-                    min_size=0,
-                    max_size=self.pool_size,
-                    command_timeout=self.command_timeout_s,
-                    timeout=self.acquire_timeout_s,
-                    reset=_keep_session,
-                )
-            except _DB_ERRORS as exc:
-                raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
-            except ValueError:  # a URL asyncpg cannot parse (say, a port not a number)
-                # Not its text: it quotes the URL's pieces, which for a ``/``, ``?`` or
-                # ``#`` left unencoded in the password are pieces of the password.
-                raise StoreUnavailable(
-                    "the database URL is not usable: it does not parse (a port that is not"
-                    " a number; or a / ? # @ or : in the user name or password, which must"
-                    " be percent-encoded)"
-                ) from None
+            pool = await self._open_pool()
             try:  # nothing opened here outlives a failed start
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)
@@ -601,6 +583,38 @@ class PostgresTaskStore(TaskStore):
             self._renewer = loop.create_task(self._renew_leases(), name="a2a-pg-leases")
             self._watcher = loop.create_task(self._keep_listening(), name="a2a-pg-listen")
             return pool
+
+    async def _open_pool(self) -> asyncpg.Pool:
+        """The pool, its first connection made: StoreUnavailable when that fails."""
+        pool: asyncpg.Pool | None = None
+        try:
+            pool = await asyncpg.create_pool(
+                self._url,
+                # No floor: asyncpg would restore one by reconnecting in the background
+                # while the database is away, logging a traceback per attempt.
+                min_size=0,
+                max_size=self.pool_size,
+                command_timeout=self.command_timeout_s,
+                timeout=self.acquire_timeout_s,
+                reset=_keep_session,
+            )
+            async with pool.acquire(timeout=self.acquire_timeout_s):
+                pass  # an unreachable database, or a URL that does not parse, shows here
+        except BaseException as exc:
+            if pool is not None:
+                await self._close(pool)
+            if isinstance(exc, _DB_ERRORS):
+                raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
+            if isinstance(exc, ValueError):  # say, a port not a number
+                # Not its text: it quotes the URL's pieces, which for a ``/``, ``?`` or
+                # ``#`` left unencoded in the password are pieces of the password.
+                raise StoreUnavailable(
+                    "the database URL is not usable: it does not parse (a port that is not"
+                    " a number; or a / ? # @ or : in the user name or password, which must"
+                    " be percent-encoded)"
+                ) from None
+            raise
+        return pool
 
     async def readiness(self) -> str | None:
         """Ready when a pooled connection answers ``SELECT 1`` (a pool that failed to
