@@ -1072,42 +1072,31 @@ class PostgresTaskStore(TaskStore):
     ) -> PushAdded:
         sealed = self.box.seal_push_config(config, keep_sealed=False).SerializeToString()
         with self._database_call():
-            return await self._add_push_config(owner, task_id, config, version, most, sealed)
-
-    async def _add_push_config(
-        self,
-        owner: Caller,
-        task_id: str,
-        config: pb.TaskPushNotificationConfig,
-        version: str,
-        most: int,
-        sealed: bytes,
-    ) -> PushAdded:
-        pool = await self._ready()
-        async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-            # The task's row lock orders the config changes of one task across every
-            # process, so the count below sees every committed one (the cap holds).
-            found = await conn.fetchval(
-                "SELECT 1 FROM a2a_tasks WHERE task_id = $1 AND workspace = $2"
-                " AND caller = $3 FOR NO KEY UPDATE",
-                task_id,
-                owner.workspace,
-                owner.name,
-            )
-            if found is None:
-                return "missing"
-            held = await conn.fetchrow(
-                "SELECT count(*) AS n, coalesce(max(position) + 1, 0) AS next,"
-                " coalesce(bool_or(config_id = $2), false) AS replacing"
-                " FROM a2a_push_configs WHERE task_id = $1",
-                task_id,
-                config.id,
-            )
-            assert held is not None  # an aggregate always answers one row
-            if not held["replacing"] and held["n"] >= most:
-                return "full"
-            await conn.execute(_PUT_PUSH, task_id, held["next"], config.id, version, sealed)
-        return "stored"
+            pool = await self._ready()
+            async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+                # The task's row lock orders the config changes of one task across every
+                # process, so the count below sees every committed one (the cap holds).
+                found = await conn.fetchval(
+                    "SELECT 1 FROM a2a_tasks WHERE task_id = $1 AND workspace = $2"
+                    " AND caller = $3 FOR NO KEY UPDATE",
+                    task_id,
+                    owner.workspace,
+                    owner.name,
+                )
+                if found is None:
+                    return "missing"
+                held = await conn.fetchrow(
+                    "SELECT count(*) AS n, coalesce(max(position) + 1, 0) AS next,"
+                    " coalesce(bool_or(config_id = $2), false) AS replacing"
+                    " FROM a2a_push_configs WHERE task_id = $1",
+                    task_id,
+                    config.id,
+                )
+                assert held is not None  # an aggregate always answers one row
+                if not held["replacing"] and held["n"] >= most:
+                    return "full"
+                await conn.execute(_PUT_PUSH, task_id, held["next"], config.id, version, sealed)
+            return "stored"
 
     async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
         await self._fetch(

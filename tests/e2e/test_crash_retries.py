@@ -21,21 +21,13 @@ from a2a_gateway.server.pg_local import LocalPostgres
 from ..interop.conftest import ServerProcess, free_ports
 from ..pg_support import fresh_database
 from .conftest import KEY_ALICE
+from .test_postgres_store import alices_workspace
 
 BURST_WORKERS = 4
 #: Answers before the kill: enough that the process is busy writing when it dies.
 KILL_AFTER = 300
 #: How long the frozen gateway's sockets are read before it is killed.
 FROZEN_READ_S = 0.5
-
-
-def _workspace(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
-    return workspace
 
 
 def _send(message_id: str) -> dict[str, Any]:
@@ -134,7 +126,7 @@ async def _burst_then_kill(gateway: ServerProcess, port: int) -> dict[str, str]:
 async def test_every_answered_message_id_retried_after_kill_9_finds_its_task(
     tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    workspace = _workspace(tmp_path)
+    workspace = alices_workspace(tmp_path)
     args = ["--store", "postgres"] if store == "postgres" else []
     if store == "postgres":
         pg: LocalPostgres = request.getfixturevalue("postgres")
