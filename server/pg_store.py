@@ -181,6 +181,11 @@ EVENTS_CHANNEL = "a2a_events"
 #: Events of a settled task are kept this long (late subscribers' reads), then pruned.
 DEFAULT_EVENT_KEEP_S = 60.0
 _EVENT_BATCH = 1000
+#: While the database is away, the stream events of this process's runs wait in
+#: memory, up to this many bytes, and are written once it is back (tried every
+#: OUTAGE_EVENTS_RETRY_S), so followers elsewhere read every one of them.
+OUTAGE_EVENTS_KEPT_BYTES = 16 << 20
+OUTAGE_EVENTS_RETRY_S = 0.5
 #: ``application_name`` of the LISTEN connection (to tell it apart in pg_stat_activity).
 LISTENER_NAME = "a2a-gateway listen"
 #: Reconnecting a lost LISTEN connection: the first retry's delay, doubled up to the last.
@@ -1204,7 +1209,9 @@ class PostgresTaskStore(TaskStore):
         (so a task's events are committed in their order), with one NOTIFY per task.
         A batch whose write fails is written again after each of
         :data:`.task_store.STORE_RETRY_PAUSES_S` (a lost event would stop every follower
-        of its task at the gap), then dropped."""
+        of its task at the gap), then dropped; during an outage, until the database is
+        back, while the outbox holds at most :data:`OUTAGE_EVENTS_KEPT_BYTES` and the
+        store is not closing."""
         tries = 0
         while self._outbox:
             batch = self._outbox[:_EVENT_BATCH]  # new events are only ever appended
@@ -1216,6 +1223,13 @@ class PostgresTaskStore(TaskStore):
                     [b[2] for b in batch],
                 )
             except _DB_ERRORS as exc:
+                if (
+                    _outage(exc)
+                    and self._writer is asyncio.current_task()  # (aclose takes it)
+                    and sum(len(b[2]) for b in self._outbox) <= OUTAGE_EVENTS_KEPT_BYTES
+                ):
+                    await asyncio.sleep(OUTAGE_EVENTS_RETRY_S)
+                    continue
                 if tries < len(STORE_RETRY_PAUSES_S):
                     pause = STORE_RETRY_PAUSES_S[tries]
                     tries += 1

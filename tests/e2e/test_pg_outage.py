@@ -20,16 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import grpc
 import pytest
 
+from a2a_gateway.server.lifecycle import TERMINAL
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.store_outage import RETRY_AFTER_S
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, running_gateway
 
 LOAD_WORKERS = 4
+CHUNKS = 80  # 50 ms apart: the run lasts about as long as the outage
 BACK_WITHIN_S = 15.0  # generous: the gateway serves with its first request after the return
 
 
@@ -94,6 +98,9 @@ async def _outage_under_load(
     assert first["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert await _ready(http, base)
     held = (await rest.call("SendMessage", _send("hold:60", returnImmediately=True)))["task"]
+    # A run that goes on across the outage: its stream events wait, and are logged
+    # (for followers on other replicas) once the database is back.
+    chunked = await rest.call("SendMessage", _send(f"chunks:{CHUNKS}:50", returnImmediately=True))
     stream = rest.open_stream("SubscribeToTask", {"id": held["id"]})
     assert (await anext(stream))["task"]["id"] == held["id"]
 
@@ -145,12 +152,13 @@ async def _outage_under_load(
             assert response.headers["Retry-After"] == str(RETRY_AFTER_S)
             assert (await response.json())["error"]["code"] == -32603
         assert await _until(lambda: _ready(http, base), False, 10.0), "/readyz stayed ready"
-        await asyncio.sleep(0.5)  # more of the load meets the outage
+        await asyncio.sleep(2.0)  # more of the load meets it; events wait longer than retries
         during = answers[answered_before:]
         await asyncio.to_thread(pg.start_server)
         served = await _until(lambda: _served(drivers["jsonrpc"]), True, BACK_WITHIN_S)
         assert served, "not serving after the database came back"
         assert await _until(lambda: _ready(http, base), True, 10.0), "/readyz not ready again"
+        logged = await _logged_events(pg.url, chunked["task"]["id"])
     finally:
         stop_load.set()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -158,6 +166,34 @@ async def _outage_under_load(
     failures = [a for a in answers if a[0] != 200]
     assert all(a == (503, str(RETRY_AFTER_S), "UNAVAILABLE") for a in failures), failures
     assert answers[-1] == (200, None, "TASK_STATE_COMPLETED")
+    # Every event of the run across the outage is in the log, numbered without a gap.
+    assert [seq for seq, _ in logged] == list(range(1, len(logged) + 1))
+    chunks = [
+        e.artifact_update.artifact.parts[0].text
+        for _, e in logged
+        if e.artifact_update.artifact.parts
+    ]
+    assert chunks == [f"chunk-{n}" for n in range(CHUNKS)]
+
+
+async def _logged_events(url: str, task_id: str) -> list[tuple[int, pb.StreamResponse]]:
+    """The task's logged events, once its last (a final status) is logged (bounded)."""
+    conn = await asyncpg.connect(url)
+    try:
+        deadline = time.monotonic() + BACK_WITHIN_S
+        while True:
+            rows = await conn.fetch(
+                "SELECT seq, event FROM a2a_events WHERE task_id = $1 ORDER BY seq", task_id
+            )
+            events = [(int(r["seq"]), pb.StreamResponse.FromString(r["event"])) for r in rows]
+            last = events[-1][1] if events else None
+            if last is not None and last.status_update.status.state in TERMINAL:
+                return events
+            if time.monotonic() > deadline:
+                return events
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
 
 
 async def _served(driver: Driver) -> bool:
