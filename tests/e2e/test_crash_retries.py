@@ -2,14 +2,21 @@
 a burst of blocking sends, right after an answer arrives; after a restart on the same
 workspace (and database), every messageId that was answered, sent again, is answered
 with the task its first answer named, never a second task. On the workspace file store
-(with and without ``--fsync``) and on PostgreSQL."""
+(with and without ``--fsync``) and on PostgreSQL.
+
+On the file store, the index's commits are held back for the last
+:data:`STALLED_ANSWERS` answers before the kill (the test holds the index database
+locked, as a stalled disk or a slow commit would): their retry keys are then in their
+task files only, every time, not just for the few milliseconds a commit takes."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,8 @@ BURST_WORKERS = 4
 KILL_AFTER = 300
 #: How long the frozen gateway's sockets are read before it is killed.
 FROZEN_READ_S = 0.5
+#: The answers before the kill during which the index cannot commit (file store).
+STALLED_ANSWERS = 50
 
 
 def _send(message_id: str) -> dict[str, Any]:
@@ -81,17 +90,33 @@ class _Connection:
             self._streams[1].close()
 
 
-async def _burst_then_kill(gateway: ServerProcess, port: int) -> dict[str, str]:
+def _lock(index: Path) -> sqlite3.Connection:
+    """A connection holding ``index`` locked for writing (until it is closed)."""
+    db = sqlite3.connect(index, isolation_level=None, check_same_thread=False)
+    db.execute("BEGIN IMMEDIATE")
+    return db
+
+
+async def _burst_then_kill(gateway: ServerProcess, port: int, index: Path | None) -> dict[str, str]:
     """Blocking sends on :data:`BURST_WORKERS` connections at once. Once
     :data:`KILL_AFTER` answers are read, the gateway is frozen (SIGSTOP) where it
     stands, every answer it had sent is read from the sockets, then it is killed
     (SIGKILL): the answers sent in the last instants before the kill are the ones whose
-    retry keys a late write would lose. The messageId -> task id of every answer."""
+    retry keys a late write would lose (with ``index``, the last
+    :data:`STALLED_ANSWERS`: that index is held locked from there on). The messageId
+    -> task id of every answer."""
     assert gateway.proc is not None
     proc = gateway.proc
     answered: dict[str, str] = {}
     ids = itertools.count()
     frozen = asyncio.Event()
+    stalled = asyncio.Event()
+    locks: list[sqlite3.Connection] = []
+
+    async def stall_index() -> None:
+        await stalled.wait()
+        if index is not None:
+            locks.append(await asyncio.to_thread(_lock, index))
 
     async def worker() -> None:
         connection = _Connection(port)
@@ -103,6 +128,8 @@ async def _burst_then_kill(gateway: ServerProcess, port: int) -> dict[str, str]:
                 except (OSError, asyncio.IncompleteReadError):
                     return  # the process is gone: this one was never answered
                 answered[message_id] = task_id
+                if len(answered) >= KILL_AFTER - STALLED_ANSWERS:
+                    stalled.set()
                 if len(answered) >= KILL_AFTER and not frozen.is_set():
                     proc.send_signal(signal.SIGSTOP)  # at once: no await before it
                     frozen.set()
@@ -114,8 +141,15 @@ async def _burst_then_kill(gateway: ServerProcess, port: int) -> dict[str, str]:
         await asyncio.sleep(FROZEN_READ_S)  # the answers sent are in the sockets
         proc.send_signal(signal.SIGKILL)  # the reads still waiting end (never answered)
 
-    async with asyncio.timeout(60):
-        await asyncio.gather(kill_once_read(), *(worker() for _ in range(BURST_WORKERS)))
+    try:
+        async with asyncio.timeout(60):
+            await asyncio.gather(
+                stall_index(), kill_once_read(), *(worker() for _ in range(BURST_WORKERS))
+            )
+    finally:
+        for db in locks:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
     proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
     gateway.proc = None
@@ -142,7 +176,8 @@ async def test_every_answered_message_id_retried_after_kill_9_finds_its_task(
     first = ServerProcess(f"crash-{store}-1", command, tmp_path, card, grpc_port=None)
     first.start()
     try:
-        answered = await _burst_then_kill(first, port)
+        index = None if store == "postgres" else workspace / ".a2a" / "index.sqlite3"
+        answered = await _burst_then_kill(first, port, index)
     finally:
         first.stop()
     assert len(answered) >= KILL_AFTER
