@@ -120,6 +120,13 @@ page is one statement too (page, count and the named rows: one snapshot). Every 
 is bounded: taking a pooled connection (``acquire_timeout_s``) and every statement
 (``command_timeout_s``). Errors never carry the URL; its password is registered with
 the log redaction by the caller (``gateway.serve``).
+
+While the database is away (an outage: connections refused or dropped, no pooled
+connection in time, a server shutting down), every call raises
+:class:`~.store_outage.StoreOutageError`, the protocol's UNAVAILABLE, logged once per
+outage (:class:`~.store_outage.OutageLog`), and the first call that succeeds after it
+ends it; stream events of runs here wait for its end (bounded) instead of being
+dropped. See docs/reliability.md.
 """
 
 from __future__ import annotations
