@@ -6,10 +6,20 @@ File format (ProtoJSON for the protocol objects; edit it by hand if you like)::
      "owner": {"name": "travel-bot", "workspace": "/srv/ws"},
      "task": {...Task...},
      "pushConfigs": [{...TaskPushNotificationConfig...}],
-     "pushConfigVersions": {"<config id>": "0.3"}}
+     "pushConfigVersions": {"<config id>": "0.3"},
+     "retryKeys": [{"messageId": "...", "fingerprint": "..."}]}
 
 ``pushConfigVersions`` (only when there are any) names the configs registered over an
 A2A version other than 1.0: their deliveries take that version's shape.
+
+``retryKeys`` (only when there are any) are the messageId retry keys of the messages
+that created or continued the task (``engine.retries``; their owner is the file's).
+The index below is what lookups use; the file holds them too, because the file is
+durable before the answer that names the task leaves while the index commits a few
+milliseconds later: after a kill -9, the reconcile at the next start puts back the keys
+of the files written after the index's last commit, and retry-key lookups wait for it
+(:meth:`~.task_index.TaskIndex.lookup_message`), so a message answered just before the
+kill and retried after the restart finds its task.
 
 Push-config secrets (``token``, ``authentication.credentials``) are sealed with the
 workspace's :class:`~.secret_box.SecretBox` on every write (``"enc:v1:..."``) and opened
@@ -75,7 +85,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from google.protobuf import json_format
@@ -96,7 +106,15 @@ from .task_index import (
     TaskIndex,
     unreadable_for_now,
 )
-from .task_store import Listing, TaskFilter, TaskRecord, TaskStore, TaskSummary, Window
+from .task_store import (
+    Listing,
+    MessageKey,
+    TaskFilter,
+    TaskRecord,
+    TaskStore,
+    TaskSummary,
+    Window,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +179,9 @@ def _reader_pool() -> ThreadPoolExecutor:
 
 
 class _Loaded:
-    """A parsed task file: its owner, summary and serialized protobufs."""
+    """A parsed task file: its owner, summary, serialized protobufs and retry keys."""
 
-    __slots__ = ("owner", "push", "push_versions", "summary", "task_bytes")
+    __slots__ = ("owner", "push", "push_versions", "retry_keys", "summary", "task_bytes")
 
     def __init__(
         self,
@@ -172,12 +190,14 @@ class _Loaded:
         task_bytes: bytes,
         push: tuple[bytes, ...],
         push_versions: tuple[tuple[str, str], ...] = (),
+        retry_keys: tuple[MessageKey, ...] = (),
     ) -> None:
         self.owner = owner
         self.summary = summary
         self.task_bytes = task_bytes
         self.push = push
         self.push_versions = push_versions
+        self.retry_keys = retry_keys
 
 
 _MALFORMED = object()  # cache value for a file that failed to parse (logged once)
@@ -214,6 +234,11 @@ def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
     }
     if record.push_versions:
         document["pushConfigVersions"] = dict(record.push_versions)
+    if record.retry_keys:
+        document["retryKeys"] = [
+            {"messageId": message_id, "fingerprint": fingerprint}
+            for message_id, fingerprint in record.retry_keys
+        ]
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
@@ -251,14 +276,22 @@ def decode_record(
     data: bytes, task_id: str
 ) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig]]:
     """Parse a task file; raise ValueError (with a reason, never file content) if bad."""
-    task, owner, configs, _ = decode_record_versions(data, task_id)
-    return task, owner, configs
+    decoded = decode_document(data, task_id)
+    return decoded.task, decoded.owner, decoded.configs
 
 
-def decode_record_versions(
-    data: bytes, task_id: str
-) -> tuple[pb.Task, Caller, list[pb.TaskPushNotificationConfig], dict[str, str]]:
-    """:func:`decode_record` plus ``pushConfigVersions`` (config id -> A2A version)."""
+class Decoded(NamedTuple):
+    """Everything a task file holds."""
+
+    task: pb.Task
+    owner: Caller
+    configs: list[pb.TaskPushNotificationConfig]
+    versions: dict[str, str]  # pushConfigVersions: config id -> A2A version
+    retry_keys: tuple[MessageKey, ...]
+
+
+def decode_document(data: bytes, task_id: str) -> Decoded:
+    """:func:`decode_record` with ``pushConfigVersions`` and ``retryKeys``."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -288,7 +321,21 @@ def decode_record_versions(
         isinstance(k, str) and isinstance(v, str) for k, v in raw_versions.items()
     ):
         raise ValueError("pushConfigVersions must map config ids to version strings")
-    return task, owner, configs, raw_versions
+    return Decoded(task, owner, configs, raw_versions, _retry_keys(document))
+
+
+def _retry_keys(document: dict[str, Any]) -> tuple[MessageKey, ...]:
+    raw = document.get("retryKeys", [])
+    if not isinstance(raw, list):
+        raise ValueError("retryKeys must be a list")
+    keys: list[MessageKey] = []
+    for entry in raw:
+        message_id = entry.get("messageId") if isinstance(entry, dict) else None
+        fingerprint = entry.get("fingerprint") if isinstance(entry, dict) else None
+        if not isinstance(message_id, str) or not isinstance(fingerprint, str):
+            raise ValueError("retryKeys must hold messageId and fingerprint strings")
+        keys.append((message_id, fingerprint))
+    return tuple(keys)
 
 
 class WorkspaceTaskStore(TaskStore):
@@ -357,7 +404,8 @@ class WorkspaceTaskStore(TaskStore):
             return None
         configs = [pb.TaskPushNotificationConfig.FromString(data) for data in loaded.push]
         versions = dict(loaded.push_versions)
-        return TaskRecord(pb.Task.FromString(loaded.task_bytes), owner, configs, versions)
+        task = pb.Task.FromString(loaded.task_bytes)
+        return TaskRecord(task, owner, configs, versions, retry_keys=list(loaded.retry_keys))
 
     def _read(self, task_id: str) -> _Loaded | None:
         if not valid_id(task_id):
@@ -422,15 +470,16 @@ class WorkspaceTaskStore(TaskStore):
         try:
             if data is None:
                 raise ValueError("not a regular file")
-            task, owner, configs, versions = decode_record_versions(data, task_id)
+            decoded = decode_document(data, task_id)
         except ValueError as exc:
             return stamp, str(exc)
         return stamp, _Loaded(
-            owner,
-            TaskSummary.of(task),
-            task.SerializeToString(),
-            tuple(c.SerializeToString() for c in self._open_configs(configs, path)),
-            tuple(versions.items()),
+            decoded.owner,
+            TaskSummary.of(decoded.task),
+            decoded.task.SerializeToString(),
+            tuple(c.SerializeToString() for c in self._open_configs(decoded.configs, path)),
+            tuple(decoded.versions.items()),
+            decoded.retry_keys,
         )
 
     def _parse_summary(self, task_id: str, path: str) -> Parsed:
@@ -442,10 +491,10 @@ class WorkspaceTaskStore(TaskStore):
         if data is None:
             return stamp, None
         try:
-            task, owner, _ = decode_record(data, task_id)
+            decoded = decode_document(data, task_id)
         except ValueError:
             return stamp, None
-        return stamp, (owner, TaskSummary.of(task))
+        return stamp, (decoded.owner, TaskSummary.of(decoded.task), decoded.retry_keys)
 
     def _keep(
         self, task_id: str, path: str, stamp: _Stamp, parsed: _Loaded | str
@@ -570,14 +619,15 @@ class WorkspaceTaskStore(TaskStore):
             if parsed is None or parsed[1] is None:
                 index.remove(task_id)
             else:
-                stamp, (file_owner, summary) = parsed[0], parsed[1]
+                stamp, (file_owner, summary, _) = parsed[0], parsed[1]
                 index.put(file_owner, summary, stamp)
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self.index.find_message(owner, message_id, fingerprint)
 
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        return await self.index.lookup_message(owner, message_id, fingerprint)
+        # Started: a reconcile owed at open (the keys it recovers) runs.
+        return await self._start().lookup_message(owner, message_id, fingerprint)
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

@@ -162,10 +162,17 @@ class LocalPostgres:
             raise PostgresUnavailable(f"{Path(argv[0]).name} failed: {tail}")
 
     def _launch(
-        self, bin_dir: Path, data: Path, folder: Path, owner: tuple[int, int] | None
+        self,
+        bin_dir: Path,
+        data: Path,
+        folder: Path,
+        owner: tuple[int, int] | None,
+        port: int | None = None,
     ) -> None:
-        for _ in range(5):  # another process may take the free port before we bind it
-            self.port = free_port()
+        # Another process may take a free port before we bind it: try a few. A port
+        # asked for (a restart) is tried once.
+        for _ in range(1 if port else 5):
+            self.port = port or free_port()
             argv = [
                 str(bin_dir / "postgres"),
                 "-D",
@@ -231,6 +238,18 @@ class LocalPostgres:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
             process.wait(STOP_TIMEOUT_S)
+
+    def stop_server(self) -> None:
+        """Stop the server by its pid (a fast shutdown: its sessions are told it is
+        shutting down), keeping the cluster: :meth:`start_server` starts it again."""
+        self._stop_process()
+
+    def start_server(self) -> None:
+        """Start the stopped server again, on the port it had (a database that comes
+        back after an outage)."""
+        if self.folder is None or self.process is not None:
+            raise PostgresUnavailable("start_server: the cluster is gone or still running")
+        self._launch(find_bin_dir(), self.folder / "data", self.folder, _run_as(), self.port)
 
     def stop(self) -> None:
         """Stop the server (by its pid) and remove the folder (idempotent)."""

@@ -120,6 +120,13 @@ page is one statement too (page, count and the named rows: one snapshot). Every 
 is bounded: taking a pooled connection (``acquire_timeout_s``) and every statement
 (``command_timeout_s``). Errors never carry the URL; its password is registered with
 the log redaction by the caller (``gateway.serve``).
+
+While the database is away (an outage: connections refused or dropped, no pooled
+connection in time, a server shutting down), every call raises
+:class:`~.store_outage.StoreOutageError`, the protocol's UNAVAILABLE, logged once per
+outage (:class:`~.store_outage.OutageLog`), and the first call that succeeds after it
+ends it; stream events of runs here wait for its end (bounded) instead of being
+dropped. See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -130,7 +137,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +151,7 @@ from .byte_lru import ByteLRU
 from .file_store import remove_inbox_files
 from .lifecycle import ACTIVE, INTERRUPTED, TERMINAL, valid_id
 from .secret_box import SecretBox, SecretBoxError
+from .store_outage import OutageLog, StoreOutageError
 from .task_store import (
     DEFAULT_RETRY_BYTES,
     DEFAULT_RETRY_KEYS,
@@ -180,6 +188,11 @@ EVENTS_CHANNEL = "a2a_events"
 #: Events of a settled task are kept this long (late subscribers' reads), then pruned.
 DEFAULT_EVENT_KEEP_S = 60.0
 _EVENT_BATCH = 1000
+#: While the database is away, the stream events of this process's runs wait in
+#: memory, up to this many bytes, and are written once it is back (tried every
+#: OUTAGE_EVENTS_RETRY_S), so followers elsewhere read every one of them.
+OUTAGE_EVENTS_KEPT_BYTES = 16 << 20
+OUTAGE_EVENTS_RETRY_S = 0.5
 #: ``application_name`` of the LISTEN connection (to tell it apart in pg_stat_activity).
 LISTENER_NAME = "a2a-gateway listen"
 #: Reconnecting a lost LISTEN connection: the first retry's delay, doubled up to the last.
@@ -425,13 +438,41 @@ _FIND_MESSAGE = (
 )
 
 
-#: What a database call raises when the database is unreachable, slow or refuses.
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
-
-
 class StoreUnavailable(Exception):
     """The database cannot be reached or its schema is not ours (the message names
     neither the URL nor its password)."""
+
+
+#: What a database call raises when the database is unreachable, slow or refuses
+#: (a call that meets an outage raises StoreOutageError).
+_DB_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    TimeoutError,
+    StoreOutageError,
+)
+#: Of those, the ones that say the database is away rather than that a statement was
+#: refused: connections refused, dropped or gone (PostgreSQL's class 08 and asyncpg's
+#: client side), no pooled connection in time, a server shutting down, starting up or
+#: out of connection slots (57P01-57P03, 53300; not a cancelled statement, 57014).
+_OUTAGE_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.InterfaceError,
+    StoreUnavailable,
+)
+
+
+def _outage(exc: BaseException) -> bool:
+    """A failure the outage's one WARNING already says (none of its own)."""
+    return isinstance(exc, StoreOutageError)
 
 
 #: Status times are stamped to the millisecond (rounded down).
@@ -517,6 +558,7 @@ class PostgresTaskStore(TaskStore):
         # The keys this process wrote or read: find_message (synchronous) answers from
         # here; lookup_message asks the database on a miss.
         self._recent: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
+        self.outage = OutageLog("the task database")
 
     def __repr__(self) -> str:
         return "PostgresTaskStore(<database url>)"  # never the URL: it holds a password
@@ -534,25 +576,7 @@ class PostgresTaskStore(TaskStore):
         async with self._starting:
             if self._pool is not None:
                 return self._pool
-            try:
-                pool = await asyncpg.create_pool(
-                    self._url,
-                    min_size=1,
-                    max_size=self.pool_size,
-                    command_timeout=self.command_timeout_s,
-                    timeout=self.acquire_timeout_s,
-                    reset=_keep_session,
-                )
-            except _DB_ERRORS as exc:
-                raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
-            except ValueError:  # a URL asyncpg cannot parse (say, a port not a number)
-                # Not its text: it quotes the URL's pieces, which for a ``/``, ``?`` or
-                # ``#`` left unencoded in the password are pieces of the password.
-                raise StoreUnavailable(
-                    "the database URL is not usable: it does not parse (a port that is not"
-                    " a number; or a / ? # @ or : in the user name or password, which must"
-                    " be percent-encoded)"
-                ) from None
+            pool = await self._open_pool()
             try:  # nothing opened here outlives a failed start
                 async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
                     await migrate(conn)
@@ -572,17 +596,48 @@ class PostgresTaskStore(TaskStore):
             self._watcher = loop.create_task(self._keep_listening(), name="a2a-pg-listen")
             return pool
 
+    async def _open_pool(self) -> asyncpg.Pool:
+        """The pool, its first connection made: StoreUnavailable when that fails."""
+        pool: asyncpg.Pool | None = None
+        try:
+            pool = await asyncpg.create_pool(
+                self._url,
+                # No floor: asyncpg would restore one by reconnecting in the background
+                # while the database is away, logging a traceback per attempt.
+                min_size=0,
+                max_size=self.pool_size,
+                command_timeout=self.command_timeout_s,
+                timeout=self.acquire_timeout_s,
+                reset=_keep_session,
+            )
+            async with pool.acquire(timeout=self.acquire_timeout_s):
+                pass  # an unreachable database, or a URL that does not parse, shows here
+        except BaseException as exc:
+            if pool is not None:
+                await self._close(pool)
+            if isinstance(exc, _DB_ERRORS):
+                raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
+            if isinstance(exc, ValueError):  # say, a port not a number
+                # Not its text: it quotes the URL's pieces, which for a ``/``, ``?`` or
+                # ``#`` left unencoded in the password are pieces of the password.
+                raise StoreUnavailable(
+                    "the database URL is not usable: it does not parse (a port that is not"
+                    " a number; or a / ? # @ or : in the user name or password, which must"
+                    " be percent-encoded)"
+                ) from None
+            raise
+        return pool
+
     async def readiness(self) -> str | None:
         """Ready when a pooled connection answers ``SELECT 1`` (a pool that failed to
         open is retried here, as on any use)."""
         try:
-            pool = await self._ready()
-            async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
-                await conn.fetchval("SELECT 1", timeout=self.command_timeout_s)
+            await self._fetch("SELECT 1")
         # Any failure: a connection the server ended can also raise asyncpg's
         # InternalClientError (not an InterfaceError) on its next use (measured).
         except Exception as exc:
-            log.warning("readiness: the database does not answer: %s", type(exc).__name__)
+            if not _outage(exc):  # an outage has its own line (store_outage)
+                log.warning("readiness: the database does not answer: %s", type(exc).__name__)
             return "the database does not answer"
         return None
 
@@ -674,7 +729,8 @@ class PostgresTaskStore(TaskStore):
             try:
                 listener = await self._listen()
             except Exception as exc:  # whatever it is, the next attempt may work
-                log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
+                if not self.outage.down:  # else the outage's line says it
+                    log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
             else:
                 self._listener = listener
                 self._listener_lost.clear()
@@ -708,7 +764,8 @@ class PostgresTaskStore(TaskStore):
                 self.replica,
             )
         except _DB_ERRORS as exc:
-            log.warning("could not read the cancel requests missed: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("could not read the cancel requests missed: %s", _why(exc))
             self._listener_lost.set()
             return False
         for row in rows:
@@ -733,9 +790,26 @@ class PostgresTaskStore(TaskStore):
         self._recent = ByteLRU(self._recent.max_entries, self._recent.max_bytes)
 
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        pool = await self._ready()
-        async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
-            return list(await conn.fetch(sql, *args))
+        with self._database_call():
+            pool = await self._ready()
+            async with pool.acquire(timeout=self.acquire_timeout_s) as conn:
+                return list(await conn.fetch(sql, *args))
+
+    @contextlib.contextmanager
+    def _database_call(self) -> Iterator[None]:
+        """Around one use of the database: a sign that the database is away becomes
+        StoreOutageError (the protocol's UNAVAILABLE; the outage is logged once, see
+        ``store_outage``); a use that succeeds ends an outage."""
+        started = time.monotonic()
+        try:
+            yield
+        except _OUTAGE_ERRORS as exc:
+            self.outage.failed(_why(exc))
+            raise StoreOutageError() from None
+        self.outage.answered(started)
+
+    def on_outage(self, handler: Callable[[], None]) -> None:
+        self.outage.listen(handler)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -1009,31 +1083,32 @@ class PostgresTaskStore(TaskStore):
         most: int,
     ) -> PushAdded:
         sealed = self.box.seal_push_config(config, keep_sealed=False).SerializeToString()
-        pool = await self._ready()
-        async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-            # The task's row lock orders the config changes of one task across every
-            # process, so the count below sees every committed one (the cap holds).
-            found = await conn.fetchval(
-                "SELECT 1 FROM a2a_tasks WHERE task_id = $1 AND workspace = $2"
-                " AND caller = $3 FOR NO KEY UPDATE",
-                task_id,
-                owner.workspace,
-                owner.name,
-            )
-            if found is None:
-                return "missing"
-            held = await conn.fetchrow(
-                "SELECT count(*) AS n, coalesce(max(position) + 1, 0) AS next,"
-                " coalesce(bool_or(config_id = $2), false) AS replacing"
-                " FROM a2a_push_configs WHERE task_id = $1",
-                task_id,
-                config.id,
-            )
-            assert held is not None  # an aggregate always answers one row
-            if not held["replacing"] and held["n"] >= most:
-                return "full"
-            await conn.execute(_PUT_PUSH, task_id, held["next"], config.id, version, sealed)
-        return "stored"
+        with self._database_call():
+            pool = await self._ready()
+            async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+                # The task's row lock orders the config changes of one task across every
+                # process, so the count below sees every committed one (the cap holds).
+                found = await conn.fetchval(
+                    "SELECT 1 FROM a2a_tasks WHERE task_id = $1 AND workspace = $2"
+                    " AND caller = $3 FOR NO KEY UPDATE",
+                    task_id,
+                    owner.workspace,
+                    owner.name,
+                )
+                if found is None:
+                    return "missing"
+                held = await conn.fetchrow(
+                    "SELECT count(*) AS n, coalesce(max(position) + 1, 0) AS next,"
+                    " coalesce(bool_or(config_id = $2), false) AS replacing"
+                    " FROM a2a_push_configs WHERE task_id = $1",
+                    task_id,
+                    config.id,
+                )
+                assert held is not None  # an aggregate always answers one row
+                if not held["replacing"] and held["n"] >= most:
+                    return "full"
+                await conn.execute(_PUT_PUSH, task_id, held["next"], config.id, version, sealed)
+            return "stored"
 
     async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
         await self._fetch(
@@ -1115,7 +1190,8 @@ class PostgresTaskStore(TaskStore):
                 list(self._leased),
             )
         except (StoreUnavailable, *_DB_ERRORS) as exc:
-            log.warning("could not renew run leases: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("could not renew run leases: %s", _why(exc))
 
     # --- events across processes ------------------------------------------------------
 
@@ -1140,7 +1216,9 @@ class PostgresTaskStore(TaskStore):
         (so a task's events are committed in their order), with one NOTIFY per task.
         A batch whose write fails is written again after each of
         :data:`.task_store.STORE_RETRY_PAUSES_S` (a lost event would stop every follower
-        of its task at the gap), then dropped."""
+        of its task at the gap), then dropped; during an outage, until the database is
+        back, while the outbox holds at most :data:`OUTAGE_EVENTS_KEPT_BYTES` and the
+        store is not closing."""
         tries = 0
         while self._outbox:
             batch = self._outbox[:_EVENT_BATCH]  # new events are only ever appended
@@ -1152,15 +1230,23 @@ class PostgresTaskStore(TaskStore):
                     [b[2] for b in batch],
                 )
             except _DB_ERRORS as exc:
+                if (
+                    _outage(exc)
+                    and self._writer is asyncio.current_task()  # (aclose takes it)
+                    and sum(len(b[2]) for b in self._outbox) <= OUTAGE_EVENTS_KEPT_BYTES
+                ):
+                    await asyncio.sleep(OUTAGE_EVENTS_RETRY_S)
+                    continue
                 if tries < len(STORE_RETRY_PAUSES_S):
                     pause = STORE_RETRY_PAUSES_S[tries]
                     tries += 1
-                    log.warning(
-                        "%d stream events not logged yet (trying again in %gs): %s",
-                        len(batch),
-                        pause,
-                        _why(exc),
-                    )
+                    if not _outage(exc):
+                        log.warning(
+                            "%d stream events not logged yet (trying again in %gs): %s",
+                            len(batch),
+                            pause,
+                            _why(exc),
+                        )
                     await asyncio.sleep(pause)
                     continue
                 log.warning("%d stream events not logged: %s", len(batch), _why(exc))
@@ -1182,7 +1268,8 @@ class PostgresTaskStore(TaskStore):
                 cutoff,
             )
         except _DB_ERRORS as exc:
-            log.warning("could not prune stream events: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("could not prune stream events: %s", _why(exc))
 
     def follow(
         self,
@@ -1253,7 +1340,8 @@ class PostgresTaskStore(TaskStore):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("following task %s's events failed: %s", task_id, _why(exc))
+            if not _outage(exc):  # (an outage ended the streams that followed it)
+                log.warning("following task %s's events failed: %s", task_id, _why(exc))
             deliver(None, 0)
         finally:
             followed = self._follows.get(task_id)
@@ -1319,14 +1407,21 @@ class PostgresTaskStore(TaskStore):
         also their inbox files). One replica at a time: a batch another replica is
         doing makes this one remove nothing. How many were removed."""
         try:
-            pool = await self._ready()
-            async with pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-                locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK)
-                if not locked:
-                    return 0
-                rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
+            with self._database_call():
+                pool = await self._ready()
+                async with (
+                    pool.acquire(timeout=self.acquire_timeout_s) as conn,
+                    conn.transaction(),
+                ):
+                    locked = await conn.fetchval(
+                        "SELECT pg_try_advisory_xact_lock($1)", RETENTION_LOCK
+                    )
+                    if not locked:
+                        return 0
+                    rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
         except (StoreUnavailable, *_DB_ERRORS) as exc:  # the next pass tries again
-            log.warning("task retention skipped a pass: %s", _why(exc))
+            if not _outage(exc):
+                log.warning("task retention skipped a pass: %s", _why(exc))
             return 0
         if files:
             # A caller without a workspace (anonymous) saved its files in the first one.

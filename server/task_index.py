@@ -23,11 +23,14 @@ step as the file (lookups see them at once) and a writer thread, the only one th
 writes, commits them as one transaction ``COMMIT_DELAY_S`` later, or as soon as a read
 needs them; a commit costs ~250 us here, more than the rest of a blocking send. A
 process killed within that window loses those rows, never a file: an index not closed
-cleanly is reconciled at the next start. Page queries and counts run on a reader
-thread with its own connection; reconciling, rebuilding and retention scans read on a
-maintenance thread, and their changes go through the writer with compare-and-set on
-the file stamp (a newer write always wins); the writer also checkpoints the WAL. An
-owner's id is a hash of its name, so no write waits to learn it.
+cleanly is reconciled at the next start, which also puts back the retry keys the task
+files carry (``file_store``), and retry-key lookups wait for that pass
+(``KEYS_RECOVERY_WAIT_S`` at most), so no answered message is taken as new. Page
+queries and counts run on a reader thread with its own connection; reconciling,
+rebuilding and retention scans read on a maintenance thread, and their changes go
+through the writer with compare-and-set on the file stamp (a newer write always wins);
+the writer also checkpoints the WAL. An owner's id is a hash of its name, so no write
+waits to learn it.
 
 Keeping it in step with the folder:
 
@@ -70,7 +73,7 @@ from a2a_gateway.protocol.context import Caller
 
 from .atomic_files import is_stale_temp
 from .lifecycle import ACTIVE, TERMINAL, valid_id
-from .task_store import Listing, TaskFilter, TaskSummary, Window
+from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +89,17 @@ WAL_KEEP_BYTES = 64 << 20  # a checkpointed WAL is cut back to this
 #: unclean stop) waits for it (a few tens of ms); in a larger one, it answers from the
 #: index as it is and the reconcile catches up in the background.
 RECONCILE_WAIT_ROWS = 20_000
+#: A retry-key lookup waits up to this long for the reconcile owed at open (after an
+#: unclean stop, or a rebuild), which puts back the keys of the task files written
+#: after the index's last commit; past it, lookups answer from what is indexed.
+KEYS_RECOVERY_WAIT_S = 30.0
 
 _INT64_MAX = (1 << 63) - 1
 Stamp = tuple[int, int, int]  # (mtime_ns, size, inode) of a task file
-#: What a task file holds for the index: its stamp, then (owner, summary), or None
-#: when the file is malformed (it is not listed); None overall when it cannot be read.
-Parsed = tuple[Stamp, tuple[Caller, TaskSummary] | None] | None
+#: What a task file holds for the index: its stamp, then (owner, summary, retry keys),
+#: or None when the file is malformed (it is not listed); None overall when it cannot
+#: be read.
+Parsed = tuple[Stamp, tuple[Caller, TaskSummary, tuple[MessageKey, ...]] | None] | None
 ParseFn = Callable[[str, str], Parsed]
 
 _T = TypeVar("_T")
@@ -147,6 +155,12 @@ _UPDATE_IF = (
     " ino = ? WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
 )
 _DELETE_IF = "DELETE FROM tasks WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
+# A retry key read from a task file (a reconcile): the index's own keys win, and a key
+# of a task whose row is gone (a newer removal won) is not brought back.
+_RECOVER_KEY = (
+    "INSERT OR IGNORE INTO retry SELECT ?, ?, ?, ?"
+    " WHERE EXISTS (SELECT 1 FROM tasks WHERE task_id = ?)"
+)
 
 
 @dataclass(slots=True)
@@ -157,6 +171,7 @@ class _Change:
     task_id: str
     expect: Stamp | None
     row: tuple[Caller, TaskSummary, Stamp] | None
+    retry_keys: tuple[MessageKey, ...] = ()
 
 
 def _owner_hash(owner: Caller) -> int:
@@ -251,6 +266,9 @@ class TaskIndex:
         # pass has done it since: the close then leaves the index marked unclean, so
         # the next start reconciles (a close never forgets one).
         self._unreconciled = False
+        # The index may lack retry keys that task files hold (it was not closed
+        # cleanly, or is rebuilt): lookups wait for the first reconcile pass.
+        self._keys_behind = False
         # The event loop's connection (retry-key lookups), once the open is taken in.
         self._db: sqlite3.Connection | None = None
         self._opened_here: _Opened | None = None  # (writer thread) the open that worked
@@ -323,6 +341,7 @@ class TaskIndex:
             self._known_until_ns = max(self._known_until_ns or 0, found.folder_mtime)
         if found.wanted:
             self._unreconciled = True
+            self._keys_behind = True
             if self._periodic is not None:  # started: the reconcile starts now
                 self.request_reconcile()
 
@@ -501,7 +520,33 @@ class TaskIndex:
             await self.opened()
         except Exception as exc:
             log.warning("task index %s could not be opened (%s)", self.path, exc)
+        else:
+            if self._keys_behind:
+                await self._keys_recovered()
         return self.find_message(owner, message_id, fingerprint)
+
+    async def _keys_recovered(self) -> None:
+        """Until the reconcile owed at open has passed over the folder, putting back
+        the retry keys of task files written after the index's last commit (a process
+        killed within ``COMMIT_DELAY_S`` of its last answers), at most
+        :data:`KEYS_RECOVERY_WAIT_S`."""
+        running = self._reconcile
+        if running is None or running.done():
+            running = self.request_reconcile()
+        if running is None:
+            return
+        try:
+            async with asyncio.timeout(KEYS_RECOVERY_WAIT_S):
+                await asyncio.shield(running)
+        except TimeoutError:
+            if self._keys_behind:
+                self._keys_behind = False
+                log.warning(
+                    "task index %s: its reconcile takes over %gs; messageId retries are"
+                    " looked up in the keys indexed so far until it ends",
+                    self.path,
+                    KEYS_RECOVERY_WAIT_S,
+                )
 
     # --- reading (reader thread) -----------------------------------------------------
 
@@ -693,8 +738,10 @@ class TaskIndex:
                 raise
             except Exception:
                 self._unreconciled = True
+                self._keys_behind = False  # logged: lookups answer from what is indexed
                 log.exception("task index reconcile failed")
                 return
+            self._keys_behind = False
             if not self._reconcile_again:
                 return
 
@@ -725,6 +772,7 @@ class TaskIndex:
 
     def _apply(self, changes: list[_Change]) -> None:
         inserts: list[tuple[Any, ...]] = []
+        keys: list[tuple[Any, ...]] = []
         for change in changes:
             expect, row = change.expect, change.row
             if row is None:
@@ -743,8 +791,11 @@ class TaskIndex:
                 inserts.append((change.task_id, *values))
             else:
                 self._write(_UPDATE_IF, (*values, change.task_id, *expect))
+            keys += [(values[0], *key, change.task_id, change.task_id) for key in change.retry_keys]
         if inserts:
             self._write(_INSERT_NEW, inserts, many=True)
+        if keys:
+            self._write(_RECOVER_KEY, keys, many=True)
         self.commit()
 
     # --- closing ---------------------------------------------------------------------
@@ -886,8 +937,8 @@ class _Scan:
                 if indexed is not None:
                     changes.append(_Change(task_id, indexed, None))
                 continue
-            file_stamp, (owner, summary) = parsed[0], parsed[1]
-            changes.append(_Change(task_id, indexed, (owner, summary, file_stamp)))
+            file_stamp, (owner, summary, keys) = parsed[0], parsed[1]
+            changes.append(_Change(task_id, indexed, (owner, summary, file_stamp), keys))
         return changes
 
     def gone(self) -> list[_Change] | None:

@@ -83,6 +83,10 @@ def status_key(task: pb.Task) -> StatusKey:
     return (status.state, stamp.seconds, stamp.nanos, status.message.message_id)
 
 
+#: A retry key without its owner (the record's): (messageId, message fingerprint).
+MessageKey = tuple[str, str]
+
+
 @dataclass(slots=True)
 class TaskRecord:
     """One stored task: the Task, its owner and its push configs; ``push_versions`` names,
@@ -114,6 +118,11 @@ class TaskRecord:
     #: ran out): that process announced the task's end, so this one's later status
     #: changes go to no webhook.
     settled_elsewhere: bool = False
+    #: The (messageId, fingerprint) retry keys of the messages that created or
+    #: continued the task (``engine.retries``), kept in its record by stores whose
+    #: index of those keys may fall behind their records (the workspace files: a
+    #: restart recovers the keys from the files, see ``file_store``).
+    retry_keys: list[MessageKey] = field(default_factory=list)
 
 
 #: A place in the listing order: (status timestamp in ns, task id).
@@ -263,6 +272,11 @@ class TaskStore(abc.ABC):
     def on_cancel_request(self, handler: Callable[[str], None]) -> None:  # noqa: B027
         """A store shared by several processes calls ``handler(task_id)`` when another
         process asks for the cancellation of a run (nothing to do for one process)."""
+
+    def on_outage(self, handler: Callable[[], None]) -> None:  # noqa: B027
+        """A store on a database calls ``handler()`` when an outage of it starts (its
+        calls raise ``store_outage.StoreOutageError`` meanwhile; nothing to do for a
+        store without one)."""
 
     async def claim_context(
         self,

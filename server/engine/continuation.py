@@ -79,6 +79,8 @@ class Intake:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):
                         await run.settled.wait()
+        if run.unstored is not None:  # not a task the store holds: UNAVAILABLE
+            raise run.unstored
         # The answer is the task as stored: its view is taken before the write, which
         # may wait (a database) while the run goes on.
         task_view(run.record.task, history_length, into=response.task)
@@ -181,7 +183,7 @@ class Intake:
             inline_push.task_id = task.id
             upsert_push(record, inline_push, context.version)
         if hops > self._state.max_hops:
-            self._state.remember_message(seen_key, task.id)
+            self._state.remember_message(seen_key, record)
             apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
             await self._records.save(record)
             self._state.notify(record)  # no stream can exist yet: only the webhooks hear it
@@ -328,7 +330,7 @@ class Intake:
             if inline_push is not None:
                 upsert_push(record, inline_push, push_version)
             if hops > self._state.max_hops:
-                self._state.remember_message(seen_key, task_id)
+                self._state.remember_message(seen_key, record)
                 apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
                 # No run of it exists: stored only if no other process continued or
                 # cancelled the task since it was read (a shared store).

@@ -38,6 +38,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import ACTIVE, agent_message, valid_id
+from ..store_outage import StoreOutageError
 from ..task_store import STORE_RETRY_PAUSES_S, TaskRecord
 from .rules import apply_status
 from .state import (
@@ -93,8 +94,18 @@ class Records:
                     await self.persist(run)
 
     async def persist_if_dirty(self, run: Run) -> None:
-        if run.dirty:
-            await self.persist(run)
+        """Store a live task whose id is about to leave the engine. StoreOutageError
+        when its store's database is away: the id does not leave (the flusher tries
+        the write again)."""
+        if not run.dirty:
+            return
+        run.dirty = False
+        self._dirty.pop(run.record.task.id, None)
+        try:
+            await self._save_or_outage(run.record)
+        except StoreOutageError:
+            self.mark_dirty(run)
+            raise
 
     async def persist(self, run: Run) -> None:
         run.flush_text()
@@ -121,21 +132,34 @@ class Records:
                 failure = exc
             if pause is None or self._state.closing:
                 break
-            log.warning(
-                "could not store task %s (trying again in %gs): %s: %s",
-                run.record.task.id,
-                pause,
-                type(failure).__name__,
-                str(failure)[:200],
-            )
+            if not isinstance(failure, StoreOutageError):  # (an outage has its own line)
+                log.warning(
+                    "could not store task %s (trying again in %gs): %s: %s",
+                    run.record.task.id,
+                    pause,
+                    type(failure).__name__,
+                    str(failure)[:200],
+                )
             await asyncio.sleep(pause)
             if self._state.closing:
                 break
+        if isinstance(failure, StoreOutageError):
+            run.unstored = failure
+            # Its sender is answered UNAVAILABLE (Run.unstored); the outage has its line.
+            log.info("task %s: its final state was not stored (database away)", run.record.task.id)
+            return
         log.error("could not store task %s", run.record.task.id, exc_info=failure)
 
     async def save(self, record: TaskRecord) -> None:
+        with contextlib.suppress(StoreOutageError):  # logged once by the store
+            await self._save_or_outage(record)
+
+    async def _save_or_outage(self, record: TaskRecord) -> None:
+        """Store a live task; StoreOutageError raised, any other failure logged."""
         try:
             await self._state.store.save(record)
+        except StoreOutageError:
+            raise
         except Exception:
             # The task stays served from memory while live; the next write retries.
             log.exception("could not store task %s", record.task.id)
@@ -181,6 +205,8 @@ class Records:
             apply_status(task, pb.TASK_STATE_FAILED, message)
             try:
                 recovered = await self._state.store.replace(record)
+            except StoreOutageError:
+                return record  # served failed; the next reader tries again (as below)
             except Exception:
                 # Served failed all the same; the next reader tries again, and the
                 # webhooks hear of it from the recovery that is stored (not twice).

@@ -14,6 +14,7 @@ from typing import Any
 from a2a_gateway.agent.base import Agent, Signal, Turn
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import (
+    A2AError,
     FieldViolation,
     InternalError,
     InvalidParamsError,
@@ -28,6 +29,7 @@ from ..limits import RunSlot, TaskLimiter
 from ..outbound import OutboundClient
 from ..paging import PageTokens
 from ..push import PushDispatcher
+from ..store_outage import StoreOutageError
 from ..task_store import TaskRecord, TaskStore
 from .push_feed import PushFeed
 from .retries import RetryKey
@@ -69,6 +71,8 @@ def store_failure_as_internal(what: str) -> Iterator[None]:
     details)."""
     try:
         yield
+    except StoreOutageError:
+        raise  # UNAVAILABLE, the outage logged once by the store
     except Exception:
         log.exception("store call failed: %s", what)
         raise InternalError(what) from None
@@ -91,6 +95,7 @@ class Run:
         "status_data",
         "stopping",
         "turn",
+        "unstored",
     )
 
     def __init__(
@@ -110,6 +115,9 @@ class Run:
         self.pending_text: list[str] = []
         self.file_notes: tuple[str, ...] = ()  # outgoing files skipped, for the final status
         self.status_data: Mapping[str, Any] | None = None  # InputRequired.schema, if any
+        #: Its final state could not be stored (the store's database was away): a
+        #: blocking send answers this error, not a task the store does not hold.
+        self.unstored: StoreOutageError | None = None
 
     def flush_text(self) -> None:
         """Append the response text streamed since the last flush to the response
@@ -198,6 +206,15 @@ class EngineState:
         self.tokens = PageTokens(shared=store.page_token_key)
         self.closing = False
         self.shared_events = store.shares_events  # events also go to other processes
+        # Streams follow events the database carries: they end when it goes away.
+        store.on_outage(lambda: self.end_streams(StoreOutageError()))
+
+    def end_streams(self, error: A2AError) -> None:
+        """End every open stream with ``error`` (UNAVAILABLE: its client subscribes
+        again, where and when it can); the runs go on."""
+        for hub in self.hubs.values():
+            hub.close(error)
+        self.hubs.clear()
 
     def live(self, caller: Caller, task_id: str) -> Run | None:
         """The caller's live run of ``task_id`` (another caller's is not found), its
@@ -298,12 +315,18 @@ class EngineState:
         finally:
             self.leave(task_id, subscriber)
 
-    def remember_message(self, seen_key: RetryKey, task_id: str) -> None:
-        """Record the retry key of a task (see ``retries``): in the store (the
-        workspace index on disk survives restarts; the memory store's keys are bounded
-        by count and bytes)."""
+    def remember_message(self, seen_key: RetryKey, record: TaskRecord) -> None:
+        """Record the retry key of a message that created or continued the task of
+        ``record`` (see ``retries``): in the store (the workspace index on disk
+        survives restarts; the memory store's keys are bounded by count and bytes), and
+        in the record, so that its next save stores the key with the task (the
+        workspace files: a key is durable with the answer that names its task)."""
         workspace, name, message_id, fingerprint = seen_key
-        self.store.remember_message(Caller(name, workspace), message_id, fingerprint, task_id)
+        if (message_id, fingerprint) not in record.retry_keys:
+            record.retry_keys.append((message_id, fingerprint))
+        self.store.remember_message(
+            Caller(name, workspace), message_id, fingerprint, record.task.id
+        )
 
     async def retried(self, seen_key: RetryKey) -> str | None:
         """The task a message with this retry key created or continued, if any."""

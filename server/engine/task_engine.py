@@ -201,9 +201,7 @@ class TaskEngine(A2AService):
         await self._runner.stop_all()
         if state.push_feed is not None:  # the final states' configs are read first
             await state.push_feed.aclose(state.cancel_grace_s)
-        for hub in state.hubs.values():
-            hub.close(shutting_down())
-        state.hubs.clear()
+        state.end_streams(shutting_down())
         await self._records.aclose()
         await state.store.aclose()  # e.g. a ListTasks folder scan in progress
 

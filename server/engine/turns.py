@@ -98,7 +98,7 @@ class Runner:
         task_id = task.id
         self._state.runs[task_id] = run
         self._state.busy[busy_key] = task_id
-        self._state.remember_message(seen_key, task_id)
+        self._state.remember_message(seen_key, record)
         if subscriber is not None:
             self._state.subscribe(task_id, subscriber)
         # The run's first step is scheduled before the flusher's wake-up, so a run that

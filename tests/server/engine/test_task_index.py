@@ -385,6 +385,44 @@ async def test_retry_keys_survive_a_restart_and_leave_with_their_task(tmp_path: 
         await store.aclose()
 
 
+@pytest.mark.parametrize("index_lost", ["uncommitted", "deleted"])
+async def test_retry_keys_the_index_lost_come_back_from_the_task_files(
+    tmp_path: Path, index_lost: str
+) -> None:
+    """The rows of files written just before the process died were not committed
+    (their keys were queued before them: neither is in; the index is not marked
+    clean), or the index was removed: the first lookup after the restart finds the
+    key the task file carries, and the index holds it again."""
+    first = WorkspaceTaskStore(tmp_path)
+    kept, later = record(1), record(2)
+    kept.retry_keys.append(("m-1", "fp"))
+    await first.save(kept)
+    later.retry_keys += [("m-2", "fp"), ("m-3", "fp")]  # created, then continued
+    await first.save(later)
+    await first.aclose()
+    db_path = tmp_path / ".a2a" / INDEX_NAME
+    if index_lost == "deleted":
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{db_path}{suffix}")
+    else:
+        with contextlib.closing(sqlite3.connect(db_path)) as db, db:
+            db.execute("DELETE FROM tasks")  # their retry keys go with them (a trigger)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('clean', 0)")
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        assert await store.lookup_message(ALICE, "m-1", "fp") == kept.task.id
+        assert await store.lookup_message(ALICE, "m-3", "fp") == later.task.id
+        assert await store.lookup_message(BOB, "m-2", "fp") is None  # the file's owner only
+        loaded = await store.load(ALICE, later.task.id)
+        assert loaded is not None and loaded.retry_keys == [("m-2", "fp"), ("m-3", "fp")]
+    finally:
+        await store.aclose()
+    with contextlib.closing(sqlite3.connect(db_path)) as db:
+        rows = sorted(db.execute("SELECT message_id, task_id FROM retry"))
+    assert rows == [("m-1", kept.task.id), ("m-2", later.task.id), ("m-3", later.task.id)]
+
+
 async def test_an_index_held_locked_by_another_process_never_stalls_the_loop(
     tmp_path: Path,
 ) -> None:
