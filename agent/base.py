@@ -52,12 +52,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from google.protobuf import json_format
 
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -131,6 +134,19 @@ class Turn:
     def text(self) -> str:
         """The text of the message's text parts, joined by newlines."""
         return "\n".join(p.text for p in self.message.parts if p.WhichOneof("content") == "text")
+
+    def content_text(self) -> str:
+        """The text parts and the data parts (as compact JSON: a structured answer),
+        in message order, joined by newlines."""
+        lines: list[str] = []
+        for part in self.message.parts:
+            kind = part.WhichOneof("content")
+            if kind == "text":
+                lines.append(part.text)
+            elif kind == "data":
+                value = json_format.MessageToDict(part.data)
+                lines.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        return "\n".join(lines)
 
     def first_text(self) -> str:
         """The first text part of the message (``""`` when it has none)."""

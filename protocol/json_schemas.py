@@ -1,0 +1,106 @@
+"""JSON Schema on A2A parts: the questions our agents ask with a schema (tagged as
+Everruns tags them) and the checks of data against a schema, both sides share.
+
+A question's schema rides in the status message as a data part ``{"schema": ...}`` whose
+``mediaType`` is :data:`ASK_USER_MEDIA_TYPE` and whose metadata names
+:data:`ASK_USER_TAG` under ``kind``: a caller finds it by either mark. Checks use the
+``jsonschema`` package (the dialect a schema names in ``$schema``, else 2020-12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import jsonschema
+from google.protobuf import json_format
+from jsonschema.exceptions import best_match
+
+from lf.a2a.v1 import a2a_pb2 as pb
+
+#: The mark of a question's data part (the name Everruns gives it).
+ASK_USER_TAG = "everruns/ask_user"
+ASK_USER_MEDIA_TYPE = "application/vnd.everruns.ask-user+json"
+#: The metadata member that carries the mark.
+TAG_KEY = "kind"
+#: Longest violation text put into an error or a prompt.
+VIOLATION_CAP = 300
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` is not a usable JSON Schema (None when it is)."""
+    if not isinstance(schema, dict):
+        return "must be a JSON Schema object"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return _cap(f"not a valid JSON Schema: {exc.message}")
+    return None
+
+
+def violation(schema: Mapping[str, Any], value: Any) -> str | None:
+    """The most relevant way ``value`` breaks ``schema`` ("at /a/0: ..."), or None when
+    it conforms. A schema that is itself broken is reported as the violation."""
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = best_match(validator.iter_errors(value))
+    except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType) as exc:
+        return _cap(f"the schema is not usable: {getattr(exc, 'message', exc)}")
+    except RecursionError:
+        return "the schema refers to itself without end"
+    if error is None:
+        return None
+    where = "/" + "/".join(str(p) for p in error.absolute_path)
+    return _cap(f"at {where}: {error.message}")
+
+
+def part_value(part: pb.Part) -> Any:
+    """The JSON value of a data part."""
+    return json_format.MessageToDict(part.data)
+
+
+def data_part(
+    value: Any, *, media_type: str = "", metadata: Mapping[str, Any] | None = None
+) -> pb.Part:
+    part = pb.Part(media_type=media_type)
+    json_format.ParseDict(value, part.data)
+    if metadata:
+        part.metadata.update(metadata)
+    return part
+
+
+def ask_user_part(schema: Mapping[str, Any]) -> pb.Part:
+    """The data part that carries a question's answer schema, tagged."""
+    return data_part(
+        {"schema": dict(schema)}, media_type=ASK_USER_MEDIA_TYPE, metadata={TAG_KEY: ASK_USER_TAG}
+    )
+
+
+def is_ask_user(part: pb.Part) -> bool:
+    if part.WhichOneof("content") != "data":
+        return False
+    if part.media_type == ASK_USER_MEDIA_TYPE:
+        return True
+    tag = part.metadata.fields.get(TAG_KEY)
+    return tag is not None and tag.string_value == ASK_USER_TAG
+
+
+def asked_schema(message: pb.Message) -> dict[str, Any] | None:
+    """The answer schema of a tagged question in ``message`` (None without one)."""
+    for part in message.parts:
+        if is_ask_user(part):
+            value = part_value(part)
+            schema = value.get("schema") if isinstance(value, dict) else None
+            if isinstance(schema, dict):
+                return schema
+    return None
+
+
+def data_parts(parts: Iterable[pb.Part]) -> Iterator[tuple[int, pb.Part]]:
+    for index, part in enumerate(parts):
+        if part.WhichOneof("content") == "data":
+            yield index, part
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= VIOLATION_CAP else text[: VIOLATION_CAP - 3] + "..."
