@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from google.protobuf import json_format
+
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import confine
@@ -37,12 +39,12 @@ from a2a_gateway.protocol.json_schemas import data_part, schema_problem
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 
 from .agents_file import AgentEntry, read_agents, read_raw
+from .clock import DEFAULT_MAX_WAIT_S
 from .directory import describe, fetch_agent_cards
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .guarded_http import open_agent
 from .messages import send_request
 from .remote import RemoteService
-from .structured import Checked, check_message, check_task, reask_text, stamp_schema
 from .results import (
     SETTLED,
     STILL_WATCHED,
@@ -51,6 +53,7 @@ from .results import (
     save_task_files,
     task_result,
 )
+from .structured import Checked, check_message, check_task, reask_text, stamp_schema
 from .watches import CALL_TIMEOUT_S, WatchRegistry
 
 log = logging.getLogger(__name__)
@@ -58,8 +61,6 @@ R = TypeVar("R")
 
 #: How long send waits for a result (no mode given) before a watch takes over.
 DEFAULT_WAIT_S = 60.0
-#: The bound of a foreground send and of the wait action (``--a2a-max-wait``).
-DEFAULT_MAX_WAIT_S = 600.0
 #: Poll interval while send waits on an agent that does not stream.
 SEND_POLL_S = 1.0
 ACTIONS = ("agents", "send", "wait", "status", "cancel")
@@ -180,7 +181,10 @@ class A2ATool(Tool):
         text = _text(arguments, "message")
         parts: list[pb.Part] = [pb.Part(text=text)] if text else []
         if "data" in arguments:
-            parts.append(data_part(arguments["data"]))
+            try:
+                parts.append(data_part(arguments["data"]))
+            except (ValueError, json_format.Error):
+                raise ToolError("data: must be a JSON value") from None
         parts += await self._file_parts(context.workspace, arguments.get("files"))
         if not parts:
             raise ToolError("send needs a message, data or files")
@@ -202,7 +206,9 @@ class A2ATool(Tool):
                         return message_result(entry.name, reply.message, checked)
                     request = _reask(checked, reply.message.context_id, "", context)
                     continue
-                task = await self._settle(entry, service, reply.task, bound, context, redact, schema)
+                task = await self._settle(
+                    entry, service, reply.task, bound, context, redact, schema
+                )
                 if schema is None or task.status.state != pb.TASK_STATE_COMPLETED:
                     return await self._outcome(entry, task, service.card, context, schema)
                 checked = check_task(schema, task)
@@ -495,7 +501,9 @@ def _result_schema(value: Any) -> dict[str, Any] | None:
     return value
 
 
-def _reask(checked: Checked, context_id: str, task_id: str, context: ToolContext) -> pb.SendMessageRequest:
+def _reask(
+    checked: Checked, context_id: str, task_id: str, context: ToolContext
+) -> pb.SendMessageRequest:
     """The one more ask after an answer that did not match: in the same conversation,
     referring to the task (a completed task takes no more messages)."""
     request = send_request(

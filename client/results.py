@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.json_schemas import asked_schema
 from a2a_gateway.server.files import (
     DEFAULT_MAX_FILE_BYTES,
     INBOX_FOLDER,
@@ -33,8 +34,6 @@ from a2a_gateway.server.files import (
     sanitize_filename,
     save_new_file,
 )
-
-from a2a_gateway.protocol.json_schemas import asked_schema
 
 from .agents_file import read_raw
 from .messages import INTERRUPTED_STATES, SETTLED_STATES

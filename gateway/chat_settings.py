@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from a2a_gateway.client.a2a_tool import DEFAULT_MAX_WAIT_S
+from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
 
 from .settings import SETTINGS, Setting
 
