@@ -60,9 +60,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from google.protobuf import json_format
-
 from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.json_schemas import part_value
 from lf.a2a.v1 import a2a_pb2 as pb
 
 #: Name of the artifact built from :class:`TextChunk` outputs.
@@ -144,7 +143,7 @@ class Turn:
             if kind == "text":
                 lines.append(part.text)
             elif kind == "data":
-                value = json_format.MessageToDict(part.data)
+                value = part_value(part)
                 lines.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
         return "\n".join(lines)
 

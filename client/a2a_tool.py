@@ -270,9 +270,9 @@ class A2ATool(Tool):
         async with await self._open(entry) as service:
             task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
             task = await self._settle(entry, service, task, bound, context, redact, schema)
-            if is_settled(task) and watch is not None:
-                # The result is given here: the watch would deliver it a second time.
-                await self.watches.stop(context.workspace, context.scope, task_id)
+            if is_settled(task):
+                # The result is given here: a watch would deliver it a second time.
+                await self.watches.forget(context.workspace, context.scope, task_id)
             checked = None
             if schema is not None and task.status.state == pb.TASK_STATE_COMPLETED:
                 checked = check_task(schema, task)
@@ -281,8 +281,7 @@ class A2ATool(Tool):
     async def _status(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
         async with await self._open(entry) as service:
             task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
-            if not is_settled(task):
-                return task_result(entry.name, task).split("\n", 1)[0]
+            # A task still running is watched (as after send), so its result comes.
             return await self._outcome(entry, task, service.card, context)
 
     async def _cancel(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:

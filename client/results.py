@@ -123,7 +123,7 @@ def answer_lines(task: pb.Task, checked: Checked | None, *, reasked: bool = Fals
     """A settled answer; checked against a resultSchema when ``checked`` is given (a
     completed task only)."""
     if checked is None or task.status.state != pb.TASK_STATE_COMPLETED:
-        answer = answer_text(task)
+        answer = answer_text(task) or shown_data(task)  # a data-only answer as JSON
         return [answer] if answer else []
     if checked.valid:
         return ["Result (matches resultSchema):", compact(checked.value)]

@@ -305,6 +305,17 @@ class WatchRegistry:
         await self.pending.remove(watch.workspace, watch.record.watchId)
         return watch.record
 
+    async def forget(self, workspace: Path, scope: str, task_id: str) -> None:
+        """The conversation has the task's result: stop its watch and drop a result
+        kept for delivery, so it does not arrive a second time."""
+        workspace = _resolved(workspace)
+        await self.stop(workspace, scope, task_id)
+        for record in await self.pending.read(workspace):
+            if record.target == scope and record.taskId == task_id:
+                if record.watchId in self._delivering:
+                    continue  # on its way already
+                await self.pending.remove(workspace, record.watchId)
+
     def wake(self, watch_id: str, token: str) -> bool:
         """A push arrived for ``watch_id``: check its token (constant time) and wake the
         watch. False for an unknown watch or a wrong token."""

@@ -55,8 +55,23 @@ def violation(schema: Mapping[str, Any], value: Any) -> str | None:
 
 
 def part_value(part: pb.Part) -> Any:
-    """The JSON value of a data part."""
-    return json_format.MessageToDict(part.data)
+    """The JSON value of a data part. Protobuf keeps every number as a double: whole
+    ones come back as ints (``7``, not ``7.0``), as they were sent."""
+    return _whole_numbers(json_format.MessageToDict(part.data))
+
+
+#: Doubles hold every integer up to here exactly.
+_EXACT_INT = 2**53
+
+
+def _whole_numbers(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= _EXACT_INT else value
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    return value
 
 
 def data_part(
