@@ -4,15 +4,30 @@ One tool with an ``action``:
 
 - ``agents`` lists every agent with its card (10 s each, concurrently): description, card
   name, streaming/push, skills with up to three examples, or ``unreachable (<reason>)``;
-- ``send`` sends ``message`` and/or ``files`` to ``agent`` (``contextId`` continues a
-  conversation, ``taskId`` answers its question) with returnImmediately and the hop count
-  + 1, never streamed, then waits up to ``wait_s`` (60 s; 0 hands over at once) for the task
-  to settle: it subscribes when the card streams (polling when the stream fails or ends
-  early), else polls GetTask every second. A task still running then is handed to a watch
-  (also when the turn is aborted or the agent stops answering once the task exists);
-- ``status`` reads a task (the same result shape as ``send``);
+- ``send`` sends ``message``, ``data`` (a JSON value, one data part) and/or ``files`` to
+  ``agent`` (``contextId`` continues a conversation, ``taskId`` answers its question or
+  adds to a task still running: an agent that refuses says so in its error, shown as
+  is) with returnImmediately and the hop count + 1, never streamed, then waits for the
+  task to settle, per ``mode``: ``foreground`` up to ``max_wait_s`` (600 s), ``background``
+  not at all, none given up to ``wait_s`` (60 s; 0 hands over at once). It subscribes
+  when the card streams (polling when the stream fails or ends early), else polls
+  GetTask every second. A task still running then is handed to a watch (also when the
+  turn is aborted or the agent stops answering once the task exists);
+- ``resultSchema`` (with send) asks for a structured result (:mod:`.structured`): the
+  schema goes out with the message, a completed answer is checked, one that does not
+  match is asked for once more in the same conversation (a new task referring to the
+  first: a completed task takes no more messages), and a second mismatch is reported with
+  the answer. A watch of such a task checks before it delivers;
+- ``wait`` waits for task ``taskId`` up to ``seconds`` (at most, and by default,
+  ``max_wait_s``), with the result shape of ``send``; a result it gives is not delivered
+  again by a watch;
+- ``status`` reads a task (the same result shape as ``send``; a task still running is
+  watched);
 - ``cancel`` stops this conversation's watch of the task, then cancels it; when the agent
   cannot be reached (or rejects the key, or its card is unusable) the watch is re-armed.
+
+A question asked with a schema (a data part tagged ``everruns/ask_user``) is shown with
+its schema, so the model can answer with ``data``. Every wait is on the registry's clock.
 
 Only owner sessions get this tool (a host never adds it to an inbound caller's session,
 and a call with a caller in its context is refused). Every remote call is bounded by
@@ -209,10 +224,8 @@ class A2ATool(Tool):
                 task = await self._settle(
                     entry, service, reply.task, bound, context, redact, schema
                 )
-                if schema is None or task.status.state != pb.TASK_STATE_COMPLETED:
-                    return await self._outcome(entry, task, service.card, context, schema)
-                checked = check_task(schema, task)
-                if checked.valid or asked_again:
+                checked = _checked(schema, task)
+                if checked is None or checked.valid or asked_again:
                     return await self._outcome(
                         entry, task, service.card, context, schema, checked, asked_again
                     )
@@ -265,24 +278,29 @@ class A2ATool(Tool):
             if not seconds > 0:
                 raise ToolError("seconds: must be more than 0")
             bound = min(float(seconds), self.max_wait_s)
-        watch = self.watches.find(context.workspace, context.scope, task_id)
-        schema = watch.record.resultSchema if watch is not None else None
+        schema = self._watched_schema(context, task_id)
         async with await self._open(entry) as service:
             task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
             task = await self._settle(entry, service, task, bound, context, redact, schema)
             if is_settled(task):
                 # The result is given here: a watch would deliver it a second time.
                 await self.watches.forget(context.workspace, context.scope, task_id)
-            checked = None
-            if schema is not None and task.status.state == pb.TASK_STATE_COMPLETED:
-                checked = check_task(schema, task)
+            checked = _checked(schema, task)
             return await self._outcome(entry, task, service.card, context, schema, checked)
 
     async def _status(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
+        schema = self._watched_schema(context, task_id)
         async with await self._open(entry) as service:
             task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
             # A task still running is watched (as after send), so its result comes.
-            return await self._outcome(entry, task, service.card, context)
+            return await self._outcome(
+                entry, task, service.card, context, schema, _checked(schema, task)
+            )
+
+    def _watched_schema(self, context: ToolContext, task_id: str) -> dict[str, Any] | None:
+        """The resultSchema this conversation's watch of the task checks with."""
+        watch = self.watches.find(context.workspace, context.scope, task_id)
+        return watch.record.resultSchema if watch is not None else None
 
     async def _cancel(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
         # The watch stops first, so a canceled outcome is not delivered again later.
@@ -488,6 +506,12 @@ def _text(arguments: Mapping[str, Any], name: str, *, required: bool = False) ->
     if not isinstance(value, str):
         raise ToolError(f"{name}: must be a string")
     return value
+
+
+def _checked(schema: dict[str, Any] | None, task: pb.Task) -> Checked | None:
+    if schema is None or task.status.state != pb.TASK_STATE_COMPLETED:
+        return None
+    return check_task(schema, task)
 
 
 def _result_schema(value: Any) -> dict[str, Any] | None:

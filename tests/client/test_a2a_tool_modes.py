@@ -251,6 +251,37 @@ async def test_result_schema_accepts_a_data_answer(
     assert text.splitlines()[1:] == ["Result (matches resultSchema):", '{"city":"Porto"}']
 
 
+async def test_result_schema_on_a_message_reply(tool: A2ATool, workspace: Path) -> None:
+    send = {"action": "send", "agent": "assistant-a", "resultSchema": CITY}
+    text = await call(tool, workspace, **send, message='message:{"city": "Braga"}')
+    assert text.splitlines()[1:] == ["Result (matches resultSchema):", '{"city":"Braga"}']
+    # A reply that does not match is asked for once more (the faux agent answers the
+    # second ask with a task that echoes it).
+    text = await call(tool, workspace, **send, message="message:nope")
+    assert text.splitlines()[1].startswith(
+        "The answer does not match resultSchema: the answer holds no JSON"
+    )
+
+
+async def test_a_watch_keeps_the_result_schema(
+    tool: A2ATool, workspace: Path, registry: WatchRegistry
+) -> None:
+    text = await call(
+        tool,
+        workspace,
+        action="send",
+        agent="assistant-a",
+        message="hold:100",
+        resultSchema=CITY,
+        mode="background",
+    )
+    task_id, _ = ids(text)
+    (record,) = read_pending(workspace)
+    assert (record.taskId, record.resultSchema) == (task_id, CITY)
+    assert registry.watches()[0].record.resultSchema == CITY
+    await call(tool, workspace, action="cancel", agent="assistant-a", taskId=task_id)
+
+
 async def test_result_schema_asks_once_more_then_reports_the_mismatch(
     tool: A2ATool, workspace: Path, remote: Gateway
 ) -> None:
