@@ -32,9 +32,7 @@ from .delegation_support import (
     call,
     ctx,
     eventually,
-    faux_gateway,
     ids,
-    workspace_calling,
 )
 
 CITY = {
@@ -42,17 +40,6 @@ CITY = {
     "properties": {"city": {"type": "string"}},
     "required": ["city"],
 }
-
-
-@pytest.fixture
-async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
-    async with faux_gateway(tmp_path / "a") as gateway:
-        yield gateway
-
-
-@pytest.fixture
-def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    return workspace_calling(tmp_path / "b", remote)
 
 
 @pytest.fixture
@@ -72,6 +59,19 @@ async def registry(clock: ManualClock) -> AsyncIterator[WatchRegistry]:
 @pytest.fixture
 def tool(registry: WatchRegistry) -> A2ATool:
     return A2ATool(registry, wait_s=60, max_wait_s=600)
+
+
+async def send_city(tool: A2ATool, workspace: Path, message: str, **extra: object) -> str:
+    """send ``message`` with the CITY resultSchema."""
+    return await call(
+        tool,
+        workspace,
+        action="send",
+        agent="assistant-a",
+        message=message,
+        resultSchema=CITY,
+        **extra,
+    )
 
 
 async def error(tool: A2ATool, workspace: Path, **arguments: object) -> str:
@@ -223,14 +223,7 @@ async def test_mode_and_result_schema_are_checked(tool: A2ATool, workspace: Path
 async def test_result_schema_accepts_a_data_answer(
     tool: A2ATool, workspace: Path, remote: Gateway
 ) -> None:
-    text = await call(
-        tool,
-        workspace,
-        action="send",
-        agent="assistant-a",
-        message='data:{"city": "Lisbon"}',
-        resultSchema=CITY,
-    )
+    text = await send_city(tool, workspace, 'data:{"city": "Lisbon"}')
     assert text.splitlines()[1:] == ["Result (matches resultSchema):", '{"city":"Lisbon"}']
     # The schema went out as a data part and in the message's metadata.
     task = await remote_task(remote, ids(text)[0])
@@ -240,14 +233,7 @@ async def test_result_schema_accepts_a_data_answer(
     assert json_format.MessageToDict(schema_part.data) == CITY
     assert json_format.MessageToDict(sent.metadata)["resultSchema"] == CITY
     # A JSON text answer (the faux agent echoes it) is accepted as well.
-    text = await call(
-        tool,
-        workspace,
-        action="send",
-        agent="assistant-a",
-        message='```json\n{"city": "Porto"}\n```',
-        resultSchema=CITY,
-    )
+    text = await send_city(tool, workspace, '```json\n{"city": "Porto"}\n```')
     assert text.splitlines()[1:] == ["Result (matches resultSchema):", '{"city":"Porto"}']
 
 
@@ -266,15 +252,7 @@ async def test_result_schema_on_a_message_reply(tool: A2ATool, workspace: Path) 
 async def test_a_watch_keeps_the_result_schema(
     tool: A2ATool, workspace: Path, registry: WatchRegistry
 ) -> None:
-    text = await call(
-        tool,
-        workspace,
-        action="send",
-        agent="assistant-a",
-        message="hold:100",
-        resultSchema=CITY,
-        mode="background",
-    )
+    text = await send_city(tool, workspace, "hold:100", mode="background")
     task_id, _ = ids(text)
     (record,) = read_pending(workspace)
     assert (record.taskId, record.resultSchema) == (task_id, CITY)
@@ -285,14 +263,7 @@ async def test_a_watch_keeps_the_result_schema(
 async def test_result_schema_asks_once_more_then_reports_the_mismatch(
     tool: A2ATool, workspace: Path, remote: Gateway
 ) -> None:
-    text = await call(
-        tool,
-        workspace,
-        action="send",
-        agent="assistant-a",
-        message='data:{"town": "Lisbon"}',
-        resultSchema=CITY,
-    )
+    text = await send_city(tool, workspace, 'data:{"town": "Lisbon"}')
     second_id, context_id = ids(text)
     lines = text.splitlines()
     assert lines[0].endswith("is completed.")
@@ -326,15 +297,7 @@ async def test_a_watch_checks_the_result_before_delivering(
              " The answer:", '{"city":7}'],
         ),
     ):  # fmt: skip
-        text = await call(
-            tool,
-            workspace,
-            action="send",
-            agent="assistant-a",
-            message=message,
-            resultSchema=CITY,
-            mode="background",
-        )
+        text = await send_city(tool, workspace, message, mode="background")
         assert still_running(text)
         count = len(inbox.texts)
         await eventually(lambda c=count: len(inbox.texts) > c)  # type: ignore[misc]
