@@ -4,15 +4,19 @@ Everruns tags them) and the checks of data against a schema, both sides share.
 A question's schema rides in the status message as a data part ``{"schema": ...}`` whose
 ``mediaType`` is :data:`ASK_USER_MEDIA_TYPE` and whose metadata names
 :data:`ASK_USER_TAG` under ``kind``: a caller finds it by either mark. Checks use the
-``jsonschema`` package (the dialect a schema names in ``$schema``, else 2020-12).
+``jsonschema`` package (the dialect a schema names in ``$schema``, else 2020-12), with
+``$ref`` kept inside the schema.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jsonschema
+import referencing
+import referencing.exceptions
 from google.protobuf import json_format
 from jsonschema.exceptions import best_match
 
@@ -25,6 +29,8 @@ ASK_USER_MEDIA_TYPE = "application/vnd.everruns.ask-user+json"
 TAG_KEY = "kind"
 #: Longest violation text put into an error or a prompt.
 VIOLATION_CAP = 300
+#: Where ``$ref`` may lead: nowhere outside the schema itself.
+_NO_REMOTE: referencing.Registry[Any] = referencing.Registry()
 
 
 def schema_problem(schema: Any) -> str | None:
@@ -32,20 +38,33 @@ def schema_problem(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return "must be a JSON Schema object"
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        _validator_class(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         return _cap(f"not a valid JSON Schema: {exc.message}")
+    except RecursionError:
+        return "not a valid JSON Schema: nested too deeply"
     return None
+
+
+def _validator_class(schema: Mapping[str, Any]) -> type[jsonschema.protocols.Validator]:
+    """The dialect ``$schema`` names; 2020-12 when it names none, or one unknown."""
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
 
 
 def violation(schema: Mapping[str, Any], value: Any) -> str | None:
     """The most relevant way ``value`` breaks ``schema`` ("at /a/0: ..."), or None when
-    it conforms. A schema that is itself broken is reported as the violation."""
+    it conforms. A schema that is itself broken is reported as the violation.
+
+    ``$ref`` resolves within the schema only: the empty registry retrieves nothing
+    (jsonschema would otherwise fetch a remote ``$ref``, blocking, from wherever the
+    schema points)."""
     try:
-        validator = jsonschema.validators.validator_for(schema)(schema)
+        validator = _validator_class(schema)(schema, registry=_NO_REMOTE)
         error = best_match(validator.iter_errors(value))
-    except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType) as exc:
+    except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType, re.error) as exc:
         return _cap(f"the schema is not usable: {getattr(exc, 'message', exc)}")
+    except referencing.exceptions.Unresolvable as exc:
+        return _cap(f"the schema is not usable: it refers to {exc.ref}, which is not in it")
     except RecursionError:
         return "the schema refers to itself without end"
     if error is None:
