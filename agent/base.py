@@ -227,7 +227,9 @@ class InputRequired:
     """Ask the caller: the task waits (INPUT_REQUIRED) with ``question`` as its status
     message; the caller's next message with this task's id continues it. ``schema``,
     when given, is the JSON Schema of the expected answer: the status message carries
-    it as a data part (``{"schema": ...}``) after the question."""
+    it as a data part (``{"schema": ...}``, tagged ``everruns/ask_user`` in its media
+    type and metadata) after the question, and a data part in the answer must match it
+    (else InvalidParams, and the task keeps waiting)."""
 
     question: str
     schema: Mapping[str, Any] | None = None
