@@ -61,11 +61,13 @@ from types import MappingProxyType
 from typing import Any
 
 from a2a_gateway.protocol.context import Caller
-from a2a_gateway.protocol.json_schemas import part_value
+from a2a_gateway.protocol.json_schemas import is_result_schema, part_value
 from lf.a2a.v1 import a2a_pb2 as pb
 
 #: Name of the artifact built from :class:`TextChunk` outputs.
 RESPONSE_ARTIFACT = "response"
+#: How :meth:`Turn.content_text` introduces a caller's result schema.
+RESULT_SCHEMA_LABEL = "[The caller wants the answer as JSON matching this JSON Schema:]"
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -135,16 +137,16 @@ class Turn:
         return "\n".join(p.text for p in self.message.parts if p.WhichOneof("content") == "text")
 
     def content_text(self) -> str:
-        """The text parts and the data parts (as compact JSON: a structured answer),
-        in message order, joined by newlines."""
+        """The text parts and the data parts (as compact JSON: a structured answer; a
+        caller's result schema says what it is), in message order, joined by newlines."""
         lines: list[str] = []
         for part in self.message.parts:
             kind = part.WhichOneof("content")
             if kind == "text":
                 lines.append(part.text)
             elif kind == "data":
-                value = part_value(part)
-                lines.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+                data = json.dumps(part_value(part), ensure_ascii=False, separators=(",", ":"))
+                lines.append(f"{RESULT_SCHEMA_LABEL} {data}" if is_result_schema(part) else data)
         return "\n".join(lines)
 
     def first_text(self) -> str:

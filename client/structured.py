@@ -17,10 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import lf.a2a.v1.a2a_pb2 as pb
-from a2a_gateway.protocol.json_schemas import TAG_KEY, data_part, part_value, violation
+from a2a_gateway.protocol.json_schemas import (
+    RESULT_SCHEMA_KIND,
+    RESULT_SCHEMA_MEDIA_TYPE,
+    TAG_KEY,
+    data_part,
+    part_value,
+    violation,
+)
 
-RESULT_SCHEMA_MEDIA_TYPE = "application/schema+json"
-RESULT_SCHEMA_KIND = "a2a-gateway/result_schema"
 #: The message metadata member (and the tool's argument) holding the schema.
 RESULT_SCHEMA_KEY = "resultSchema"
 NO_JSON = "the answer holds no JSON (no data part, and no text that parses as JSON)"

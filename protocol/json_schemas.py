@@ -27,6 +27,9 @@ ASK_USER_TAG = "everruns/ask_user"
 ASK_USER_MEDIA_TYPE = "application/vnd.everruns.ask-user+json"
 #: The metadata member that carries the mark.
 TAG_KEY = "kind"
+#: The mark of the result schema our a2a tool sends with a message (``resultSchema``).
+RESULT_SCHEMA_MEDIA_TYPE = "application/schema+json"
+RESULT_SCHEMA_KIND = "a2a-gateway/result_schema"
 #: Longest violation text put into an error or a prompt.
 VIOLATION_CAP = 300
 #: Where ``$ref`` may lead: nowhere outside the schema itself.
@@ -111,12 +114,21 @@ def ask_user_part(schema: Mapping[str, Any]) -> pb.Part:
 
 
 def is_ask_user(part: pb.Part) -> bool:
+    return _marked(part, ASK_USER_MEDIA_TYPE, ASK_USER_TAG)
+
+
+def is_result_schema(part: pb.Part) -> bool:
+    return _marked(part, RESULT_SCHEMA_MEDIA_TYPE, RESULT_SCHEMA_KIND)
+
+
+def _marked(part: pb.Part, media_type: str, kind: str) -> bool:
+    """A data part with this media type, or this ``kind`` in its metadata."""
     if part.WhichOneof("content") != "data":
         return False
-    if part.media_type == ASK_USER_MEDIA_TYPE:
+    if part.media_type == media_type:
         return True
     tag = part.metadata.fields.get(TAG_KEY)
-    return tag is not None and tag.string_value == ASK_USER_TAG
+    return tag is not None and tag.string_value == kind
 
 
 def asked_schema(message: pb.Message) -> dict[str, Any] | None:
