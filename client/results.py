@@ -10,7 +10,12 @@ The texts are exact (the model and the tests read them)::
     Files skipped (over 10485760 bytes): huge.bin
     Links: https://travel.example/map.png
 
-and, delivered later by a watch::
+A question asked with a schema (a tagged data part) shows it, ``Answer schema (JSON
+Schema): {...}``, and says to answer with ``data``. With a ``resultSchema``, a completed
+answer is ``Result (matches resultSchema):`` and the JSON, or ``The answer does not match
+resultSchema: <violation>. The answer:`` and the answer.
+
+And, delivered later by a watch::
 
     [A2A result from "travel-bot", task <id> (completed)]
     Context: <ctx>
@@ -125,12 +130,16 @@ def answer_lines(task: pb.Task, checked: Checked | None, *, reasked: bool = Fals
     if checked is None or task.status.state != pb.TASK_STATE_COMPLETED:
         answer = answer_text(task) or shown_data(task)  # a data-only answer as JSON
         return [answer] if answer else []
+    return checked_lines(checked, [answer_text(task), shown_data(task)], reasked=reasked)
+
+
+def checked_lines(checked: Checked, answer: list[str], *, reasked: bool = False) -> list[str]:
+    """The result that matched, or the mismatch with the ``answer`` it was found in."""
     if checked.valid:
         return ["Result (matches resultSchema):", compact(checked.value)]
     again = " It was asked once more; this is its second answer." if reasked else ""
     lines = [f"The answer does not match resultSchema: {checked.problem}.{again} The answer:"]
-    lines += [text for text in (answer_text(task), shown_data(task)) if text]
-    return lines
+    return lines + [text for text in answer if text]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +245,9 @@ def task_result(
 def message_result(agent: str, message: pb.Message, checked: Checked | None = None) -> str:
     """The tool's text for a plain Message reply (no task)."""
     head = f'Agent "{agent}" replied (context {message.context_id}):'
-    if checked is not None and checked.valid:
-        return f"{head}\nResult (matches resultSchema):\n{compact(checked.value)}"
-    if checked is not None:
-        head += f"\nThe answer does not match resultSchema: {checked.problem}. The answer:"
-    return f"{head}\n{parts_text(message.parts)}"
+    if checked is None:
+        return f"{head}\n{parts_text(message.parts)}"
+    return "\n".join([head, *checked_lines(checked, [parts_text(message.parts)])])
 
 
 def delivery_text(
