@@ -163,10 +163,11 @@ class FauxAgent(Agent):
         if not sep:
             if text.strip() == "crash":
                 raise RuntimeError("the faux agent crashed on request")
-            data = [p for p in turn.message.parts if p.WhichOneof("content") == "data"]
-            if not text and data and not turn.files:
-                yield _response(*data)
-                return
+            if not text and not turn.files:
+                data = [p for p in turn.message.parts if p.WhichOneof("content") == "data"]
+                if data:
+                    yield _response(*data)
+                    return
             if turn.files:
                 text = "\n".join(t for t in (text, _received(turn.files)) if t)
             yield TextChunk(text, last=True)

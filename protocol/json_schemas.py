@@ -5,22 +5,24 @@ A question's schema rides in the status message as a data part ``{"schema": ...}
 ``mediaType`` is :data:`ASK_USER_MEDIA_TYPE` and whose metadata names
 :data:`ASK_USER_TAG` under ``kind``: a caller finds it by either mark. Checks use the
 ``jsonschema`` package (the dialect a schema names in ``$schema``, else 2020-12), with
-``$ref`` kept inside the schema.
+``$ref`` kept inside the schema. jsonschema is imported at the first check: a process
+that never meets a schema (a plain ``serve``) never loads it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-import referencing
-import referencing.exceptions
 from google.protobuf import json_format
-from jsonschema.exceptions import best_match
 
 from lf.a2a.v1 import a2a_pb2 as pb
+
+if TYPE_CHECKING:
+    import jsonschema
+    import referencing
 
 #: The mark of a question's data part (the name Everruns gives it).
 ASK_USER_TAG = "everruns/ask_user"
@@ -32,14 +34,14 @@ RESULT_SCHEMA_MEDIA_TYPE = "application/schema+json"
 RESULT_SCHEMA_KIND = "a2a-gateway/result_schema"
 #: Longest violation text put into an error or a prompt.
 VIOLATION_CAP = 300
-#: Where ``$ref`` may lead: nowhere outside the schema itself.
-_NO_REMOTE: referencing.Registry[Any] = referencing.Registry()
 
 
 def schema_problem(schema: Any) -> str | None:
     """Why ``schema`` is not a usable JSON Schema (None when it is)."""
     if not isinstance(schema, dict):
         return "must be a JSON Schema object"
+    import jsonschema
+
     try:
         _validator_class(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -51,7 +53,17 @@ def schema_problem(schema: Any) -> str | None:
 
 def _validator_class(schema: Mapping[str, Any]) -> type[jsonschema.protocols.Validator]:
     """The dialect ``$schema`` names; 2020-12 when it names none, or one unknown."""
+    import jsonschema
+
     return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
+@functools.cache
+def _no_remote() -> referencing.Registry[Any]:
+    """Where ``$ref`` may lead: nowhere outside the schema itself."""
+    import referencing
+
+    return referencing.Registry()
 
 
 def violation(schema: Mapping[str, Any], value: Any) -> str | None:
@@ -61,8 +73,12 @@ def violation(schema: Mapping[str, Any], value: Any) -> str | None:
     ``$ref`` resolves within the schema only: the empty registry retrieves nothing
     (jsonschema would otherwise fetch a remote ``$ref``, blocking, from wherever the
     schema points)."""
+    import jsonschema
+    import referencing.exceptions
+    from jsonschema.exceptions import best_match
+
     try:
-        validator = _validator_class(schema)(schema, registry=_NO_REMOTE)
+        validator = _validator_class(schema)(schema, registry=_no_remote())
         error = best_match(validator.iter_errors(value))
     except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType, re.error) as exc:
         return _cap(f"the schema is not usable: {getattr(exc, 'message', exc)}")
