@@ -59,6 +59,7 @@ from .directory import describe, fetch_agent_cards
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .guarded_http import open_agent
 from .messages import send_request
+from .pending import PendingRecord
 from .remote import RemoteService
 from .results import (
     SETTLED,
@@ -250,16 +251,21 @@ class A2ATool(Tool):
         context: ToolContext,
         redact: Redactor,
         schema: dict[str, Any] | None,
+        paused: PendingRecord | None = None,
     ) -> pb.Task:
         """The task once settled, or as it is at ``bound``; a task that exists is never
-        left unwatched (a failed wait, an aborted turn)."""
+        left unwatched (a failed wait, an aborted turn: its ``paused`` watch goes on, or
+        a new one starts)."""
         try:
             return await self._wait(service, task, redact, bound)
         except (A2AError, TimeoutError) as exc:
             log.info("a2a send: waiting on task %s failed: %s", task.id, _reason(exc, redact))
             return task
         except asyncio.CancelledError:
-            await asyncio.shield(self._hand_over(entry, task, service.card, context, schema))
+            if paused is not None:
+                await asyncio.shield(self.watches.rearm(context.workspace, paused))
+            else:
+                await asyncio.shield(self._hand_over(entry, task, service.card, context, schema))
             raise
 
     async def _wait_action(
@@ -278,15 +284,28 @@ class A2ATool(Tool):
             if not seconds > 0:
                 raise ToolError("seconds: must be more than 0")
             bound = min(float(seconds), self.max_wait_s)
-        schema = self._watched_schema(context, task_id)
-        async with await self._open(entry) as service:
-            task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
-            task = await self._settle(entry, service, task, bound, context, redact, schema)
-            if is_settled(task):
-                # The result is given here: a watch would deliver it a second time.
-                await self.watches.forget(context.workspace, context.scope, task_id)
-            checked = _checked(schema, task)
-            return await self._outcome(entry, task, service.card, context, schema, checked)
+        # This wait follows the task now: a watch that went on meanwhile could deliver
+        # the result a second time. It is re-armed (same record) when the task is still
+        # running at the bound, and when the wait fails or is aborted.
+        record = await self.watches.stop(context.workspace, context.scope, task_id)
+        schema = record.resultSchema if record is not None else None
+        try:
+            async with await self._open(entry) as service:
+                task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
+                task = await self._settle(
+                    entry, service, task, bound, context, redact, schema, record
+                )
+                if is_settled(task):
+                    # Given here: a result the watch kept before it stopped goes too.
+                    await self.watches.forget(context.workspace, context.scope, task_id)
+                elif record is not None:
+                    await self.watches.rearm(context.workspace, record)
+                checked = _checked(schema, task)
+                return await self._outcome(entry, task, service.card, context, schema, checked)
+        except BaseException:
+            if record is not None:
+                await asyncio.shield(self.watches.rearm(context.workspace, record))
+            raise
 
     async def _status(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
         schema = self._watched_schema(context, task_id)

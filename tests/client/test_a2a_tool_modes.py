@@ -168,6 +168,7 @@ async def test_wait_at_its_bound_leaves_the_task_watched(
         tool, workspace, action="send", agent="assistant-a", message="hold:100", mode="background"
     )
     task_id, _ = ids(text)
+    (watch,) = registry.watches()
     for seconds, expected in ((5, 5.0), (10_000, 600.0)):  # capped at --a2a-max-wait
         before = len(clock.slept)
         waiting = asyncio.ensure_future(
@@ -179,7 +180,19 @@ async def test_wait_at_its_bound_leaves_the_task_watched(
         clock.advance(expected)
         waited = await waiting
         assert waited.splitlines()[0].endswith("is working.") and still_running(waited)
-        assert [w.record.taskId for w in registry.watches()] == [task_id]
+        # The watch paused while wait followed the task, then goes on as it was.
+        assert [w.record.watchId for w in registry.watches()] == [watch.record.watchId]
+        assert [r.watchId for r in read_pending(workspace)] == [watch.record.watchId]
+    # An aborted wait (the owner stopped the turn) leaves the same watch going.
+    before = len(clock.slept)
+    waiting = asyncio.ensure_future(
+        call(tool, workspace, action="wait", agent="assistant-a", taskId=task_id)
+    )
+    await eventually(lambda: len(clock.slept) > before)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert [w.record.watchId for w in registry.watches()] == [watch.record.watchId]
     # status of a running task says the same.
     status = await call(tool, workspace, action="status", agent="assistant-a", taskId=task_id)
     assert still_running(status)
