@@ -121,7 +121,7 @@ class AssistantAgent(Agent):
         task_id = turn.task.id if turn.task is not None else ""
         text = render_template(
             self.config.message_template,
-            text=turn.text(),
+            text=turn.content_text(),
             task_id=task_id,
             context_id=turn.context_id,
         )

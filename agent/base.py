@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,10 +62,13 @@ from types import MappingProxyType
 from typing import Any
 
 from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.json_schemas import is_result_schema, part_value
 from lf.a2a.v1 import a2a_pb2 as pb
 
 #: Name of the artifact built from :class:`TextChunk` outputs.
 RESPONSE_ARTIFACT = "response"
+#: How :meth:`Turn.content_text` introduces a caller's result schema.
+RESULT_SCHEMA_LABEL = "[The caller wants the answer as JSON matching this JSON Schema:]"
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -132,6 +136,19 @@ class Turn:
     def text(self) -> str:
         """The text of the message's text parts, joined by newlines."""
         return "\n".join(p.text for p in self.message.parts if p.WhichOneof("content") == "text")
+
+    def content_text(self) -> str:
+        """The text parts and the data parts (as compact JSON: a structured answer; a
+        caller's result schema says what it is), in message order, joined by newlines."""
+        lines: list[str] = []
+        for part in self.message.parts:
+            kind = part.WhichOneof("content")
+            if kind == "text":
+                lines.append(part.text)
+            elif kind == "data":
+                data = json.dumps(part_value(part), ensure_ascii=False, separators=(",", ":"))
+                lines.append(f"{RESULT_SCHEMA_LABEL} {data}" if is_result_schema(part) else data)
+        return "\n".join(lines)
 
     def first_text(self) -> str:
         """The first text part of the message (``""`` when it has none)."""
@@ -214,7 +231,9 @@ class InputRequired:
     """Ask the caller: the task waits (INPUT_REQUIRED) with ``question`` as its status
     message; the caller's next message with this task's id continues it. ``schema``,
     when given, is the JSON Schema of the expected answer: the status message carries
-    it as a data part (``{"schema": ...}``) after the question."""
+    it as a data part (``{"schema": ...}``, tagged ``everruns/ask_user`` in its media
+    type and metadata) after the question, and a data part in the answer must match it
+    (else InvalidParams, and the task keeps waiting)."""
 
     question: str
     schema: Mapping[str, Any] | None = None

@@ -13,17 +13,22 @@ It decides by the message's first text part:
 ``ask:QUESTION``   input-required with QUESTION as the status message; the reply (a
                    message on the same task) is handled like any message, so plain text
                    completes the task echoing the answer.
+``form:QUESTION``  the same, asked with :data:`FORM_SCHEMA` (an object with a string
+                   ``answer``) as the answer's JSON Schema.
 ``fail:TEXT``      failed with TEXT.
 ``reject:TEXT``    rejected with TEXT.
 ``auth:TEXT``      auth-required with TEXT.
 ``message:TEXT``   a plain Message reply with TEXT; no task is created.
+``data:JSON``      completed, one ``response`` artifact with one data part holding JSON
+                   (JSON that does not parse: the text, as ``anything else`` does).
 ``file:NAME``      a generated text file NAME (a few dozen bytes) as a file artifact,
                    then the text ``file NAME (N bytes)``. ``file:NAME:BYTES`` makes it
                    BYTES long (capped at 16 MiB), e.g. to exceed the server's file cap.
 ``crash``          raises (exercises the "The run failed unexpectedly." path).
 anything else      completed, one ``response`` artifact whose text is exactly the input;
                    when the message carried files, one more line per saved file:
-                   ``received NAME (N bytes)``.
+                   ``received NAME (N bytes)``. A message of data parts only (an answer
+                   to ``form:``) is echoed as those data parts.
 =================  ====================================================================
 
 These are the bench's echo-agent rules (``hi``, ``chunks:N``, ``hold:S``), so the gateway
@@ -34,14 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from google.protobuf import json_format
+
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .base import (
+    RESPONSE_ARTIFACT,
     Agent,
+    ArtifactChunk,
     AuthRequired,
     Completed,
     Failed,
@@ -57,6 +67,12 @@ HOLD_CAP_S = 120.0
 CHUNKS_CAP = 10_000
 CHUNK_GAP_CAP_MS = 1000
 FILE_CAP = 16 * 1024 * 1024
+#: The answer schema of the ``form:`` directive's question.
+FORM_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+}
 
 
 def _chunks(arg: str) -> int:
@@ -113,6 +129,20 @@ def _received(files: tuple[Path, ...]) -> str:
     return "\n".join(lines)
 
 
+def _data_artifact(arg: str) -> ArtifactChunk | None:
+    """The ``data:`` directive's answer: a response artifact with one data part."""
+    part = pb.Part()
+    try:
+        json_format.ParseDict(json.loads(arg), part.data)
+    except (ValueError, RecursionError, json_format.ParseError):
+        return None
+    return _response(part)
+
+
+def _response(*parts: pb.Part) -> ArtifactChunk:
+    return ArtifactChunk(pb.Artifact(name=RESPONSE_ARTIFACT, parts=parts), last_chunk=True)
+
+
 class FauxAgent(Agent):
     """Answers by directive (see the module docstring)."""
 
@@ -133,6 +163,11 @@ class FauxAgent(Agent):
         if not sep:
             if text.strip() == "crash":
                 raise RuntimeError("the faux agent crashed on request")
+            if not text and not turn.files:
+                data = [p for p in turn.message.parts if p.WhichOneof("content") == "data"]
+                if data:
+                    yield _response(*data)
+                    return
             if turn.files:
                 text = "\n".join(t for t in (text, _received(turn.files)) if t)
             yield TextChunk(text, last=True)
@@ -157,12 +192,16 @@ class FauxAgent(Agent):
             yield Completed()
         elif head == "ask":
             yield InputRequired(arg)
+        elif head == "form":
+            yield InputRequired(arg, schema=FORM_SCHEMA)
         elif head == "fail":
             yield Failed(arg)
         elif head == "reject":
             yield Rejected(arg)
         elif head == "auth":
             yield AuthRequired(arg)
+        elif head == "data":
+            yield _data_artifact(arg) or TextChunk(text, last=True)
         elif head == "file":
             file = generated_file(arg)
             yield file

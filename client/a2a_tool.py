@@ -4,15 +4,30 @@ One tool with an ``action``:
 
 - ``agents`` lists every agent with its card (10 s each, concurrently): description, card
   name, streaming/push, skills with up to three examples, or ``unreachable (<reason>)``;
-- ``send`` sends ``message`` and/or ``files`` to ``agent`` (``contextId`` continues a
-  conversation, ``taskId`` answers its question) with returnImmediately and the hop count
-  + 1, never streamed, then waits up to ``wait_s`` (60 s; 0 hands over at once) for the task
-  to settle: it subscribes when the card streams (polling when the stream fails or ends
-  early), else polls GetTask every second. A task still running then is handed to a watch
-  (also when the turn is aborted or the agent stops answering once the task exists);
-- ``status`` reads a task (the same result shape as ``send``);
+- ``send`` sends ``message``, ``data`` (a JSON value, one data part) and/or ``files`` to
+  ``agent`` (``contextId`` continues a conversation, ``taskId`` answers its question or
+  adds to a task still running: an agent that refuses says so in its error, shown as
+  is) with returnImmediately and the hop count + 1, never streamed, then waits for the
+  task to settle, per ``mode``: ``foreground`` up to ``max_wait_s`` (600 s), ``background``
+  not at all, none given up to ``wait_s`` (60 s; 0 hands over at once). It subscribes
+  when the card streams (polling when the stream fails or ends early), else polls
+  GetTask every second. A task still running then is handed to a watch (also when the
+  turn is aborted or the agent stops answering once the task exists);
+- ``resultSchema`` (with send) asks for a structured result (:mod:`.structured`): the
+  schema goes out with the message, a completed answer is checked, one that does not
+  match is asked for once more in the same conversation (a new task referring to the
+  first: a completed task takes no more messages), and a second mismatch is reported with
+  the answer. A watch of such a task checks before it delivers;
+- ``wait`` waits for task ``taskId`` up to ``seconds`` (at most, and by default,
+  ``max_wait_s``), with the result shape of ``send``; a result it gives is not delivered
+  again by a watch;
+- ``status`` reads a task (the same result shape as ``send``; a task still running is
+  watched);
 - ``cancel`` stops this conversation's watch of the task, then cancels it; when the agent
   cannot be reached (or rejects the key, or its card is unusable) the watch is re-armed.
+
+A question asked with a schema (a data part tagged ``everruns/ask_user``) is shown with
+its schema, so the model can answer with ``data``. Every wait is on the registry's clock.
 
 Only owner sessions get this tool (a host never adds it to an inbound caller's session,
 and a call with a caller in its context is refused). Every remote call is bounded by
@@ -29,17 +44,22 @@ from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from google.protobuf import json_format
+
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import confine
 from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.json_schemas import data_part, schema_problem
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 
 from .agents_file import AgentEntry, read_agents, read_raw
+from .clock import DEFAULT_MAX_WAIT_S
 from .directory import describe, fetch_agent_cards
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .guarded_http import open_agent
 from .messages import send_request
+from .pending import PendingRecord
 from .remote import RemoteService
 from .results import (
     SETTLED,
@@ -49,23 +69,32 @@ from .results import (
     save_task_files,
     task_result,
 )
+from .structured import Checked, check_message, check_task, reask_text, stamp_schema
 from .watches import CALL_TIMEOUT_S, WatchRegistry
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
-#: How long send waits for a result before a watch takes over.
+#: How long send waits for a result (no mode given) before a watch takes over.
 DEFAULT_WAIT_S = 60.0
 #: Poll interval while send waits on an agent that does not stream.
 SEND_POLL_S = 1.0
-ACTIONS = ("agents", "send", "status", "cancel")
+ACTIONS = ("agents", "send", "wait", "status", "cancel")
+MODES = ("foreground", "background")
 
 DESCRIPTION = (
     "Call other A2A agents listed in the workspace's .a2a/agents.json. action=agents lists"
-    " them with their skills; action=send sends `message` and/or workspace `files` to"
-    " `agent` (pass `contextId` to continue a conversation with it, `taskId` to answer its"
-    " question); action=status reads task `taskId`; action=cancel cancels it. A task that"
-    " takes long is watched and its result is delivered to this conversation later."
+    " them with their skills. action=send sends `message`, `data` (a JSON value) and/or"
+    " workspace `files` to `agent` (pass `contextId` to continue a conversation with it,"
+    " `taskId` to answer its question or to add to a task still running). Its `mode`:"
+    " foreground when you need the answer to go on (it waits until the task settles, up"
+    " to a bound), background when the task may take long and you can do other things"
+    " meanwhile (it returns the taskId at once and the result is delivered to this"
+    " conversation later). `resultSchema` (a JSON Schema) asks for a structured result:"
+    " the answer is checked against it and asked for once more if it does not match."
+    " action=wait waits for task `taskId` (at most `seconds`) when you need a background"
+    " result now; action=status reads it without waiting; action=cancel cancels it. A task"
+    " still running after a wait is watched and its result delivered later."
 )
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -73,6 +102,7 @@ PARAMETERS: dict[str, Any] = {
         "action": {"type": "string", "enum": list(ACTIONS)},
         "agent": {"type": "string", "description": "the agent's name in agents.json"},
         "message": {"type": "string", "description": "text to send"},
+        "data": {"description": "a JSON value to send as a data part (a structured answer)"},
         "files": {
             "type": "array",
             "items": {"type": "string"},
@@ -80,6 +110,9 @@ PARAMETERS: dict[str, Any] = {
         },
         "contextId": {"type": "string"},
         "taskId": {"type": "string"},
+        "mode": {"type": "string", "enum": list(MODES)},
+        "resultSchema": {"type": "object", "description": "JSON Schema the result must match"},
+        "seconds": {"type": "number", "description": "wait: the most seconds to wait"},
     },
     "required": ["action"],
 }
@@ -95,12 +128,14 @@ class A2ATool(Tool):
         watches: WatchRegistry,
         *,
         wait_s: float = DEFAULT_WAIT_S,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
         allow_private_urls: bool = False,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         call_timeout_s: float = CALL_TIMEOUT_S,
     ) -> None:
         self.watches = watches
         self.wait_s = wait_s
+        self.max_wait_s = max_wait_s
         self.allow_private_urls = allow_private_urls
         self.max_file_bytes = max_file_bytes
         self.call_timeout_s = call_timeout_s
@@ -118,6 +153,9 @@ class A2ATool(Tool):
         try:
             if action == "send":
                 text = await self._send(entry, arguments, context, redact)
+            elif action == "wait":
+                task_id = _text(arguments, "taskId", required=True)
+                text = await self._wait_action(entry, task_id, arguments, context, redact)
             elif action == "status":
                 task_id = _text(arguments, "taskId", required=True)
                 text = await self._status(entry, task_id, context)
@@ -154,11 +192,18 @@ class A2ATool(Tool):
         context: ToolContext,
         redact: Redactor,
     ) -> str:
+        bound = self._send_bound(arguments.get("mode"))
+        schema = _result_schema(arguments.get("resultSchema"))
         text = _text(arguments, "message")
         parts: list[pb.Part] = [pb.Part(text=text)] if text else []
+        if "data" in arguments:
+            try:
+                parts.append(data_part(arguments["data"]))
+            except (ValueError, json_format.Error):
+                raise ToolError("data: must be a JSON value") from None
         parts += await self._file_parts(context.workspace, arguments.get("files"))
         if not parts:
-            raise ToolError("send needs a message or files")
+            raise ToolError("send needs a message, data or files")
         request = send_request(
             context_id=_text(arguments, "contextId"),
             task_id=_text(arguments, "taskId"),
@@ -167,26 +212,114 @@ class A2ATool(Tool):
             hops=context.hops + 1,
         )
         async with await self._open(entry) as service:
-            reply = await self._bounded(service.send_message(request))
-            if reply.WhichOneof("payload") == "message":
-                return message_result(entry.name, reply.message)
-            task = reply.task
-            try:
-                task = await self._wait(service, task, redact)
-            except (A2AError, TimeoutError) as exc:
-                # The task exists: it is never left unwatched.
-                log.info("a2a send: waiting on task %s failed: %s", task.id, _reason(exc, redact))
-            except asyncio.CancelledError:
-                await asyncio.shield(self._hand_over(entry, task, service.card, context))
-                raise
-            return await self._outcome(entry, task, service.card, context)
+            for asked_again in (False, True):
+                if schema is not None:
+                    stamp_schema(request.message, schema)
+                reply = await self._bounded(service.send_message(request))
+                if reply.WhichOneof("payload") == "message":
+                    checked = check_message(schema, reply.message) if schema is not None else None
+                    if checked is None or checked.valid or asked_again:
+                        return message_result(entry.name, reply.message, checked)
+                    request = _reask(checked, reply.message.context_id, "", context)
+                    continue
+                task = await self._settle(
+                    entry, service, reply.task, bound, context, redact, schema
+                )
+                checked = _checked(schema, task)
+                if checked is None or checked.valid or asked_again:
+                    return await self._outcome(
+                        entry, task, service.card, context, schema, checked, asked_again
+                    )
+                request = _reask(checked, task.context_id, task.id, context)
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send_bound(self, mode: Any) -> float:
+        if mode is None or mode == "":
+            return self.wait_s
+        if mode == "foreground":
+            return self.max_wait_s
+        if mode == "background":
+            return 0.0
+        raise ToolError(f"mode: must be one of: {', '.join(MODES)}")
+
+    async def _settle(
+        self,
+        entry: AgentEntry,
+        service: RemoteService,
+        task: pb.Task,
+        bound: float,
+        context: ToolContext,
+        redact: Redactor,
+        schema: dict[str, Any] | None,
+        paused: PendingRecord | None = None,
+    ) -> pb.Task:
+        """The task once settled, or as it is at ``bound``; a task that exists is never
+        left unwatched (a failed wait, an aborted turn: its ``paused`` watch goes on, or
+        a new one starts)."""
+        try:
+            return await self._wait(service, task, redact, bound)
+        except (A2AError, TimeoutError) as exc:
+            log.info("a2a send: waiting on task %s failed: %s", task.id, _reason(exc, redact))
+            return task
+        except asyncio.CancelledError:
+            if paused is not None:
+                await asyncio.shield(self.watches.rearm(context.workspace, paused))
+            else:
+                await asyncio.shield(self._hand_over(entry, task, service.card, context, schema))
+            raise
+
+    async def _wait_action(
+        self,
+        entry: AgentEntry,
+        task_id: str,
+        arguments: Mapping[str, Any],
+        context: ToolContext,
+        redact: Redactor,
+    ) -> str:
+        seconds = arguments.get("seconds")
+        bound = self.max_wait_s
+        if seconds is not None:
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise ToolError("seconds: must be a number")
+            if not seconds > 0:
+                raise ToolError("seconds: must be more than 0")
+            bound = min(float(seconds), self.max_wait_s)
+        # This wait follows the task now: a watch that went on meanwhile could deliver
+        # the result a second time. It is re-armed (same record) when the task is still
+        # running at the bound, and when the wait fails or is aborted.
+        record = await self.watches.stop(context.workspace, context.scope, task_id)
+        schema = record.resultSchema if record is not None else None
+        try:
+            async with await self._open(entry) as service:
+                task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
+                task = await self._settle(
+                    entry, service, task, bound, context, redact, schema, record
+                )
+                if is_settled(task):
+                    # Given here: a result the watch kept before it stopped goes too.
+                    await self.watches.forget(context.workspace, context.scope, task_id)
+                elif record is not None:
+                    await self.watches.rearm(context.workspace, record)
+                checked = _checked(schema, task)
+                return await self._outcome(entry, task, service.card, context, schema, checked)
+        except BaseException:
+            if record is not None:
+                await asyncio.shield(self.watches.rearm(context.workspace, record))
+            raise
 
     async def _status(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
+        schema = self._watched_schema(context, task_id)
         async with await self._open(entry) as service:
             task = await self._bounded(service.get_task(pb.GetTaskRequest(id=task_id)))
-            if not is_settled(task):
-                return task_result(entry.name, task).split("\n", 1)[0]
-            return await self._outcome(entry, task, service.card, context)
+            # A task still running is watched (as after send), so its result comes.
+            return await self._outcome(
+                entry, task, service.card, context, schema, _checked(schema, task)
+            )
+
+    def _watched_schema(self, context: ToolContext, task_id: str) -> dict[str, Any] | None:
+        """The resultSchema this conversation's watch of the task checks with."""
+        watch = self.watches.find(context.workspace, context.scope, task_id)
+        return watch.record.resultSchema if watch is not None else None
 
     async def _cancel(self, entry: AgentEntry, task_id: str, context: ToolContext) -> str:
         # The watch stops first, so a canceled outcome is not delivered again later.
@@ -242,12 +375,14 @@ class A2ATool(Tool):
         except TimeoutError:
             raise Timeout("no answer in time") from None
 
-    async def _wait(self, service: RemoteService, task: pb.Task, redact: Redactor) -> pb.Task:
-        """The task once settled, or as it is when ``wait_s`` has passed."""
-        if is_settled(task) or self.wait_s <= 0:
+    async def _wait(
+        self, service: RemoteService, task: pb.Task, redact: Redactor, bound: float
+    ) -> pb.Task:
+        """The task once settled, or as it is when ``bound`` seconds have passed."""
+        if is_settled(task) or bound <= 0:
             return task
         clock = self.watches.clock
-        deadline = clock.now().timestamp() + self.wait_s
+        deadline = clock.now().timestamp() + bound
         if service.card.capabilities.streaming:
             with contextlib.suppress(A2AError, TimeoutError):
                 settled = await self._stream_until(service, task, deadline, redact)
@@ -310,10 +445,17 @@ class A2ATool(Tool):
                 await consumer
 
     async def _outcome(
-        self, entry: AgentEntry, task: pb.Task, card: pb.AgentCard, context: ToolContext
+        self,
+        entry: AgentEntry,
+        task: pb.Task,
+        card: pb.AgentCard,
+        context: ToolContext,
+        schema: dict[str, Any] | None = None,
+        checked: Checked | None = None,
+        reasked: bool = False,
     ) -> str:
         if not is_settled(task):
-            await self._hand_over(entry, task, card, context)
+            await self._hand_over(entry, task, card, context, schema)
             return task_result(entry.name, task)
         files = await asyncio.to_thread(
             save_task_files,
@@ -322,13 +464,24 @@ class A2ATool(Tool):
             entry.name,
             max_file_bytes=self.max_file_bytes,
         )
-        return task_result(entry.name, task, files)
+        return task_result(entry.name, task, files, checked=checked, reasked=reasked)
 
     async def _hand_over(
-        self, entry: AgentEntry, task: pb.Task, card: pb.AgentCard, context: ToolContext
+        self,
+        entry: AgentEntry,
+        task: pb.Task,
+        card: pb.AgentCard,
+        context: ToolContext,
+        schema: dict[str, Any] | None = None,
     ) -> None:
         await self.watches.watch(
-            context.workspace, context.scope, entry.name, task.id, task.context_id, card=card
+            context.workspace,
+            context.scope,
+            entry.name,
+            task.id,
+            task.context_id,
+            card=card,
+            result_schema=schema,
         )
 
     async def _file_parts(self, workspace: Path, files: Any) -> list[pb.Part]:
@@ -372,6 +525,38 @@ def _text(arguments: Mapping[str, Any], name: str, *, required: bool = False) ->
     if not isinstance(value, str):
         raise ToolError(f"{name}: must be a string")
     return value
+
+
+def _checked(schema: dict[str, Any] | None, task: pb.Task) -> Checked | None:
+    if schema is None or task.status.state != pb.TASK_STATE_COMPLETED:
+        return None
+    return check_task(schema, task)
+
+
+def _result_schema(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    problem = schema_problem(value)
+    if problem is not None:
+        raise ToolError(f"resultSchema: {problem}")
+    assert isinstance(value, dict)
+    return value
+
+
+def _reask(
+    checked: Checked, context_id: str, task_id: str, context: ToolContext
+) -> pb.SendMessageRequest:
+    """The one more ask after an answer that did not match: in the same conversation,
+    referring to the task (a completed task takes no more messages)."""
+    request = send_request(
+        reask_text(checked.problem or ""),
+        context_id=context_id,
+        return_immediately=True,
+        hops=context.hops + 1,
+    )
+    if task_id:
+        request.message.reference_task_ids.append(task_id)
+    return request
 
 
 def _reason(exc: BaseException, redact: Redactor) -> str:

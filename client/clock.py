@@ -10,6 +10,9 @@ import time
 from datetime import UTC, datetime
 from typing import Protocol
 
+#: The bound of a foreground send and of the a2a tool's wait action (``--a2a-max-wait``).
+DEFAULT_MAX_WAIT_S = 600.0
+
 
 class Clock(Protocol):
     def now(self) -> datetime:

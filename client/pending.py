@@ -2,7 +2,7 @@
 
     [{"watchId": "...", "target": "local-owner", "agent": "travel-bot", "taskId": "...",
       "contextId": "...", "pushToken": null, "startedAt": "2026-10-08T12:00:00+00:00",
-      "source": "poll", "undelivered": null}]
+      "source": "poll", "undelivered": null, "resultSchema": null}]
 
 The file is rewritten whole and atomically (temp file, fsync, rename, fsync of the
 folder) on every change, under one lock per file in this process, held until the change's
@@ -23,7 +23,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,6 +50,8 @@ class PendingRecord:
     startedAt: str
     source: str
     undelivered: str | None = None
+    #: The a2a tool's resultSchema: the settled answer is checked against it.
+    resultSchema: dict[str, Any] | None = field(default=None, hash=False)
 
     def __repr__(self) -> str:  # never the push token
         return (
@@ -76,6 +78,9 @@ def _record(value: Any) -> PendingRecord | None:
         return None
     if undelivered is not None and not isinstance(undelivered, str):
         return None
+    schema = value.get("resultSchema")
+    if schema is not None and not isinstance(schema, dict):
+        return None
     return PendingRecord(
         value["watchId"],
         value["target"],
@@ -86,6 +91,7 @@ def _record(value: Any) -> PendingRecord | None:
         value["startedAt"],
         value["source"],
         undelivered,
+        schema,
     )
 
 

@@ -10,7 +10,12 @@ The texts are exact (the model and the tests read them)::
     Files skipped (over 10485760 bytes): huge.bin
     Links: https://travel.example/map.png
 
-and, delivered later by a watch::
+A question asked with a schema (a tagged data part) shows it, ``Answer schema (JSON
+Schema): {...}``, and says to answer with ``data``. With a ``resultSchema``, a completed
+answer is ``Result (matches resultSchema):`` and the JSON, or ``The answer does not match
+resultSchema: <violation>. The answer:`` and the answer.
+
+And, delivered later by a watch::
 
     [A2A result from "travel-bot", task <id> (completed)]
     Context: <ctx>
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.json_schemas import asked_schema
 from a2a_gateway.server.files import (
     DEFAULT_MAX_FILE_BYTES,
     INBOX_FOLDER,
@@ -36,6 +42,7 @@ from a2a_gateway.server.files import (
 
 from .agents_file import read_raw
 from .messages import INTERRUPTED_STATES, SETTLED_STATES
+from .structured import Checked, compact, shown_data
 
 #: Where a remote agent's files land, below the workspace: inbox/a2a/<agent>/.
 A2A_INBOX = "a2a"
@@ -91,6 +98,48 @@ def reply_hint(agent: str, task_id: str) -> str:
         f'To answer, call a2a with action=send, agent="{agent}", taskId={task_id} and the'
         " answer as the message (ask the user first if you do not know it)."
     )
+
+
+def data_reply_hint(agent: str, task_id: str) -> str:
+    return (
+        f'To answer, call a2a with action=send, agent="{agent}", taskId={task_id} and the'
+        " answer as `data` (a JSON value matching the schema; it is checked) or as the"
+        " message (ask the user first if you do not know it)."
+    )
+
+
+def question_lines(agent: str, task: pb.Task) -> list[str]:
+    """A question: its text, the answer schema when it was asked with one (a tagged
+    data part), and how to answer."""
+    lines: list[str] = []
+    question = question_text(task)
+    if question:
+        lines.append(question)
+    schema = asked_schema(task.status.message) if task.status.HasField("message") else None
+    if schema is None:
+        lines.append(reply_hint(agent, task.id))
+    else:
+        lines.append(f"Answer schema (JSON Schema): {compact(schema)}")
+        lines.append(data_reply_hint(agent, task.id))
+    return lines
+
+
+def answer_lines(task: pb.Task, checked: Checked | None, *, reasked: bool = False) -> list[str]:
+    """A settled answer; checked against a resultSchema when ``checked`` is given (a
+    completed task only)."""
+    if checked is None or task.status.state != pb.TASK_STATE_COMPLETED:
+        answer = answer_text(task) or shown_data(task)  # a data-only answer as JSON
+        return [answer] if answer else []
+    return checked_lines(checked, [answer_text(task), shown_data(task)], reasked=reasked)
+
+
+def checked_lines(checked: Checked, answer: list[str], *, reasked: bool = False) -> list[str]:
+    """The result that matched, or the mismatch with the ``answer`` it was found in."""
+    if checked.valid:
+        return ["Result (matches resultSchema):", compact(checked.value)]
+    again = " It was asked once more; this is its second answer." if reasked else ""
+    lines = [f"The answer does not match resultSchema: {checked.problem}.{again} The answer:"]
+    return lines + [text for text in answer if text]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,18 +221,20 @@ def task_header(agent: str, task: pb.Task) -> str:
     return f'Agent "{agent}": task {task.id} (context {task.context_id}) is {state}.'
 
 
-def task_result(agent: str, task: pb.Task, files: ReceivedFiles | None = None) -> str:
+def task_result(
+    agent: str,
+    task: pb.Task,
+    files: ReceivedFiles | None = None,
+    *,
+    checked: Checked | None = None,
+    reasked: bool = False,
+) -> str:
     """The tool's text for a task (settled or not)."""
     lines = [task_header(agent, task)]
     if task.status.state in ASKING:
-        question = question_text(task)
-        if question:
-            lines.append(question)
-        lines.append(reply_hint(agent, task.id))
+        lines += question_lines(agent, task)
     elif is_settled(task):
-        answer = answer_text(task)
-        if answer:
-            lines.append(answer)
+        lines += answer_lines(task, checked, reasked=reasked)
     else:
         lines.append(STILL_RUNNING)
     if files is not None:
@@ -191,12 +242,21 @@ def task_result(agent: str, task: pb.Task, files: ReceivedFiles | None = None) -
     return "\n".join(lines)
 
 
-def message_result(agent: str, message: pb.Message) -> str:
+def message_result(agent: str, message: pb.Message, checked: Checked | None = None) -> str:
     """The tool's text for a plain Message reply (no task)."""
-    return f'Agent "{agent}" replied (context {message.context_id}):\n{parts_text(message.parts)}'
+    head = f'Agent "{agent}" replied (context {message.context_id}):'
+    if checked is None:
+        return f"{head}\n{parts_text(message.parts)}"
+    return "\n".join([head, *checked_lines(checked, [parts_text(message.parts)])])
 
 
-def delivery_text(agent: str, task: pb.Task, files: ReceivedFiles | None = None) -> str:
+def delivery_text(
+    agent: str,
+    task: pb.Task,
+    files: ReceivedFiles | None = None,
+    *,
+    checked: Checked | None = None,
+) -> str:
     """The follow-up prompt a watch delivers for a settled task."""
     state = state_name(task.status.state)
     asking = task.status.state in ASKING
@@ -206,14 +266,9 @@ def delivery_text(agent: str, task: pb.Task, files: ReceivedFiles | None = None)
         f"Context: {task.context_id}",
     ]
     if asking:
-        question = question_text(task)
-        if question:
-            lines.append(question)
-        lines.append(reply_hint(agent, task.id))
+        lines += question_lines(agent, task)
     else:
-        answer = answer_text(task)
-        if answer:
-            lines.append(answer)
+        lines += answer_lines(task, checked)
     if files is not None:
         lines += files.lines()
     return "\n".join(lines)

@@ -52,6 +52,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.errors import A2AError
@@ -71,6 +72,7 @@ from .results import (
     save_task_files,
     stopped_text,
 )
+from .structured import check_task
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +250,10 @@ class WatchRegistry:
         context_id: str,
         *,
         card: pb.AgentCard | None = None,
+        result_schema: dict[str, Any] | None = None,
     ) -> Watch:
-        """Start watching ``task_id`` for ``scope`` (or return the existing watch)."""
+        """Start watching ``task_id`` for ``scope`` (or return the existing watch);
+        ``result_schema``: a completed answer is checked against it before delivery."""
         workspace = _resolved(workspace)
         existing = self._watches.get((workspace, scope, task_id))
         if existing is not None:
@@ -265,6 +269,7 @@ class WatchRegistry:
             pushToken=secrets.token_urlsafe(32) if source == "push" else None,
             startedAt=self.clock.now().isoformat(),
             source=source,
+            resultSchema=result_schema,
         )
         watch = Watch(workspace, record)
         self._add(watch)
@@ -299,6 +304,17 @@ class WatchRegistry:
                 await watch.runner
         await self.pending.remove(watch.workspace, watch.record.watchId)
         return watch.record
+
+    async def forget(self, workspace: Path, scope: str, task_id: str) -> None:
+        """The conversation has the task's result: stop its watch and drop a result
+        kept for delivery, so it does not arrive a second time."""
+        workspace = _resolved(workspace)
+        await self.stop(workspace, scope, task_id)
+        for record in await self.pending.read(workspace):
+            if record.target == scope and record.taskId == task_id:
+                if record.watchId in self._delivering:
+                    continue  # on its way already
+                await self.pending.remove(workspace, record.watchId)
 
     def wake(self, watch_id: str, token: str) -> bool:
         """A push arrived for ``watch_id``: check its token (constant time) and wake the
@@ -704,4 +720,6 @@ class WatchRegistry:
                 )
         # A prompt to the owner's model: the agent's text passes the entry's redactor.
         redact = Redactor([watch.entry.key if watch.entry is not None else None])
-        return redact(delivery_text(record.agent, task, files))
+        schema = record.resultSchema
+        checked = check_task(schema, task) if schema is not None else None
+        return redact(delivery_text(record.agent, task, files, checked=checked))

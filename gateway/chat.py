@@ -278,6 +278,7 @@ def _tools(settings: Settings, watches: WatchRegistry) -> ToolRegistry:
         A2ATool(
             watches,
             wait_s=settings["a2a_wait"],
+            max_wait_s=settings["a2a_max_wait"],
             allow_private_urls=settings["allow_private_urls"],
             max_file_bytes=settings["max_file_bytes"],
         )

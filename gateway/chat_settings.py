@@ -1,9 +1,11 @@
 """The settings of ``a2a-gateway chat`` (and the delegation settings other owner hosts
-share: ``--a2a-wait``, ``--watch-timeout``)."""
+share: ``--a2a-wait``, ``--a2a-max-wait``, ``--watch-timeout``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
 
 from .settings import SETTINGS, Setting
 
@@ -15,6 +17,14 @@ DELEGATION_SETTINGS: tuple[Setting, ...] = (
         "seconds the a2a tool's send waits for a result before a watch takes over"
         " (0: hand over at once)",
         minimum=0,
+    ),
+    Setting(
+        "a2a_max_wait",
+        float,
+        DEFAULT_MAX_WAIT_S,
+        "seconds a foreground send, or the a2a tool's wait action, waits at most before a"
+        " watch takes over",
+        above=0,
     ),
     Setting(
         "watch_timeout",

@@ -57,6 +57,7 @@ from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.card_rules import card_problems
 from a2a_gateway.protocol.card_signature import trusted_keys
 from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
+from a2a_gateway.protocol.json_schemas import ASK_USER_TAG, is_ask_user
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .logs import register_secret, setup_logging
@@ -476,7 +477,10 @@ def describe_part(part: pb.Part) -> str:
     if kind == "url":
         return f"[{name}{media}: {part.url}]"
     if kind == "data":
-        return "[data] " + orjson.dumps(codec.to_dict(part)["data"]).decode()
+        data = orjson.dumps(codec.to_dict(part)["data"]).decode()
+        if is_ask_user(part):  # a question's answer schema: answer with --data
+            return f"[answer schema, {ASK_USER_TAG}: answer with --data JSON] {data}"
+        return "[data] " + data
     return "[empty part]"
 
 

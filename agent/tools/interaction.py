@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from a2a_gateway.protocol.json_schemas import schema_problem
+
 from .base import Tool, ToolContext, ToolError, ToolResult
 
 log = logging.getLogger("a2a_gateway.agent.tools")
@@ -45,7 +47,8 @@ class RequestInput(Tool):
     description = (
         "Ask the one you are talking with a question and wait for the answer, which"
         " comes back as this tool's result. Give a JSON Schema when the answer should"
-        " have a shape; set secret when a person must provide a credential."
+        " have a shape (an answer sent as data is checked against it and comes back as"
+        " JSON); set secret when a person must provide a credential."
     )
     parameters: Mapping[str, Any] = {
         "type": "object",
@@ -64,8 +67,9 @@ class RequestInput(Tool):
         if len(question) > QUESTION_CAP:
             raise ToolError(f"question: at most {QUESTION_CAP} characters")
         schema = arguments.get("schema")
-        if schema is not None and not isinstance(schema, dict):
-            raise ToolError("schema: must be a JSON Schema object")
+        problem = schema_problem(schema) if schema is not None else None
+        if problem is not None:
+            raise ToolError(f"schema: {problem}")
         secret = arguments.get("secret", False)
         if not isinstance(secret, bool):
             raise ToolError("secret: must be true or false")

@@ -30,7 +30,7 @@ from ..task_store import UNSTORED, TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records
 from .retries import RetryKey, retry_key
-from .rules import apply_status, archive_status_message, check_message, new_turn
+from .rules import apply_status, archive_status_message, check_answer, check_message, new_turn
 from .state import (
     CONTEXT_BUSY,
     NO_STREAMING,
@@ -301,6 +301,7 @@ class Intake:
                 raise UnsupportedOperationError(
                     f"Task {task_id} is not waiting for input ({pb.TaskState.Name(state)})"
                 )
+            check_answer(task, message)  # before anything changes
             busy_key = (caller.workspace, caller.name, task.context_id)
             if busy_key in self._state.busy:
                 raise UnsupportedOperationError(CONTEXT_BUSY)

@@ -9,6 +9,7 @@ from google.protobuf import json_format
 from a2a_gateway.agent.base import Signal, Turn
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotCancelableError, UnsupportedOperationError
+from a2a_gateway.protocol.json_schemas import asked_schema, data_parts, part_value, violation
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import TERMINAL, set_now
@@ -65,6 +66,22 @@ def check_message(request: pb.SendMessageRequest) -> None:
         raise invalid("message.role", "must be ROLE_USER")
     if not message.parts:
         raise invalid("message.parts", "must contain at least one part")
+
+
+def check_answer(task: pb.Task, message: pb.Message) -> None:
+    """A data part answering a question asked with a schema must conform to it
+    (InvalidParams naming the part and the violation); text answers pass as they are."""
+    if task.status.state != pb.TASK_STATE_INPUT_REQUIRED or not task.status.HasField("message"):
+        return
+    schema = asked_schema(task.status.message)
+    if schema is None:
+        return
+    for index, part in data_parts(message.parts):
+        problem = violation(schema, part_value(part))
+        if problem is not None:
+            raise invalid(
+                f"message.parts[{index}].data", f"does not match the question's schema: {problem}"
+            )
 
 
 def read_history_length(request: pb.GetTaskRequest | pb.ListTasksRequest, field: str) -> int | None:

@@ -40,6 +40,7 @@ from a2a_gateway.agent.base import (
 from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
+from a2a_gateway.protocol.json_schemas import ask_user_part
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
@@ -319,8 +320,8 @@ class Runner:
         task = run.record.task
         message = agent_message(text, context_id=task.context_id, task_id=task.id) if text else None
         if message is not None and state == pb.TASK_STATE_INPUT_REQUIRED and run.status_data:
-            # The JSON Schema of the expected answer rides along as a data part.
-            message.parts.add().data.struct_value.update({"schema": run.status_data})
+            # The JSON Schema of the expected answer rides along as a tagged data part.
+            message.parts.append(ask_user_part(run.status_data))
         apply_status(task, state, message)
         try:
             await self._records.persist_final(run)  # stored before anyone sees it

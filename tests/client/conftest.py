@@ -1,5 +1,8 @@
 """Client test fixtures: the official a2a-sdk server and our own gateway, as subprocesses.
 
+The delegation tests' ``remote`` (a faux gateway in-process) and ``workspace`` (whose
+agents.json lists it as ``assistant-a``) are here too.
+
 Started with the interop suite's helpers (``tests/interop/conftest.py``): the SDK lives in
 ``.venv-peer`` and is never imported here (``peers/sdk_server.py`` runs as a subprocess);
 our gateway runs as ``python -P -m a2a_gateway serve --faux`` with one caller key.
@@ -8,9 +11,12 @@ our gateway runs as ``python -P -m a2a_gateway serve --faux`` with one caller ke
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
+
+from a2a_gateway.serve import Gateway
 
 from ..interop.conftest import (
     CARD_PATH,
@@ -21,6 +27,7 @@ from ..interop.conftest import (
     sdk_server_command,
 )
 from .client_support import HOST, OWN_KEY, PEER_KEY, Peer
+from .delegation_support import faux_gateway, workspace_calling
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +70,14 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
     )
     with server.running():
         yield Peer(url=base, key=OWN_KEY)
+
+
+@pytest.fixture
+async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with faux_gateway(tmp_path / "a") as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, remote: Gateway) -> Path:
+    return workspace_calling(tmp_path / "b", remote)

@@ -14,12 +14,34 @@ from pathlib import Path
 from typing import Any
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.agent.base import Signal
+from a2a_gateway.agent.tools.base import ToolContext
 from a2a_gateway.client import connect
+from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 
 #: The key workspace B presents to gateway A (written to both sides' files).
 REMOTE_KEY = "k_b_0123456789abcdef"
+#: The owner's conversation the a2a tool is called from.
+SCOPE = "local-owner"
+
+
+def ctx(workspace: Path, *, hops: int = 0, caller: str | None = None) -> ToolContext:
+    return ToolContext(workspace, SCOPE, caller, hops, Signal())
+
+
+async def call(tool: A2ATool, workspace: Path, **arguments: Any) -> str:
+    """The tool's result text (a call that must not fail)."""
+    result = await tool.call(arguments, ctx(workspace))
+    assert not result.is_error
+    return result.text
+
+
+def ids(text: str) -> tuple[str, str]:
+    """The task and context ids of a result's first line."""
+    words = text.split("\n", 1)[0].split()
+    return words[3], words[5].rstrip(")")
 
 
 @asynccontextmanager

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from a2a_gateway.agent.base import Signal
-from a2a_gateway.agent.tools.base import ToolContext, ToolError
+from a2a_gateway.agent.tools.base import ToolError
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.pending import read_pending
 from a2a_gateway.client.watches import WatchRegistry
@@ -24,16 +23,18 @@ from a2a_gateway.serve import Gateway
 from .client_support import closed_port, serving, silent_server
 from .delegation_support import (
     REMOTE_KEY,
+    SCOPE,
     Inbox,
     ManualClock,
     base_url,
+    call,
+    ctx,
     eventually,
     faux_gateway,
+    ids,
     workspace_calling,
     write_agents,
 )
-
-SCOPE = "local-owner"
 
 
 @pytest.fixture
@@ -54,22 +55,6 @@ async def tool() -> AsyncIterator[A2ATool]:
         yield A2ATool(registry)
     finally:
         await registry.aclose()
-
-
-def ctx(workspace: Path, *, hops: int = 0, caller: str | None = None) -> ToolContext:
-    return ToolContext(workspace, SCOPE, caller, hops, Signal())
-
-
-async def call(tool: A2ATool, workspace: Path, **arguments: Any) -> str:
-    result = await tool.call(arguments, ctx(workspace))
-    assert not result.is_error
-    return result.text
-
-
-def ids(text: str) -> tuple[str, str]:
-    """The task and context ids of a result's first line."""
-    words = text.split("\n", 1)[0].split()
-    return words[3], words[5].rstrip(")")
 
 
 async def test_agents_lists_cards_and_problems(tool: A2ATool, workspace: Path) -> None:
@@ -365,7 +350,7 @@ async def test_errors(tool: A2ATool, workspace: Path, remote: Gateway) -> None:
     assert refused.startswith('Agent "assistant-a" refused: ') and refused.endswith("(-32001)")
     assert "action must be one of" in await error(action="fly", agent="assistant-a")
     assert "taskId: required" in await error(action="status", agent="assistant-a")
-    assert "needs a message or files" in await error(action="send", agent="assistant-a")
+    assert "needs a message, data or files" in await error(action="send", agent="assistant-a")
     wrong = "wrong-key-5f3a2b1c9d0e"
     async with silent_server() as silent_port:
         write_agents(

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,6 @@ from .delegation_support import (
     eventually,
     faux_gateway,
     start_remote_task,
-    workspace_calling,
     write_agents,
 )
 
@@ -59,17 +58,6 @@ STREAM_CARD = pb.AgentCard(capabilities=pb.AgentCapabilities(streaming=True))
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path.resolve()
-
-
-@pytest.fixture
-async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
-    async with faux_gateway(tmp_path / "a") as gateway:
-        yield gateway
-
-
-@pytest.fixture
-def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    return workspace_calling(tmp_path / "b", remote)
 
 
 def test_poll_schedule() -> None:

@@ -25,7 +25,7 @@ from ..conftest import use_secret
 from ..server.test_metrics import parse, value
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
 from .outbound_support import settle, webhook_receiver
-from .test_scenarios import artifact_text, send
+from .test_scenarios import artifact_text, expect_error, send
 
 COMPLETED = "TASK_STATE_COMPLETED"
 __all__ = ["llm"]  # the scripted provider fixture
@@ -127,6 +127,39 @@ async def test_request_input_then_the_answer_continues_the_turn(
     assert result.startswith("[A2A message from the external agent 'alice'")
     assert result.endswith("\n\nMonday")
     assert user_texts(llm.requests[1])[0].endswith("book a slot")
+
+
+async def test_a_question_with_a_schema_is_tagged_and_checks_a_data_answer(
+    driver: Driver, llm: FakeLLM
+) -> None:
+    schema = {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]}
+    llm.script(
+        Calls([("request_input", {"question": "Which day?", "schema": schema})]),
+        Say("Booked."),
+    )
+    task = (await driver.call("SendMessage", send("book a slot")))["task"]
+    tagged = task["status"]["message"]["parts"][1]
+    assert tagged == {
+        "data": {"schema": schema},
+        "mediaType": "application/vnd.everruns.ask-user+json",
+        "metadata": {"kind": "everruns/ask_user"},
+    }
+    ids = {"taskId": task["id"], "contextId": task["contextId"]}
+
+    def data_answer(value: Any) -> dict[str, Any]:
+        return send("", message={**ids, "parts": [{"data": value}]})
+
+    before = await driver.call("GetTask", {"id": task["id"]})
+    refused = await expect_error("INVALID_PARAMS", driver.call("SendMessage", data_answer({})))
+    assert "message.parts[0].data: does not match the question's schema: at /:" in refused.message
+    assert "'day' is a required property" in refused.message
+    # The task still waits for its answer, unchanged; the model was not called again.
+    assert await driver.call("GetTask", {"id": task["id"]}) == before
+    assert len(llm.requests) == 1
+    done = (await driver.call("SendMessage", data_answer({"day": "Monday"})))["task"]
+    assert done["status"]["state"] == COMPLETED
+    (result,) = tool_results(llm.requests[1])
+    assert result.endswith('\n\n{"day":"Monday"}')
 
 
 async def test_secret_question_is_auth_required(driver: Driver, llm: FakeLLM) -> None:

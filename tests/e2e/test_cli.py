@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from a2a_gateway.agent.faux import FORM_SCHEMA
 from a2a_gateway.serve import Gateway
 
 from .conftest import KEY_ALICE, KEY_BOB
@@ -193,6 +194,19 @@ async def test_multi_turn_with_task_and_context_ids(url: str) -> None:
     )
     assert answered.code == 0, answered.stderr
     assert answered.stdout == f"Ada\ntask {task['id']}: completed (context {task['contextId']})\n"
+
+
+async def test_a_question_with_a_schema_is_answered_with_data(url: str) -> None:
+    asked = await cli("send", url, "form:Where?")
+    question, schema, last = asked.stdout.splitlines()
+    assert question == "Where?"
+    prefix = "[answer schema, everruns/ask_user: answer with --data JSON] "
+    assert schema.startswith(prefix)
+    assert json.loads(schema.removeprefix(prefix)) == {"schema": FORM_SCHEMA}
+    task_id = last.split()[1].rstrip(":")
+    answered = await cli("send", url, "--data", '{"answer": "Faro"}', "--task-id", task_id)
+    assert answered.code == 0, answered.stderr
+    assert answered.stdout.startswith('[data] {"answer":"Faro"}\ntask ')
 
 
 async def test_send_file(url: str, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from a2a_gateway.chat_tui import PROMPT
 from a2a_gateway.client import connect
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, user_texts
-from ..client.delegation_support import REMOTE_KEY, eventually
+from ..client.delegation_support import REMOTE_KEY, eventually, start_remote_task
 from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 from .conftest import pending_records
 
@@ -217,6 +217,32 @@ async def test_agents_send_question_files_and_cancel(
     assert f'Agent "assistant-a": task {task_id} (context {context_id}) is canceled.' in out
     assert pending(workspace_b) == []
     assert await task_state(remote, task_id) == pb.TASK_STATE_CANCELED
+
+
+async def test_foreground_with_a_result_schema_and_wait(
+    llm: FakeLLM, workspace_b: Path, remote: str
+) -> None:
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    out = await chat_once(
+        llm,
+        workspace_b,
+        tool(
+            action="send",
+            agent="assistant-a",
+            message='data:{"city": "Lisbon"}',
+            mode="foreground",
+            resultSchema=city,
+        ),
+    )
+    assert 'is completed.\nResult (matches resultSchema):\n{"city":"Lisbon"}' in out
+    # wait on a task started elsewhere (by the same caller) returns once it settles.
+    task = await start_remote_task(remote, "hold:1")
+    out = await chat_once(
+        llm, workspace_b, tool(action="wait", agent="assistant-a", taskId=task.id)
+    )
+    assert f'TOOL RESULT:\nAgent "assistant-a": task {task.id} (context' in out
+    assert first_ids(out)[0] == task.id and "is completed." in out
+    assert pending(workspace_b) == []
 
 
 async def test_long_send_is_delivered_on_the_next_start(

@@ -99,7 +99,11 @@ def test_multi_turn_request_input_then_answer(
     first, second = (line["task"] for line in lines)
     assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert first["status"]["message"]["parts"][0]["text"] == f"Which day, {transport}?"
-    assert first["status"]["message"]["parts"][1]["data"] == {"schema": SCHEMA}
+    tagged = first["status"]["message"]["parts"][1]
+    assert tagged["data"] == {"schema": SCHEMA}
+    # The official client sees the question's tag (media type and metadata).
+    assert tagged["mediaType"] == "application/vnd.everruns.ask-user+json"
+    assert tagged["metadata"] == {"kind": "everruns/ask_user"}
     assert (second["id"], second["contextId"]) == (first["id"], first["contextId"])
     assert second["status"]["state"] == "TASK_STATE_COMPLETED"
     assert [p["text"] for a in second["artifacts"] for p in a["parts"]] == [

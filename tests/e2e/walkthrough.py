@@ -1,0 +1,71 @@
+"""Run a document's delegation walk-through as written: its ``sh`` blocks in one bash,
+gateway A (the first block, ``serve --faux ... &``) waited for, ``chat`` on B given the
+scripted OpenAI-compatible model (``A2A_GATEWAY_LLM_BASE_URL``). Only the port (8099)
+and the program path change; every ``# → ...`` line is a claim: each fragment between
+``...`` must appear in the output."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..agent.fake_llm import FakeLLM, Reply
+from ..interop.conftest import free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC_PORT = "8099"
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+
+
+async def run_walkthrough(
+    found: list[str], folder: Path, script: Callable[[dict[str, Any]], Reply], llm_key: str
+) -> str:
+    """Run ``found`` in ``folder``; the output (every claim and exit 0 asserted)."""
+    (port,) = free_ports(1)
+    program = f"{sys.executable} -P -m a2a_gateway"
+    ready = (
+        "for i in $(seq 150); do "
+        f'{sys.executable} -c "import urllib.request as u; '
+        f"u.urlopen('http://127.0.0.1:{port}/.well-known/agent-card.json', timeout=1)\" "
+        "2>/dev/null && break; sleep 0.2; done"
+    )
+    parts = ["trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT", "set -e"]
+    claims: list[str] = []
+    for index, block in enumerate(found):
+        block = block.replace(DOC_PORT, str(port)).replace(".venv/bin/a2a-gateway", program)
+        parts.append(block)
+        if index == 0:
+            parts.append(ready)
+        claims += [line.split("# → ", 1)[1] for line in block.splitlines() if "# → " in line]
+    llm = FakeLLM(script)
+    await llm.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+        env.update({"A2A_GATEWAY_LLM_BASE_URL": llm.base_url, "A2A_GATEWAY_LLM_API_KEY": llm_key})
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            "\n".join(parts),
+            cwd=folder,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out_b, _ = await asyncio.wait_for(process.communicate(), 120)
+    finally:
+        await llm.aclose()
+    out = out_b.decode()
+    assert process.returncode == 0, out[-3000:]
+    for claim in claims:
+        for fragment in claim.split("..."):
+            assert fragment.strip() in out, (fragment, out[-3000:])
+    assert "k_b_0123456789abcdef" not in out and llm_key not in out
+    return out
