@@ -6,7 +6,6 @@ and the program path change; every ``# → ...`` line is a claim: each fragment 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 
 from ..agent.fake_llm import FakeLLM, Reply
 from ..interop.conftest import free_ports
+from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PORT = "8099"
@@ -50,20 +50,10 @@ async def run_walkthrough(
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
         env.update({"A2A_GATEWAY_LLM_BASE_URL": llm.base_url, "A2A_GATEWAY_LLM_API_KEY": llm_key})
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            "\n".join(parts),
-            cwd=folder,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        out_b, _ = await asyncio.wait_for(process.communicate(), 120)
+        returncode, out = await run_bash("\n".join(parts), folder, env)
     finally:
         await llm.aclose()
-    out = out_b.decode()
-    assert process.returncode == 0, out[-3000:]
+    assert returncode == 0, out[-3000:]
     for claim in claims:
         for fragment in claim.split("..."):
             assert fragment.strip() in out, (fragment, out[-3000:])
