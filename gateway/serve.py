@@ -49,6 +49,7 @@ from a2a_gateway.server.config import (
     is_loopback,
 )
 from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.extensions import ExtensionPolicy
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.health import Readiness
@@ -486,6 +487,7 @@ class Gateway:
                 # Files of callers without a workspace (anonymous) land in the first.
                 default_workspace=self.config.workspaces[0] if self.config.workspaces else None,
                 max_file_bytes=settings["max_file_bytes"],
+                extensions=ExtensionPolicy.from_card(self.config.card.extensions),
             )
             self.service = self.engine
         if settings["access_log"]:

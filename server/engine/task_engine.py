@@ -11,10 +11,15 @@ from google.protobuf import empty_pb2
 
 from a2a_gateway.agent.base import Agent
 from a2a_gateway.protocol.context import CallContext
-from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError, UnavailableError
+from a2a_gateway.protocol.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    ExtensionSupportRequiredError,
+    UnavailableError,
+)
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from ..extensions import ExtensionPolicy
 from ..files import DEFAULT_MAX_FILE_BYTES
 from ..limits import TaskLimiter
 from ..outbound import OutboundClient
@@ -67,6 +72,10 @@ class TaskEngine(A2AService):
     ``max_file_bytes`` caps each file, in and out. ``list_max_bytes`` is the byte
     budget of one ListTasks answer (its tasks' encoded size): a page that would exceed
     it ends early, with a next page token (one task is always answered).
+
+    ``extensions`` is the card's extension policy (:mod:`..extensions`): every
+    operation but GetExtendedAgentCard first refuses a call that does not name a
+    required extension and records the activated ones (None: the card declares none).
     """
 
     agent: _Setting[Agent] = _Setting()
@@ -99,7 +108,9 @@ class TaskEngine(A2AService):
         outbound: OutboundClient | None = None,
         default_workspace: Path | None = None,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        extensions: ExtensionPolicy | None = None,
     ) -> None:
+        self.extensions = extensions
         self._state = state = EngineState(
             agent,
             store,
@@ -132,31 +143,41 @@ class TaskEngine(A2AService):
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
+        self._admit(context)
         return await self._intake.send_message(request, context)
 
     def send_streaming_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        refused = self._refusal(context)
+        if refused is not None:
+            return refused
         return self._intake.send_streaming_message(request, context)
 
     # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
 
     async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
+        self._admit(context)
         return await self._reads.get_task(request, context)
 
     async def list_tasks(
         self, request: pb.ListTasksRequest, context: CallContext
     ) -> pb.ListTasksResponse:
+        self._admit(context)
         return await self._reads.list_tasks(request, context)
 
     def subscribe_to_task(
         self, request: pb.SubscribeToTaskRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        refused = self._refusal(context)
+        if refused is not None:
+            return refused
         return self._reads.subscribe_to_task(request, context)
 
     # --- CancelTask (turns.py) --------------------------------------------------------
 
     async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
+        self._admit(context)
         return await self._runner.cancel_task(request, context)
 
     # --- push notification configs (push_configs.py) ----------------------------------
@@ -164,22 +185,42 @@ class TaskEngine(A2AService):
     async def create_task_push_notification_config(
         self, request: pb.TaskPushNotificationConfig, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
+        self._admit(context)
         return await self._push_configs.create_task_push_notification_config(request, context)
 
     async def get_task_push_notification_config(
         self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
+        self._admit(context)
         return await self._push_configs.get_task_push_notification_config(request, context)
 
     async def list_task_push_notification_configs(
         self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
+        self._admit(context)
         return await self._push_configs.list_task_push_notification_configs(request, context)
 
     async def delete_task_push_notification_config(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
     ) -> empty_pb2.Empty:
+        self._admit(context)
         return await self._push_configs.delete_task_push_notification_config(request, context)
+
+    # --- the card's extensions (..extensions) ------------------------------------------
+
+    def _admit(self, context: CallContext) -> None:
+        """Refuse a call that does not name a required extension; note the activated."""
+        if self.extensions is not None:
+            self.extensions.activate(context)
+
+    def _refusal(self, context: CallContext) -> AsyncIterator[pb.StreamResponse] | None:
+        """:meth:`_admit` for a stream: a stream that raises the refusal on its first
+        event (the service contract for errors before a stream starts), or None."""
+        try:
+            self._admit(context)
+        except ExtensionSupportRequiredError as exc:
+            return _refused(exc)
+        return None
 
     # --- GetExtendedAgentCard ---------------------------------------------------------
 
@@ -225,6 +266,11 @@ class TaskEngine(A2AService):
     def __repr__(self) -> str:
         agent = type(self._state.agent).__name__
         return f"TaskEngine(agent={agent}, live runs={len(self._state.runs)})"
+
+
+async def _refused(error: ExtensionSupportRequiredError) -> AsyncIterator[pb.StreamResponse]:
+    raise error
+    yield  # an async generator: the error comes with the first event
 
 
 __all__ = ["TaskEngine"]
