@@ -105,7 +105,8 @@ SETTINGS: tuple[Setting, ...] = (
         "message_template",
         str,
         "{{a2a.text}}",
-        "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}}",
+        "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}},"
+        " {{payload}} (the request's params as compact ProtoJSON)",
     ),
     Setting("upstream", str, "", "proxy mode: forward every call to this A2A agent URL"),
     Setting("upstream_key", str, "", "API key for the upstream agent"),
