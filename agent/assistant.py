@@ -11,9 +11,10 @@ Each inbound message runs as a turn of a session in the caller's workspace:
 The text is the message template (``{{a2a.text}}``, ``{{a2a.task_id}}``,
 ``{{a2a.context_id}}``, ``{{payload}}``: the request's params as compact ProtoJSON)
 under the framing header for untrusted inbound text. The reply streams into the
-``response`` artifact; ``request_input`` makes the task input-required (auth-required for a secret) and the caller's next message on the task
-arrives as the tool's result; ``send_file`` becomes a file artifact; provider failures
-fail the task with their short redacted text.
+``response`` artifact; ``request_input`` makes the task input-required (auth-required
+for a secret) and the caller's next message on the task arrives as the tool's result;
+``send_file`` becomes a file artifact; provider failures fail the task with their short
+redacted text.
 """
 
 from __future__ import annotations
