@@ -462,6 +462,7 @@ class Gateway:
         warn_basic_without_tls(self.config)
         self.authenticator = build_authenticator(self.config)
         self.cards.schemes = self.authenticator.schemes
+        self.cards.serving = self.authenticator.serving
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
         if self.proxy is None:

@@ -75,6 +75,7 @@ from .identity.rules import (
     parse_mtls,
 )
 from .limits import NO_OVERRIDES, CallerLimits, RateLimits, RequestLimiter
+from .publication import FRESH_S, Publication
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,6 @@ HeaderListGetter = Callable[[str], Iterable[str]]
 API_KEY_HEADER = "X-API-Key"
 AUTHORIZATION_HEADER = "Authorization"
 CALLERS_FILE = Path(".a2a") / "callers.json"
-#: A callers.json younger than this is re-read on every request (see the module doc).
-FRESH_S = 2.0
 MAX_KEY_CHARS = 4096
 MIN_SIGNING_SECRET_CHARS = 16
 HASH_PREFIX = "sha256:"
@@ -240,6 +239,10 @@ class Authenticator(abc.ABC):
     def schemes(self) -> SchemesInUse:
         """The schemes callers may use now: the card's ``securitySchemes``."""
         return KEYS_ONLY
+
+    def serving(self) -> bool:
+        """Whether the public card is served now (:mod:`.publication`)."""
+        return True
 
     async def admit(
         self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
@@ -527,6 +530,7 @@ class WorkspaceCallers(Authenticator):
         self.basic_allowed = basic_allowed
         self.certificates = certificates
         self._passwords = PasswordChecker()
+        self.publication = Publication([Path(w) for w in workspaces])
 
     def entries(self) -> list[CallerEntry]:
         return [entry for cached in self._files for entry in cached.entries()]
@@ -549,6 +553,21 @@ class WorkspaceCallers(Authenticator):
             self.token_url if opaque else "",
             mtls,
         )
+
+    def serving(self) -> bool:
+        return self.publication.any_published()
+
+    async def admit(
+        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+    ) -> Identity:
+        """:meth:`Authenticator.admit`, then refuse a caller of an unpublished workspace
+        (every binding admits here, so every call is refused the same way)."""
+        identity = await super().admit(get, client_address, certificate)
+        if not self.publication.published(identity.caller.workspace):
+            raise UnauthenticatedError(
+                "This agent is not published", challenge=self._challenge(self.entries())
+            )
+        return identity
 
     def _challenge(self, entries: Sequence[CallerEntry]) -> str:
         if any(entry.basic is not None for entry in entries):

@@ -58,10 +58,10 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .auth import API_KEY_HEADER, KEYS_ONLY, SchemesInUse
 from .config import ServerConfig
 from .identity.jwt import DISCOVERY_PATH
+from .publication import CARD_FILE, PUBLISHED_KEY
 
 log = logging.getLogger(__name__)
 
-CARD_FILE = Path(".a2a") / "card.json"
 PERSONA_FILE = "PERSONA.md"
 DEFAULT_NAME = "a2a-gateway agent"
 DEFAULT_DESCRIPTION = "A conversational agent reachable over the A2A protocol."
@@ -80,7 +80,7 @@ MTLS_SCHEME = "mtls"
 
 _MAX_FILE_BYTES = 1024 * 1024
 _MAX_DESCRIPTION_CHARS = 512
-_CARD_KEYS = frozenset({"name", "description", "skills"})
+_CARD_KEYS = frozenset({"name", "description", "skills", PUBLISHED_KEY})
 # A Host header we are willing to put in a card: a DNS name or IPv4 (or [IPv6]) and a port.
 _HOST = re.compile(
     r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$"
@@ -167,6 +167,8 @@ class CardProvider:
         self.clock = clock  # for Last-Modified (tests inject one)
         # The schemes callers can use now (the authenticator's, set by the host).
         self.schemes: Callable[[], SchemesInUse] = lambda: KEYS_ONLY
+        # Whether the public card is served now (the authenticator's, set by the host).
+        self.serving: Callable[[], bool] = lambda: True
         self.signer = signer  # --card-signing-key
         self._signed_cards: collections.OrderedDict[bytes, pb.AgentCard] = collections.OrderedDict()
         self._encodings: collections.OrderedDict[bytes, _Encoded] = collections.OrderedDict()
@@ -385,7 +387,9 @@ class CardProvider:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """``GET`` the public card for its reader, with a content-hash ETag,
-        Last-Modified, and 304 revalidation."""
+        Last-Modified, and 304 revalidation; 404 while no workspace is published."""
+        if not self.serving():
+            raise web.HTTPNotFound()
         card = self.public_card(self.base_url(request))
         body, etag, modified, http_date = self._encoded(card, self.serves_hybrid(request))
         headers = {
@@ -532,7 +536,11 @@ def _read_card_file(path: Path) -> tuple[str | None, str | None, list[pb.AgentSk
         raise _MalformedCard("not a JSON object")
     unknown = sorted(set(data) - _CARD_KEYS)
     if unknown:
-        raise _MalformedCard(f"unknown key {unknown[0][:40]!r}; allowed: name, description, skills")
+        raise _MalformedCard(
+            f"unknown key {unknown[0][:40]!r}; allowed: name, description, skills, published"
+        )
+    if not isinstance(data.get(PUBLISHED_KEY, True), bool):
+        raise _MalformedCard("published must be true or false")
     name = _text(data, "name")
     description = _text(data, "description")
     skills: list[pb.AgentSkill] | None = None
