@@ -54,6 +54,7 @@ from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.http_app import AppRunner, build_http_app, build_metrics_app
+from a2a_gateway.server.icon import CardIcon
 from a2a_gateway.server.identity import JwtVerifier
 from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
@@ -463,6 +464,7 @@ class Gateway:
         self.authenticator = build_authenticator(self.config)
         self.cards.schemes = self.authenticator.schemes
         self.cards.serving = self.authenticator.serving
+        self.cards.icon = CardIcon.for_gateway(settings["card_icon"], self.config.workspaces)
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
         if self.proxy is None:
@@ -516,6 +518,7 @@ class Gateway:
                 await self.store.start()  # connect and migrate before serving anything
             except StoreUnavailable as exc:
                 raise StartupError(f"--database-url: {exc}") from None
+        await self.cards.icon.refresh()  # squared once now, again when the file changes
         if self.proxy is not None:
             await self.proxy.start()  # reads the upstream's card (not fatal if down)
         if self.runtime is not None:

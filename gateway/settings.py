@@ -191,7 +191,15 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "",
         'extensions the card declares, a JSON array such as [{"uri": "https://...",'
-        ' "description": "...", "required": false}]',
+        ' "description": "...", "required": false}]; a call that does not name a required'
+        " one in A2A-Extensions is refused (-32008)",
+    ),
+    Setting(
+        "card_icon",
+        str,
+        "",
+        "image file for the cards' iconUrl, served as a 256 px square PNG at"
+        " <jsonrpc_path>/icon.png (default: the first workspace's icon.png, if any)",
     ),
     Setting(
         "card_format",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from PIL import Image
 
 from a2a_gateway.cli import main
 from a2a_gateway.serve import Gateway
@@ -62,9 +63,14 @@ async def test_unpublished_http_answers_carry_the_statuses(
     gateway: Gateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workspace = gateway.config.workspaces[0]
-    _cli(capsys, "callers", "unpublish", "--workspace", str(workspace))
+    Image.new("RGB", (8, 8)).save(workspace / "icon.png", "PNG")
     base = f"http://127.0.0.1:{gateway.http_port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        async with http.get(f"{base}/a2a/icon.png") as got:
+            assert got.status == 200
+        _cli(capsys, "callers", "unpublish", "--workspace", str(workspace))
+        async with http.get(f"{base}/a2a/icon.png") as got:
+            assert got.status == 404
         async with http.get(f"{base}/a2a/v1/tasks", headers={"X-API-Key": KEY_ALICE}) as got:
             assert got.status == 401
             assert got.headers["WWW-Authenticate"].startswith("Bearer")
