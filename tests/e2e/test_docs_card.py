@@ -6,14 +6,13 @@ every ``# → ...`` line is a claim: each fragment between ``...`` must be in th
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import sys
 from pathlib import Path
 
 from ..agent.fake_llm import FakeLLM, Say
 from ..interop.conftest import free_ports
+from .doc_scripts import assert_claims, claims_of, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "card.md"
@@ -34,11 +33,7 @@ async def test_docs_card_runs_as_written(tmp_path: Path) -> None:
     blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
     assert len(blocks) == 5
     ports = dict(zip(PORTS, (str(p) for p in free_ports(len(PORTS))), strict=True))
-    parts = [
-        "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT",
-        "set -e",
-        f"A2A_GATEWAY_DOCS_PY={sys.executable}",
-    ]
+    parts = [f"A2A_GATEWAY_DOCS_PY={sys.executable}"]
     claims: list[str] = []
     for block in blocks:
         for doc_port, port in ports.items():
@@ -47,29 +42,14 @@ async def test_docs_card_runs_as_written(tmp_path: Path) -> None:
         block = block.replace(".venv/bin/python", "$A2A_GATEWAY_DOCS_PY")
         parts.append(block)
         parts += [_ready(int(port)) for port in re.findall(r"--port (\d+)", block)]
-        claims += [line.split("# → ", 1)[1] for line in block.splitlines() if "# → " in line]
+        claims += claims_of(block)
     llm = FakeLLM(lambda body: Say("noted"))
     await llm.start()
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-        env.update({"A2A_GATEWAY_LLM_BASE_URL": llm.base_url, "A2A_GATEWAY_LLM_API_KEY": LLM_KEY})
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            "\n".join(parts),
-            cwd=tmp_path,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        out_b, _ = await asyncio.wait_for(process.communicate(), 120)
+        out = await run_script(parts, tmp_path, llm, LLM_KEY)
     finally:
         await llm.aclose()
-    out = out_b.decode()
-    assert process.returncode == 0, out[-3000:]
     assert len(claims) == 9
-    for claim in claims:
-        for fragment in claim.split("..."):
-            assert fragment.strip() in out, (fragment, out[-3000:])
+    assert_claims(claims, out)
     assert LLM_KEY not in out
     assert len(llm.requests) == 1  # the payload's turn reached the model
