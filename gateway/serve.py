@@ -464,7 +464,8 @@ class Gateway:
         self.authenticator = build_authenticator(self.config)
         self.cards.schemes = self.authenticator.schemes
         self.cards.serving = self.authenticator.serving
-        self.cards.icon = CardIcon.for_gateway(settings["card_icon"], self.config.workspaces)
+        self.card_icon_setting = settings["card_icon"].strip()
+        self.cards.icon = CardIcon.for_gateway(self.card_icon_setting, self.config.workspaces)
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
         if self.proxy is None:
@@ -518,7 +519,10 @@ class Gateway:
                 await self.store.start()  # connect and migrate before serving anything
             except StoreUnavailable as exc:
                 raise StartupError(f"--database-url: {exc}") from None
-        await self.cards.icon.refresh()  # squared once now, again when the file changes
+        # Squared once now, again whenever the file changes. A --card-icon that cannot be
+        # used stops the start (a workspace's icon.png may come and go).
+        if await self.cards.icon.refresh() is None and self.card_icon_setting:
+            raise StartupError(f"--card-icon {self.card_icon_setting}: not found or not an image")
         if self.proxy is not None:
             await self.proxy.start()  # reads the upstream's card (not fatal if down)
         if self.runtime is not None:
@@ -619,7 +623,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         log.error("cannot start: %s", exc)
         await gateway.stop()
         return 1
-    except StartupError:  # the database cannot be used
+    except StartupError:  # the database or the --card-icon cannot be used
         await gateway.stop()
         raise
     try:

@@ -12,7 +12,12 @@ from typing import Any
 
 import aiohttp
 import grpc
+import pytest
 from PIL import Image
+
+from a2a_gateway.serve import Gateway
+from a2a_gateway.settings import resolve
+from a2a_gateway.startup import StartupError
 
 from .conftest import KEY_ALICE, Driver, running_gateway
 
@@ -103,3 +108,14 @@ async def test_card_icon_setting_and_a_file_that_is_no_image(tmp_path: Path) -> 
         assert "iconUrl" not in await _card(http, base)
         status, _, _ = await _get(http, f"{base}/icon.png")
         assert status == 404
+
+
+async def test_a_card_icon_that_cannot_be_used_stops_the_start(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-logo.png"
+    settings = {"port": 0, "grpc_port": -1, "faux": True, "card_icon": str(missing)}
+    gateway = Gateway(resolve(settings, environ={}))
+    try:
+        with pytest.raises(StartupError, match=r"--card-icon .*no-such-logo\.png: not found"):
+            await gateway.start()
+    finally:
+        await gateway.stop()
