@@ -40,16 +40,17 @@ _Stamp = tuple[int, int, int, int]
 class _Flag:
     """The ``published`` flag of one card.json, re-read whenever its stat changes."""
 
-    __slots__ = ("_stamp", "_value", "path")
+    __slots__ = ("_name", "_stamp", "_value", "path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._name = str(path)  # stat(2) of a str: no os.fspath per call
         self._stamp: _Stamp | None = None
         self._value = True
 
     def value(self) -> bool:
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._name)
         except OSError:  # no card.json (or no workspace): published
             self._stamp, self._value = None, True
             return True
