@@ -14,7 +14,7 @@ import aiohttp
 import grpc
 import pytest
 
-from .conftest import BINDINGS, Driver, WireError, running_gateway
+from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, running_gateway
 from .test_scenarios import COMPLETED, send
 
 REQUIRED = "https://ext.example/trace/v1"
@@ -89,3 +89,25 @@ async def test_the_public_card_stays_open(tmp_path: Path) -> None:
         assert response.status == 200
         card = await response.json()
     assert card["capabilities"]["extensions"][0] == EXTENSIONS[0]
+
+
+async def test_a_0_3_caller_is_held_to_the_same_rule(tmp_path: Path) -> None:
+    # 0.3 has no -32008: its JSON-RPC answers A2A errors as -32603 with the reason in
+    # data (as the SDK's 0.3 path does); the 0.3 header name activates as well.
+    message = {"role": "user", "messageId": "m-03", "kind": "message"}
+    message["parts"] = [{"kind": "text", "text": "hello"}]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+    async with (
+        running_gateway(tmp_path, card_extensions=json.dumps(EXTENSIONS)) as gateway,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+    ):
+        url = f"http://127.0.0.1:{gateway.http_port}/a2a"
+        answers = []
+        for extra in ({}, {"X-A2A-Extensions": REQUIRED}):
+            headers = {"X-API-Key": KEY_ALICE, **extra}
+            async with http.post(url, json=body, headers=headers) as response:
+                answers.append((response.headers.get("A2A-Extensions"), await response.json()))
+    (no_echo, refused), (echoed, answered) = answers
+    assert refused["error"]["code"] == -32603 and no_echo is None
+    assert refused["error"]["data"]["reason"] == "EXTENSION_SUPPORT_REQUIRED"
+    assert answered["result"]["status"]["state"] == "completed" and echoed == REQUIRED
