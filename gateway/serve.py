@@ -623,7 +623,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         log.error("cannot start: %s", exc)
         await gateway.stop()
         return 1
-    except StartupError:  # the database or the --card-icon cannot be used
+    except StartupError:  # the database cannot be used
         await gateway.stop()
         raise
     try:

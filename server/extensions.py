@@ -17,7 +17,7 @@ extensions it must name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from a2a_gateway.protocol.context import CallContext
@@ -56,6 +56,21 @@ class ExtensionPolicy:
             )
         if requested:
             context.activated_extensions.update(self.supported & requested)
+
+    def stream_refusal(self, context: CallContext) -> AsyncIterator[pb.StreamResponse] | None:
+        """:meth:`activate` for a streaming operation: None when the call may go on, else
+        a stream that raises the refusal with its first event (a service raises errors
+        found before a stream starts there, so bindings still answer a plain error)."""
+        try:
+            self.activate(context)
+        except ExtensionSupportRequiredError as exc:
+            return _refused(exc)
+        return None
+
+
+async def _refused(error: ExtensionSupportRequiredError) -> AsyncIterator[pb.StreamResponse]:
+    raise error
+    yield  # an async generator: the error comes with the first event
 
 
 __all__ = ["ExtensionPolicy"]

@@ -11,11 +11,7 @@ from google.protobuf import empty_pb2
 
 from a2a_gateway.agent.base import Agent
 from a2a_gateway.protocol.context import CallContext
-from a2a_gateway.protocol.errors import (
-    ExtendedAgentCardNotConfiguredError,
-    ExtensionSupportRequiredError,
-    UnavailableError,
-)
+from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError, UnavailableError
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -216,11 +212,7 @@ class TaskEngine(A2AService):
     def _refusal(self, context: CallContext) -> AsyncIterator[pb.StreamResponse] | None:
         """:meth:`_admit` for a stream: a stream that raises the refusal on its first
         event (the service contract for errors before a stream starts), or None."""
-        try:
-            self._admit(context)
-        except ExtensionSupportRequiredError as exc:
-            return _refused(exc)
-        return None
+        return None if self.extensions is None else self.extensions.stream_refusal(context)
 
     # --- GetExtendedAgentCard ---------------------------------------------------------
 
@@ -266,11 +258,6 @@ class TaskEngine(A2AService):
     def __repr__(self) -> str:
         agent = type(self._state.agent).__name__
         return f"TaskEngine(agent={agent}, live runs={len(self._state.runs)})"
-
-
-async def _refused(error: ExtensionSupportRequiredError) -> AsyncIterator[pb.StreamResponse]:
-    raise error
-    yield  # an async generator: the error comes with the first event
 
 
 __all__ = ["TaskEngine"]
