@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from google.protobuf import empty_pb2
 
@@ -15,7 +15,6 @@ from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError, Una
 from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..extensions import ExtensionPolicy
 from ..files import DEFAULT_MAX_FILE_BYTES
 from ..limits import TaskLimiter
 from ..outbound import OutboundClient
@@ -27,6 +26,9 @@ from .reads import Reads
 from .records import Records
 from .state import DEFAULT_LIST_MAX_BYTES, EngineState
 from .turns import Runner
+
+if TYPE_CHECKING:  # the host builds the policy; the engine only holds it
+    from ..extensions import ExtensionPolicy
 
 T = TypeVar("T")
 
