@@ -9,11 +9,12 @@ Each inbound message runs as a turn of a session in the caller's workspace:
 - ``shared``: one long-lived session per caller (``<prefix>-a2a-<caller>``).
 
 The text is the message template (``{{a2a.text}}``, ``{{a2a.task_id}}``,
-``{{a2a.context_id}}``) under the framing header for untrusted inbound text. The
-reply streams into the ``response`` artifact; ``request_input`` makes the task
-input-required (auth-required for a secret) and the caller's next message on the task
-arrives as the tool's result; ``send_file`` becomes a file artifact; provider failures
-fail the task with their short redacted text.
+``{{a2a.context_id}}``, ``{{payload}}``: the request's params as compact ProtoJSON)
+under the framing header for untrusted inbound text. The reply streams into the
+``response`` artifact; ``request_input`` makes the task input-required (auth-required
+for a secret) and the caller's next message on the task arrives as the tool's result;
+``send_file`` becomes a file artifact; provider failures fail the task with their short
+redacted text.
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ from .base import (
     Turn,
     session_scope,
 )
-from .prompt import DEFAULT_TEMPLATE, check_template, framing_header, render_template
+from .prompt import (
+    DEFAULT_TEMPLATE,
+    check_template,
+    framing_header,
+    render_template,
+    uses_payload,
+)
 from .runtime import Asked, FileReady, Finished, Runtime, TextDelta, TurnFailed
 from .tools.base import Tool, ToolRegistry
 from .tools.files import SEND_CAP, workspace_tools
@@ -87,6 +94,7 @@ class AssistantAgent(Agent):
         self.tools = tools
         # One shared session per caller cannot take concurrent streamed turns.
         self.streaming = self.config.session_mode != "shared"
+        self.wants_payload = uses_payload(self.config.message_template)
         self._resolved: dict[str, Path] = {}
 
     def scope(self, turn: Turn) -> str:
@@ -124,6 +132,7 @@ class AssistantAgent(Agent):
             text=turn.content_text(),
             task_id=task_id,
             context_id=turn.context_id,
+            payload=turn.payload,
         )
         framing = framing_header(
             turn.caller.name,

@@ -121,6 +121,9 @@ class Turn:
     ``metadata`` (as JSON values) come from the SendMessage request. ``files`` are
     the absolute paths of the files the message carried, saved in the caller's
     workspace inbox (empty in :meth:`Agent.reply`: files are saved for tasks only).
+    ``payload`` is the request's params as compact ProtoJSON (unknown fields were
+    dropped when it was parsed), only for an agent that :attr:`Agent.wants_payload`:
+    file bytes and push secrets left out (the files are in ``files``).
     """
 
     message: pb.Message
@@ -132,6 +135,7 @@ class Turn:
     accepted_output_modes: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=lambda: _NO_METADATA)
     files: tuple[Path, ...] = ()
+    payload: str = ""
 
     def text(self) -> str:
         """The text of the message's text parts, joined by newlines."""
@@ -286,10 +290,12 @@ class Agent(abc.ABC):
 
     ``streaming`` False (an agent whose turns cannot be streamed, such as the assistant
     with one shared session per caller) makes every streaming send UnsupportedOperation
-    and the card say ``streaming: false``.
+    and the card say ``streaming: false``. ``wants_payload`` True asks the engine for
+    :attr:`Turn.payload` (it costs an encoding per turn, so it is off by default).
     """
 
     streaming: bool = True
+    wants_payload: bool = False
 
     def profile(self) -> AgentProfile | None:
         """The agent's name, description and skills for the public card, read once at

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -120,37 +121,44 @@ def frame(header: str | None, text: str) -> str:
     return f"{header}\n\n{text}" if header else text
 
 
-def render_template(template: str, *, text: str, task_id: str, context_id: str) -> str:
-    """``template`` with ``{{a2a.text}}``, ``{{a2a.task_id}}`` and ``{{a2a.context_id}}``
-    replaced (in one pass: a value that contains a placeholder stays as it is)."""
-    values = {"text": text, "task_id": task_id, "context_id": context_id}
-    out: list[str] = []
-    rest = template
-    while (start := rest.find("{{a2a.")) >= 0:
-        end = rest.find("}}", start)
-        key = rest[start + 6 : end].strip() if end >= 0 else ""
-        if end < 0 or key not in values:
-            out.append(rest[: start + 6])
-            rest = rest[start + 6 :]
-            continue
-        out.append(rest[:start])
-        out.append(values[key])
-        rest = rest[end + 2 :]
-    out.append(rest)
-    return "".join(out)
+#: ``{{a2a.text}}``, ``{{a2a.task_id}}``, ``{{a2a.context_id}}`` and ``{{payload}}``
+#: (spaces allowed inside the braces); anything else in braces is left as it is.
+_PLACEHOLDER = re.compile(r"\{\{\s*(a2a\.[^{}]*?|payload)\s*\}\}")
+_A2A_KEYS = ("text", "task_id", "context_id")
+
+
+def render_template(
+    template: str, *, text: str, task_id: str, context_id: str, payload: str = ""
+) -> str:
+    """``template`` with ``{{a2a.text}}``, ``{{a2a.task_id}}``, ``{{a2a.context_id}}`` and
+    ``{{payload}}`` (the request's params as compact ProtoJSON) replaced in one pass: a
+    value that contains a placeholder stays as it is."""
+    values = {"a2a.text": text, "a2a.task_id": task_id, "a2a.context_id": context_id}
+    values["payload"] = payload
+
+    def value(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key.startswith("a2a."):
+            key = "a2a." + key[4:].strip()
+        return values.get(key, match.group(0))
+
+    return _PLACEHOLDER.sub(value, template)
+
+
+def uses_payload(template: str) -> bool:
+    """Whether ``template`` names ``{{payload}}`` (the engine encodes it only then)."""
+    return any(m.group(1) == "payload" for m in _PLACEHOLDER.finditer(template))
 
 
 def check_template(template: str) -> None:
     """ValueError when the template names an unknown ``{{a2a.*}}`` placeholder."""
-    rest = template
-    while (start := rest.find("{{a2a.")) >= 0:
-        end = rest.find("}}", start)
-        key = rest[start + 6 : end].strip() if end >= 0 else rest[start:]
-        if key not in ("text", "task_id", "context_id"):
+    for match in _PLACEHOLDER.finditer(template):
+        key = match.group(1)
+        if key != "payload" and key[4:].strip() not in _A2A_KEYS:
             raise ValueError(
-                f"unknown placeholder {{{{a2a.{key}}}}}; use text, task_id or context_id"
+                f"unknown placeholder {{{{{key}}}}}; use a2a.text, a2a.task_id,"
+                " a2a.context_id or payload"
             )
-        rest = rest[end + 2 :]
 
 
 __all__ = [
@@ -161,4 +169,5 @@ __all__ = [
     "framing_header",
     "render_template",
     "system_prompt",
+    "uses_payload",
 ]

@@ -25,7 +25,7 @@ import httpcore
 import httpx
 from httpcore._backends.auto import AutoBackend
 
-from a2a_gateway.server.outbound import forbidden_reason
+from a2a_gateway.server.outbound import forbidden_reason, normalise_host
 
 from .agents_file import AgentEntry
 from .errors import Redactor, Unreachable
@@ -44,7 +44,12 @@ async def allowed_addresses(
     allow_private: bool,
     timeout: float | None,  # noqa: ASYNC109
 ) -> list[str]:
-    """The addresses of ``host`` the guard allows; AddressRefused when none is left."""
+    """The addresses of ``host`` the guard allows; AddressRefused when none is left.
+    The host is resolved in its normal spelling (``LocalHost.`` is ``localhost``)."""
+    try:
+        host = normalise_host(host)
+    except ValueError as exc:
+        raise AddressRefused(str(exc)) from None
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout):

@@ -9,6 +9,11 @@
   new key (printed once; the old one stops working at once) and, with ``--signing``, a
   new signing secret; every other field is kept.
 - ``callers remove NAME --workspace DIR`` deletes the caller.
+- ``callers publish --workspace DIR`` / ``callers unpublish --workspace DIR`` set
+  ``"published"`` in ``<DIR>/.a2a/card.json`` (keeping its other keys): while a
+  workspace is unpublished its callers' calls are refused (401) and, once no workspace
+  of the gateway is published, its public card answers 404. A running gateway notices
+  at once (no restart).
 - ``callers list --workspace DIR`` shows each valid caller's name, mode and note, and of
   its key only the stored prefix of a hashed key, or the last 4 characters of a
   plaintext key of 12 characters or more. Skipped entries are reported on stderr with
@@ -45,6 +50,7 @@ from a2a_gateway.server.auth import (
     read_callers,
 )
 from a2a_gateway.server.identity import hash_password
+from a2a_gateway.server.publication import CARD_FILE, PUBLISHED_KEY
 
 KEY_PREFIX = "a2a_"
 #: How much of a new key a hashed entry keeps as ``key_prefix`` ("a2a_" + 4 characters).
@@ -237,8 +243,37 @@ def remove_caller(workspace: Path, name: str) -> None:
 # --- the verbs ------------------------------------------------------------------------
 
 
+def set_published(workspace: Path, published: bool) -> Path:
+    """Set ``published`` in the workspace's card.json (created if missing, other keys
+    kept); the file's path. A card.json that is not a JSON object is left alone."""
+    path = workspace / CARD_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CallersError(f"cannot create {path.parent}: {exc.strerror}") from None
+    with _locked(path):
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raw = b""
+        except OSError as exc:
+            raise CallersError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            raise CallersError(
+                f"{path} is not valid JSON; fix it first (it was not changed)"
+            ) from None
+        if not isinstance(data, dict):
+            raise CallersError(f"{path} is not a JSON object; fix it first (it was not changed)")
+        data[PUBLISHED_KEY] = published
+        write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+    return path
+
+
 def add_parser(sub: Any) -> None:
-    """Register ``callers add|rotate|remove|list`` on the top-level subparsers."""
+    """Register ``callers add|rotate|remove|list|publish|unpublish`` on the top-level
+    subparsers."""
     callers = sub.add_parser("callers", help="manage the callers of a workspace (API keys)")
     verbs = callers.add_subparsers(dest="callers_verb", required=True)
     add = verbs.add_parser("add", help="add a caller with a new key (printed once)")
@@ -273,7 +308,12 @@ def add_parser(sub: Any) -> None:
     add.add_argument("--jwt-audience", metavar="AUD", help="with --jwt-issuer: our audience")
     add.add_argument("--jwt-sub", metavar="SUB", help="with --jwt-issuer: the caller's sub claim")
     show = verbs.add_parser("list", help="list callers (no keys: at most a short part)")
-    show.add_argument("--workspace", type=Path, required=True, help="workspace folder")
+    publish = verbs.add_parser("publish", help="serve the workspace's agent (the default)")
+    unpublish = verbs.add_parser(
+        "unpublish", help="refuse every call (401) and hide the public card (404)"
+    )
+    for parser in (show, publish, unpublish):
+        parser.add_argument("--workspace", type=Path, required=True, help="workspace folder")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -285,6 +325,12 @@ def run(args: argparse.Namespace) -> int:
         if args.callers_verb == "remove":
             remove_caller(args.workspace, args.name)
             print(f"removed caller {args.name!r} from {callers_path(args.workspace)}")
+            return 0
+        if args.callers_verb in ("publish", "unpublish"):
+            published = args.callers_verb == "publish"
+            path = set_published(args.workspace, published)
+            flag = "true" if published else "false"
+            print(f"{args.callers_verb}ed {args.workspace} ({path}: published={flag})")
             return 0
         return _list(args)
     except CallersError as exc:

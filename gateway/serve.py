@@ -56,10 +56,12 @@ from a2a_gateway.server.config import (
 )
 from a2a_gateway.server.drain import Drain
 from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.extensions import ExtensionPolicy
 from a2a_gateway.server.file_store import WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.http_app import AppRunner, build_http_app, build_metrics_app
+from a2a_gateway.server.icon import CardIcon
 from a2a_gateway.server.identity import JwtVerifier
 from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
@@ -501,6 +503,9 @@ class Gateway:
         warn_basic_without_tls(self.config)
         self.authenticator = build_authenticator(self.config)
         self.cards.schemes = self.authenticator.schemes
+        self.cards.serving = self.authenticator.serving
+        self.card_icon_setting = settings["card_icon"].strip()
+        self.cards.icon = CardIcon.for_gateway(self.card_icon_setting, self.config.workspaces)
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
         if self.proxy is None:
@@ -526,6 +531,7 @@ class Gateway:
                 # Files of callers without a workspace (anonymous) land in the first.
                 default_workspace=self.config.workspaces[0] if self.config.workspaces else None,
                 max_file_bytes=settings["max_file_bytes"],
+                extensions=ExtensionPolicy.from_card(self.config.card.extensions),
             )
             self.service = self.engine
         # Every call passes the drain's gate (inside the access log, which shows refusals).
@@ -575,6 +581,10 @@ class Gateway:
                 await self.store.start()  # connect and migrate before serving anything
             except StoreUnavailable as exc:
                 raise StartupError(f"--database-url: {exc}") from None
+        # Squared once now, again whenever the file changes. A --card-icon that cannot be
+        # used stops the start (a workspace's icon.png may come and go).
+        if await self.cards.icon.refresh() is None and self.card_icon_setting:
+            raise StartupError(f"--card-icon {self.card_icon_setting}: not found or not an image")
         if self.proxy is not None:
             await self.proxy.start()  # reads the upstream's card (not fatal if down)
         if self.runtime is not None:

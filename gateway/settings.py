@@ -175,7 +175,8 @@ SETTINGS: tuple[Setting, ...] = (
         "message_template",
         str,
         "{{a2a.text}}",
-        "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}}",
+        "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}},"
+        " {{payload}} (the request's params as compact ProtoJSON)",
     ),
     Setting("upstream", str, "", "proxy mode: forward every call to this A2A agent URL"),
     Setting("upstream_key", str, "", "API key for the upstream agent"),
@@ -268,7 +269,15 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "",
         'extensions the card declares, a JSON array such as [{"uri": "https://...",'
-        ' "description": "...", "required": false}]',
+        ' "description": "...", "required": false}]; a call that does not name a required'
+        " one in A2A-Extensions is refused (-32008)",
+    ),
+    Setting(
+        "card_icon",
+        str,
+        "",
+        "image file for the cards' iconUrl, served as a 256 px square PNG at"
+        " <jsonrpc_path>/icon.png (default: the first workspace's icon.png, if any)",
     ),
     Setting(
         "card_format",

@@ -73,6 +73,7 @@ from .identity.rules import (
     parse_mtls,
 )
 from .limits import NO_OVERRIDES, CallerLimits, RateLimits, RequestLimiter
+from .publication import Publication
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,10 @@ class Authenticator(abc.ABC):
     def schemes(self) -> SchemesInUse:
         """The schemes callers may use now: the card's ``securitySchemes``."""
         return KEYS_ONLY
+
+    def serving(self) -> bool:
+        """Whether the public card is served now (:mod:`.publication`)."""
+        return True
 
     async def admit(
         self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
@@ -494,6 +499,7 @@ class WorkspaceCallers(Authenticator):
         self.basic_allowed = basic_allowed
         self.certificates = certificates
         self._passwords = PasswordChecker()
+        self.publication = Publication([Path(w) for w in workspaces])
 
     def entries(self) -> list[CallerEntry]:
         return [entry for cached in self._files for entry in cached.entries()]
@@ -516,6 +522,21 @@ class WorkspaceCallers(Authenticator):
             self.token_url if opaque else "",
             mtls,
         )
+
+    def serving(self) -> bool:
+        return self.publication.any_published()
+
+    async def admit(
+        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+    ) -> Identity:
+        """:meth:`Authenticator.admit`, then refuse a caller of an unpublished workspace
+        (every binding admits here, so every call is refused the same way)."""
+        identity = await super().admit(get, client_address, certificate)
+        if not self.publication.published(identity.caller.workspace):
+            raise UnauthenticatedError(
+                "This agent is not published", challenge=self._challenge(self.entries())
+            )
+        return identity
 
     def _challenge(self, entries: Sequence[CallerEntry]) -> str:
         if any(entry.basic is not None for entry in entries):

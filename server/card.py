@@ -8,6 +8,8 @@ extensions from ``--card-extensions``. The workspace files (``PERSONA.md``,
 ``.a2a/card.json``) feed only the caller's extended card, built fresh on every call so
 edits apply at once: its description is the first non-empty line of the caller's
 ``PERSONA.md``, else the public one; card.json's name, description and skills override.
+Both cards name the icon (``iconUrl``, :mod:`.icon`) while there is one; card.json's
+``published`` (:mod:`.publication`) decides whether the public card is served.
 Nothing here depends on the task engine: it receives :meth:`CardProvider.extended_card`
 as a plain function.
 
@@ -57,11 +59,12 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import API_KEY_HEADER, KEYS_ONLY, SchemesInUse
 from .config import ServerConfig
+from .icon import PNG, CardIcon, icon_path
 from .identity.jwt import DISCOVERY_PATH
+from .publication import CARD_FILE, PUBLISHED_KEY
 
 log = logging.getLogger(__name__)
 
-CARD_FILE = Path(".a2a") / "card.json"
 PERSONA_FILE = "PERSONA.md"
 DEFAULT_NAME = "a2a-gateway agent"
 DEFAULT_DESCRIPTION = "A conversational agent reachable over the A2A protocol."
@@ -80,7 +83,7 @@ MTLS_SCHEME = "mtls"
 
 _MAX_FILE_BYTES = 1024 * 1024
 _MAX_DESCRIPTION_CHARS = 512
-_CARD_KEYS = frozenset({"name", "description", "skills"})
+_CARD_KEYS = frozenset({"name", "description", "skills", PUBLISHED_KEY})
 # A Host header we are willing to put in a card: a DNS name or IPv4 (or [IPv6]) and a port.
 _HOST = re.compile(
     r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$"
@@ -167,6 +170,9 @@ class CardProvider:
         self.clock = clock  # for Last-Modified (tests inject one)
         # The schemes callers can use now (the authenticator's, set by the host).
         self.schemes: Callable[[], SchemesInUse] = lambda: KEYS_ONLY
+        # Whether the public card is served now (the authenticator's, set by the host).
+        self.serving: Callable[[], bool] = lambda: True
+        self.icon = CardIcon(None)  # the host's (--card-icon, a workspace's icon.png)
         self.signer = signer  # --card-signing-key
         self._signed_cards: collections.OrderedDict[bytes, pb.AgentCard] = collections.OrderedDict()
         self._encodings: collections.OrderedDict[bytes, _Encoded] = collections.OrderedDict()
@@ -311,6 +317,8 @@ class CardProvider:
             card.provider.url = settings.provider_url
         if settings.documentation_url:
             card.documentation_url = settings.documentation_url
+        if self.icon.icon is not None:  # as of the last look at the file
+            card.icon_url = base_url + icon_path(self.config.mounts.jsonrpc)
         names = add_security_schemes(card, self.schemes())
         # Any one scheme will do (OR across entries). With anonymous access on, no
         # requirement is listed: credentials are accepted but not needed.
@@ -392,7 +400,10 @@ class CardProvider:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """``GET`` the public card for its reader, with a content-hash ETag,
-        Last-Modified, and 304 revalidation."""
+        Last-Modified, and 304 revalidation; 404 while no workspace is published."""
+        if not self.serving():
+            raise web.HTTPNotFound()
+        await self.icon.refresh()  # a new or changed icon file shows at once
         card = self.public_card(self.base_url(request))
         hybrid = self.serves_hybrid(request)
         return self.card_response(request, card, hybrid, vary=self.config.card.format == "auto")
@@ -417,6 +428,20 @@ class CardProvider:
         if fresh:
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, content_type=CARD_CONTENT_TYPE, headers=headers)
+
+    async def handle_icon(self, request: web.Request) -> web.StreamResponse:
+        """``GET <JSON-RPC mount>/icon.png``: the icon (:mod:`.icon`) with an ETag and
+        304 revalidation; 404 without one or while no workspace is published."""
+        icon = await self.icon.refresh() if self.serving() else None
+        if icon is None:
+            raise web.HTTPNotFound()
+        headers = {
+            hdrs.ETAG: icon.etag,
+            hdrs.CACHE_CONTROL: f"public, max-age={self.config.card_max_age_s}",
+        }
+        if etag_matches(request.headers.get(hdrs.IF_NONE_MATCH), icon.etag):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=icon.png, content_type=PNG, headers=headers)
 
 
 CARDS = web.AppKey("a2a_cards", CardProvider)
@@ -546,7 +571,11 @@ def _read_card_file(path: Path) -> tuple[str | None, str | None, list[pb.AgentSk
         raise _MalformedCard("not a JSON object")
     unknown = sorted(set(data) - _CARD_KEYS)
     if unknown:
-        raise _MalformedCard(f"unknown key {unknown[0][:40]!r}; allowed: name, description, skills")
+        raise _MalformedCard(
+            f"unknown key {unknown[0][:40]!r}; allowed: name, description, skills, published"
+        )
+    if not isinstance(data.get(PUBLISHED_KEY, True), bool):
+        raise _MalformedCard("published must be true or false")
     name = _text(data, "name")
     description = _text(data, "description")
     skills: list[pb.AgentSkill] | None = None

@@ -42,6 +42,7 @@ from .http_context import (
     StreamWatch,
     unexpected,
 )
+from .icon import icon_path
 from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
 from .pact import mount as pact_mount
 
@@ -196,6 +197,7 @@ def build_http_app(
         app.router.add_get(METRICS_PATH, handle_guarded_metrics)
     # Pushes for our own client's watches (404 for all without a waker).
     push_receiver.mount(app, push_waker)
+    app.router.add_get(icon_path(config.mounts.jsonrpc), cards.handle_icon)
     jsonrpc_path = mount_path(config.mounts.jsonrpc) or "/"
     # Some clients join the interface URL and "/": the mount answers both ways.
     for path in {jsonrpc_path, jsonrpc_path.rstrip("/") + "/"}:

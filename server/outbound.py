@@ -24,6 +24,14 @@ compatible ``::a.b.c.d``, SIIT's IPv4-translated ``::ffff:0:a.b.c.d``, NAT64
 Python does not consider globally routable too. With ``allow_private_urls`` only
 non-unicast targets (multicast, broadcast, unspecified) are refused.
 
+Host names are normalised before anything judges or resolves them
+(:func:`normalise_host`): lower case, IDNA (``xn--``), one trailing dot dropped, so
+``https://LocalHost./h`` is the same host as ``https://localhost/h`` at registration
+and at delivery (a resolver asked for ``localhost.`` may not answer, which registration
+would take for "unresolvable for now"). ``localhost`` and ``*.localhost`` are loopback
+by definition (RFC 6761) and refused without DNS; a host that is neither an address nor
+a valid DNS name is refused.
+
 Error messages name the host and the reason, never the URL's path or query (webhook
 URLs often carry secrets), so they are safe to log and to show to the caller.
 """
@@ -226,6 +234,38 @@ def host_address(host: str) -> IPAddress | None:
     return _numeric_ipv4(host)
 
 
+#: One DNS label as it stands after IDNA (letters, digits, hyphen; underscore for SRV-
+#: style names some webhooks use).
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+MAX_HOST_CHARS = 253
+
+
+def normalise_host(host: str) -> str:
+    """The one spelling of a host name that policy and resolver see: lower case, IDNA
+    (``xn--``) for non-ASCII, one trailing dot dropped. ValueError for a host that is no
+    valid DNS name (an empty label, a character DNS names do not have). IP literals
+    (bracketed or not) are returned as they are: :func:`host_address` reads them."""
+    if host.startswith("[") or ":" in host:
+        return host
+    name = host.lower()
+    if not name.isascii():
+        try:
+            name = name.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"host {host!r} is not a valid host name") from None
+    if name.endswith("."):
+        name = name[:-1]
+    labels = name.split(".")
+    if len(name) > MAX_HOST_CHARS or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"host {host[:64]!r} is not a valid host name")
+    return name
+
+
+def loopback_name(host: str) -> bool:
+    """Whether a normalised host name is ``localhost`` or under it (RFC 6761 §6.3)."""
+    return host == "localhost" or host.endswith(".localhost")
+
+
 def forbidden_reason(address: str | IPAddress, *, allow_private: bool = False) -> str | None:
     """Why ``address`` may not be connected to (e.g. ``"loopback"``), or None.
 
@@ -311,7 +351,14 @@ def check_url(url: str, *, allow_private_urls: bool = False) -> URL:
         reason = forbidden_reason(ip, allow_private=allow_private_urls)
         if reason is not None:
             raise UrlRefused(f"address {ip} is not allowed ({reason})")
-    return parsed
+        return parsed
+    try:
+        host = normalise_host(parsed.raw_host)
+    except ValueError:
+        raise UrlRefused("URL host is not a valid host name") from None
+    if loopback_name(host) and not allow_private_urls:
+        raise UrlRefused(f"host {host} is not allowed (loopback)")
+    return parsed if host == parsed.raw_host else parsed.with_host(host)
 
 
 def url_label(url: str) -> str:
@@ -624,5 +671,7 @@ __all__ = [
     "forbidden_reason",
     "guarded_socket_factory",
     "host_address",
+    "loopback_name",
+    "normalise_host",
     "url_label",
 ]

@@ -1,6 +1,8 @@
 """The task engine: the local :class:`A2AService`. It runs an agent for each message,
 keeps tasks in a :class:`~a2a_gateway.server.task_store.TaskStore`, streams their
-events, and enforces the lifecycle rules of the protocol and of the seed.
+events, and enforces the lifecycle rules of the protocol and of the seed. Before any
+of them, the card's required extensions (:mod:`..extensions`): every operation but
+GetExtendedAgentCard refuses a call that does not name one (ExtensionSupportRequired).
 
 Decisions (digest §6 and §15 leave them open):
 

@@ -233,7 +233,16 @@ class Intake:
     async def _reply(
         self, request: pb.SendMessageRequest, caller: Caller, context_id: str, hops: int
     ) -> pb.Message | None:
-        turn = new_turn(request, request.message, None, caller, context_id, self._never_set, hops)
+        turn = new_turn(
+            request,
+            request.message,
+            None,
+            caller,
+            context_id,
+            self._never_set,
+            hops,
+            payload=self._state.agent.wants_payload,
+        )
         try:
             reply = await self._state.agent.reply(turn)
         except Exception:

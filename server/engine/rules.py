@@ -4,9 +4,13 @@ of a turn."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import orjson
 from google.protobuf import json_format
 
 from a2a_gateway.agent.base import Signal, Turn
+from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotCancelableError, UnsupportedOperationError
 from a2a_gateway.protocol.json_schemas import asked_schema, data_parts, part_value, violation
@@ -25,17 +29,41 @@ def new_turn(
     context_id: str,
     cancelled: Signal,
     hops: int,
+    *,
+    payload: bool = False,
 ) -> Turn:
     """The agent's view of a turn. It keeps no reference to the request (a held
-    stream should not pin the parsed request in memory)."""
+    stream should not pin the parsed request in memory); with ``payload`` its
+    encoding (:func:`request_payload`) is kept instead."""
     configuration = request.configuration
     modes = (
         tuple(configuration.accepted_output_modes) if configuration.accepted_output_modes else ()
     )
+    if payload:
+        turn = new_turn(request, message, task, caller, context_id, cancelled, hops)
+        return dataclasses.replace(turn, payload=request_payload(request))
     if request.HasField("metadata"):
         metadata = json_format.MessageToDict(request.metadata)
         return Turn(message, task, caller, context_id, cancelled, hops, modes, metadata)
     return Turn(message, task, caller, context_id, cancelled, hops, modes)
+
+
+def request_payload(request: pb.SendMessageRequest) -> str:
+    """The request's params as compact ProtoJSON for the agent (``{{payload}}``), without
+    what must not reach a model's transcript: the bytes of file parts (saved to the
+    inbox; the part says ``raw`` was there by its filename and media type) and the push
+    config's token and credentials."""
+    shown = pb.SendMessageRequest()
+    shown.CopyFrom(request)
+    for part in shown.message.parts:
+        if part.WhichOneof("content") == "raw":
+            part.raw = b""
+    if shown.configuration.HasField("task_push_notification_config"):
+        push = shown.configuration.task_push_notification_config
+        push.ClearField("token")
+        if push.HasField("authentication"):
+            push.authentication.ClearField("credentials")
+    return orjson.dumps(codec.to_dict(shown)).decode()
 
 
 def check_cancelable(task: pb.Task) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from google.protobuf import empty_pb2
 
@@ -27,6 +27,9 @@ from .reads import Reads
 from .records import Records
 from .state import DEFAULT_LIST_MAX_BYTES, EngineState
 from .turns import Runner
+
+if TYPE_CHECKING:  # the host builds the policy; the engine only holds it
+    from ..extensions import ExtensionPolicy
 
 T = TypeVar("T")
 
@@ -68,6 +71,10 @@ class TaskEngine(A2AService):
     ``max_file_bytes`` caps each file, in and out. ``list_max_bytes`` is the byte
     budget of one ListTasks answer (its tasks' encoded size): a page that would exceed
     it ends early, with a next page token (one task is always answered).
+
+    ``extensions`` is the card's extension policy (:mod:`..extensions`): every
+    operation but GetExtendedAgentCard first refuses a call that does not name a
+    required extension and records the activated ones (None: the card declares none).
     """
 
     agent: _Setting[Agent] = _Setting()
@@ -100,7 +107,9 @@ class TaskEngine(A2AService):
         outbound: OutboundClient | None = None,
         default_workspace: Path | None = None,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        extensions: ExtensionPolicy | None = None,
     ) -> None:
+        self.extensions = extensions
         self._state = state = EngineState(
             agent,
             store,
@@ -133,31 +142,41 @@ class TaskEngine(A2AService):
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
+        self._admit(context)
         return await self._intake.send_message(request, context)
 
     def send_streaming_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        refused = self._refusal(context)
+        if refused is not None:
+            return refused
         return self._intake.send_streaming_message(request, context)
 
     # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
 
     async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
+        self._admit(context)
         return await self._reads.get_task(request, context)
 
     async def list_tasks(
         self, request: pb.ListTasksRequest, context: CallContext
     ) -> pb.ListTasksResponse:
+        self._admit(context)
         return await self._reads.list_tasks(request, context)
 
     def subscribe_to_task(
         self, request: pb.SubscribeToTaskRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        refused = self._refusal(context)
+        if refused is not None:
+            return refused
         return self._reads.subscribe_to_task(request, context)
 
     # --- CancelTask (turns.py) --------------------------------------------------------
 
     async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
+        self._admit(context)
         return await self._runner.cancel_task(request, context)
 
     # --- push notification configs (push_configs.py) ----------------------------------
@@ -165,22 +184,38 @@ class TaskEngine(A2AService):
     async def create_task_push_notification_config(
         self, request: pb.TaskPushNotificationConfig, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
+        self._admit(context)
         return await self._push_configs.create_task_push_notification_config(request, context)
 
     async def get_task_push_notification_config(
         self, request: pb.GetTaskPushNotificationConfigRequest, context: CallContext
     ) -> pb.TaskPushNotificationConfig:
+        self._admit(context)
         return await self._push_configs.get_task_push_notification_config(request, context)
 
     async def list_task_push_notification_configs(
         self, request: pb.ListTaskPushNotificationConfigsRequest, context: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
+        self._admit(context)
         return await self._push_configs.list_task_push_notification_configs(request, context)
 
     async def delete_task_push_notification_config(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
     ) -> empty_pb2.Empty:
+        self._admit(context)
         return await self._push_configs.delete_task_push_notification_config(request, context)
+
+    # --- the card's extensions (..extensions) ------------------------------------------
+
+    def _admit(self, context: CallContext) -> None:
+        """Refuse a call that does not name a required extension; note the activated."""
+        if self.extensions is not None:
+            self.extensions.activate(context)
+
+    def _refusal(self, context: CallContext) -> AsyncIterator[pb.StreamResponse] | None:
+        """:meth:`_admit` for a stream: a stream that raises the refusal on its first
+        event (the service contract for errors before a stream starts), or None."""
+        return None if self.extensions is None else self.extensions.stream_refusal(context)
 
     # --- GetExtendedAgentCard ---------------------------------------------------------
 

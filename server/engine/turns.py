@@ -93,7 +93,14 @@ class Runner:
     ) -> Run:
         task = record.task
         turn = new_turn(
-            request, task.history[-1], task, record.owner, task.context_id, Signal(), hops
+            request,
+            task.history[-1],
+            task,
+            record.owner,
+            task.context_id,
+            Signal(),
+            hops,
+            payload=self._state.agent.wants_payload,
         )
         run = Run(record, busy_key, turn, slot)
         task_id = task.id

@@ -10,7 +10,12 @@ import pytest
 
 from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
 from a2a_gateway.agent.base import Completed, Failed, Output, Signal, TextChunk, Turn
-from a2a_gateway.agent.prompt import check_template, framing_header, render_template
+from a2a_gateway.agent.prompt import (
+    check_template,
+    framing_header,
+    render_template,
+    uses_payload,
+)
 from a2a_gateway.agent.tools.interaction import InboxNotifier
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -48,6 +53,19 @@ def test_template_placeholders() -> None:
         context_id="c",
     )
     assert rendered == "[t/c] hi {{a2a.task_id}} {{a2a.other}}"
+    with_payload = render_template(
+        "{{ a2a.text }} {{payload}} {{ payload }} {{other}}",
+        text="hi",
+        task_id="t",
+        context_id="c",
+        payload='{"message":{"parts":[{"text":"{{a2a.text}}"}]}}',
+    )
+    assert with_payload == (
+        'hi {"message":{"parts":[{"text":"{{a2a.text}}"}]}}'
+        ' {"message":{"parts":[{"text":"{{a2a.text}}"}]}} {{other}}'
+    )
+    check_template("{{a2a.text}} {{payload}}")
+    assert uses_payload("{{ payload }}") and not uses_payload("{{a2a.text}} payload")
     with pytest.raises(ValueError, match="unknown placeholder"):
         check_template("{{a2a.payload}}")
     with pytest.raises(ValueError):

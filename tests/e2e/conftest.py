@@ -82,11 +82,17 @@ class Driver:
     channel: grpc.aio.Channel
     key: str = KEY_ALICE
     version: str | None = "1.0"
+    #: Sent as ``A2A-Extensions`` (gRPC metadata ``a2a-extensions``) when not empty.
+    extensions: str = ""
+    #: The ``A2A-Extensions`` the last answer carried (header or initial metadata).
+    echoed: str | None = None
 
     def headers(self) -> dict[str, str]:
         headers = {"X-API-Key": self.key} if self.key else {}
         if self.version is not None:
             headers["A2A-Version"] = self.version
+        if self.extensions:
+            headers["A2A-Extensions"] = self.extensions
         return headers
 
     async def call(self, rpc: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +124,7 @@ class Driver:
         async with self.http.post(
             f"{self.base}/a2a", json=body, headers=self.headers()
         ) as response:
+            self.echoed = response.headers.get("A2A-Extensions")
             if response.content_type == sse.CONTENT_TYPE:
                 assert stream, "SSE for a unary call"
                 async for data in _sse_events(response):
@@ -146,6 +153,7 @@ class Driver:
         async with self.http.request(
             route.http_method, url, params=query, json=body, headers=self.headers()
         ) as response:
+            self.echoed = response.headers.get("A2A-Extensions")
             if response.content_type == sse.CONTENT_TYPE:
                 assert stream, "SSE for a unary call"
                 async for data in _sse_events(response):
@@ -175,6 +183,7 @@ class Driver:
                     request_serializer=request_cls.SerializeToString,
                     response_deserializer=response_cls.FromString,
                 )(message, metadata=metadata, timeout=30)
+                self.echoed = _echoed(await call.initial_metadata())
                 async for item in call:
                     yield codec.to_dict(item)
             else:
@@ -182,10 +191,17 @@ class Driver:
                     path,
                     request_serializer=request_cls.SerializeToString,
                     response_deserializer=response_cls.FromString,
-                )
-                yield codec.to_dict(await unary(message, metadata=metadata, timeout=30))
+                )(message, metadata=metadata, timeout=30)
+                answer = await unary
+                self.echoed = _echoed(await unary.initial_metadata())
+                yield codec.to_dict(answer)
         except grpc.aio.AioRpcError as exc:
             raise _grpc_error(exc) from None
+
+
+def _echoed(metadata: Any) -> str | None:
+    values = [v for k, v in metadata or () if k == "a2a-extensions" and isinstance(v, str)]
+    return values[0] if values else None
 
 
 def pending_records(workspace: Path) -> list[dict[str, Any]]:
@@ -216,7 +232,7 @@ class BearerDriver(Driver):
 def as_bearer(driver: Driver, raw: dict[str, str] | None = None) -> BearerDriver:
     """The same driver presenting ``Authorization: Bearer <its key>``, or ``raw``."""
     return BearerDriver(
-        driver.binding, driver.http, driver.base, driver.channel, driver.key, "1.0", raw
+        driver.binding, driver.http, driver.base, driver.channel, driver.key, "1.0", raw_headers=raw
     )
 
 

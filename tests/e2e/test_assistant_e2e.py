@@ -255,6 +255,34 @@ async def test_message_template_and_per_task_sessions(tmp_path: Path, llm: FakeL
     assert text.endswith(f"Task {second['id']} in {first['contextId']}: two")
 
 
+async def test_message_template_payload_is_the_request_as_compact_protojson(
+    tmp_path: Path, llm: FakeLLM
+) -> None:
+    template = "{{a2a.text}} | {{payload}}"
+    gateway = await start_gateway(tmp_path / "ws", llm, message_template=template)
+    request = send(
+        "hello",
+        message={"metadata": {"trip": "lisbon"}, "unknownField": 1},
+        configuration={"acceptedOutputModes": ["text/plain"], "historyLength": 2},
+        metadata={"origin": "test"},
+    )
+    try:
+        async with aiohttp.ClientSession() as http, grpc.aio.insecure_channel("x") as channel:
+            driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", channel)
+            task = (await driver.call("SendMessage", request))["task"]
+    finally:
+        await gateway.stop()
+    assert task["status"]["state"] == COMPLETED
+    (text,) = user_texts(llm.requests[0])
+    rendered = text.split("\n\n")[-1]
+    assert rendered.startswith("hello | {")
+    payload = rendered.removeprefix("hello | ")
+    assert " " not in payload and "\n" not in payload  # compact
+    expected = dict(request)
+    expected["message"] = {k: v for k, v in request["message"].items() if k != "unknownField"}
+    assert json.loads(payload) == expected
+
+
 async def test_shared_session_refuses_streaming(tmp_path: Path, llm: FakeLLM) -> None:
     gateway = await start_gateway(tmp_path / "ws", llm, session_mode="shared")
     try:

@@ -26,6 +26,7 @@ from a2a_gateway.server.outbound import (
     forbidden_reason,
     guarded_socket_factory,
     host_address,
+    normalise_host,
     url_label,
 )
 
@@ -266,6 +267,62 @@ def test_names_are_not_numeric() -> None:
         assert host_address(host) is None
 
 
+@pytest.mark.parametrize(
+    ("host", "normal"),
+    [
+        ("Hooks.Example.COM.", "hooks.example.com"),
+        ("hooks.example.com", "hooks.example.com"),
+        ("Bücher.Example.", "xn--bcher-kva.example"),
+        ("_svc.example", "_svc.example"),
+        ("::1", "::1"),
+        ("[::1]", "[::1]"),
+    ],
+)
+def test_host_names_have_one_spelling(host: str, normal: str) -> None:
+    assert normalise_host(host) == normal
+
+
+@pytest.mark.parametrize("host", ["a..b", ".", "a.b..", "-a.b", "a b", "a%2e", "x" * 64 + ".b"])
+def test_malformed_host_names_are_refused(host: str) -> None:
+    with pytest.raises(ValueError, match="not a valid host name"):
+        normalise_host(host)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://LocalHost./h",
+        "https://LOCALHOST/h",
+        "https://api.localhost./h",
+        "https://localhost。/h",
+    ],
+)
+def test_loopback_names_are_refused_without_dns(url: str) -> None:
+    with pytest.raises(UrlRefused, match=r"host (api\.)?localhost is not allowed \(loopback\)"):
+        check_url(url)
+    assert check_url(url, allow_private_urls=True).raw_host in ("localhost", "api.localhost")
+
+
+def test_the_checked_url_carries_the_normal_host() -> None:
+    # Delivery connects to what check_url returns: the same host the check judged.
+    checked = check_url("https://Hooks.Example.COM.:8443/p?q=1")
+    assert (checked.raw_host, checked.port, checked.path_qs) == (
+        "hooks.example.com",
+        8443,
+        "/p?q=1",
+    )
+    with pytest.raises(UrlRefused, match="not a valid host name"):
+        check_url("https://hooks..example/h")
+
+
+async def test_the_early_check_resolves_the_normal_host() -> None:
+    resolver = ScriptedResolver(["10.0.0.1"])
+    async with OutboundClient(resolver=resolver) as client, asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(UrlRefused, match=r"10\.0\.0\.1 \(private\)"):
+            await client.check_url_resolved("https://Inside.Example./hook")
+    assert resolver.asked == ["inside.example"]
+
+
 def test_messages_never_show_path_or_query() -> None:
     assert url_label("https://hooks.example.com:8443/p/secret-path?token=s3cr3t") == (
         "https://hooks.example.com:8443"
@@ -369,7 +426,17 @@ async def test_allowed_answers_are_the_ones_connected_to(listener: Listener) -> 
 
 @pytest.mark.parametrize(
     "host",
-    ["127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "localhost", "2130706433", "0x7f.1", "127.1"],
+    [
+        "127.0.0.1",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "localhost",
+        "LocalHost.",
+        "127.0.0.1.",
+        "2130706433",
+        "0x7f.1",
+        "127.1",
+    ],
 )
 async def test_loopback_spellings_are_refused(host: str, listener: Listener) -> None:
     # The real system resolver: numeric tricks and /etc/hosts names end up checked too.

@@ -2,7 +2,7 @@
 numeric host spellings are canonicalised and refused, and a host name is resolved at
 registration (bounded) and refused when any answer is a forbidden address. The engine
 runs behind the real HTTP app and gRPC server; a scripted resolver stands in for DNS
-(names under ``.test``), and ``localhost`` goes through the system resolver."""
+(names under ``.test``)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ DNS: dict[str, list[str]] = {
 
 class NameTable(AbstractResolver):
     """DNS stand-in answering from :data:`DNS`; ``silent.test`` never answers;
-    ``localhost`` is asked of the system resolver."""
+    ``localhost`` would be asked of the system resolver (the policy refuses it first)."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
@@ -92,7 +92,17 @@ REFUSED: list[tuple[str, str]] = [
     ("[::ffff:a9fe:a9fe]", "IPv4-mapped link-local"),
     ("[::ffff:0:a9fe:a9fe]", "IPv4-translated link-local"),
     ("1.2.3.4.5", "numeric but not a valid IP address"),
-    ("localhost", "not allowed"),  # the system resolver: 127.0.0.1 and/or ::1
+    ("localhost", "not allowed"),  # loopback by name (RFC 6761), without DNS
+    # Host names are judged and resolved in their one spelling: case, a trailing dot
+    # (a resolver may not answer "localhost.", which passed as "unresolvable for now").
+    ("LocalHost.", "host localhost is not allowed (loopback)"),
+    ("LOCALHOST", "host localhost is not allowed (loopback)"),
+    ("api.localhost.", "host api.localhost is not allowed (loopback)"),
+    ("127.0.0.1.", "127.0.0.1 is not allowed (loopback)"),
+    ("[::1]", "::1 is not allowed (loopback)"),
+    ("Inside.Test.", "10.1.2.3 (private)"),
+    ("localhost%2e", "not a valid host name"),
+    ("hooks..test", "not a valid host name"),
     ("inside.test", "10.1.2.3 (private)"),
     ("mixed.test", "127.0.0.1 (loopback)"),  # one forbidden answer is enough
     ("mixed6.test", "fd00::1 (unique-local)"),
@@ -101,7 +111,7 @@ REFUSED: list[tuple[str, str]] = [
 ]
 #: Accepted at registration: a public answer, a public numeric spelling, and names
 #: that do not resolve now (delivery checks the connection again).
-ACCEPTED = ["hooks.test", "134744072", "nxdomain.test", "silent.test"]
+ACCEPTED = ["hooks.test", "Hooks.TEST.", "134744072", "nxdomain.test", "silent.test"]
 
 
 @dataclass
@@ -252,6 +262,8 @@ async def test_allowed_and_unresolvable_webhooks_are_accepted(
         assert await BINDINGS[binding](gateway, task_id, url) is None, url
     assert sorted(await _configs(gateway, task_id)) == sorted(urls)
     assert "silent.test" in gateway.resolver.asked  # bounded by connect_timeout_s
+    assert "hooks.test" in gateway.resolver.asked  # Hooks.TEST., in its one spelling
+    assert not [host for host in gateway.resolver.asked if host.endswith(".")]
 
 
 @pytest.mark.parametrize(("host", "reason"), REFUSED)

@@ -6,6 +6,7 @@ webhook receiver on 127.0.0.1)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +22,7 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import ANONYMOUS
 from a2a_gateway.server.engine import SAVED_AS_KEY, TaskEngine
+from a2a_gateway.server.engine.rules import request_payload
 from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
@@ -382,3 +384,35 @@ async def test_a_cancel_that_cannot_be_stored_is_an_error(tmp_path: Path) -> Non
         assert state_name(got) == "INPUT_REQUIRED"
     finally:
         await engine.aclose()
+
+
+def test_the_payload_leaves_out_file_bytes_and_push_secrets() -> None:
+    # What {{payload}} gives a model (and so its transcript): never a push secret, never
+    # a file's bytes (they are in the inbox), the rest of the params as they came.
+    sent = pb.SendMessageRequest(
+        message=pb.Message(
+            message_id="m-1",
+            role=pb.ROLE_USER,
+            parts=[
+                pb.Part(text="see attached"),
+                pb.Part(raw=b"secret bytes", filename="a.txt", media_type="text/plain"),
+            ],
+        ),
+        configuration=pb.SendMessageConfiguration(
+            task_push_notification_config=pb.TaskPushNotificationConfig(
+                url="https://hooks.example/h",
+                token="push-token-77aa",
+                authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="cred-88bb"),
+            )
+        ),
+    )
+    payload = request_payload(sent)
+    assert "push-token-77aa" not in payload and "cred-88bb" not in payload
+    assert base64.b64encode(b"secret bytes").decode() not in payload
+    shown = orjson.loads(payload)
+    assert shown["message"]["parts"][1]["filename"] == "a.txt"
+    assert shown["configuration"]["taskPushNotificationConfig"] == {
+        "url": "https://hooks.example/h",
+        "authentication": {"scheme": "Bearer"},
+    }
+    assert sent.configuration.task_push_notification_config.token == "push-token-77aa"

@@ -1,0 +1,43 @@
+"""The ``published`` flags of a gateway's workspaces, read fresh from card.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from a2a_gateway.server.publication import CARD_FILE, Publication
+
+
+def _card(workspace: Path, content: str) -> None:
+    (workspace / CARD_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / CARD_FILE).write_text(content)
+
+
+def test_each_workspace_has_its_flag_and_anonymous_follows_the_first(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    publication = Publication([first, second])
+    assert publication.published(str(first)) and publication.published("")  # no file
+    _card(first, json.dumps({"name": "A", "published": False}))
+    assert not publication.published(str(first)) and not publication.published("")
+    assert publication.published(str(second))
+    assert publication.any_published()  # the public card is shared: b still serves
+    _card(second, json.dumps({"published": False}))
+    assert not publication.any_published()
+    _card(first, json.dumps({"published": True}))  # read fresh: no restart
+    assert publication.published("") and publication.any_published()
+    assert Publication([]).any_published() and Publication([]).published("")
+
+
+def test_a_broken_file_is_published_and_a_wrong_flag_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    publication = Publication([tmp_path])
+    _card(tmp_path, "{not json")
+    with caplog.at_level(logging.WARNING):
+        assert publication.published(str(tmp_path))
+    assert "(not valid JSON): published" in caplog.text
+    _card(tmp_path, json.dumps({"published": "no"}))
+    assert not publication.published(str(tmp_path))
