@@ -48,6 +48,7 @@ from ..identity.jwt import (
     peek,
 )
 from ..limits import RateLimits
+from ..publication import Publication
 from .config import PactConfig, pact_file
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class PactAuthenticator(Authenticator):
     ) -> None:
         super().__init__(limits=limits)
         self._files = [(Path(w), pact_file(Path(w))) for w in workspaces]
+        self.publication = Publication([Path(w) for w in workspaces])
         self.verifier = verifier
         self.max_lifetime_s = max_lifetime_s
         self.replay = replay or ReplayGuard(wall_clock=verifier.wall_clock)
@@ -155,6 +157,8 @@ class PactAuthenticator(Authenticator):
             log.warning("a PACT token's issuer and audience match several workspaces: %s", where)
             raise TokenRefused("The token's audience is not accepted")
         workspace, config, agent = accepting[0]
+        if not self.publication.published(str(workspace)):  # as on the ordinary URL
+            raise UnauthenticatedError("This agent is not published", challenge=BEARER_CHALLENGE)
         claims = await self.verifier.verify(token, {issuer: agent.keys})
         if not audience_contains(claims, config.audience):  # the claims peeked are these
             raise TokenRefused("The token's audience is not accepted")

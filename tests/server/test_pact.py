@@ -518,3 +518,17 @@ async def test_every_message_is_a_turn_and_an_unfinished_one_says_its_state(
     )
     assert status == 200 and reply_text(failed["message"]) == "no such order"
     assert failed["message"]["metadata"] == {"a2a-gateway.taskState": "TASK_STATE_FAILED"}
+
+
+async def test_an_unpublished_workspace_refuses_personal_agents_too(
+    start: Start, idp: IdentityProvider
+) -> None:
+    stack = await start()
+    write_json(stack.workspace / ".a2a" / "card.json", {"published": False})
+    token = idp.token("alice", audience=AUDIENCE)
+    status, headers, _ = await stack.send("JSONRPC", token)
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+    write_json(stack.workspace / ".a2a" / "card.json", {"published": True})
+    fresh = idp.token("alice", audience=AUDIENCE)  # the first one's jti was never spent
+    assert (await stack.send("JSONRPC", fresh, message_id="m-2"))[0] == 200
+    assert stack.agent.runs == 1
