@@ -41,6 +41,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .byte_lru import ByteLRU
+from .event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES, MemoryEventLog
 from .lifecycle import ACTIVE, timestamp_ns, valid_id
 
 #: messageIds longer than this are InvalidParams (they are keys of the retry index).
@@ -314,11 +315,35 @@ class TaskStore(abc.ABC):
         return None
 
     async def read_events(
-        self, task_id: str, after_seq: int, upto_seq: int
+        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
     ) -> list[pb.StreamResponse]:
-        """(``shares_events`` stores) The logged events of ``task_id`` numbered
-        ``after_seq + 1`` to ``upto_seq``, in order."""
+        """The logged events of ``task_id`` (of ``owner``, when known) numbered
+        ``after_seq + 1`` to ``upto_seq`` that are still kept, in order."""
         return []
+
+    # --- the event log (stream resumption; see ``event_log``) -------------------------
+
+    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        """The task is streamed here: log its events from now on (a store of one
+        process opens its log, a new one if none is open: call :meth:`open_event_log`
+        first for a task that may have one on disk). The number of its last logged
+        event (None: not logged)."""
+        return None
+
+    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
+        """(a store of one process) Open the task's log if it has one (a new one with
+        ``create``), so that :meth:`log_event` numbers its events; its last event's
+        number, None when it has none."""
+        return None
+
+    def close_event_log(self, task_id: str) -> None:  # noqa: B027 - optional hook
+        """(a store of one process) No run or stream of the task is left here: what an
+        open log holds in memory to append may go (its events stay kept)."""
+
+    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
+        """(first kept, last) numbers of the task's logged events (first = last + 1
+        when none is kept), None when it has no log."""
+        return None
 
     async def add_push_config(
         self,
@@ -425,9 +450,12 @@ class MemoryTaskStore(TaskStore):
         max_bytes: int = DEFAULT_MEMORY_BYTES,
         retry_keys: int = DEFAULT_RETRY_KEYS,
         retry_bytes: int = DEFAULT_RETRY_BYTES,
+        event_log_bytes: int = DEFAULT_TASK_LOG_BYTES,
+        event_logs_bytes: int = DEFAULT_MEMORY_LOG_BYTES,
     ) -> None:
         self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes)
         self._retry: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
+        self.events = MemoryEventLog(task_bytes=event_log_bytes, total_bytes=event_logs_bytes)
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         entry = self._tasks.peek(task_id)
@@ -472,3 +500,22 @@ class MemoryTaskStore(TaskStore):
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    # --- the event log ---------------------------------------------------------------
+
+    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        return self.events.start(task_id)
+
+    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
+        return await self.events.open(task_id, create)
+
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+        return self.events.append(task_id, event)
+
+    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
+        return await self.events.bounds(task_id)
+
+    async def read_events(
+        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
+    ) -> list[pb.StreamResponse]:
+        return await self.events.read(task_id, after_seq, upto_seq)
