@@ -68,7 +68,7 @@ class Subscriber:
         # A list, swapped out whole by take(): cheaper than a deque (800 bytes empty)
         # for the thousand mostly idle streams a server may hold.
         self.events: list[pb.StreamResponse] = []
-        #: The queued events' numbers in the task's event log (0: not logged).
+        #: The queued events' numbers in the task's event log (-1: not logged).
         self.seqs: list[int] = []
         #: The numbers of the batch :meth:`next_batch` returned last.
         self.taken_seqs: list[int] = []
@@ -119,7 +119,7 @@ class Subscriber:
                 self.log_end = seq  # catching up: it is read from the log in turn
                 return
         self.events.append(event)
-        self.seqs.append(seq)
+        self.seqs.append(seq or -1)
         self._wake()
 
     def take(self) -> list[pb.StreamResponse]:

@@ -109,7 +109,7 @@ class Intake:
         # The snapshot is taken in the same step the subscriber joined the hub.
         task_view(run.record.task, history_length, into=snapshot.task)
         task_id = run.record.task.id
-        snapshot_seq = subscriber.seq
+        snapshot_seq = self._state.snapshot_seq(task_id, subscriber)
         if RESUME_EXTENSION in context.extensions:
             context.activated_extensions.add(RESUME_EXTENSION)
 
@@ -126,7 +126,7 @@ class Intake:
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:
                 for event, seq in zip(batch, seqs, strict=True):
-                    context.event_id = prefix + str(seq) if seq else ""
+                    context.event_id = prefix + str(seq) if seq >= 0 else ""
                     yield event
 
     async def _accept(

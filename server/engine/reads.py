@@ -145,7 +145,7 @@ class Reads:
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:
                 for event, seq in zip(batch, seqs, strict=True):
-                    context.event_id = prefix + str(seq) if seq else ""
+                    context.event_id = prefix + str(seq) if seq >= 0 else ""
                     yield event
 
     async def _resume(

@@ -188,7 +188,7 @@ class EngineState:
     def subscribe(self, task_id: str, subscriber: Subscriber, owner: Caller | None = None) -> int:
         """Add the stream to the task's hub; with ``owner`` (a task streamed here from
         now on) the task's events are logged, and the stream starts at the last one
-        (its snapshot's number, which is returned)."""
+        (its snapshot's number, which is returned: -1 when not logged)."""
         hub = self.hubs.get(task_id)
         if hub is None:
             hub = self.hubs[task_id] = Hub()
@@ -200,7 +200,11 @@ class EngineState:
             if not self.shared_events:
                 self.logged.add(task_id)
             subscriber.seq = seq
-        return subscriber.seq
+        return self.snapshot_seq(task_id, subscriber)
+
+    def snapshot_seq(self, task_id: str, subscriber: Subscriber) -> int:
+        """The number of the snapshot of a stream that just joined (-1: not logged)."""
+        return subscriber.seq if self.shared_events or task_id in self.logged else -1
 
     async def open_log(self, owner: Caller, task_id: str, *, create: bool) -> None:
         """Before a stream joins a stored task, or a run of it starts: open its event
@@ -291,9 +295,9 @@ class EngineState:
     ) -> AsyncGenerator[tuple[list[pb.StreamResponse], list[int]]]:
         """A task stream of a subscriber that joined the task's hub: the snapshot
         (once ``ready`` has run; none for a resumed stream), numbered ``snapshot_seq``
-        (the last logged event it reflects), then its events as they come, until its
+        (the last logged event it reflects; -1: not logged), then its events as they come, until its
         stream ends; it leaves the hub however the stream ends (``ready`` failing
-        included). It yields batches with their events' numbers (0: not logged), not
+        included). It yields batches with their events' numbers (-1: not logged), not
         events: one generator hop a batch (the stream flattens them, naming each event in
         ``context.event_id`` for the binding: ``<taskId>:<number>``, empty when not logged).
         Iterate it under ``contextlib.aclosing`` so that a closed stream leaves at
@@ -302,8 +306,7 @@ class EngineState:
             if ready is not None:
                 await ready()
             if snapshot is not None:
-                numbered = self.shared_events or task_id in self.logged
-                yield [snapshot], [snapshot_seq if numbered else 0]
+                yield [snapshot], [snapshot_seq]
             while batch := await subscriber.next_batch():
                 yield batch, subscriber.taken_seqs
         finally:

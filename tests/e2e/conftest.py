@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +81,16 @@ class Driver:
     channel: grpc.aio.Channel
     key: str = KEY_ALICE
     version: str | None = "1.0"
+    #: Headers (gRPC metadata) added to every call.
+    extra: dict[str, str] = field(default_factory=dict)
+    #: The id of each stream event received (SSE ``id:``), in order.
+    event_ids: list[str | None] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
         headers = {"X-API-Key": self.key} if self.key else {}
         if self.version is not None:
             headers["A2A-Version"] = self.version
-        return headers
+        return {**headers, **self.extra}
 
     async def call(self, rpc: str, request: dict[str, Any]) -> dict[str, Any]:
         events = [e async for e in self._run(rpc, request, stream=False)]
@@ -119,7 +123,7 @@ class Driver:
         ) as response:
             if response.content_type == sse.CONTENT_TYPE:
                 assert stream, "SSE for a unary call"
-                async for data in _sse_events(response):
+                async for data in _sse_events(response, self.event_ids):
                     envelope = json.loads(data)
                     assert envelope["id"] == request_id
                     if "error" in envelope:
@@ -147,7 +151,7 @@ class Driver:
         ) as response:
             if response.content_type == sse.CONTENT_TYPE:
                 assert stream, "SSE for a unary call"
-                async for data in _sse_events(response):
+                async for data in _sse_events(response, self.event_ids):
                     payload = json.loads(data)
                     if "error" in payload:
                         raise _status_error(payload["error"])
@@ -215,14 +219,18 @@ class BearerDriver(Driver):
 def as_bearer(driver: Driver, raw: dict[str, str] | None = None) -> BearerDriver:
     """The same driver presenting ``Authorization: Bearer <its key>``, or ``raw``."""
     return BearerDriver(
-        driver.binding, driver.http, driver.base, driver.channel, driver.key, "1.0", raw
+        driver.binding, driver.http, driver.base, driver.channel, driver.key, "1.0", raw_headers=raw
     )
 
 
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+async def _sse_events(
+    response: aiohttp.ClientResponse, ids: list[str | None] | None = None
+) -> AsyncIterator[str]:
     decoder = sse.Decoder()
     async for chunk in response.content.iter_any():
         for event in decoder.feed(chunk):
+            if ids is not None:
+                ids.append(event.id)
             yield event.data
 
 
