@@ -5,6 +5,7 @@ later event exactly once; a resume point no longer kept gets the snapshot, flagg
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,7 @@ async def test_a_stream_cut_after_chunk_17_resumes_with_every_later_event_once(
     task_id, cut_at = await cut_after(driver, "chunks:100:50", "chunk-17")
     # Some chunks go by while the client is away: the resumed stream reads them from
     # the log, then follows the run live.
-    async with asyncio.timeout(20):
-        while len(chunk_parts(await driver.call("GetTask", {"id": task_id}))) < 30:
-            await asyncio.sleep(0.05)
+    await until_task(driver, task_id, lambda task: len(chunk_parts(task)) >= 30)
     resume_from(driver, cut_at)
     driver.event_ids.clear()
     ids: list[str] = []
@@ -94,11 +93,22 @@ def chunk_parts(task: dict[str, Any]) -> list[str]:
     return [p["text"] for a in task.get("artifacts", []) for p in a["parts"]]
 
 
+def completed(task: dict[str, Any]) -> bool:
+    return bool(task["status"]["state"] == COMPLETED)
+
+
+async def until_task(driver: Driver, task_id: str, done: Callable[[dict[str, Any]], bool]) -> None:
+    """Poll GetTask until ``done`` holds for the task (bounded)."""
+    async with asyncio.timeout(20):
+        while True:
+            if done(await driver.call("GetTask", {"id": task_id})):
+                return
+            await asyncio.sleep(0.02)
+
+
 async def test_a_resume_after_the_task_ended_replays_the_rest_and_ends(driver: Driver) -> None:
     task_id, cut_at = await cut_after(driver, "chunks:30", "chunk-17")
-    async with asyncio.timeout(10):
-        while (await driver.call("GetTask", {"id": task_id}))["status"]["state"] != COMPLETED:
-            await asyncio.sleep(0.02)
+    await until_task(driver, task_id, completed)
     resume_from(driver, cut_at)
     events = await driver.stream("SubscribeToTask", {"id": task_id})
     assert chunk_texts(events) == [f"chunk-{i}" for i in range(18, 30)]
@@ -134,9 +144,7 @@ async def test_an_expired_resume_point_gets_the_snapshot_flagged(tmp_path: Path)
     ):
         driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", None)  # type: ignore[arg-type]
         task_id, _ = await cut_after(driver, "chunks:60", "chunk-0")
-        async with asyncio.timeout(10):
-            while (await driver.call("GetTask", {"id": task_id}))["status"]["state"] != COMPLETED:
-                await asyncio.sleep(0.02)
+        await until_task(driver, task_id, completed)
         resume_from(driver, f"{task_id}:1")  # long gone from a 1 KiB log
         events = await driver.stream("SubscribeToTask", {"id": task_id})
         assert len(events) == 1
