@@ -199,6 +199,7 @@ def card_config(settings: Settings) -> CardConfig:
         skills=skills,
         extensions=extensions,
         format=settings["card_format"],
+        resumable_streams=not settings["upstream"],  # proxy mode: the upstream's streams
     )
 
 
