@@ -46,9 +46,11 @@ from a2a_gateway.client import (
 )
 from a2a_gateway.client.errors import Redactor
 from a2a_gateway.client.messages import INTERRUPTED_STATES, TERMINAL_STATES
+from a2a_gateway.client.resumable import resumable_stream
 from a2a_gateway.client.transport import DEFAULT_TIMEOUT
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.card_signature import trusted_keys
+from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -663,6 +665,29 @@ class _Call:
         finally:
             self.printer.progress.hide()
 
+    def resumable(
+        self, agent: RemoteService, request: pb.SendMessageRequest | pb.SubscribeToTaskRequest
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """The stream of ``request`` (SendStreamingMessage or SubscribeToTask), resumed
+        when its connection drops (a line on stderr says so each time; see
+        client/resumable.py)."""
+
+        def resumed(event_id: str, why: A2AError | None) -> None:
+            cause = f" ({why.message})" if why is not None else ""
+            self.printer.note(f"stream resumed after event {event_id}{cause}")
+
+        def first(context: CallContext) -> AsyncGenerator[pb.StreamResponse, None]:
+            if isinstance(request, pb.SendMessageRequest):
+                return agent.send_streaming_message(request, context)
+            return agent.subscribe_to_task(request, context)
+
+        return resumable_stream(
+            first,
+            agent.subscribe_to_task,
+            until_interrupted=isinstance(request, pb.SendMessageRequest),
+            on_resume=resumed,
+        )
+
     async def stream(self, events: AsyncGenerator[pb.StreamResponse, None]) -> None:
         view = StreamView(self.printer, on_task=self.track)
         self.printer.progress.show("waiting for the agent...")
@@ -802,7 +827,7 @@ async def _send(call: _Call) -> None:
     request = build_send_request(args)
     async with await call.connect() as agent:
         if args.stream:
-            await call.stream(agent.send_streaming_message(request))
+            await call.stream(call.resumable(agent, request))
             return
         human = not call.printer.as_json and not request.configuration.return_immediately
         if human and agent.card.capabilities.streaming:
@@ -811,7 +836,7 @@ async def _send(call: _Call) -> None:
             # by --timeout as a whole, like a blocking send.
             try:
                 async with asyncio.timeout(args.timeout):
-                    await call.stream(agent.send_streaming_message(request))
+                    await call.stream(call.resumable(agent, request))
             except TimeoutError:
                 raise Timeout(f"{args.url} did not answer within {args.timeout:g} s") from None
             return
@@ -875,7 +900,8 @@ async def _cancel(call: _Call) -> None:
 
 async def _subscribe(call: _Call) -> None:
     async with await call.connect() as agent:
-        await call.stream(agent.subscribe_to_task(pb.SubscribeToTaskRequest(id=call.args.task_id)))
+        request = pb.SubscribeToTaskRequest(id=call.args.task_id)
+        await call.stream(call.resumable(agent, request))
 
 
 _HANDLERS: dict[str, Callable[[_Call], Awaitable[None]]] = {
