@@ -79,7 +79,7 @@ async def resumable_stream(
                         return  # its end
         except (UnavailableError, DeadlineExceededError) as exc:  # Unreachable, Timeout too
             why = exc
-        resume_from = context.event_id
+        resume_from = context.event_id or context.resume_from  # (none came this time)
         if not resume_from or not task_id:
             if why is not None:
                 raise why

@@ -391,6 +391,16 @@ class Printer:
         self.err.write(_CONTROL.sub("\ufffd", text) + "\n")
         self.err.flush()
 
+    def aside(self, text: str) -> None:
+        """A line on stderr in the middle of streamed text: stdout's line is ended
+        first only on a terminal (piped, the text stays as the agent sent it)."""
+        if self.out.isatty():
+            self.note(text)
+            return
+        self.progress.hide()
+        self.err.write(_CONTROL.sub("\ufffd", text) + "\n")
+        self.err.flush()
+
     def save(self, part: pb.Part) -> None:
         """With ``--save-dir``: write a file part's bytes there (names made safe)."""
         if self.save_dir is None or part.WhichOneof("content") != "raw":
@@ -674,7 +684,7 @@ class _Call:
 
         def resumed(event_id: str, why: A2AError | None) -> None:
             cause = f" ({why.message})" if why is not None else ""
-            self.printer.note(f"stream resumed after event {event_id}{cause}")
+            self.printer.aside(f"stream resumed after event {event_id}{cause}")
 
         def first(context: CallContext) -> AsyncGenerator[pb.StreamResponse, None]:
             if isinstance(request, pb.SendMessageRequest):
