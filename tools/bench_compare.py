@@ -1,7 +1,8 @@
-"""Two revisions of this repository, side by side: blocking sends/s of each, and the ratio.
+"""Two revisions of this repository, side by side: blocking sends/s (or stream events/s)
+of each, and the ratio.
 
     .venv/bin/python -P tools/bench_compare.py BASE [HEAD] [--sends 4000] [--rounds 4]
-        [--concurrency 32] [--transport jsonrpc|rest]
+        [--concurrency 32] [--transport jsonrpc|rest] [--streams CHUNKS] [--store memory]
 
 For each revision (anything ``git rev-parse`` takes; HEAD by default for the second),
 builds a package tree under ``build/bench-compare/<rev>`` from ``git archive`` laid out
@@ -10,6 +11,9 @@ by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved
 venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/``, not
 /tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
 after each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median.
+With ``--streams CHUNKS`` each send is a JSON-RPC SendStreamingMessage of the faux
+agent's ``chunks:CHUNKS`` and the rate is stream events/s; ``--store memory`` serves
+from the memory store instead of the workspace files.
 
 Run it before resolving performance-sensitive work (a hot path, the engine, a store, a
 binding): docs/performance.md keeps the figures. The load is our own; no outside code.
@@ -34,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
 
-from load import free_port, sends, wait_ready  # noqa: E402
+from load import free_port, sends, stream_events, wait_ready  # noqa: E402
 
 WORK = ROOT / "build" / "bench-compare"
 
@@ -78,6 +82,7 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> float:
     port = free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
     command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    command += ["--store", args.store]
     server = await asyncio.create_subprocess_exec(
         *command,
         stdout=subprocess.DEVNULL,
@@ -87,6 +92,10 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> float:
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_ready(base + "/.well-known/agent-card.json")
+        if args.streams:
+            url = base + "/a2a"
+            await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
+            return await stream_events(url, {}, args.sends, args.streams, args.concurrency)
         url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
         rest = args.transport == "rest"
         await sends(url, {}, min(500, args.sends), args.concurrency, rest=rest)  # warm up
@@ -115,6 +124,8 @@ async def compare(args: argparse.Namespace) -> None:
         "base": revisions[0],
         "head": revisions[1],
         "transport": args.transport,
+        "streams": args.streams,
+        "store": args.store,
         "ratio_median": round(statistics.median(ratios), 3),
         "ratio_min": round(min(ratios), 3),
         "ratio_max": round(max(ratios), 3),
@@ -131,6 +142,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--transport", choices=("jsonrpc", "rest"), default="jsonrpc")
+    parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
+    parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
     asyncio.run(compare(parser.parse_args()))
 
 
