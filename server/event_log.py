@@ -140,7 +140,7 @@ class MemoryEventLog:
 
 
 class _FileLog:
-    __slots__ = ("first", "inflight", "last", "pending", "size")
+    __slots__ = ("closed", "first", "inflight", "last", "pending", "size")
 
     def __init__(self, first: int, last: int, size: int) -> None:
         self.first = first
@@ -148,6 +148,7 @@ class _FileLog:
         self.size = size  # bytes in the file once what is pending is written
         self.pending: list[bytes] = []  # records not handed to the writer yet
         self.inflight: list[bytes] = []  # records the writer is writing
+        self.closed = False  # forgotten once what it holds is written
 
 
 def parse_records(data: bytes) -> tuple[list[tuple[int, bytes]], int]:
@@ -201,6 +202,7 @@ class FileEventLog:
         found = self._logs.get(task_id)
         if found is None:
             found = self._logs[task_id] = _FileLog(1, 0, 0)
+        found.closed = False
         return found.last
 
     async def open(self, task_id: str, create: bool) -> int | None:
@@ -216,6 +218,7 @@ class FileEventLog:
                     return None
                 first, last, size = bounds or (1, 0, 0)
                 found = self._logs[task_id] = _FileLog(first, last, size)
+        found.closed = False
         return found.last
 
     def _scan(self, task_id: str) -> tuple[int, int, int] | None:
@@ -236,7 +239,11 @@ class FileEventLog:
         """No stream or run of the task is left here: forget its counters (the file
         stays; :meth:`open` reads them back)."""
         found = self._logs.get(task_id)
-        if found is not None and not found.pending and not found.inflight:
+        if found is None:
+            return
+        if found.pending or found.inflight:
+            found.closed = True  # the flush forgets it
+        else:
             del self._logs[task_id]
 
     def append(self, task_id: str, event: pb.StreamResponse) -> int | None:
@@ -283,6 +290,8 @@ class FileEventLog:
                 found.inflight = []
                 if task_id in results:
                     found.first, found.size = results[task_id]
+                if found.closed and not found.pending and self._logs.get(task_id) is found:
+                    del self._logs[task_id]
 
     def _write(self, work: list[tuple[str, bytes, bool]]) -> dict[str, tuple[int, int]]:
         """(on the writer thread) Append each task's records; rewrite a file past its
