@@ -66,9 +66,9 @@ async def sends(
 
 async def stream_events(
     url: str, headers: dict[str, str], count: int, chunks: int, concurrency: int
-) -> float:
-    """Stream events/s: ``count`` JSON-RPC SendStreamingMessage calls of the faux agent's
-    ``chunks:<chunks>``, ``concurrency`` at a time; every stream must end completed."""
+) -> tuple[float, int]:
+    """(stream events/s, events): ``count`` JSON-RPC SendStreamingMessage calls of the faux
+    agent's ``chunks:<chunks>``, ``concurrency`` at a time; every stream must end completed."""
     counter = itertools.count()
     events = 0
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -93,4 +93,4 @@ async def stream_events(
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return events / (time.perf_counter() - started)
+        return events / (time.perf_counter() - started), events

@@ -18,8 +18,10 @@ from a2a_gateway.protocol.resume import (
     RESUME_EXPIRED,
     RESUME_EXTENSION,
 )
+from a2a_gateway.serve import Gateway
 
-from .conftest import Driver, WireError, running_gateway
+from .conftest import KEY_ALICE, Driver, WireError, running_gateway
+from .test_proxy import make_proxy  # noqa: F401 (a fixture)
 from .test_scenarios import COMPLETED, send
 
 PAYLOADS = ("task", "message", "statusUpdate", "artifactUpdate")
@@ -152,3 +154,19 @@ async def test_an_expired_resume_point_gets_the_snapshot_flagged(tmp_path: Path)
         assert snapshot["metadata"][RESUME_EXPIRED] is True
         assert snapshot["status"]["state"] == COMPLETED
         assert len(chunk_parts(snapshot)) == 60
+
+
+async def test_ids_and_resume_points_pass_through_proxy_mode(
+    gateway: Gateway,
+    make_proxy: Callable[..., Any],  # noqa: F811 (the fixture)
+) -> None:
+    """A proxy in front of this gateway relays the upstream's event ids and forwards a
+    resume point to it: a stream cut at the proxy resumes there."""
+    proxy = await make_proxy(f"http://127.0.0.1:{gateway.http_port}", KEY_ALICE)
+    async with aiohttp.ClientSession() as http:
+        driver = Driver("jsonrpc", http, f"http://127.0.0.1:{proxy.http_port}", None, key="")  # type: ignore[arg-type]
+        task_id, cut_at = await cut_after(driver, "chunks:40:20", "chunk-17")
+        resume_from(driver, cut_at)
+        events = await driver.stream("SubscribeToTask", {"id": task_id})
+        assert chunk_texts(events) == [f"chunk-{i}" for i in range(18, 40)]
+        assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
