@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from a2a_gateway.protocol.context import CallContext
@@ -51,12 +52,24 @@ async def resumable_stream(
     on_resume: Callable[[str, A2AError | None], None],
     pauses: tuple[float, ...] = RESUME_PAUSES_S,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    call: CallContext | None = None,
 ) -> AsyncGenerator[pb.StreamResponse, None]:
     """The events of ``open_stream(context)``, resumed with ``subscribe`` as often as
     needed (see the module docstring). ``until_interrupted``: the stream ends at an
     input-required or auth-required state too (SendStreamingMessage's rule).
-    ``on_resume(event_id, why)`` is called before each resume."""
-    context = CallContext(extensions=frozenset({RESUME_EXTENSION}))
+    ``on_resume(event_id, why)`` is called before each resume.
+
+    ``call``: the context of a call this stream serves (proxy mode): each attempt goes
+    with its caller, extensions, deadline and resume point, and each event's id is
+    copied to its ``event_id``. Without it the attempts ask for event ids themselves
+    (the extension activated)."""
+
+    def attempt(resume_from: str) -> CallContext:
+        if call is None:
+            return CallContext(extensions=frozenset({RESUME_EXTENSION}), resume_from=resume_from)
+        return dataclasses.replace(call, resume_from=resume_from or call.resume_from, event_id="")
+
+    context = attempt("")
     events = open_stream(context)
     task_id = ""
     failures = 0
@@ -68,6 +81,8 @@ async def resumable_stream(
                     failures = 0
                     found, state = _state_of(event)
                     task_id = task_id or found
+                    if call is not None:
+                        call.event_id = context.event_id
                     yield event
                     if event.HasField("message") or (
                         state is not None
@@ -89,5 +104,5 @@ async def resumable_stream(
         await sleep(pauses[failures])
         failures += 1
         on_resume(resume_from, why)
-        context = CallContext(extensions=frozenset({RESUME_EXTENSION}), resume_from=resume_from)
+        context = attempt(resume_from)
         events = subscribe(pb.SubscribeToTaskRequest(id=task_id), context)

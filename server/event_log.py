@@ -12,7 +12,7 @@ PostgreSQL keeps its own log (``a2a_events``, :mod:`.pg_store`), shared by proce
   for all tasks together, dropping the oldest tasks' logs first.
 - :class:`FileEventLog` (workspace store) appends to ``<id>.events`` beside the task
   file: records of ``seq`` (8 bytes), length (4 bytes) and the serialized event. Appends
-  are batched per loop turn and written by one writer thread (fsync'd like the task
+  are batched (:data:`WRITE_DELAY_S`) and written by one writer thread (fsync'd like the task
   files when the store is), so the event loop never waits on the disk; a file past
   ``task_bytes`` is rewritten with its newest half. A record torn by a crash is cut off
   when the log is opened again. Its memory is a few counters per open task.
@@ -40,6 +40,9 @@ DEFAULT_MEMORY_LOG_BYTES = 64 * 1024 * 1024
 #: A file record's head: the event's number and its length.
 RECORD_HEAD = struct.Struct(">QI")
 LOG_SUFFIX = ".events"
+#: How long a logged event may wait in memory before its write starts (the engine's
+#: ``FLUSH_DELAY_S`` for a live task's status): a burst is written at once.
+WRITE_DELAY_S = 0.05
 
 #: A log's range: (first event kept, last event); first = last + 1 when none is kept.
 Bounds = tuple[int, int]
@@ -271,9 +274,12 @@ class FileEventLog:
         return self._writer
 
     async def _flush(self) -> None:
-        """Hand what is pending to the writer thread, a batch at a time, until none is."""
+        """Hand what is pending to the writer thread, a batch at a time, until none is.
+        Each batch waits :data:`WRITE_DELAY_S` first, so that a burst of events costs one
+        write per task, not one per event."""
         loop = asyncio.get_running_loop()
         while self._dirty:
+            await asyncio.sleep(WRITE_DELAY_S)
             batch = list(self._dirty.items())
             self._dirty = {}
             work: list[tuple[str, bytes, bool]] = []

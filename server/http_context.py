@@ -431,7 +431,9 @@ class EventPump:
         try:
             async for event in self._events:
                 if context is not None and context.event_id:
-                    chunks.append(b"id: " + context.event_id.encode() + b"\n" + encode(event))
+                    chunks.append(
+                        b"".join((b"id: ", context.event_id.encode(), b"\n", encode(event)))
+                    )
                 else:
                     chunks.append(encode(event))
                 self.wake()

@@ -21,6 +21,7 @@ from a2a_gateway.protocol.resume import (
 from a2a_gateway.serve import Gateway
 
 from .conftest import KEY_ALICE, Driver, WireError, running_gateway
+from .test_cli_resume import CUT_AFTER_S, CuttingProxy
 from .test_proxy import make_proxy  # noqa: F401 (a fixture)
 from .test_scenarios import COMPLETED, send
 
@@ -170,3 +171,23 @@ async def test_ids_and_resume_points_pass_through_proxy_mode(
         events = await driver.stream("SubscribeToTask", {"id": task_id})
         assert chunk_texts(events) == [f"chunk-{i}" for i in range(18, 40)]
         assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
+
+
+async def test_proxy_mode_resumes_its_upstream_stream_when_it_drops(
+    gateway: Gateway,
+    make_proxy: Callable[..., Any],  # noqa: F811 (the fixture)
+) -> None:
+    """The connection between a proxy and its upstream is cut every 2 s: the proxy's
+    caller still gets every chunk once, its own stream unbroken."""
+    cutting = CuttingProxy(gateway.http_port, CUT_AFTER_S)
+    port = await cutting.start()
+    try:
+        proxy = await make_proxy(f"http://127.0.0.1:{port}", KEY_ALICE)
+        async with aiohttp.ClientSession() as http:
+            driver = Driver("jsonrpc", http, f"http://127.0.0.1:{proxy.http_port}", None, key="")  # type: ignore[arg-type]
+            events = await driver.stream("SendStreamingMessage", send("chunks:100:40"))
+        assert chunk_texts(events) == [f"chunk-{i}" for i in range(100)]
+        assert events[-1]["statusUpdate"]["status"]["state"] == COMPLETED
+        assert cutting.cuts >= 1
+    finally:
+        await cutting.aclose()
