@@ -7,7 +7,7 @@ of the task, of this run and of its next ones, is logged. A stream resumes from 
 number it saw (``Last-Event-ID``) by reading the log after it (:mod:`.engine.reads`).
 PostgreSQL keeps its own log (``a2a_events``, :mod:`.pg_store`), shared by processes.
 
-- :class:`MemoryEventLog` (memory store) holds the events themselves, at most
+- :class:`MemoryEventLog` (memory store) holds the events, serialized, at most
   ``task_bytes`` (encoded) per task, dropping a task's oldest first, and ``total_bytes``
   for all tasks together, dropping the oldest tasks' logs first.
 - :class:`FileEventLog` (workspace store) appends to ``<id>.events`` beside the task
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TASK_LOG_BYTES = 1024 * 1024
 #: Bytes of events the memory store keeps for all tasks together.
 DEFAULT_MEMORY_LOG_BYTES = 64 * 1024 * 1024
+#: What a kept event costs the memory log beyond its serialized bytes (a bytes object).
+_BYTES_OVERHEAD = 40
 #: A file record's head: the event's number and its length.
 RECORD_HEAD = struct.Struct(">QI")
 LOG_SUFFIX = ".events"
@@ -49,12 +51,11 @@ Bounds = tuple[int, int]
 
 
 class _MemoryLog:
-    __slots__ = ("bytes", "events", "first", "sizes")
+    __slots__ = ("bytes", "events", "first")
 
     def __init__(self) -> None:
         self.first = 1
-        self.events: list[pb.StreamResponse] = []
-        self.sizes: list[int] = []
+        self.events: list[bytes] = []  # serialized: what they hold is what they cost
         self.bytes = 0
 
 
@@ -91,9 +92,9 @@ class MemoryEventLog:
         found = self._logs.get(task_id)
         if found is None:
             return None
-        size = event.ByteSize()
-        found.events.append(event)  # shared with the streams, never changed
-        found.sizes.append(size)
+        data = event.SerializeToString()  # as dear as ByteSize(), and smaller to keep
+        size = len(data) + _BYTES_OVERHEAD
+        found.events.append(data)
         found.bytes += size
         self.bytes += size
         seq = found.first + len(found.events) - 1
@@ -105,11 +106,12 @@ class MemoryEventLog:
 
     def _trim(self, found: _MemoryLog, keep: int) -> None:
         drop = 0
-        while drop < len(found.sizes) - 1 and found.bytes > keep:
-            found.bytes -= found.sizes[drop]
-            self.bytes -= found.sizes[drop]
+        while drop < len(found.events) - 1 and found.bytes > keep:
+            size = len(found.events[drop]) + _BYTES_OVERHEAD
+            found.bytes -= size
+            self.bytes -= size
             drop += 1
-        del found.events[:drop], found.sizes[:drop]
+        del found.events[:drop]
         found.first += drop
 
     def _drop_oldest(self, keep: str) -> None:
@@ -130,7 +132,8 @@ class MemoryEventLog:
         if found is None:
             return []
         start = max(after + 1 - found.first, 0)
-        return found.events[start : max(upto + 1 - found.first, start)]
+        kept = found.events[start : max(upto + 1 - found.first, start)]
+        return [pb.StreamResponse.FromString(data) for data in kept]
 
     def forget(self, task_id: str) -> None:
         found = self._logs.pop(task_id, None)
