@@ -315,7 +315,8 @@ class FileEventLog:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
             fd = os.open(path, flags, 0o600)
             try:
-                created = created or os.fstat(fd).st_size == 0
+                if self.fsync:  # a new file's name is made durable too (the folder)
+                    created = created or os.fstat(fd).st_size == 0
                 write_all(fd, data)
                 if self.fsync:
                     os.fsync(fd)
