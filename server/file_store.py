@@ -333,7 +333,9 @@ class WorkspaceTaskStore(TaskStore):
         self._writer: ThreadPoolExecutor | None = None  # fsync: the writes (see save)
         self._writes_asked = 0  # fsync: saves handed to the writer so far
         self._closed = False  # fsync: the writer is gone, a save fails
-        self.events = FileEventLog(self._dir, task_bytes=event_log_bytes, fsync=fsync)
+        self.event_log: FileEventLog = FileEventLog(
+            self._dir, task_bytes=event_log_bytes, fsync=fsync
+        )
 
     def path(self, task_id: str) -> Path:
         return self.folder / f"{task_id}.json"
@@ -599,30 +601,8 @@ class WorkspaceTaskStore(TaskStore):
                 self._writer = None
                 writer.shutdown(wait=False)
         self._closed = True  # in the step that saw the last write land
-        await self.events.aclose()
+        await self.event_log.aclose()
         await self.index.aclose()
-
-    # --- the event log ---------------------------------------------------------------
-
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
-        return self.events.start(task_id)
-
-    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
-        return await self.events.open(task_id, create)
-
-    def close_event_log(self, task_id: str) -> None:
-        self.events.close(task_id)
-
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
-        return self.events.append(task_id, event)
-
-    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
-        return await self.events.bounds(task_id)
-
-    async def read_events(
-        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
-    ) -> list[pb.StreamResponse]:
-        return await self.events.read(task_id, after_seq, upto_seq)
 
     # --- retention -------------------------------------------------------------------
 
@@ -638,7 +618,7 @@ class WorkspaceTaskStore(TaskStore):
         for task_id, stamp in removed:
             index.delete_if(task_id, stamp)
             self._forget(task_id)
-            self.events.forget(task_id)
+            self.event_log.forget(task_id)
         index.wrote_folder()
         index.commit()
         return len(removed)
@@ -661,7 +641,7 @@ class WorkspaceTaskStore(TaskStore):
                 continue  # written since it was indexed: the next pass decides
             if inbox_files:
                 self._remove_inbox_files(task_id, path)
-            self.events.remove_file(task_id)
+            self.event_log.remove_file(task_id)
             try:
                 os.unlink(path)
             except FileNotFoundError:

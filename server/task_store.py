@@ -41,7 +41,12 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .byte_lru import ByteLRU
-from .event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES, MemoryEventLog
+from .event_log import (
+    DEFAULT_MEMORY_LOG_BYTES,
+    DEFAULT_TASK_LOG_BYTES,
+    EventLog,
+    MemoryEventLog,
+)
 from .lifecycle import ACTIVE, timestamp_ns, valid_id
 
 #: messageIds longer than this are InvalidParams (they are keys of the retry index).
@@ -186,6 +191,9 @@ class TaskStore(abc.ABC):
     durable: bool = True
     #: Whether stream events go through the store to subscribers in other processes.
     shares_events: bool = False
+    #: (a store of one process) The tasks' event logs (``event_log``), which the
+    #: event-log methods below read and write; None: the store keeps no events.
+    event_log: EventLog | None = None
     #: Whether push configs are rows of their own that any process changes one at a
     #: time (:meth:`add_push_config`, :meth:`remove_push_config`): a save writes a
     #: task's configs only when it creates the task, and refreshes the record's from
@@ -284,10 +292,10 @@ class TaskStore(abc.ABC):
         """Give back a claim whose run did not start."""
 
     def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
-        """(``shares_events`` stores) An event of a run of this process, for the
-        subscribers of other processes; ``state`` is set for status events. Its number
-        in the task's log (None when not logged)."""
-        return None
+        """An event of the task, to its log (``shares_events`` stores: for the
+        subscribers of other processes too); ``state`` is set for status events. Its
+        number in the task's log (None when not logged)."""
+        return None if self.event_log is None else self.event_log.append(task_id, event)
 
     def follow(  # noqa: B027
         self,
@@ -319,7 +327,9 @@ class TaskStore(abc.ABC):
     ) -> list[pb.StreamResponse]:
         """The logged events of ``task_id`` (of ``owner``, when known) numbered
         ``after_seq + 1`` to ``upto_seq`` that are still kept, in order."""
-        return []
+        if self.event_log is None:
+            return []
+        return await self.event_log.read(task_id, after_seq, upto_seq)
 
     # --- the event log (stream resumption; see ``event_log``) -------------------------
 
@@ -328,22 +338,26 @@ class TaskStore(abc.ABC):
         process opens its log, a new one if none is open: call :meth:`open_event_log`
         first for a task that may have one on disk). The number of its last logged
         event (None: not logged)."""
-        return None
+        return None if self.event_log is None else self.event_log.start(task_id)
 
     async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
         """(a store of one process) Open the task's log if it has one (a new one with
         ``create``), so that :meth:`log_event` numbers its events; its last event's
         number, None when it has none."""
-        return None
+        if self.event_log is None:
+            return None
+        return await self.event_log.open(task_id, create)
 
-    def close_event_log(self, task_id: str) -> None:  # noqa: B027 - optional hook
+    def close_event_log(self, task_id: str) -> None:
         """(a store of one process) No run or stream of the task is left here: what an
         open log holds in memory to append may go (its events stay kept)."""
+        if self.event_log is not None:
+            self.event_log.close(task_id)
 
     async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
         """(first kept, last) numbers of the task's logged events (first = last + 1
         when none is kept), None when it has no log."""
-        return None
+        return None if self.event_log is None else await self.event_log.bounds(task_id)
 
     async def add_push_config(
         self,
@@ -455,7 +469,7 @@ class MemoryTaskStore(TaskStore):
     ) -> None:
         self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes)
         self._retry: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
-        self.events = MemoryEventLog(task_bytes=event_log_bytes, total_bytes=event_logs_bytes)
+        self.event_log = MemoryEventLog(task_bytes=event_log_bytes, total_bytes=event_logs_bytes)
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         entry = self._tasks.peek(task_id)
@@ -500,22 +514,3 @@ class MemoryTaskStore(TaskStore):
 
     def __len__(self) -> int:
         return len(self._tasks)
-
-    # --- the event log ---------------------------------------------------------------
-
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
-        return self.events.start(task_id)
-
-    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
-        return await self.events.open(task_id, create)
-
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
-        return self.events.append(task_id, event)
-
-    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
-        return await self.events.bounds(task_id)
-
-    async def read_events(
-        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
-    ) -> list[pb.StreamResponse]:
-        return await self.events.read(task_id, after_seq, upto_seq)
