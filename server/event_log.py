@@ -385,12 +385,16 @@ class FileEventLog:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(task_id))
 
-    async def aclose(self) -> None:
-        """Let what is pending land, then stop the writer thread."""
+    async def flush(self) -> None:
+        """Return once what was appended so far is written."""
         flusher = self._flusher
         if flusher is not None:
             with contextlib.suppress(Exception):
                 await flusher
+
+    async def aclose(self) -> None:
+        """Let what is pending land, then stop the writer thread."""
+        await self.flush()
         if self._writer is not None:
             self._writer.shutdown(wait=True)
             self._writer = None
