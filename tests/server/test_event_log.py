@@ -91,7 +91,8 @@ async def test_a_closed_file_log_is_forgotten_once_written(tmp_path: Path) -> No
     log.start("t")
     log.append("t", chunk(1))
     log.close("t")  # still pending: kept until written
-    assert "t" in log._logs  # noqa: SLF001
+    assert "t" in log._logs
     await log.flush()
     assert await log.bounds("t") == (1, 1)  # read back from the file
     assert "t" not in log._logs
+    await log.aclose()
