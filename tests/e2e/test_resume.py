@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from a2a_gateway.protocol.resume import (
     EVENT_ID_KEY,
@@ -22,6 +23,7 @@ from a2a_gateway.serve import Gateway
 
 from .conftest import KEY_ALICE, Driver, WireError, running_gateway
 from .test_cli_resume import CUT_AFTER_S, CuttingProxy
+from .test_postgres_store import database, two_gateways  # noqa: F401 (fixtures)
 from .test_proxy import make_proxy  # noqa: F401 (a fixture)
 from .test_scenarios import COMPLETED, send
 
@@ -191,3 +193,22 @@ async def test_proxy_mode_resumes_its_upstream_stream_when_it_drops(
         assert cutting.cuts >= 1
     finally:
         await cutting.aclose()
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "grpc"])
+async def test_a_stream_cut_on_one_replica_resumes_on_the_other(
+    two_gateways: list[Driver],  # noqa: F811 (the fixture)
+    binding: str,
+) -> None:
+    """Two gateways on one PostgreSQL database: a stream cut on A resumes on B."""
+    a, b = two_gateways
+    task_id, cut_at = await cut_after(a, "chunks:60:30", "chunk-17")
+    on_b = Driver(binding, b.http, b.base, b.channel)
+    await until_task(on_b, task_id, lambda task: len(chunk_parts(task)) >= 25)
+    resume_from(on_b, cut_at)
+    events = await on_b.stream("SubscribeToTask", {"id": task_id})
+    assert chunk_texts(events) == [f"chunk-{i}" for i in range(18, 60)]
+    assert not any("task" in e for e in events)
+    assert [e["statusUpdate"]["status"]["state"] for e in events if "statusUpdate" in e] == [
+        COMPLETED
+    ]
