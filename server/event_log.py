@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
+from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_file
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ _BYTES_OVERHEAD = 40
 #: A file record's head: the event's number and its length.
 RECORD_HEAD = struct.Struct(">QI")
 LOG_SUFFIX = ".events"
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 #: How long a logged event may wait in memory before its write starts (the engine's
 #: ``FLUSH_DELAY_S`` for a live task's status): a burst is written at once.
 WRITE_DELAY_S = 0.05
@@ -312,16 +314,9 @@ class FileEventLog:
         created = False
         for task_id, data, compact in work:
             path = self.path(task_id)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-            fd = os.open(path, flags, 0o600)
-            try:
-                if self.fsync:  # a new file's name is made durable too (the folder)
-                    created = created or os.fstat(fd).st_size == 0
-                write_all(fd, data)
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            if self.fsync:  # a new file's name is made durable too (the folder)
+                created = created or not os.path.exists(path)
+            write_file(path, data, _APPEND, fsync=self.fsync)
             if compact:
                 compacted[task_id] = self._compact(task_id, path)
         if self.fsync and (created or compacted):
@@ -341,13 +336,7 @@ class FileEventLog:
         keep.reverse()
         tmp = temp_path(self.folder, task_id + LOG_SUFFIX)
         with removed_on_failure(tmp):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                write_all(fd, b"".join(keep))
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_file(tmp, b"".join(keep), _CREATE, fsync=self.fsync)
             os.replace(tmp, path)
         first = RECORD_HEAD.unpack_from(keep[0])[0] if keep else 1
         return (first, size)
