@@ -16,6 +16,7 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES, MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError, InvalidRequestError
+from a2a_gateway.protocol.resume import EVENT_ID_KEY, GRPC_RESUME_KEY, LAST_EVENT_ID_HEADER
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
@@ -122,6 +123,8 @@ class GrpcTransport(Transport):
         self, options: CallOptions, request: message.Message
     ) -> tuple[tuple[str, str], ...]:
         headers = service_headers(options, None, self.version)
+        if options.resume_from:  # its gRPC name
+            headers[GRPC_RESUME_KEY] = headers.pop(LAST_EVENT_ID_HEADER)
         pairs = tuple((key.lower(), value) for key, value in headers.items())
         if self.credentials is not None:
             # A signature covers the serialized request, which grpc serializes the same way.
@@ -211,7 +214,12 @@ class GrpcTransport(Transport):
                 if first:
                     first = False
                     await self._report_extensions(call, options)
-                if item.WhichOneof("payload") is not None:
+                kind = item.WhichOneof("payload")
+                if kind is not None:
+                    if options.on_event_id is not None:
+                        event_id = getattr(item, kind).metadata.fields.get(EVENT_ID_KEY)
+                        if event_id is not None and event_id.string_value:
+                            options.on_event_id(event_id.string_value)
                     yield item
         finally:
             if not call.done():

@@ -157,8 +157,11 @@ class HttpTransport(Transport):
             stream = events(
                 response, target=self.target, idle_timeout=options.idle_timeout, redact=self.redact
             )
+            on_event_id = options.on_event_id
             async with contextlib.aclosing(stream):
                 async for event in stream:
+                    if on_event_id is not None and event.id:
+                        on_event_id(event.id)
                     yield event
         finally:
             await response.aclose()

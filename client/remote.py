@@ -8,6 +8,7 @@ the card, picks the interface, sets up credentials and builds the transport.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
 
@@ -133,6 +134,8 @@ class RemoteService(A2AService, AsyncCloseable):
             extensions | context.extensions,
             on_extensions=context.activated_extensions.update,
             headers=self.headers,
+            resume_from=context.resume_from,
+            on_event_id=functools.partial(_note_event_id, context),
         )
 
     def _prepare(self, request: R) -> R:
@@ -285,6 +288,11 @@ class RemoteService(A2AService, AsyncCloseable):
             )
             return False
         return True
+
+
+def _note_event_id(context: CallContext, event_id: str) -> None:
+    """A stream event's id, kept in the call's context for whoever resumes the stream."""
+    context.event_id = event_id
 
 
 def make_transport(

@@ -15,6 +15,7 @@ from google.protobuf import message
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
+from a2a_gateway.protocol.resume import LAST_EVENT_ID_HEADER
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, VERSION_HEADER, format_extensions
 
 from .credentials import Credentials
@@ -46,6 +47,7 @@ class CallOptions:
     every later wait for a stream event. ``on_extensions`` receives the extensions the
     agent reports as activated (the ``A2A-Extensions`` response header or metadata).
     ``headers`` are the caller's own service parameters (``--header NAME=VALUE``).
+    ``resume_from`` and ``on_event_id`` resume streams (docs/streams.md).
     """
 
     timeout: float = DEFAULT_TIMEOUT
@@ -53,6 +55,10 @@ class CallOptions:
     extensions: frozenset[str] = frozenset()
     on_extensions: Callable[[frozenset[str]], None] = field(default=_ignore)
     headers: tuple[tuple[str, str], ...] = ()
+    #: A stream's resume point (``Last-Event-ID``; gRPC ``a2a-last-event-id``).
+    resume_from: str = ""
+    #: Receives the id of each stream event that has one, before the event.
+    on_event_id: Callable[[str], None] | None = None
 
 
 def service_headers(
@@ -65,6 +71,8 @@ def service_headers(
         headers[EXTENSIONS_HEADER] = format_extensions(options.extensions)
     for name, value in options.headers:
         headers[name] = value
+    if options.resume_from:
+        headers[LAST_EVENT_ID_HEADER] = options.resume_from
     if credentials is not None:
         headers.update(credentials.headers())
     tracing.inject(headers)  # the next agent's spans join this call's trace

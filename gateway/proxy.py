@@ -66,8 +66,9 @@ from a2a_gateway.client import (
     connect,
 )
 from a2a_gateway.client.cards import binding_for
+from a2a_gateway.client.resumable import resumable_stream
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
-from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
     DeadlineExceededError,
@@ -92,6 +93,8 @@ from .proxy_owners import TaskOwners, event_task_id
 from .settings import BY_NAME, Settings
 
 log = logging.getLogger(__name__)
+
+Stream = AsyncGenerator[pb.StreamResponse, None]
 
 T = TypeVar("T")
 
@@ -273,15 +276,29 @@ class UpstreamProxy(A2AService):
 
     async def _relay(
         self,
-        open_stream: Callable[[RemoteService], AsyncGenerator[pb.StreamResponse, None]],
-        caller: Caller,
+        open_stream: Callable[[RemoteService, CallContext], Stream],
+        context: CallContext,
         *,
         creates: bool,
     ) -> AsyncGenerator[pb.StreamResponse, None]:
-        """Relay an upstream stream; its task is claimed for ``caller`` when the stream
-        answers their message (``creates``), else it must be theirs already."""
+        """Relay an upstream stream; its task is claimed for the caller when the stream
+        answers their message (``creates``), else it must be theirs already. An upstream
+        stream that drops is resumed from the last event id the upstream sent (when it
+        sends ids: docs/streams.md), so the caller's stream goes on unbroken."""
+        caller = context.caller
         remote = await self._upstream()
-        events = open_stream(remote)
+
+        def resumed(event_id: str, why: A2AError | None) -> None:
+            cause = f" ({why.message})" if why is not None else ""
+            log.info("the upstream stream was resumed after event %s%s", event_id, cause)
+
+        events = resumable_stream(
+            lambda attempt: open_stream(remote, attempt),
+            remote.subscribe_to_task,
+            until_interrupted=creates,
+            on_resume=resumed,
+            call=context,
+        )
         try:
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -349,7 +366,7 @@ class UpstreamProxy(A2AService):
         await self._check_inline_webhook(request)
         forwarded = self._forwarded(request)
         events = self._relay(
-            lambda r: r.send_streaming_message(forwarded, context), context.caller, creates=True
+            lambda r, attempt: r.send_streaming_message(forwarded, attempt), context, creates=True
         )
         async with contextlib.aclosing(events):
             async for event in events:
@@ -385,7 +402,7 @@ class UpstreamProxy(A2AService):
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         self.owners.check(context.caller, request.id)
         events = self._relay(
-            lambda r: r.subscribe_to_task(request, context), context.caller, creates=False
+            lambda r, attempt: r.subscribe_to_task(request, attempt), context, creates=False
         )
         async with contextlib.aclosing(events):
             async for event in events:

@@ -56,7 +56,7 @@ import orjson
 
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError
-from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_all
+from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_file
 from a2a_gateway.server.file_store import owner_from_document
 from a2a_gateway.server.lifecycle import valid_id
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -249,14 +249,10 @@ class TaskOwners:
         return owner
 
     def _write_file(self, tmp: str, data: bytes) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            try:
-                write_all(fd, data)
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_file(
+                tmp, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, fsync=self.fsync
+            )
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

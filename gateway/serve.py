@@ -217,6 +217,7 @@ def card_config(settings: Settings) -> CardConfig:
         skills=skills,
         extensions=extensions,
         format=settings["card_format"],
+        resumable_streams=not settings["upstream"],  # proxy mode: the upstream's streams
     )
 
 
@@ -278,6 +279,8 @@ def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
             max_bytes=settings["memory_store_mib"] * mib,
             retry_keys=settings["retry_keys"],
             retry_bytes=settings["retry_keys_mib"] * mib,
+            event_log_bytes=settings["event_log_kib"] * 1024,
+            event_logs_bytes=settings["memory_event_log_mib"] * mib,
         )
     # Each caller's tasks live in its own workspace; anonymous callers use the first.
     return WorkspaceTaskStores(
@@ -286,6 +289,7 @@ def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
         cache_entries=settings["task_cache_entries"],
         cache_bytes=settings["task_cache_mib"] * mib,
         reconcile_interval_s=settings["index_reconcile_interval"],
+        event_log_bytes=settings["event_log_kib"] * 1024,
     )
 
 

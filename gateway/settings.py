@@ -16,6 +16,7 @@ from typing import Any
 
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 from a2a_gateway.server.config import DEFAULT_PACT_MAX_LIFETIME_S
+from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
 
 ENV_PREFIX = "A2A_GATEWAY_"
 #: Where a local Ollama serves its OpenAI-compatible API (``--llm-base-url``).
@@ -337,6 +338,20 @@ SETTINGS: tuple[Setting, ...] = (
         above=0,
     ),
     Setting("list_max_mib", float, 8.0, "byte budget of one ListTasks answer (MiB)", above=0),
+    Setting(
+        "event_log_kib",
+        int,
+        DEFAULT_TASK_LOG_BYTES // 1024,
+        "stream events kept per task for resuming a stream (KiB; memory and workspace stores)",
+        1,
+    ),
+    Setting(
+        "memory_event_log_mib",
+        int,
+        DEFAULT_MEMORY_LOG_BYTES // (1024 * 1024),
+        "--store memory: stream events kept for all tasks together (MiB)",
+        1,
+    ),
     Setting("memory_store_tasks", int, 50_000, "--store memory: tasks kept (count)", 1),
     Setting("memory_store_mib", int, 256, "--store memory: tasks kept (MiB)", 1),
     Setting("retry_keys", int, 100_000, "--store memory: messageId retry keys kept (count)", 0),

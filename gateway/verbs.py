@@ -51,11 +51,13 @@ from a2a_gateway.client.cards import fetch_card_value
 from a2a_gateway.client.errors import Redactor
 from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.client.messages import INTERRUPTED_STATES, TERMINAL_STATES
+from a2a_gateway.client.resumable import resumable_stream
 from a2a_gateway.client.transport import DEFAULT_TIMEOUT
 from a2a_gateway.client.wire_log import is_credential_header
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.card_rules import card_problems
 from a2a_gateway.protocol.card_signature import trusted_keys
+from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, UnauthenticatedError
 from a2a_gateway.protocol.json_schemas import ASK_USER_TAG, is_ask_user
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -520,6 +522,16 @@ class Printer:
         self.err.write(_CONTROL.sub("\ufffd", text) + "\n")
         self.err.flush()
 
+    def aside(self, text: str) -> None:
+        """A line on stderr in the middle of streamed text: stdout's line is ended
+        first only on a terminal (piped, the text stays as the agent sent it)."""
+        if self.out.isatty():
+            self.note(text)
+            return
+        self.progress.hide()
+        self.err.write(_CONTROL.sub("\ufffd", text) + "\n")
+        self.err.flush()
+
     def save(self, part: pb.Part) -> None:
         """With ``--save-dir``: write a file part's bytes there (names made safe)."""
         if self.save_dir is None or part.WhichOneof("content") != "raw":
@@ -818,6 +830,29 @@ class _Call:
         finally:
             self.printer.progress.hide()
 
+    def resumable(
+        self, agent: RemoteService, request: pb.SendMessageRequest | pb.SubscribeToTaskRequest
+    ) -> AsyncGenerator[pb.StreamResponse, None]:
+        """The stream of ``request`` (SendStreamingMessage or SubscribeToTask), resumed
+        when its connection drops (a line on stderr says so each time; see
+        client/resumable.py)."""
+
+        def resumed(event_id: str, why: A2AError | None) -> None:
+            cause = f" ({why.message})" if why is not None else ""
+            self.printer.aside(f"stream resumed after event {event_id}{cause}")
+
+        def first(context: CallContext) -> AsyncGenerator[pb.StreamResponse, None]:
+            if isinstance(request, pb.SendMessageRequest):
+                return agent.send_streaming_message(request, context)
+            return agent.subscribe_to_task(request, context)
+
+        return resumable_stream(
+            first,
+            agent.subscribe_to_task,
+            until_interrupted=isinstance(request, pb.SendMessageRequest),
+            on_resume=resumed,
+        )
+
     async def stream(self, events: AsyncGenerator[pb.StreamResponse, None]) -> None:
         view = StreamView(self.printer, on_task=self.track)
         self.printer.progress.show("waiting for the agent...")
@@ -1031,7 +1066,7 @@ async def _send(call: _Call) -> None:
     request = build_send_request(args)
     async with await call.connect() as agent:
         if args.stream:
-            await call.stream(agent.send_streaming_message(request))
+            await call.stream(call.resumable(agent, request))
             return
         human = not call.printer.as_json and not request.configuration.return_immediately
         if human and agent.card.capabilities.streaming:
@@ -1040,7 +1075,7 @@ async def _send(call: _Call) -> None:
             # by --timeout as a whole, like a blocking send.
             try:
                 async with asyncio.timeout(args.timeout):
-                    await call.stream(agent.send_streaming_message(request))
+                    await call.stream(call.resumable(agent, request))
             except TimeoutError:
                 raise Timeout(f"{args.url} did not answer within {args.timeout:g} s") from None
             return
@@ -1110,7 +1145,8 @@ async def _cancel(call: _Call) -> None:
 
 async def _subscribe(call: _Call) -> None:
     async with await call.connect() as agent:
-        await call.stream(agent.subscribe_to_task(pb.SubscribeToTaskRequest(id=call.args.task_id)))
+        request = pb.SubscribeToTaskRequest(id=call.args.task_id)
+        await call.stream(call.resumable(agent, request))
 
 
 _HANDLERS: dict[str, Callable[[_Call], Awaitable[None]]] = {

@@ -59,6 +59,12 @@ class CallContext:
     #: (``Agent.reply``). The PACT URL turns it off: every reply there is a turn whose
     #: task keeps it for retries.
     message_replies: bool = True
+    #: A stream's resume point, ``<taskId>:<number>`` (SSE ``Last-Event-ID``, gRPC
+    #: ``a2a-last-event-id``); empty: none (see docs/streams.md).
+    resume_from: str = ""
+    #: Set by the service before each event of a stream: the event's id in its task's
+    #: event log (``<taskId>:<number>``), empty when it has none.
+    event_id: str = ""
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), or ``None``."""

@@ -25,6 +25,18 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def write_file(path: str, data: bytes, flags: int, *, fsync: bool) -> None:
+    """Open ``path`` with ``flags`` (mode 0o600 if created), write ``data`` whole, fsync
+    it when asked, close it."""
+    fd = os.open(path, flags, 0o600)
+    try:
+        write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def temp_path(folder: str, name: str) -> str:
     """A fresh temp-file path in ``folder`` for a file about to become ``name``."""
     return f"{folder}/.{name}.{os.getpid()}.{next(_counter)}.tmp"

@@ -55,6 +55,7 @@ from a2a_gateway.protocol import codec, compat03, versioning
 from a2a_gateway.protocol.card_signature import load_signing_key, public_jwks, sign_card
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import API_KEY_HEADER, KEYS_ONLY, SchemesInUse
@@ -312,6 +313,8 @@ class CardProvider:
             skills=settings.skills or profile.skills or [_chat_skill()],
         )
         card.capabilities.extensions.extend(settings.extensions)
+        if self.streaming and settings.resumable_streams:
+            card.capabilities.extensions.add(uri=RESUME_EXTENSION, description=RESUME_DESCRIPTION)
         if settings.provider_organization and settings.provider_url:
             card.provider.organization = settings.provider_organization
             card.provider.url = settings.provider_url
@@ -619,6 +622,13 @@ def read_skills_file(path: Path) -> list[pb.AgentSkill]:
         return parse_skills(data, "skills")
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+#: How the card describes the resumable-streams extension (docs/streams.md).
+RESUME_DESCRIPTION = (
+    "Stream events carry ids (SSE id:, gRPC event metadata a2a-gateway.eventId); "
+    "SubscribeToTask with Last-Event-ID (gRPC: a2a-last-event-id) resumes after one."
+)
 
 
 def parse_extensions(text: str) -> list[pb.AgentExtension]:

@@ -56,6 +56,8 @@ class CardConfig:
     provider_organization: str = ""
     provider_url: str = ""
     documentation_url: str = ""
+    #: List the resumable-streams extension (the local engine's streams resume).
+    resumable_streams: bool = False
 
 
 #: The longest a personal agent's token may live (``exp - iat``) on the PACT URL.

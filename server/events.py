@@ -58,6 +58,8 @@ class Subscriber:
         "log_end",
         "read_log",
         "seq",
+        "seqs",
+        "taken_seqs",
         "until_interrupted",
         "waiter",
     )
@@ -66,12 +68,16 @@ class Subscriber:
         # A list, swapped out whole by take(): cheaper than a deque (800 bytes empty)
         # for the thousand mostly idle streams a server may hold.
         self.events: list[pb.StreamResponse] = []
+        #: The queued events' numbers in the task's event log (-1: not logged).
+        self.seqs: list[int] = []
+        #: The numbers of the batch :meth:`next_batch` returned last.
+        self.taken_seqs: list[int] = []
         self.until_interrupted = until_interrupted
         self.done = False
         self.error: A2AError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        #: (A task followed from a shared event log) the number of the last event this
-        #: stream holds: its snapshot's, then the last one it queued or has to read.
+        #: The number of the last event this stream holds in the task's event log: its
+        #: snapshot's (or its resume point's), then the last one it queued or has to read.
         self.seq = 0
         #: Events numbered ``log_at + 1`` to ``log_end`` are still to be read from the
         #: log (with ``read_log``), before the queued ones.
@@ -86,22 +92,41 @@ class Subscriber:
             self.log_at, self.log_end, self.seq = self.seq, upto_seq, upto_seq
             self.read_log = read_log
 
+    def resume_at(self, after: int, snapshot_seq: int, read_log: LogReader) -> None:
+        """Start after event ``after`` instead of after the snapshot (numbered
+        ``snapshot_seq``): the events between are read from the log (or those queued
+        up to ``after`` dropped)."""
+        if self.log_at >= self.log_end:
+            self.log_at = self.log_end = snapshot_seq
+        self.read_log = self.read_log or read_log
+        if after < self.log_end:
+            self.log_at = after
+            return
+        self.log_at = self.log_end
+        self.seq = max(self.seq, after)
+        kept = [i for i, seq in enumerate(self.seqs) if not seq or seq > after]
+        self.events = [self.events[i] for i in kept]
+        self.seqs = [self.seqs[i] for i in kept]
+
     def push(self, event: pb.StreamResponse, seq: int = 0) -> None:
-        """Queue ``event``; ``seq`` is its number in the task's shared event log (0 for
-        an event of a run in this process)."""
+        """Queue ``event``; ``seq`` is its number in the task's event log (0: not
+        logged)."""
         if seq:
             if seq <= self.seq:
-                return  # its snapshot reflects it
+                return  # its snapshot (or resume point) reflects it
             self.seq = seq
             if self.log_at < self.log_end and not self.events:
                 self.log_end = seq  # catching up: it is read from the log in turn
                 return
         self.events.append(event)
+        self.seqs.append(seq or -1)
         self._wake()
 
     def take(self) -> list[pb.StreamResponse]:
-        """Every queued event, oldest first; the queue is empty afterwards."""
+        """Every queued event, oldest first; the queue is empty afterwards (their
+        numbers: :attr:`taken_seqs`)."""
         events, self.events = self.events, []
+        self.taken_seqs, self.seqs = self.seqs, []
         return events
 
     def finish(self, error: A2AError | None = None) -> None:
@@ -111,6 +136,7 @@ class Subscriber:
         if error is not None:
             self.error = error
             self.events = []
+            self.seqs = []
             self.log_end = self.log_at
         self._wake()
 
@@ -121,8 +147,9 @@ class Subscriber:
 
     async def next_batch(self) -> list[pb.StreamResponse]:
         """The queued events, waiting for some if there are none; ``[]`` once the
-        stream is done (raising its error, if it ended with one). Streams loop on
-        this directly: no extra generator hop per event."""
+        stream is done (raising its error, if it ended with one); their numbers in
+        :attr:`taken_seqs`. Streams loop on this directly: no extra generator hop per
+        event."""
         while True:
             if self.log_at < self.log_end and self.read_log is not None:
                 after = self.log_at
@@ -131,6 +158,7 @@ class Subscriber:
                 if self.error is not None:  # ended meanwhile (dropped, the run lost)
                     raise self.error
                 self.log_at = upto
+                self.taken_seqs = list(range(after + 1, after + 1 + len(page)))
                 return page
             if self.events:
                 return self.take()

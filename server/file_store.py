@@ -96,6 +96,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
 from .byte_lru import ByteLRU
+from .event_log import DEFAULT_TASK_LOG_BYTES, FileEventLog
 from .files import INBOX_FOLDER
 from .lifecycle import valid_id
 from .secret_box import SecretBox, SecretBoxError
@@ -349,6 +350,7 @@ class WorkspaceTaskStore(TaskStore):
         cache_entries: int = CACHE_ENTRIES,
         cache_bytes: int = CACHE_BYTES,
         reconcile_interval_s: float = 600.0,
+        event_log_bytes: int = DEFAULT_TASK_LOG_BYTES,
     ) -> None:
         self.workspace = Path(workspace)
         self.folder = self.workspace / TASKS_FOLDER
@@ -378,6 +380,9 @@ class WorkspaceTaskStore(TaskStore):
         self._writer: ThreadPoolExecutor | None = None  # fsync: the writes (see save)
         self._writes_asked = 0  # fsync: saves handed to the writer so far
         self._closed = False  # fsync: the writer is gone, a save fails
+        self.event_log: FileEventLog = FileEventLog(
+            self._dir, task_bytes=event_log_bytes, fsync=fsync
+        )
 
     def path(self, task_id: str) -> Path:
         return self.folder / f"{task_id}.json"
@@ -646,6 +651,7 @@ class WorkspaceTaskStore(TaskStore):
                 self._writer = None
                 writer.shutdown(wait=False)
         self._closed = True  # in the step that saw the last write land
+        await self.event_log.aclose()
         await self.index.aclose()
 
     # --- retention -------------------------------------------------------------------
@@ -662,6 +668,7 @@ class WorkspaceTaskStore(TaskStore):
         for task_id, stamp in removed:
             index.delete_if(task_id, stamp)
             self._forget(task_id)
+            self.event_log.forget(task_id)
         index.wrote_folder()
         index.commit()
         return len(removed)
@@ -684,6 +691,7 @@ class WorkspaceTaskStore(TaskStore):
                 continue  # written since it was indexed: the next pass decides
             if inbox_files:
                 self._remove_inbox_files(task_id, path)
+            self.event_log.remove_file(task_id)
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -840,6 +848,7 @@ class WorkspaceTaskStores(TaskStore):
         self.options = options
         self.default = WorkspaceTaskStore(default, fsync=fsync, **options)
         self._stores: dict[str, WorkspaceTaskStore] = {}
+        self._logging: dict[str, WorkspaceTaskStore] = {}  # the store of each open log
 
     def store_for(self, owner: Caller) -> WorkspaceTaskStore:
         if not owner.workspace:
@@ -885,6 +894,35 @@ class WorkspaceTaskStores(TaskStore):
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None:
         self.store_for(owner).remember_message(owner, message_id, fingerprint, task_id)
+
+    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        store = self._logging[task_id] = self.store_for(owner)
+        return store.start_event_log(owner, task_id)
+
+    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
+        store = self.store_for(owner)
+        last = await store.open_event_log(owner, task_id, create=create)
+        if last is not None:
+            self._logging[task_id] = store
+        return last
+
+    def close_event_log(self, task_id: str) -> None:
+        store = self._logging.pop(task_id, None)
+        if store is not None:
+            store.close_event_log(task_id)
+
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+        store = self._logging.get(task_id)
+        return None if store is None else store.log_event(task_id, event, state)
+
+    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
+        return await self.store_for(owner).event_bounds(owner, task_id)
+
+    async def read_events(
+        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
+    ) -> list[pb.StreamResponse]:
+        store = self._logging.get(task_id) if owner is None else self.store_for(owner)
+        return [] if store is None else await store.read_events(task_id, after_seq, upto_seq)
 
     async def readiness(self) -> str | None:
         """The first store not ready (the default workspace's and those opened so far)."""

@@ -74,7 +74,9 @@ from a2a_gateway.protocol.errors import (
     UnavailableError,
     status_proto,
 )
+from a2a_gateway.protocol.resume import EVENT_ID_KEY, GRPC_RESUME_KEY, RESUME_EXTENSION
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from . import signing
 from .auth import Authenticator
@@ -173,6 +175,17 @@ class MetadataView:
 
     def has(self, name: str) -> bool:
         return name.lower() in self._values
+
+
+def with_event_id(event: pb.StreamResponse, event_id: str) -> pb.StreamResponse:
+    """A copy of ``event`` (shared with other streams) whose payload's ``metadata``
+    names its id (:data:`~a2a_gateway.protocol.resume.EVENT_ID_KEY`)."""
+    numbered = pb.StreamResponse()
+    numbered.CopyFrom(event)
+    kind = numbered.WhichOneof("payload")
+    if kind is not None:
+        getattr(numbered, kind).metadata[EVENT_ID_KEY] = event_id
+    return numbered
 
 
 def status_trailer(error: A2AError) -> tuple[tuple[str, bytes]]:
@@ -564,6 +577,7 @@ class RpcAdapter:
             binding="GRPC",
             traceparent=get(tracing.TRACEPARENT) or "",
             tracestate=get(tracing.TRACESTATE) or "",
+            resume_from=(metadata.single(GRPC_RESUME_KEY) or "").strip(),
         )
         return request, call_context
 
@@ -690,9 +704,13 @@ class RpcAdapter:
             events = call(decoded, call_context)
             del decoded  # the service has it; it may carry large inline file bytes
             watch = WriteWatch(bounds.write_s, bounds.stream_idle_s)
+            # Each event's id rides in its own metadata, for a client that asked.
+            numbered = bool(call_context.resume_from) or RESUME_EXTENSION in call_context.extensions
             try:
                 first = True
                 async for event in events:
+                    if numbered and call_context.event_id and isinstance(event, pb.StreamResponse):
+                        event = with_event_id(event, call_context.event_id)
                     if first:
                         await watch.send(self._send_stream_headers(context, call_context))
                         first = False

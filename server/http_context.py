@@ -32,6 +32,7 @@ from a2a_gateway.protocol.errors import (
     RateLimitedError,
     UnauthenticatedError,
 )
+from a2a_gateway.protocol.resume import LAST_EVENT_ID_HEADER
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -133,6 +134,7 @@ async def call_context(request: web.Request, *, binding: str = "") -> CallContex
         binding=binding,
         traceparent=headers.get(tracing.TRACEPARENT, ""),
         tracestate=headers.get(tracing.TRACESTATE, ""),
+        resume_from=request.headers.get(LAST_EVENT_ID_HEADER, "").strip(),
     )
 
 
@@ -379,6 +381,7 @@ class EventPump:
 
     __slots__ = (
         "_chunks",
+        "_context",
         "_encode",
         "_events",
         "_producer",
@@ -402,10 +405,12 @@ class EventPump:
         encode: Callable[[pb.StreamResponse], bytes],
         keepalive_s: float,
         now: float,
+        context: CallContext | None = None,
     ) -> None:
         self.transport = transport
         self._events = events
         self._encode = encode
+        self._context = context  # names each event (``event_id``): its SSE ``id:``
         self.keepalive_s = keepalive_s
         self._chunks: list[bytes] = []
         self._producer: asyncio.Task[None] | None = None
@@ -425,9 +430,15 @@ class EventPump:
     async def _produce(self) -> None:
         chunks = self._chunks
         encode = self._encode
+        context = self._context
         try:
             async for event in self._events:
-                chunks.append(encode(event))
+                if context is not None and context.event_id:
+                    chunks.append(
+                        b"".join((b"id: ", context.event_id.encode(), b"\n", encode(event)))
+                    )
+                else:
+                    chunks.append(encode(event))
                 self.wake()
                 if len(chunks) >= MAX_BUFFERED_EVENTS:
                     self._room = asyncio.get_running_loop().create_future()
@@ -590,7 +601,7 @@ async def stream_events(
     its outcome when it ends and its open time (between the headers and the end).
     """
     watch = request.app[STREAM_WATCH]
-    pump = EventPump(request.transport, events, codec.event, keepalive_s, 0.0)
+    pump = EventPump(request.transport, events, codec.event, keepalive_s, 0.0, context)
     watch.add(pump)  # sets its clock
     # Until the stream ends one way or another: a cancelled handler (aiohttp cancels
     # it when its client disconnects) keeps it.

@@ -1376,16 +1376,47 @@ class PostgresTaskStore(TaskStore):
         return self._delivered.get(task_id) if task_id in self._follows else None
 
     async def read_events(
-        self, task_id: str, after_seq: int, upto_seq: int
+        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
     ) -> list[pb.StreamResponse]:
+        """The logged events in the range, those of a run here still in the outbox
+        included (taken before the read: one written meanwhile is in the read)."""
+        queued = {
+            seq: data
+            for queued_id, seq, data in self._outbox
+            if queued_id == task_id and after_seq < seq <= upto_seq
+        }
         rows = await self._fetch(
-            "SELECT event FROM a2a_events WHERE task_id = $1 AND seq > $2 AND seq <= $3"
+            "SELECT seq, event FROM a2a_events WHERE task_id = $1 AND seq > $2 AND seq <= $3"
             " ORDER BY seq",
             task_id,
             after_seq,
             upto_seq,
         )
-        return [pb.StreamResponse.FromString(row[0]) for row in rows]
+        found = {int(row[0]): bytes(row[1]) for row in rows}
+        events: list[pb.StreamResponse] = []
+        seq = after_seq + 1
+        while seq <= upto_seq and (data := found.get(seq) or queued.get(seq)) is not None:
+            events.append(pb.StreamResponse.FromString(data))
+            seq += 1
+        return events
+
+    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        return self._seq.get(task_id)  # a run here: its last event's number
+
+    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
+        rows = await self._fetch(
+            "SELECT min(e.seq), max(e.seq), max(t.event_seq) FROM a2a_tasks t"
+            " LEFT JOIN a2a_events e ON e.task_id = t.task_id WHERE t.task_id = $1",
+            task_id,
+        )
+        if not rows:
+            return None
+        first, last, stored = rows[0]
+        queued = [seq for queued_id, seq, _ in self._outbox if queued_id == task_id]
+        last = max(last or 0, stored or 0, *queued, self._seq.get(task_id) or 0)
+        if first is None:
+            first = min(queued) if queued else last + 1
+        return (int(first), int(last))
 
     async def _still_running(self, task_id: str) -> bool:
         """Whether the task is interrupted or its run's lease is held."""

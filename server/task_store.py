@@ -41,6 +41,12 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .byte_lru import ByteLRU
+from .event_log import (
+    DEFAULT_MEMORY_LOG_BYTES,
+    DEFAULT_TASK_LOG_BYTES,
+    EventLog,
+    MemoryEventLog,
+)
 from .lifecycle import ACTIVE, timestamp_ns, valid_id
 
 #: messageIds longer than this are InvalidParams (they are keys of the retry index).
@@ -194,6 +200,9 @@ class TaskStore(abc.ABC):
     durable: bool = True
     #: Whether stream events go through the store to subscribers in other processes.
     shares_events: bool = False
+    #: (a store of one process) The tasks' event logs (``event_log``), which the
+    #: event-log methods below read and write; None: the store keeps no events.
+    event_log: EventLog | None = None
     #: Whether push configs are rows of their own that any process changes one at a
     #: time (:meth:`add_push_config`, :meth:`remove_push_config`): a save writes a
     #: task's configs only when it creates the task, and refreshes the record's from
@@ -297,10 +306,10 @@ class TaskStore(abc.ABC):
         """Give back a claim whose run did not start."""
 
     def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
-        """(``shares_events`` stores) An event of a run of this process, for the
-        subscribers of other processes; ``state`` is set for status events. Its number
-        in the task's log (None when not logged)."""
-        return None
+        """An event of the task, to its log (``shares_events`` stores: for the
+        subscribers of other processes too); ``state`` is set for status events. Its
+        number in the task's log (None when not logged)."""
+        return None if self.event_log is None else self.event_log.append(task_id, event)
 
     def follow(  # noqa: B027
         self,
@@ -328,11 +337,41 @@ class TaskStore(abc.ABC):
         return None
 
     async def read_events(
-        self, task_id: str, after_seq: int, upto_seq: int
+        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
     ) -> list[pb.StreamResponse]:
-        """(``shares_events`` stores) The logged events of ``task_id`` numbered
-        ``after_seq + 1`` to ``upto_seq``, in order."""
-        return []
+        """The logged events of ``task_id`` (of ``owner``, when known) numbered
+        ``after_seq + 1`` to ``upto_seq`` that are still kept, in order."""
+        if self.event_log is None:
+            return []
+        return await self.event_log.read(task_id, after_seq, upto_seq)
+
+    # --- the event log (stream resumption; see ``event_log``) -------------------------
+
+    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        """The task is streamed here: log its events from now on (a store of one
+        process opens its log, a new one if none is open: call :meth:`open_event_log`
+        first for a task that may have one on disk). The number of its last logged
+        event (None: not logged)."""
+        return None if self.event_log is None else self.event_log.start(task_id)
+
+    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
+        """(a store of one process) Open the task's log if it has one (a new one with
+        ``create``), so that :meth:`log_event` numbers its events; its last event's
+        number, None when it has none."""
+        if self.event_log is None:
+            return None
+        return await self.event_log.open(task_id, create)
+
+    def close_event_log(self, task_id: str) -> None:
+        """(a store of one process) No run or stream of the task is left here: what an
+        open log holds in memory to append may go (its events stay kept)."""
+        if self.event_log is not None:
+            self.event_log.close(task_id)
+
+    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
+        """(first kept, last) numbers of the task's logged events (first = last + 1
+        when none is kept), None when it has no log."""
+        return None if self.event_log is None else await self.event_log.bounds(task_id)
 
     async def add_push_config(
         self,
@@ -439,9 +478,12 @@ class MemoryTaskStore(TaskStore):
         max_bytes: int = DEFAULT_MEMORY_BYTES,
         retry_keys: int = DEFAULT_RETRY_KEYS,
         retry_bytes: int = DEFAULT_RETRY_BYTES,
+        event_log_bytes: int = DEFAULT_TASK_LOG_BYTES,
+        event_logs_bytes: int = DEFAULT_MEMORY_LOG_BYTES,
     ) -> None:
         self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes)
         self._retry: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
+        self.event_log = MemoryEventLog(task_bytes=event_log_bytes, total_bytes=event_logs_bytes)
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         entry = self._tasks.peek(task_id)

@@ -1,7 +1,8 @@
-"""Two revisions of this repository, side by side: blocking sends/s of each, and the ratio.
+"""Two revisions of this repository, side by side: blocking sends/s (or stream events/s)
+of each, and the ratio.
 
     .venv/bin/python -P tools/bench_compare.py BASE [HEAD] [--sends 4000] [--rounds 4]
-        [--concurrency 32] [--transport jsonrpc|rest]
+        [--concurrency 32] [--transport jsonrpc|rest] [--streams CHUNKS] [--store memory]
 
 For each revision (anything ``git rev-parse`` takes; HEAD by default for the second),
 builds a package tree under ``build/bench-compare/<rev>`` from ``git archive`` laid out
@@ -9,7 +10,11 @@ by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved
 (the order alternating): ``a2a-gateway serve --faux`` of that tree, started from this
 venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/``, not
 /tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
-after each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median.
+after each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median,
+and the server's CPU time per send (steadier than the rate on a shared machine).
+With ``--streams CHUNKS`` each send is a JSON-RPC SendStreamingMessage of the faux
+agent's ``chunks:CHUNKS`` and the rate is stream events/s; ``--store memory`` serves
+from the memory store instead of the workspace files.
 
 Run it before resolving performance-sensitive work (a hot path, the engine, a store, a
 binding): docs/performance.md keeps the figures. The load is our own; no outside code.
@@ -34,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
 
-from load import free_port, sends, wait_ready  # noqa: E402
+from load import free_port, sends, stream_events, wait_ready  # noqa: E402
 
 WORK = ROOT / "build" / "bench-compare"
 
@@ -67,7 +72,14 @@ def package_tree(commit: str) -> Path:
     return tree
 
 
-async def one_round(tree: Path, args: argparse.Namespace, name: str) -> float:
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the server has used: per operation, a figure the other
+    work on a shared machine disturbs far less than the wall-clock rate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[float, float]:
     # A fresh folder each time, and the disk settled first: the previous run's fsynced
     # files (or a folder removed just before) otherwise slow the next run's writes, and
     # whichever server ran second in a round measured up to twice as fast.
@@ -78,6 +90,7 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> float:
     port = free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
     command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    command += ["--store", args.store]
     server = await asyncio.create_subprocess_exec(
         *command,
         stdout=subprocess.DEVNULL,
@@ -87,10 +100,19 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> float:
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_ready(base + "/.well-known/agent-card.json")
-        url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
-        rest = args.transport == "rest"
-        await sends(url, {}, min(500, args.sends), args.concurrency, rest=rest)  # warm up
-        return await sends(url, {}, args.sends, args.concurrency, rest=rest)
+        if args.streams:
+            url = base + "/a2a"
+            await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
+            cpu = server_cpu_s(server.pid)
+            rate, ops = await stream_events(url, {}, args.sends, args.streams, args.concurrency)
+        else:
+            url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
+            rest = args.transport == "rest"
+            await sends(url, {}, min(500, args.sends), args.concurrency, rest=rest)  # warm up
+            cpu = server_cpu_s(server.pid)
+            rate = await sends(url, {}, args.sends, args.concurrency, rest=rest)
+            ops = args.sends
+        return rate, (server_cpu_s(server.pid) - cpu) / ops * 1e6
     finally:
         server.terminate()
         await asyncio.wait_for(server.wait(), 10)
@@ -100,24 +122,34 @@ async def compare(args: argparse.Namespace) -> None:
     revisions = [resolve(args.base), resolve(args.head)]
     trees = {rev: package_tree(rev) for rev in revisions}
     rates: dict[str, list[float]] = {rev: [] for rev in revisions}
+    cpus: dict[str, list[float]] = {rev: [] for rev in revisions}
     shutil.rmtree(WORK / "workspaces", ignore_errors=True)
     for number in range(args.rounds):
         order = revisions if number % 2 == 0 else revisions[::-1]
         for rev in order:
-            rates[rev].append(await one_round(trees[rev], args, f"{rev}-{number}"))
+            rate, cpu_us = await one_round(trees[rev], args, f"{rev}-{number}")
+            rates[rev].append(rate)
+            cpus[rev].append(cpu_us)
         base, head = (rates[rev][-1] for rev in revisions)
+        cpu_base, cpu_head = (cpus[rev][-1] for rev in revisions)
         print(
             f"round {number + 1}: {revisions[0]} {base:.0f}/s, {revisions[1]} {head:.0f}/s,"
-            f" ratio {head / base:.3f}"
+            f" ratio {head / base:.3f}; server CPU per operation {cpu_base:.1f} us,"
+            f" {cpu_head:.1f} us"
         )
     ratios = [h / b for b, h in zip(*rates.values(), strict=True)]
+    cpu_ratios = [h / b for b, h in zip(*cpus.values(), strict=True)]
     summary = {
         "base": revisions[0],
         "head": revisions[1],
         "transport": args.transport,
+        "streams": args.streams,
+        "store": args.store,
         "ratio_median": round(statistics.median(ratios), 3),
         "ratio_min": round(min(ratios), 3),
         "ratio_max": round(max(ratios), 3),
+        "cpu_us_median": [round(statistics.median(cpus[rev]), 1) for rev in revisions],
+        "cpu_ratio_median": round(statistics.median(cpu_ratios), 3),
     }
     print(json.dumps(summary))
     shutil.rmtree(WORK / "workspaces", ignore_errors=True)
@@ -131,6 +163,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--transport", choices=("jsonrpc", "rest"), default="jsonrpc")
+    parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
+    parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
     asyncio.run(compare(parser.parse_args()))
 
 

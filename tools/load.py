@@ -62,3 +62,35 @@ async def sends(
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return count / (time.perf_counter() - started)
+
+
+async def stream_events(
+    url: str, headers: dict[str, str], count: int, chunks: int, concurrency: int
+) -> tuple[float, int]:
+    """(stream events/s, events): ``count`` JSON-RPC SendStreamingMessage calls of the faux
+    agent's ``chunks:<chunks>``, ``concurrency`` at a time; every stream must end completed."""
+    counter = itertools.count()
+    events = 0
+    headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+
+        async def worker() -> None:
+            nonlocal events
+            while next(counter) < count:
+                message = {**_message(), "parts": [{"text": f"chunks:{chunks}"}]}
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "SendStreamingMessage",
+                    "params": {"message": message},
+                }
+                async with http.post(url, data=json.dumps(body), headers=headers) as response:
+                    data = await response.read()
+                lines = [line for line in data.split(b"\n") if line.startswith(b"data:")]
+                assert b"TASK_STATE_COMPLETED" in lines[-1], data[-300:]
+                events += len(lines)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return events / (time.perf_counter() - started), events

@@ -19,6 +19,7 @@ from a2a_gateway.protocol.errors import (
     UnsupportedOperationError,
 )
 from a2a_gateway.protocol.hops import read_hops
+from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
@@ -109,6 +110,10 @@ class Intake:
         run = got
         # The snapshot is taken in the same step the subscriber joined the hub.
         task_view(run.record.task, history_length, into=snapshot.task)
+        task_id = run.record.task.id
+        snapshot_seq = self._state.snapshot_seq(task_id, subscriber)
+        if RESUME_EXTENSION in context.extensions:
+            context.activated_extensions.add(RESUME_EXTENSION)
 
         async def persist() -> None:
             if run.dirty:
@@ -118,10 +123,12 @@ class Intake:
                 await asyncio.sleep(0)
                 await self._records.persist_if_dirty(run)
 
-        stream = self._state.follow(run.record.task.id, subscriber, snapshot, persist)
+        stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq, persist)
+        prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
-            async for batch in batches:
-                for event in batch:
+            async for batch, seqs in batches:
+                for event, seq in zip(batch, seqs, strict=True):
+                    context.event_id = prefix + str(seq) if seq >= 0 else ""
                     yield event
 
     async def _accept(
@@ -267,7 +274,7 @@ class Intake:
         run = self._state.live(caller, task_id)
         if run is not None:
             if subscriber is not None:
-                self._state.subscribe(task_id, subscriber)
+                self._state.subscribe(task_id, subscriber, caller)
             return run
         if subscriber is not None:
             return None
@@ -352,9 +359,10 @@ class Intake:
                     self._state.task_limiter.close_context(caller, task.context_id)
                 return task
             # Streams here that followed the task's earlier run elsewhere get its last
-            # events before this run's.
+            # events before this run's; a task streamed before goes on being logged.
             try:
                 await self._state.hand_over(task_id)
+                await self._state.open_log(caller, task_id, create=subscriber is not None)
             except BaseException:  # the call was cancelled: the run does not start
                 await self._unclaim(caller, task.context_id, task_id, slot)
                 raise

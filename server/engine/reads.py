@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
+from a2a_gateway.protocol.resume import RESUME_EXPIRED, RESUME_EXTENSION, resume_point
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
-from ..lifecycle import KNOWN_STATES, task_view, timestamp_ns, valid_id
+from ..lifecycle import KNOWN_STATES, TERMINAL, task_view, timestamp_ns, valid_id
 from ..task_store import Position, TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length
@@ -134,13 +135,42 @@ class Reads:
     ) -> AsyncIterator[pb.StreamResponse]:
         caller = context.caller
         task_id = request.id
+        resume = resume_point(context.resume_from, task_id)
         subscriber = Subscriber(until_interrupted=False)
-        snapshot = await self._join(caller, task_id, subscriber)
-        stream = self._state.follow(task_id, subscriber, snapshot)
+        snapshot, snapshot_seq = await self._join(caller, task_id, subscriber, resume)
+        if resume is not None or RESUME_EXTENSION in context.extensions:
+            context.activated_extensions.add(RESUME_EXTENSION)
+        stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq)
+        prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
-            async for batch in batches:
-                for event in batch:
+            async for batch, seqs in batches:
+                for event, seq in zip(batch, seqs, strict=True):
+                    context.event_id = prefix + str(seq) if seq >= 0 else ""
                     yield event
+
+    async def _resume(
+        self,
+        owner: Caller,
+        task_id: str,
+        subscriber: Subscriber,
+        snapshot: pb.StreamResponse,
+        snapshot_seq: int,
+        resume: int,
+    ) -> pb.StreamResponse | None:
+        """A stream resumed after event ``resume``: it reads the logged events after it
+        (then goes on live) and gets no snapshot, or, when those are no longer all kept
+        (or the number is unknown here), the snapshot, marked :data:`RESUME_EXPIRED`."""
+        bounds = await self._state.store.event_bounds(owner, task_id)
+        kept = (
+            bounds is not None and bounds[0] - 1 <= resume <= max(bounds[1], snapshot_seq)
+        ) or resume == snapshot_seq
+        if not kept:
+            snapshot.task.metadata[RESUME_EXPIRED] = True
+            return snapshot
+        subscriber.resume_at(
+            resume, snapshot_seq, lambda after, upto: self._read_log(task_id, after, upto, owner)
+        )
+        return None
 
     def _line_up(self, task_id: str, snapshot_seq: int, subscriber: Subscriber) -> None:
         """A subscriber joining the follow of another process's run, already under way:
@@ -154,11 +184,13 @@ class Reads:
         if delivered is not None and delivered > snapshot_seq:
             subscriber.catch_up(delivered, lambda after, upto: self._read_log(task_id, after, upto))
 
-    async def _read_log(self, task_id: str, after: int, upto: int) -> list[pb.StreamResponse]:
+    async def _read_log(
+        self, task_id: str, after: int, upto: int, owner: Caller | None = None
+    ) -> list[pb.StreamResponse]:
         """Logged events of the task a catching-up subscriber missed; UnavailableError
         (resubscribe) when they cannot be read or are gone (pruned)."""
         try:
-            events = await self._state.store.read_events(task_id, after, upto)
+            events = await self._state.store.read_events(task_id, after, upto, owner)
         except Exception as exc:
             log.warning("could not read task %s's logged events: %s", task_id, exc)
             raise UnavailableError(EVENTS_GONE) from None
@@ -167,30 +199,69 @@ class Reads:
         return events
 
     async def _join(
-        self, caller: Caller, task_id: str, subscriber: Subscriber
-    ) -> pb.StreamResponse:
-        """Subscribe to a non-terminal task; its snapshot, taken in the same step."""
-        run = self._state.live(caller, task_id)
+        self, caller: Caller, task_id: str, subscriber: Subscriber, resume: int | None
+    ) -> tuple[pb.StreamResponse | None, int]:
+        """Subscribe to a non-terminal task (any task, with a ``resume`` point): its
+        snapshot, taken in the same step, and the number of the last event it
+        reflects; no snapshot for a stream that resumes from the log."""
+        state = self._state
+        run = state.live(caller, task_id)
         if run is None:
             if not valid_id(task_id):
                 raise not_found(task_id)
-            async with self._state.locks.hold(task_id):
-                run = self._state.live(caller, task_id)
+            async with state.locks.hold(task_id):
+                run = state.live(caller, task_id)
                 if run is None:
                     record = await self._records.load(caller, task_id, locked=True)
                     if record is None:
                         raise not_found(task_id)
-                    check_not_terminal(record.task)
-                    followed = task_id in self._state.hubs
-                    self._state.subscribe(task_id, subscriber)
-                    if self._state.shared_events and not followed:
-                        subscriber.seq = record.event_seq
-                        self._state.follow_log(task_id, record.event_seq)
-                    elif self._state.shared_events:
-                        self._line_up(task_id, record.event_seq, subscriber)
-                    return pb.StreamResponse(task=task_view(record.task))
+                    terminal = record.task.status.state in TERMINAL
+                    if resume is None or not terminal:
+                        check_not_terminal(record.task)
+                        await state.open_log(caller, task_id, create=True)
+                        snapshot_seq = self._subscribe_stored(record, subscriber)
+                    else:
+                        snapshot_seq = await self._last_logged(record)
+                        subscriber.seq = snapshot_seq
+                        subscriber.finish()  # the log's events, then the end
+                    snapshot = pb.StreamResponse(task=task_view(record.task))
+                    if resume is not None:
+                        resumed = await self._resume(
+                            caller, task_id, subscriber, snapshot, snapshot_seq, resume
+                        )
+                        return resumed, snapshot_seq
+                    return snapshot, snapshot_seq
         check_not_terminal(run.record.task)
-        self._state.subscribe(task_id, subscriber)
+        snapshot_seq = state.subscribe(task_id, subscriber, caller)
         snapshot = pb.StreamResponse(task=task_view(run.record.task))
         await self._records.persist_if_dirty(run)
-        return snapshot
+        if resume is not None:
+            resumed = await self._resume(
+                caller, task_id, subscriber, snapshot, snapshot_seq, resume
+            )
+            return resumed, snapshot_seq
+        return snapshot, snapshot_seq
+
+    def _subscribe_stored(self, record: TaskRecord, subscriber: Subscriber) -> int:
+        """Join the hub of a stored task with no run here; the number of the last event
+        its snapshot reflects."""
+        state = self._state
+        task_id = record.task.id
+        followed = task_id in state.hubs
+        if not state.shared_events:
+            return state.subscribe(task_id, subscriber, record.owner)
+        state.subscribe(task_id, subscriber)
+        if not followed:
+            subscriber.seq = record.event_seq
+            state.follow_log(task_id, record.event_seq)
+        else:
+            self._line_up(task_id, record.event_seq, subscriber)
+        return record.event_seq
+
+    async def _last_logged(self, record: TaskRecord) -> int:
+        """The number of the last event of a settled task (what its stored state
+        reflects)."""
+        if self._state.shared_events:
+            return record.event_seq
+        bounds = await self._state.store.event_bounds(record.owner, record.task.id)
+        return bounds[1] if bounds is not None else 0

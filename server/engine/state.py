@@ -206,6 +206,9 @@ class EngineState:
         self.tokens = PageTokens(shared=store.page_token_key)
         self.closing = False
         self.shared_events = store.shares_events  # events also go to other processes
+        #: (a store of one process) The tasks whose events are logged: those streamed
+        #: here while a run or a stream of theirs is (see ``..event_log``).
+        self.logged: set[str] = set()
         # Streams follow events the database carries: they end when it goes away.
         store.on_outage(lambda: self.end_streams(StoreOutageError()))
 
@@ -225,11 +228,41 @@ class EngineState:
         run.flush_text()
         return run
 
-    def subscribe(self, task_id: str, subscriber: Subscriber) -> None:
+    def subscribe(self, task_id: str, subscriber: Subscriber, owner: Caller | None = None) -> int:
+        """Add the stream to the task's hub; with ``owner`` (a task streamed here from
+        now on) the task's events are logged, and the stream starts at the last one
+        (its snapshot's number, which is returned: -1 when not logged)."""
         hub = self.hubs.get(task_id)
         if hub is None:
             hub = self.hubs[task_id] = Hub()
         hub.add(subscriber)
+        if owner is None:
+            return subscriber.seq
+        seq = self.store.start_event_log(owner, task_id)
+        if seq is not None:
+            if not self.shared_events:
+                self.logged.add(task_id)
+            subscriber.seq = seq
+        return self.snapshot_seq(task_id, subscriber)
+
+    def snapshot_seq(self, task_id: str, subscriber: Subscriber) -> int:
+        """The number of the snapshot of a stream that just joined (-1: not logged)."""
+        return subscriber.seq if self.shared_events or task_id in self.logged else -1
+
+    async def open_log(self, owner: Caller, task_id: str, *, create: bool) -> None:
+        """Before a stream joins a stored task, or a run of it starts: open its event
+        log (``create``: a new one if it has none), so its events go on being numbered
+        where they were."""
+        if self.shared_events:
+            return
+        if await self.store.open_event_log(owner, task_id, create=create) is not None:
+            self.logged.add(task_id)
+
+    def release_log(self, task_id: str) -> None:
+        """No run or stream of the task is left here: its log's counters may go."""
+        if task_id in self.logged and task_id not in self.hubs and task_id not in self.runs:
+            self.logged.discard(task_id)
+            self.store.close_event_log(task_id)
 
     def leave(self, task_id: str, subscriber: Subscriber) -> None:
         hub = self.hubs.get(task_id)
@@ -238,6 +271,7 @@ class EngineState:
         hub.remove(subscriber)
         if not hub.subscribers and task_id not in self.runs:
             del self.hubs[task_id]
+            self.release_log(task_id)
 
     def follow_log(self, task_id: str, after_seq: int) -> None:
         """(A shared store) Give the task's subscribers here the events another
@@ -298,20 +332,26 @@ class EngineState:
         self,
         task_id: str,
         subscriber: Subscriber,
-        snapshot: pb.StreamResponse,
+        snapshot: pb.StreamResponse | None,
+        snapshot_seq: int,
         ready: Callable[[], Awaitable[None]] | None = None,
-    ) -> AsyncGenerator[list[pb.StreamResponse]]:
+    ) -> AsyncGenerator[tuple[list[pb.StreamResponse], list[int]]]:
         """A task stream of a subscriber that joined the task's hub: the snapshot
-        (once ``ready`` has run), then its events as they come, until its stream ends;
-        it leaves the hub however the stream ends (``ready`` failing included). It
-        yields batches, not events: one generator hop a batch. Iterate it under
-        ``contextlib.aclosing`` so that a closed stream leaves at once."""
+        (once ``ready`` has run; none for a resumed stream), numbered ``snapshot_seq``
+        (the last logged event it reflects; -1: not logged), then its events as they come, until its
+        stream ends; it leaves the hub however the stream ends (``ready`` failing
+        included). It yields batches with their events' numbers (-1: not logged), not
+        events: one generator hop a batch (the stream flattens them, naming each event in
+        ``context.event_id`` for the binding: ``<taskId>:<number>``, empty when not logged).
+        Iterate it under ``contextlib.aclosing`` so that a closed stream leaves at
+        once."""
         try:
             if ready is not None:
                 await ready()
-            yield [snapshot]
+            if snapshot is not None:
+                yield [snapshot], [snapshot_seq]
             while batch := await subscriber.next_batch():
-                yield batch
+                yield batch, subscriber.taken_seqs
         finally:
             self.leave(task_id, subscriber)
 
@@ -357,7 +397,7 @@ class EngineState:
         if record.push_configs or self.push_feed is not None:
             self.notify(record)
         hub = self.hubs.get(task.id)
-        if hub is None and not self.shared_events:
+        if hub is None and not self.shared_events and task.id not in self.logged:
             return None
         state = task.status.state
         seq = None
@@ -371,21 +411,28 @@ class EngineState:
         if hub is not None and state in TERMINAL:
             hub.close()
             del self.hubs[task.id]
+            self.release_log(task.id)
         return seq
 
     def listened(self, task_id: str) -> bool:
         """Whether an event of the task reaches anyone: a stream here or, with a shared
         store, the event log (streams in other processes). Else it is not built."""
         hub = self.hubs.get(task_id)
-        return self.shared_events or (hub is not None and bool(hub.subscribers))
+        return (
+            self.shared_events
+            or task_id in self.logged
+            or (hub is not None and bool(hub.subscribers))
+        )
 
     def emit(self, task_id: str, event: pb.StreamResponse, state: int | None = None) -> int | None:
         """Give the event to the shared event log (if any) and to the streams here;
         its number in the log, if logged."""
-        seq = self.store.log_event(task_id, event, state) if self.shared_events else None
+        seq = None
+        if self.shared_events or task_id in self.logged:
+            seq = self.store.log_event(task_id, event, state)
         hub = self.hubs.get(task_id)
         if hub is not None and hub.subscribers:
-            hub.publish(event, state)
+            hub.publish(event, state, seq or 0)
         return seq
 
     def notify(self, record: TaskRecord) -> None:

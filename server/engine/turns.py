@@ -108,7 +108,7 @@ class Runner:
         self._state.busy[busy_key] = task_id
         self._state.remember_message(seen_key, record)
         if subscriber is not None:
-            self._state.subscribe(task_id, subscriber)
+            self._state.subscribe(task_id, subscriber, record.owner)
         # The run's first step is scheduled before the flusher's wake-up, so a run that
         # finishes without suspending is written once, finished.
         drive = self._drive(run) if tracing.current_tracer() is None else self._traced(run)
@@ -346,6 +346,7 @@ class Runner:
             hub = self._state.hubs.get(task_id)  # terminal: already gone (_publish_status)
             if hub is not None and not hub.subscribers:
                 del self._state.hubs[task_id]
+            self._state.release_log(task_id)
 
     async def cancel_task(self, request: pb.CancelTaskRequest, context: CallContext) -> pb.Task:
         caller = context.caller

@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,10 @@ class Driver:
     extensions: str = ""
     #: The ``A2A-Extensions`` the last answer carried (header or initial metadata).
     echoed: str | None = None
+    #: Headers (gRPC metadata) added to every call.
+    extra: dict[str, str] = field(default_factory=dict)
+    #: The id of each stream event received (SSE ``id:``), in order.
+    event_ids: list[str | None] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
         headers = {"X-API-Key": self.key} if self.key else {}
@@ -93,7 +97,7 @@ class Driver:
             headers["A2A-Version"] = self.version
         if self.extensions:
             headers["A2A-Extensions"] = self.extensions
-        return headers
+        return {**headers, **self.extra}
 
     async def call(self, rpc: str, request: dict[str, Any]) -> dict[str, Any]:
         events = [e async for e in self._run(rpc, request, stream=False)]
@@ -127,7 +131,7 @@ class Driver:
             self.echoed = response.headers.get("A2A-Extensions")
             if response.content_type == sse.CONTENT_TYPE:
                 assert stream, "SSE for a unary call"
-                async for data in _sse_events(response):
+                async for data in _sse_events(response, self.event_ids):
                     envelope = json.loads(data)
                     assert envelope["id"] == request_id
                     if "error" in envelope:
@@ -156,7 +160,7 @@ class Driver:
             self.echoed = response.headers.get("A2A-Extensions")
             if response.content_type == sse.CONTENT_TYPE:
                 assert stream, "SSE for a unary call"
-                async for data in _sse_events(response):
+                async for data in _sse_events(response, self.event_ids):
                     payload = json.loads(data)
                     if "error" in payload:
                         raise _status_error(payload["error"])
@@ -236,10 +240,14 @@ def as_bearer(driver: Driver, raw: dict[str, str] | None = None) -> BearerDriver
     )
 
 
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+async def _sse_events(
+    response: aiohttp.ClientResponse, ids: list[str | None] | None = None
+) -> AsyncIterator[str]:
     decoder = sse.Decoder()
     async for chunk in response.content.iter_any():
         for event in decoder.feed(chunk):
+            if ids is not None:
+                ids.append(event.id)
             yield event.data
 
 

@@ -14,7 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from a2a_gateway.serve import Gateway
+from a2a_gateway.server.card import RESUME_DESCRIPTION
 from a2a_gateway.settings import resolve
 
 from .test_startup import _one_line_exit_2, _serve
@@ -81,7 +83,9 @@ async def test_card_settings_from_every_source(tmp_path: Path, source: str) -> N
         card = await public_card(gateway)  # no version header, yet pure: --card-format 1.0
     assert (card["name"], card["description"]) == ("Trip planner", "Plans trips.")
     assert [s["id"] for s in card["skills"]] == ["plan"]
-    assert card["capabilities"]["extensions"] == EXTENSIONS
+    # The operator's extensions, then ours: this gateway's streams resume.
+    resumable = {"uri": RESUME_EXTENSION, "description": RESUME_DESCRIPTION}
+    assert card["capabilities"]["extensions"] == [*EXTENSIONS, resumable]
     assert "protocolVersion" not in card and "url" not in card
 
 

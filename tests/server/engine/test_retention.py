@@ -165,3 +165,22 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+async def test_a_removed_tasks_event_log_goes_with_it(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        for task_id, age in (("old-streamed", 40), ("new-streamed", 1)):
+            await store.save(aged(task_id, pb.TASK_STATE_COMPLETED, age))
+            store.start_event_log(ALICE, task_id)
+            store.log_event(task_id, pb.StreamResponse(), None)
+            store.close_event_log(task_id)
+        await store.event_log.flush()
+        retention = Retention(lambda: [store], 30 * DAY, clock=lambda: NOW)
+        assert await retention.run_once() == 1
+        tasks = tmp_path / ".a2a" / "tasks"
+        assert not (tasks / "old-streamed.events").exists()
+        assert (tasks / "new-streamed.events").exists()
+        assert await store.event_bounds(ALICE, "old-streamed") is None
+    finally:
+        await store.aclose()

@@ -1,0 +1,163 @@
+"""Stream resumption in the engine, on each store: a stream cut mid-run resumes from
+the id of the last event it got, with every later event once, on the same engine and,
+on PostgreSQL, on another replica; numbering goes on across runs and restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol.resume import RESUME_EXPIRED
+from a2a_gateway.server.engine import TaskEngine
+from a2a_gateway.server.event_log import LOG_SUFFIX, RECORD_HEAD, parse_records
+from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.pg_local import LocalPostgres
+from a2a_gateway.server.task_store import TaskStore
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from ...pg_support import Clock, fresh_database
+from .engine_helpers import WAIT_S, collect, ctx, request, state_name
+from .test_engine_replicas import two_engines
+
+
+def chunk_of(event: pb.StreamResponse) -> str:
+    if not event.HasField("artifact_update"):
+        return ""
+    return event.artifact_update.artifact.parts[0].text
+
+
+async def cut_after(engine: TaskEngine, text: str, upto: str) -> tuple[str, str]:
+    """SendStreamingMessage ``text`` and close the stream once ``upto`` arrived: (task
+    id, the id of the last event received)."""
+    context = ctx()
+    stream = engine.send_streaming_message(request(text), context)
+    task_id = event_id = ""
+    async with asyncio.timeout(WAIT_S):
+        async for event in stream:
+            event_id = context.event_id
+            if event.HasField("task"):
+                task_id = event.task.id
+            if chunk_of(event) == upto:
+                break
+    await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+    assert event_id.startswith(task_id + ":"), event_id
+    return task_id, event_id
+
+
+async def resumed(
+    engine: TaskEngine, task_id: str, event_id: str
+) -> tuple[list[pb.StreamResponse], list[str]]:
+    """SubscribeToTask from ``event_id``: the events and their ids."""
+    context = ctx(resume_from=event_id)
+    stream = engine.subscribe_to_task(pb.SubscribeToTaskRequest(id=task_id), context)
+    events: list[pb.StreamResponse] = []
+    ids: list[str] = []
+    async with asyncio.timeout(WAIT_S * 2):
+        async for event in stream:
+            events.append(event)
+            ids.append(context.event_id)
+    return events, ids
+
+
+def assert_rest(events: list[pb.StreamResponse], ids: list[str], task_id: str, after: str) -> None:
+    """``events`` are exactly chunks 18-39 and the final status, numbered on from ``after``."""
+    assert [chunk_of(e) for e in events if e.HasField("artifact_update")] == [
+        f"chunk-{i}" for i in range(18, 40)
+    ]
+    assert not any(e.HasField("task") for e in events)
+    finals = [e for e in events if e.HasField("status_update")]
+    assert [pb.TaskState.Name(e.status_update.status.state) for e in finals] == [
+        "TASK_STATE_COMPLETED"
+    ]
+    first = int(after.rpartition(":")[2]) + 1
+    assert ids == [f"{task_id}:{n}" for n in range(first, first + len(events))]
+
+
+async def until_parts(engine: TaskEngine, task_id: str, count: int) -> None:
+    """Wait until the task (as ``engine`` reads it) holds ``count`` chunks."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            task = await engine.get_task(pb.GetTaskRequest(id=task_id), ctx())
+            if sum(len(a.parts) for a in task.artifacts) >= count:
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_a_cut_stream_resumes_on_the_same_engine(engine: TaskEngine) -> None:
+    task_id, cut_at = await cut_after(engine, "chunks:40:20", "chunk-17")
+    await until_parts(engine, task_id, 25)  # some go by while nobody listens
+    events, ids = await resumed(engine, task_id, cut_at)
+    assert_rest(events, ids, task_id, cut_at)
+
+
+async def test_a_stream_cut_on_one_replica_resumes_on_the_other(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    url = await fresh_database(postgres)
+    async with two_engines(url, tmp_path, Clock(), Clock()) as (a, b):
+        task_id, cut_at = await cut_after(a, "chunks:40:20", "chunk-17")
+        await until_parts(b, task_id, 25)
+        events, ids = await resumed(b, task_id, cut_at)
+        assert_rest(events, ids, task_id, cut_at)
+
+
+async def test_numbers_go_on_across_runs_of_a_task(engine: TaskEngine) -> None:
+    context = ctx()
+    first = await collect(engine.send_streaming_message(request("ask:name?"), context))
+    task_id = first[0].task.id
+    asked = context.event_id
+    assert state_name(first[-1].status_update) == "INPUT_REQUIRED"  # type: ignore[arg-type]
+    answer = ctx()
+    second = await collect(
+        engine.send_streaming_message(request("chunks:2", task_id=task_id), answer)
+    )
+    assert second[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+    # The second run's events follow the first's: a resume from the question replays them.
+    events, ids = await resumed(engine, task_id, asked)
+    assert [chunk_of(e) for e in events if chunk_of(e)] == ["chunk-0", "chunk-1"]
+    assert ids[-1] == answer.event_id
+
+
+async def test_the_file_log_numbers_on_after_a_restart_and_cuts_a_torn_record(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(workspace))
+    context = ctx()
+    events = await collect(engine.send_streaming_message(request("ask:name?"), context))
+    task_id, asked = events[0].task.id, context.event_id
+    await engine.aclose()
+    log_file = workspace / ".a2a" / "tasks" / f"{task_id}{LOG_SUFFIX}"
+    records, _ = parse_records(log_file.read_bytes())
+    assert [seq for seq, _ in records] == list(range(1, len(records) + 1))
+    with log_file.open("ab") as torn:  # a crash in the middle of an append
+        torn.write(RECORD_HEAD.pack(len(records) + 1, 500) + b"half")
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(workspace))
+    try:
+        answer = ctx()
+        await collect(engine.send_streaming_message(request("chunks:1", task_id=task_id), answer))
+        replayed, ids = await resumed(engine, task_id, asked)
+        assert [chunk_of(e) for e in replayed if chunk_of(e)] == ["chunk-0"]
+        assert ids[0] == f"{task_id}:{len(records) + 1}" and ids[-1] == answer.event_id
+    finally:
+        await engine.aclose()
+
+
+async def test_a_task_nobody_streamed_has_no_log_but_on_postgresql(store: TaskStore) -> None:
+    """A blocking send builds no events (memory and file stores), so its task has no log
+    to resume from: a resume point of it is answered with the snapshot, flagged. On
+    PostgreSQL every event goes to the shared log (other replicas follow it), so the
+    same resume point replays."""
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        response = await engine.send_message(request("chunks:3"), ctx())
+        task_id = response.task.id
+        events, _ = await resumed(engine, task_id, f"{task_id}:2")
+        if store.shares_events:
+            assert [chunk_of(e) for e in events if chunk_of(e)] == ["chunk-1", "chunk-2"]
+            assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+        else:
+            assert len(events) == 1 and events[0].task.metadata[RESUME_EXPIRED]
+    finally:
+        await engine.aclose()
