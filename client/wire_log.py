@@ -77,6 +77,9 @@ class WireLog(Transport):
         except A2AError as exc:
             self._error(exc)
             raise
+        except GeneratorExit:  # the reader had what it needed (a resumable stream's end)
+            self._line("< stream closed by the client")
+            raise
         self._line("< end of stream")
 
     async def aclose(self) -> None:

@@ -46,7 +46,16 @@ GROUP_RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ),
     (
         "store",
-        _starts("store", "database_", "fsync", "task_", "index_", "list_", "memory_store_"),
+        _starts(
+            "store",
+            "database_",
+            "fsync",
+            "task_",
+            "index_",
+            "list_",
+            "memory_",
+            "event_log",
+        ),
     ),
     (
         "limits",

@@ -14,6 +14,8 @@ import aiohttp
 import grpc
 import pytest
 
+from a2a_gateway.protocol.resume import RESUME_EXTENSION
+
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, running_gateway
 from .test_scenarios import COMPLETED, send
 
@@ -63,7 +65,9 @@ async def test_a_required_extension_not_named_is_refused(ext_driver: Driver) -> 
     # The extended card stays open: it is where a client reads what to name.
     driver.extensions = ""
     card = await driver.call("GetExtendedAgentCard", {})
-    assert [e["uri"] for e in card["capabilities"]["extensions"]] == [REQUIRED, OPTIONAL]
+    # The owner's two, then ours (resumable streams: docs/streams.md).
+    uris = [e["uri"] for e in card["capabilities"]["extensions"]]
+    assert uris == [REQUIRED, OPTIONAL, RESUME_EXTENSION]
 
 
 async def test_activated_extensions_are_echoed(ext_driver: Driver) -> None:

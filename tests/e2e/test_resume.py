@@ -95,7 +95,9 @@ async def test_a_stream_cut_after_chunk_17_resumes_with_every_later_event_once(
 
 
 def chunk_parts(task: dict[str, Any]) -> list[str]:
-    return [p["text"] for a in task.get("artifacts", []) for p in a["parts"]]
+    """The faux chunks a task holds (stored as one text part: whole answers)."""
+    text = "".join(p.get("text", "") for a in task.get("artifacts", []) for p in a["parts"])
+    return ["chunk-" + rest for rest in text.split("chunk-")[1:]]
 
 
 def completed(task: dict[str, Any]) -> bool:

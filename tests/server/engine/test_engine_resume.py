@@ -75,11 +75,13 @@ def assert_rest(events: list[pb.StreamResponse], ids: list[str], task_id: str, a
 
 
 async def until_parts(engine: TaskEngine, task_id: str, count: int) -> None:
-    """Wait until the task (as ``engine`` reads it) holds ``count`` chunks."""
+    """Wait until the task (as ``engine`` reads it) holds ``count`` chunks (their text
+    is one part: a run's streamed text is stored whole)."""
     async with asyncio.timeout(WAIT_S):
         while True:
             task = await engine.get_task(pb.GetTaskRequest(id=task_id), ctx())
-            if sum(len(a.parts) for a in task.artifacts) >= count:
+            text = "".join(p.text for a in task.artifacts for p in a.parts)
+            if text.count("chunk-") >= count:
                 return
             await asyncio.sleep(0.02)
 
