@@ -28,6 +28,8 @@ the bucket search (tools/bench_metrics.py, a loaded 2-core host).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
@@ -45,6 +47,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
 from a2a_gateway.protocol.errors import ALL_ERRORS, A2AError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
@@ -97,6 +100,7 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 MAX_TOOL_LABELS: Final = 64
 
 _clock = time.perf_counter
+log = logging.getLogger(__name__)
 
 
 def outcome_of(error: BaseException) -> str:
@@ -459,6 +463,58 @@ class PushMeter(Collector):
         return []
 
 
+class TaskCounts(Protocol):
+    """What a task store tells at scrape time (TaskStore.count_by_state)."""
+
+    async def count_by_state(self) -> Mapping[int, int] | None: ...
+
+
+#: Every ``state`` label value: the schema's TaskState names (UNSPECIFIED is no state).
+TASK_STATES: Final = {
+    v.number: v.name
+    for v in pb.TaskState.DESCRIPTOR.values
+    if v.number != pb.TASK_STATE_UNSPECIFIED
+}
+#: Seconds a scrape waits for the store's count; past it, the gauge is left out.
+TASK_COUNT_TIMEOUT_S: Final = 2.0
+
+
+class _TaskCollector(Collector):
+    """``a2a_tasks{state}``: the store's counts, read before each scrape renders
+    (:meth:`Metrics.refresh`); absent when the last read failed or took too long."""
+
+    def __init__(self, store: TaskCounts) -> None:
+        self.store = store
+        self.counts: Mapping[int, int] | None = None
+        self._failing = False
+
+    async def refresh(self) -> None:
+        try:
+            async with asyncio.timeout(TASK_COUNT_TIMEOUT_S):
+                self.counts = await self.store.count_by_state()
+        except Exception as exc:  # any failure omits the gauge, never fails the scrape
+            self.counts = None
+            if not self._failing:  # once per streak: a scrape comes every few seconds
+                log.warning("metrics: tasks by state not counted: %s", type(exc).__name__)
+            self._failing = True
+        else:
+            self._failing = False
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self.counts
+        if counts is None:
+            return []
+        tasks = GaugeMetricFamily(
+            "a2a_tasks", "Stored tasks by state (all owners).", labels=("state",)
+        )
+        for number, name in TASK_STATES.items():  # a number not in the schema: not a label
+            tasks.add_metric((name,), counts.get(number, 0))
+        return [tasks]
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
 class Metrics:
     """The metrics of one gateway, in a registry of its own (see the module doc)."""
 
@@ -476,6 +532,7 @@ class Metrics:
         self.registry.register(self.assistant)
         self.registry.register(self.push)
         self._engine: _EngineCollector | None = None
+        self._tasks: _TaskCollector | None = None
 
     def watch_engine(self, engine: EngineGauges) -> None:
         """Report ``engine``'s gauges (one engine per registry)."""
@@ -483,6 +540,19 @@ class Metrics:
             self.registry.unregister(self._engine)
         self._engine = _EngineCollector(engine)
         self.registry.register(self._engine)
+
+    def count_tasks(self, store: TaskCounts) -> None:
+        """Report ``store``'s tasks by state, read by :meth:`refresh` (one store)."""
+        if self._tasks is not None:
+            self.registry.unregister(self._tasks)
+        self._tasks = _TaskCollector(store)
+        self.registry.register(self._tasks)
+
+    async def refresh(self) -> None:
+        """Read what is asked for before a scrape renders (the store's task counts;
+        bounded by :data:`TASK_COUNT_TIMEOUT_S`, a failure only leaves the gauge out)."""
+        if self._tasks is not None:
+            await self._tasks.refresh()
 
     def exposition(self) -> bytes:
         """The registry in the text exposition format (version 0.0.4)."""
@@ -516,11 +586,13 @@ __all__ = [
     "OK",
     "OTHER",
     "OUTCOMES",
+    "TASK_STATES",
     "UNKNOWN_METHOD",
     "BindingMeter",
     "EngineGauges",
     "Meter",
     "Metrics",
     "MetricsLike",
+    "TaskCounts",
     "outcome_of",
 ]
