@@ -869,9 +869,11 @@ class WorkspaceTaskStores(TaskStore):
 
     async def count_by_state(self) -> Mapping[int, int] | None:
         """The sums over the workspaces' stores opened so far (a workspace whose callers
-        have not called since the start is not counted)."""
+        have not called since the start is not counted), each folder once: the default
+        store may be a workspace's too (they share its index)."""
+        by_index = {id(store.index): store for store in self.stores()}
         total: Counter[int] = Counter()
-        for store in self.stores():
+        for store in by_index.values():
             total.update(await store.count_by_state() or {})
         return total
 

@@ -522,7 +522,7 @@ SAVED = {
     "t-3": pb.TASK_STATE_COMPLETED,
     "t-4": pb.TASK_STATE_INPUT_REQUIRED,
 }
-#: Owners in two workspaces: the counts are of all owners.
+#: Two owners: the counts are of all owners.
 OWNERS = [Caller(name="alice"), Caller(name="bob")]
 
 
@@ -549,6 +549,9 @@ async def test_tasks_by_state_from_the_memory_and_file_stores(
 ) -> None:
     assert_counted(await tasks_gauge_of(MemoryTaskStore(), metrics))
     files = WorkspaceTaskStores(tmp_path)
+    # A workspace caller of the default's own folder: its store shares the default's
+    # index, counted once.
+    files.store_for(Caller(name="carol", workspace=str(tmp_path)))
     try:
         assert_counted(await tasks_gauge_of(files, metrics))
         # A task that changes state moves between labels (the index's counts follow).
