@@ -49,6 +49,7 @@ from prometheus_client.registry import Collector
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
+from a2a_gateway.client.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 from a2a_gateway.protocol.errors import ALL_ERRORS, A2AError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 
@@ -463,6 +464,64 @@ class PushMeter(Collector):
         return []
 
 
+class PendingWatches(Protocol):
+    """What a watch registry tells at scrape time (WatchRegistry.pending_by_mode)."""
+
+    def pending_by_mode(self) -> Mapping[str, int]: ...
+
+
+class WatchesMeter(Collector):
+    """The watches of a host (the client's :class:`~a2a_gateway.client.watch_metering.
+    WatchMeter`): how each ended by mode, each delivery, and those pending now (read
+    from the registry given to :meth:`count_pending` at scrape time)."""
+
+    def __init__(self) -> None:
+        self.ended_as: dict[tuple[str, str], int] = {}
+        self.deliveries: dict[str, int] = {}
+        self._registry: PendingWatches | None = None
+
+    def ended(self, mode: str, outcome: str) -> None:
+        mode = mode if mode in WATCH_MODES else OTHER
+        outcome = outcome if outcome in WATCH_OUTCOMES else OTHER
+        key = (mode, outcome)
+        self.ended_as[key] = self.ended_as.get(key, 0) + 1
+
+    def delivery(self, outcome: str) -> None:
+        _tally(self.deliveries, outcome, DELIVERY_OUTCOMES)
+
+    def count_pending(self, registry: PendingWatches) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        ended = CounterMetricFamily(
+            "a2a_watches",
+            "Watches of remote tasks, by mode and how they ended.",
+            labels=("mode", "outcome"),
+        )
+        for (mode, outcome), n in sorted(self.ended_as.items()):
+            ended.add_metric((mode, outcome), n)
+        deliveries = CounterMetricFamily(
+            "a2a_watch_deliveries",
+            "Attempts to deliver a watch's result into its conversation, by outcome.",
+            labels=("outcome",),
+        )
+        for outcome, n in sorted(self.deliveries.items()):
+            deliveries.add_metric((outcome,), n)
+        families: list[Metric] = [ended, deliveries]
+        if self._registry is not None:
+            pending = GaugeMetricFamily(
+                "a2a_watches_pending", "Watches following a task now, by mode.", labels=("mode",)
+            )
+            counts = self._registry.pending_by_mode()
+            for mode in WATCH_MODES:
+                pending.add_metric((mode,), counts.get(mode, 0))
+            families.append(pending)
+        return families
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
 class TaskCounts(Protocol):
     """What a task store tells at scrape time (TaskStore.count_by_state)."""
 
@@ -531,6 +590,8 @@ class Metrics:
         self.push = PushMeter()
         self.registry.register(self.assistant)
         self.registry.register(self.push)
+        self.watches = WatchesMeter()
+        self.registry.register(self.watches)
         self._engine: _EngineCollector | None = None
         self._tasks: _TaskCollector | None = None
 
@@ -594,5 +655,6 @@ __all__ = [
     "Metrics",
     "MetricsLike",
     "TaskCounts",
+    "WatchesMeter",
     "outcome_of",
 ]

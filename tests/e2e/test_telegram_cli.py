@@ -494,3 +494,49 @@ async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Pat
         await bot_api.wait_for(lambda api: api.chat_text(OWNER)[-1:] == ["which colour?"], 30)
     finally:
         await app.stop()
+
+
+async def test_a2a_with_metrics_reports_the_watches_and_the_tasks(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    # --a2a --metrics: the bot's watch registry reports to its gateway's metrics.
+    from tests.server.test_metrics import parse, value
+
+    root = tmp_path / "chats"
+    (root / str(OWNER) / ".a2a").mkdir(parents=True)
+    (root / str(OWNER) / ".a2a" / "callers.json").write_text(
+        json.dumps([{"name": "travel-bot", "key": CALLER_KEY}])
+    )
+    llm.script(Say("booked"))
+    flags: dict[str, Any] = {
+        "workspaces_root": str(root),
+        "allowed_users": str(OWNER),
+        "telegram_base_url": bot_api.base_url,
+        "llm_model": "fake-model",
+        "llm_base_url": llm.base_url,
+        "a2a": True,
+        "metrics": True,
+        "port": 0,
+        "grpc_port": -1,
+        "store": "memory",
+    }
+    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
+    await app.start()
+    try:
+        assert app.http_port is not None and app.gateway is not None
+        assert app.watches.meter is getattr(app.gateway.metrics, "watches", None)
+        task = (await a2a_send(app.http_port, "book Lisbon"))["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        async with (
+            aiohttp.ClientSession() as session,
+            asyncio.timeout(10),
+            session.get(f"http://127.0.0.1:{app.http_port}/metrics") as response,
+        ):
+            assert response.status == 200
+            samples = parse(await response.text())
+    finally:
+        await app.stop()
+    for mode in ("push", "subscribe", "poll"):
+        assert ("a2a_watches_pending", frozenset({("mode", mode)})) in samples
+    assert value(samples, "a2a_tasks", state="TASK_STATE_COMPLETED") == 1

@@ -261,6 +261,12 @@ def test_a_stray_label_value_is_folded_into_unknown_or_other(metrics: Metrics) -
     assert (
         value(samples, "a2a_request_duration_seconds_count", method="unknown", binding="GRPC") == 1
     )
+    # The watches' meter folds strays likewise (a watch id is never a label).
+    metrics.watches.ended("w-5f1e", "a caller's free text")
+    metrics.watches.delivery("task-5f1e")
+    samples = parse(metrics.exposition().decode())
+    assert value(samples, "a2a_watches_total", mode="OTHER", outcome="OTHER") == 1
+    assert value(samples, "a2a_watch_deliveries_total", outcome="OTHER") == 1
 
 
 def from_far_away() -> Any:
