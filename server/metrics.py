@@ -34,7 +34,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -346,6 +346,16 @@ class _Series:
         return family
 
 
+def _counters(
+    name: str, text: str, labels: tuple[str, ...], counts: Mapping[Any, int]
+) -> CounterMetricFamily:
+    """A counter family from counts keyed by label values (a tuple, or one value)."""
+    family = CounterMetricFamily(name, text, labels=labels)
+    for key, n in sorted(counts.items()):
+        family.add_metric(key if isinstance(key, tuple) else (key,), n)
+    return family
+
+
 def _tally(counts: dict[str, int], key: str, allowed: Iterable[str], other: str = OTHER) -> None:
     key = key if key in allowed else other
     counts[key] = counts.get(key, 0) + 1
@@ -394,23 +404,21 @@ class AssistantMeter(Collector):
         self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
 
     def collect(self) -> Iterable[Metric]:
-        turns = CounterMetricFamily(
-            "a2a_assistant_turns", "Assistant turns by how they ended.", labels=("outcome",)
+        turns = _counters(
+            "a2a_assistant_turns", "Assistant turns by how they ended.", ("outcome",), self.turns
         )
-        for outcome, n in sorted(self.turns.items()):
-            turns.add_metric((outcome,), n)
-        tools = CounterMetricFamily(
+        tools = _counters(
             "a2a_assistant_tool_calls",
             "Tool calls by tool and outcome.",
-            labels=("tool", "outcome"),
+            ("tool", "outcome"),
+            self.tool_calls,
         )
-        for (tool, outcome), n in sorted(self.tool_calls.items()):
-            tools.add_metric((tool, outcome), n)
-        errors = CounterMetricFamily(
-            "a2a_assistant_provider_errors", "Failed model calls by kind.", labels=("kind",)
+        errors = _counters(
+            "a2a_assistant_provider_errors",
+            "Failed model calls by kind.",
+            ("kind",),
+            self.provider_errors,
         )
-        for kind, n in sorted(self.provider_errors.items()):
-            errors.add_metric((kind,), n)
         tokens = CounterMetricFamily(
             "a2a_assistant_tokens",
             "Tokens the model used, as its provider reported them (in: prompt, out: answer).",
@@ -448,13 +456,12 @@ class PushMeter(Collector):
             self.attempts.add(float(attempts))
 
     def collect(self) -> Iterable[Metric]:
-        deliveries = CounterMetricFamily(
+        deliveries = _counters(
             "a2a_push_notifications",
             "Push notifications by outcome (delivered, failed after retries, dropped).",
-            labels=("outcome",),
+            ("outcome",),
+            self.outcomes,
         )
-        for outcome, n in sorted(self.outcomes.items()):
-            deliveries.add_metric((outcome,), n)
         return [
             deliveries,
             self.attempts.family("a2a_push_attempts", "Attempts per push notification sent."),
@@ -493,21 +500,20 @@ class WatchesMeter(Collector):
         self._registry = registry
 
     def collect(self) -> Iterable[Metric]:
-        ended = CounterMetricFamily(
-            "a2a_watches",
-            "Watches of remote tasks, by mode and how they ended.",
-            labels=("mode", "outcome"),
-        )
-        for (mode, outcome), n in sorted(self.ended_as.items()):
-            ended.add_metric((mode, outcome), n)
-        deliveries = CounterMetricFamily(
-            "a2a_watch_deliveries",
-            "Attempts to deliver a watch's result into its conversation, by outcome.",
-            labels=("outcome",),
-        )
-        for outcome, n in sorted(self.deliveries.items()):
-            deliveries.add_metric((outcome,), n)
-        families: list[Metric] = [ended, deliveries]
+        families: list[Metric] = [
+            _counters(
+                "a2a_watches",
+                "Watches of remote tasks, by mode and how they ended.",
+                ("mode", "outcome"),
+                self.ended_as,
+            ),
+            _counters(
+                "a2a_watch_deliveries",
+                "Attempts to deliver a watch's result into its conversation, by outcome.",
+                ("outcome",),
+                self.deliveries,
+            ),
+        ]
         if self._registry is not None:
             pending = GaugeMetricFamily(
                 "a2a_watches_pending", "Watches following a task now, by mode.", labels=("mode",)
