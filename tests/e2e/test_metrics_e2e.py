@@ -1,13 +1,14 @@
 """Issue 28's scripted mix, end to end: one ``serve --llm --metrics`` gateway in-process,
 calls on all three bindings (sends, a stream, failed calls, a cancel, a push delivery,
-an assistant turn with a tool call against the scripted model), then ``/metrics``
-parsed with prometheus-client's own parser: each counter and histogram with its labels
+an assistant turn with a tool call against the scripted model, then a watch of one of
+its tasks, as ``telegram --a2a --metrics`` runs them), then ``/metrics`` parsed with prometheus-client's own parser: each counter and histogram with its labels
 and counts, every label value from its fixed set, none a task id or a key, and the
 scrape refused to an anonymous caller from elsewhere."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,17 @@ import grpc
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
+from a2a_gateway.client.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
+from a2a_gateway.client.watches import WatchRegistry
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.metrics import BINDINGS as BINDING_LABELS
-from a2a_gateway.server.metrics import METHODS, OUTCOMES, PUSH_OUTCOMES, TASK_STATES
+from a2a_gateway.server.metrics import METHODS, OUTCOMES, PUSH_OUTCOMES, TASK_STATES, Metrics
 
 from ..agent.fake_llm import Calls, FakeLLM, Say, Stall
 from ..agent.llm_support import llm
+from ..client.delegation_support import Inbox, ManualClock, eventually, write_agents
 from ..server.test_metrics import FAR_AWAY, Samples, parse, value
 from .conftest import KEY_ALICE, Driver
 from .outbound_support import settle, webhook_receiver
@@ -37,7 +42,9 @@ FAR = "X-Test-From-Far-Away"
 ALLOWED: dict[str, frozenset[str]] = {
     "method": METHODS,
     "binding": frozenset(BINDING_LABELS),
-    "outcome": OUTCOMES.union(TURN_OUTCOMES, TOOL_OUTCOMES, PUSH_OUTCOMES),
+    "outcome": OUTCOMES.union(TURN_OUTCOMES, TOOL_OUTCOMES, PUSH_OUTCOMES)
+    | frozenset(WATCH_OUTCOMES + DELIVERY_OUTCOMES),
+    "mode": frozenset(WATCH_MODES),
     "state": frozenset(TASK_STATES.values()),
     "tool": frozenset({"read_file", "none", "OTHER"}),
     "direction": frozenset({"in", "out"}),
@@ -107,6 +114,9 @@ async def test_scripted_mix_on_three_bindings_shows_in_metrics(
                 task_ids = await scripted_mix(gateway, jsonrpc, rest, grpc_, webhook, llm)
                 status, text = await scrape(http, base)
                 assert status == 200
+                # A watch (as telegram --a2a --metrics runs them) of a finished task.
+                await watch_a_task(gateway, tmp_path / "owner", task_ids[-1])
+                watched = parse((await scrape(http, base))[1])
                 # Away from loopback: an anonymous caller is refused, a caller's key is not.
                 assert (await scrape(http, base, **{FAR: "1"}))[0] == 403
                 keyed = await scrape(http, base, **{FAR: "1", "X-API-Key": KEY_ALICE})
@@ -123,11 +133,7 @@ async def test_scripted_mix_on_three_bindings_shows_in_metrics(
         ("CancelTask", "GRPC", "OK"): 1,
         ("GetTask", "GRPC", "TASK_NOT_FOUND"): 1,
     }
-    counted = {
-        (labels["method"], labels["binding"], labels["outcome"]): v
-        for labels, v in series(samples, "a2a_requests_total")
-    }
-    assert counted == expected_calls
+    assert calls(samples) == expected_calls
     timed: dict[tuple[str, str], float] = {}
     for (method, binding, _), n in expected_calls.items():
         timed[method, binding] = timed.get((method, binding), 0) + n
@@ -151,6 +157,44 @@ async def test_scripted_mix_on_three_bindings_shows_in_metrics(
     assert value(samples, "a2a_tasks", state="TASK_STATE_WORKING") == 0
     assert_bounded(samples, task_ids)
     assert KEY_ALICE not in text
+    assert value(watched, "a2a_watches_total", mode="poll", outcome="settled") == 1
+    assert value(watched, "a2a_watch_deliveries_total", outcome="delivered") == 1
+    assert value(watched, "a2a_watches_pending", mode="poll") == 0
+    # The watch's client: the extended card (a key is sent), then its GetTask.
+    more = Counter(calls(watched))
+    more.subtract(calls(samples))
+    assert +more == {
+        ("GetExtendedAgentCard", "JSONRPC", "OK"): 1,
+        ("GetTask", "JSONRPC", "OK"): 1,
+    }
+    assert_bounded(watched, task_ids)
+
+
+async def watch_a_task(gateway: Gateway, owner: Path, task_id: str) -> None:
+    """Watch ``task_id`` on ``gateway`` from ``owner``'s conversation (poll mode, on the
+    injectable clock) until its result is delivered."""
+    assert isinstance(gateway.metrics, Metrics)
+    clock, inbox = ManualClock(), Inbox()
+    registry = WatchRegistry(clock=clock, allow_private_urls=True, meter=gateway.metrics.watches)
+    gateway.metrics.watches.count_pending(registry)
+    url = f"http://127.0.0.1:{gateway.http_port}"
+    write_agents(owner, [{"name": "self", "url": url, "key": KEY_ALICE, "allow_private": True}])
+    registry.register_target(owner, "owner", inbox)
+    try:
+        await registry.watch(owner, "owner", "self", task_id, "c", card=pb.AgentCard())
+        await eventually(lambda: clock.sleeping > 1 and 15.0 in clock.slept)
+        clock.advance(15)  # the first poll
+        await eventually(lambda: bool(inbox.texts))
+        await registry.quiesce(owner, bound=BOUND)
+    finally:
+        await registry.aclose()
+
+
+def calls(samples: Samples) -> dict[tuple[str, str, str], float]:
+    return {
+        (labels["method"], labels["binding"], labels["outcome"]): v
+        for labels, v in series(samples, "a2a_requests_total")
+    }
 
 
 def series(samples: Samples, name: str) -> list[tuple[dict[str, str], float]]:
