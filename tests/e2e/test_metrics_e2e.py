@@ -1,9 +1,10 @@
 """Issue 28's scripted mix, end to end: one ``serve --llm --metrics`` gateway in-process,
 calls on all three bindings (sends, a stream, failed calls, a cancel, a push delivery,
 an assistant turn with a tool call against the scripted model, then a watch of one of
-its tasks, as ``telegram --a2a --metrics`` runs them), then ``/metrics`` parsed with prometheus-client's own parser: each counter and histogram with its labels
-and counts, every label value from its fixed set, none a task id or a key, and the
-scrape refused to an anonymous caller from elsewhere."""
+its tasks, as ``telegram --a2a --metrics`` runs them), then ``/metrics`` parsed with
+prometheus-client's own parser: each counter and histogram with its labels and counts,
+every label value from its fixed set, none a task id or a key, and the scrape refused
+to an anonymous caller from elsewhere."""
 
 from __future__ import annotations
 
