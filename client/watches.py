@@ -48,6 +48,7 @@ import hmac
 import logging
 import secrets
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -73,6 +74,7 @@ from .results import (
     stopped_text,
 )
 from .structured import check_task
+from .watch_metering import NULL_WATCH_METER, WatchMeter
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +198,12 @@ class WatchRegistry:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         call_timeout_s: float = CALL_TIMEOUT_S,
         opener: Opener = open_agent,
+        meter: WatchMeter = NULL_WATCH_METER,
     ) -> None:
         self.clock = clock
+        #: Told how each watch ends and each delivery (a host's metrics; see
+        #: watch_metering). A host may set it after building the registry.
+        self.meter = meter
         self.public_url = public_url.rstrip("/") if public_url else None
         self.allow_private_urls = allow_private_urls
         self.watch_timeout_s = watch_timeout_s
@@ -235,6 +241,10 @@ class WatchRegistry:
         if workspace is not None:
             items = [w for w in items if w.workspace == workspace.resolve()]
         return items
+
+    def pending_by_mode(self) -> dict[str, int]:
+        """The watches following a task now, by mode (metrics, at scrape time)."""
+        return dict(Counter(w.record.source for w in self._watches.values()))
 
     def find(self, workspace: Path, scope: str, task_id: str) -> Watch | None:
         return self._watches.get((_resolved(workspace), scope, task_id))
@@ -412,6 +422,7 @@ class WatchRegistry:
             try:
                 await deliver(record.target, text)
             except Exception as exc:
+                self.meter.delivery("failed")
                 delay = self._redeliver_after.get(watch_id, REDELIVER_FIRST_S)
                 self._redeliver_after[watch_id] = min(2 * delay, REDELIVER_MAX_S)
                 log.warning(
@@ -424,6 +435,7 @@ class WatchRegistry:
                     self._redelivery_due.add(watch_id)
                     self._spawn(self._redeliver(workspace, watch_id, delay))
                 return
+            self.meter.delivery("delivered")
             await self.pending.remove(workspace, watch_id)
             self._redeliver_after.pop(watch_id, None)
         finally:
@@ -464,17 +476,19 @@ class WatchRegistry:
         record = watch.record
         connection = _Connection(self)
         try:
-            text = await self._follow(watch, connection, fresh)
+            text, outcome = await self._follow(watch, connection, fresh)
         except asyncio.CancelledError:
             await asyncio.shield(connection.reset())
             raise
         except Exception:
             log.exception("watch %s of task %s failed", record.watchId, record.taskId)
+            self.meter.ended(watch.record.source, "error")
             await connection.reset()
             self._drop(watch)
             watch.first_check.set()
             return
         await connection.reset()
+        self.meter.ended(watch.record.source, outcome)
         record = watch.record.with_(undelivered=text)
         watch.record = record
         self._finishing.add(record.watchId)
@@ -525,8 +539,9 @@ class WatchRegistry:
         watch.record = watch.record.with_(source=source, pushToken=token)
         await self.pending.put(watch.workspace, watch.record)
 
-    async def _follow(self, watch: Watch, connection: _Connection, fresh: bool) -> str:
-        """Check until the task settles; the text to deliver."""
+    async def _follow(self, watch: Watch, connection: _Connection, fresh: bool) -> tuple[str, str]:
+        """Check until the task settles; the text to deliver, and how the watch ended
+        (a watch_metering.WATCH_OUTCOMES value)."""
         polls = poll_delays()
         failures = 0
         push_ready = not fresh  # a re-armed push watch registered its config before
@@ -540,13 +555,14 @@ class WatchRegistry:
                 remaining = self._remaining(watch.record)
             record = watch.record
             if remaining <= 0:
-                return no_result_text(
+                text = no_result_text(
                     record.agent, record.taskId, record.contextId, self.watch_timeout_s
                 )
+                return text, "expired"
             try:
                 entry = await self._entry(watch)
             except _Stop:
-                return stopped_text(record.agent, record.taskId, record.contextId)
+                return stopped_text(record.agent, record.taskId, record.contextId), "stopped"
             source = record.source
             task: pb.Task | None = None
             if entry is not None:
@@ -574,7 +590,7 @@ class WatchRegistry:
                     if source == "subscribe":
                         failures += 1
                 if task is not None and is_settled(task):
-                    return await self._settled(watch, task, connection.service)
+                    return await self._settled(watch, task, connection.service), "settled"
             watch.first_check.set()
             # The next wait.
             if entry is None:  # nothing to check with yet: read the file again soon

@@ -572,6 +572,8 @@ class Gateway:
         gateway's metrics."""
         if self.engine is not None:
             metrics.watch_engine(self.engine)
+        if self.store is not None:
+            metrics.count_tasks(self.store)
         if self.runtime is not None:
             self.runtime.meter = metrics.assistant
         if self.push is not None:

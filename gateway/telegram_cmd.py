@@ -29,6 +29,7 @@ from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.watches import Deliver, WatchRegistry
+from a2a_gateway.server.metrics import Metrics
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.host import valid_zone
@@ -208,6 +209,9 @@ class TelegramApp:
                 routes=self._add_routes,
                 push_waker=self.watches,
             )
+            if isinstance(self.gateway.metrics, Metrics):  # --metrics: the watches too
+                self.watches.meter = self.gateway.metrics.watches
+                self.gateway.metrics.watches.count_pending(self.watches)
             await self.gateway.start()
             self.http_port = self.gateway.http_port
         elif self.config.webhook_url:

@@ -82,7 +82,8 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -400,6 +401,9 @@ class WorkspaceTaskStore(TaskStore):
             log.warning("readiness: the task index of %s is not usable: %r", self.workspace, exc)
             return "the task index cannot be read"
         return None
+
+    async def count_by_state(self) -> Mapping[int, int] | None:
+        return await self._start().count_by_state()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -862,6 +866,16 @@ class WorkspaceTaskStores(TaskStore):
 
     def stores(self) -> list[WorkspaceTaskStore]:
         return [self.default, *self._stores.values()]
+
+    async def count_by_state(self) -> Mapping[int, int] | None:
+        """The sums over the workspaces' stores opened so far (a workspace whose callers
+        have not called since the start is not counted), each folder once: the default
+        store may be a workspace's too (they share its index)."""
+        by_index = {id(store.index): store for store in self.stores()}
+        total: Counter[int] = Counter()
+        for store in by_index.values():
+            total.update(await store.count_by_state() or {})
+        return total
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         return await self.store_for(owner).load(owner, task_id)

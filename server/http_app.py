@@ -230,6 +230,7 @@ def build_metrics_app(
 async def handle_metrics(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     assert isinstance(metrics, Metrics)  # the route exists only with metrics on
+    await metrics.refresh()
     return web.Response(body=metrics.exposition(), headers={hdrs.CONTENT_TYPE: CONTENT_TYPE})
 
 

@@ -28,11 +28,13 @@ the bucket search (tools/bench_metrics.py, a loaded 2-core host).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -45,7 +47,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
+from a2a_gateway.client.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 from a2a_gateway.protocol.errors import ALL_ERRORS, A2AError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 
@@ -97,6 +101,7 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 MAX_TOOL_LABELS: Final = 64
 
 _clock = time.perf_counter
+log = logging.getLogger(__name__)
 
 
 def outcome_of(error: BaseException) -> str:
@@ -341,6 +346,16 @@ class _Series:
         return family
 
 
+def _counters(
+    name: str, text: str, labels: tuple[str, ...], counts: Mapping[Any, int]
+) -> CounterMetricFamily:
+    """A counter family from counts keyed by label values (a tuple, or one value)."""
+    family = CounterMetricFamily(name, text, labels=labels)
+    for key, n in sorted(counts.items()):
+        family.add_metric(key if isinstance(key, tuple) else (key,), n)
+    return family
+
+
 def _tally(counts: dict[str, int], key: str, allowed: Iterable[str], other: str = OTHER) -> None:
     key = key if key in allowed else other
     counts[key] = counts.get(key, 0) + 1
@@ -389,23 +404,21 @@ class AssistantMeter(Collector):
         self.tool_calls[key] = self.tool_calls.get(key, 0) + 1
 
     def collect(self) -> Iterable[Metric]:
-        turns = CounterMetricFamily(
-            "a2a_assistant_turns", "Assistant turns by how they ended.", labels=("outcome",)
+        turns = _counters(
+            "a2a_assistant_turns", "Assistant turns by how they ended.", ("outcome",), self.turns
         )
-        for outcome, n in sorted(self.turns.items()):
-            turns.add_metric((outcome,), n)
-        tools = CounterMetricFamily(
+        tools = _counters(
             "a2a_assistant_tool_calls",
             "Tool calls by tool and outcome.",
-            labels=("tool", "outcome"),
+            ("tool", "outcome"),
+            self.tool_calls,
         )
-        for (tool, outcome), n in sorted(self.tool_calls.items()):
-            tools.add_metric((tool, outcome), n)
-        errors = CounterMetricFamily(
-            "a2a_assistant_provider_errors", "Failed model calls by kind.", labels=("kind",)
+        errors = _counters(
+            "a2a_assistant_provider_errors",
+            "Failed model calls by kind.",
+            ("kind",),
+            self.provider_errors,
         )
-        for kind, n in sorted(self.provider_errors.items()):
-            errors.add_metric((kind,), n)
         tokens = CounterMetricFamily(
             "a2a_assistant_tokens",
             "Tokens the model used, as its provider reported them (in: prompt, out: answer).",
@@ -443,17 +456,125 @@ class PushMeter(Collector):
             self.attempts.add(float(attempts))
 
     def collect(self) -> Iterable[Metric]:
-        deliveries = CounterMetricFamily(
+        deliveries = _counters(
             "a2a_push_notifications",
             "Push notifications by outcome (delivered, failed after retries, dropped).",
-            labels=("outcome",),
+            ("outcome",),
+            self.outcomes,
         )
-        for outcome, n in sorted(self.outcomes.items()):
-            deliveries.add_metric((outcome,), n)
         return [
             deliveries,
             self.attempts.family("a2a_push_attempts", "Attempts per push notification sent."),
         ]
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class PendingWatches(Protocol):
+    """What a watch registry tells at scrape time (WatchRegistry.pending_by_mode)."""
+
+    def pending_by_mode(self) -> Mapping[str, int]: ...
+
+
+class WatchesMeter(Collector):
+    """The watches of a host (the client's :class:`~a2a_gateway.client.watch_metering.
+    WatchMeter`): how each ended by mode, each delivery, and those pending now (read
+    from the registry given to :meth:`count_pending` at scrape time)."""
+
+    def __init__(self) -> None:
+        self.ended_as: dict[tuple[str, str], int] = {}
+        self.deliveries: dict[str, int] = {}
+        self._registry: PendingWatches | None = None
+
+    def ended(self, mode: str, outcome: str) -> None:
+        mode = mode if mode in WATCH_MODES else OTHER
+        outcome = outcome if outcome in WATCH_OUTCOMES else OTHER
+        key = (mode, outcome)
+        self.ended_as[key] = self.ended_as.get(key, 0) + 1
+
+    def delivery(self, outcome: str) -> None:
+        _tally(self.deliveries, outcome, DELIVERY_OUTCOMES)
+
+    def count_pending(self, registry: PendingWatches) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        families: list[Metric] = [
+            _counters(
+                "a2a_watches",
+                "Watches of remote tasks, by mode and how they ended.",
+                ("mode", "outcome"),
+                self.ended_as,
+            ),
+            _counters(
+                "a2a_watch_deliveries",
+                "Attempts to deliver a watch's result into its conversation, by outcome.",
+                ("outcome",),
+                self.deliveries,
+            ),
+        ]
+        if self._registry is not None:
+            pending = GaugeMetricFamily(
+                "a2a_watches_pending", "Watches following a task now, by mode.", labels=("mode",)
+            )
+            counts = self._registry.pending_by_mode()
+            for mode in WATCH_MODES:
+                pending.add_metric((mode,), counts.get(mode, 0))
+            families.append(pending)
+        return families
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class TaskCounts(Protocol):
+    """What a task store tells at scrape time (TaskStore.count_by_state)."""
+
+    async def count_by_state(self) -> Mapping[int, int] | None: ...
+
+
+#: Every ``state`` label value: the schema's TaskState names (UNSPECIFIED is no state).
+TASK_STATES: Final = {
+    v.number: v.name
+    for v in pb.TaskState.DESCRIPTOR.values
+    if v.number != pb.TASK_STATE_UNSPECIFIED
+}
+#: Seconds a scrape waits for the store's count; past it, the gauge is left out.
+TASK_COUNT_TIMEOUT_S: Final = 2.0
+
+
+class _TaskCollector(Collector):
+    """``a2a_tasks{state}``: the store's counts, read before each scrape renders
+    (:meth:`Metrics.refresh`); absent when the last read failed or took too long."""
+
+    def __init__(self, store: TaskCounts) -> None:
+        self.store = store
+        self.counts: Mapping[int, int] | None = None
+        self._failing = False
+
+    async def refresh(self) -> None:
+        try:
+            async with asyncio.timeout(TASK_COUNT_TIMEOUT_S):
+                self.counts = await self.store.count_by_state()
+        except Exception as exc:  # any failure omits the gauge, never fails the scrape
+            self.counts = None
+            if not self._failing:  # once per streak: a scrape comes every few seconds
+                log.warning("metrics: tasks by state not counted: %s", type(exc).__name__)
+            self._failing = True
+        else:
+            self._failing = False
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self.counts
+        if counts is None:
+            return []
+        tasks = GaugeMetricFamily(
+            "a2a_tasks", "Stored tasks by state (all owners).", labels=("state",)
+        )
+        for number, name in TASK_STATES.items():  # a number not in the schema: not a label
+            tasks.add_metric((name,), counts.get(number, 0))
+        return [tasks]
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -475,7 +596,10 @@ class Metrics:
         self.push = PushMeter()
         self.registry.register(self.assistant)
         self.registry.register(self.push)
+        self.watches = WatchesMeter()
+        self.registry.register(self.watches)
         self._engine: _EngineCollector | None = None
+        self._tasks: _TaskCollector | None = None
 
     def watch_engine(self, engine: EngineGauges) -> None:
         """Report ``engine``'s gauges (one engine per registry)."""
@@ -483,6 +607,19 @@ class Metrics:
             self.registry.unregister(self._engine)
         self._engine = _EngineCollector(engine)
         self.registry.register(self._engine)
+
+    def count_tasks(self, store: TaskCounts) -> None:
+        """Report ``store``'s tasks by state, read by :meth:`refresh` (one store)."""
+        if self._tasks is not None:
+            self.registry.unregister(self._tasks)
+        self._tasks = _TaskCollector(store)
+        self.registry.register(self._tasks)
+
+    async def refresh(self) -> None:
+        """Read what is asked for before a scrape renders (the store's task counts;
+        bounded by :data:`TASK_COUNT_TIMEOUT_S`, a failure only leaves the gauge out)."""
+        if self._tasks is not None:
+            await self._tasks.refresh()
 
     def exposition(self) -> bytes:
         """The registry in the text exposition format (version 0.0.4)."""
@@ -516,11 +653,14 @@ __all__ = [
     "OK",
     "OTHER",
     "OUTCOMES",
+    "TASK_STATES",
     "UNKNOWN_METHOD",
     "BindingMeter",
     "EngineGauges",
     "Meter",
     "Metrics",
     "MetricsLike",
+    "TaskCounts",
+    "WatchesMeter",
     "outcome_of",
 ]

@@ -137,7 +137,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -894,6 +894,11 @@ class PostgresTaskStore(TaskStore):
                 (listed if kind == 0 else named).append(TaskSummary(task_id, context_id, state, ts))
         listed.sort(key=lambda s: s.position, reverse=True)  # UNION ALL keeps no order
         return listed, total, named
+
+    async def count_by_state(self) -> Mapping[int, int] | None:
+        """All the database's tasks (every process sharing it), per state."""
+        rows = await self._fetch("SELECT state, count(*) FROM a2a_tasks GROUP BY state")
+        return {int(state): int(n) for state, n in rows}
 
     async def active_ids(self, owner: Caller) -> list[str]:
         rows = await self._fetch(

@@ -664,6 +664,21 @@ class TaskIndex:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("worker"), lambda: run(self._thread_db()))
 
+    async def count_by_state(self) -> dict[int, int]:
+        """Indexed tasks per state, all owners: the sums of the per-owner counts the
+        triggers keep (a row per owner and state, never a pass over the tasks), read on
+        the maintenance thread so that a scrape never waits behind a listing."""
+
+        def run(db: sqlite3.Connection) -> dict[int, int]:
+            rows = db.execute(
+                "SELECT state, SUM(n) FROM counts WHERE scope = 1 GROUP BY state"
+            ).fetchall()
+            return {int(state): int(n) for state, n in rows}
+
+        await self.opened()
+        await self.flushed()
+        return await self.in_worker(lambda: run(self._thread_db()))
+
     async def in_worker(self, fn: Callable[[], _T]) -> _T:
         """Run ``fn`` on the maintenance thread (file work that belongs with the index)."""
         return await asyncio.get_running_loop().run_in_executor(self._pool("worker"), fn)

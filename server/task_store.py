@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import abc
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -410,6 +411,12 @@ class TaskStore(abc.ABC):
         await self.before_listing(owner)
         return (await self.listing(owner, TaskFilter(), Window(None, 1 << 62)))[0]
 
+    async def count_by_state(self) -> Mapping[int, int] | None:
+        """How many stored tasks are in each state (TaskState number -> count), for the
+        ``a2a_tasks`` gauge at scrape time; from what the store keeps anyway (never a
+        scan of task files). None: this store does not count."""
+        return None
+
     async def readiness(self) -> str | None:
         """None when the store can serve, else a short fixed reason (``/readyz``; never
         an exception's text, which may quote a database URL). Ready by default."""
@@ -516,6 +523,9 @@ class MemoryTaskStore(TaskStore):
 
     async def active_ids(self, owner: Caller) -> list[str]:
         return [e.task_id for e in self._tasks.values() if e.owner == owner and e.state in ACTIVE]
+
+    async def count_by_state(self) -> Mapping[int, int] | None:
+        return Counter(e.state for e in self._tasks.values())  # at most max_tasks
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self._retry.get((owner, message_id, fingerprint))

@@ -635,3 +635,61 @@ async def test_serve_without_a_waker_answers_404(remote: Gateway) -> None:
         url = base_url(remote) + "/a2a/push/some-watch"
         async with http.post(url, headers={"X-A2A-Notification-Token": "x"}) as response:
             assert response.status == 404
+
+
+async def test_watches_are_metered_by_mode_and_outcome(workspace: Path, remote: Gateway) -> None:
+    """``telegram --a2a --metrics`` gives its registry the gateway's meter: watches by
+    mode and how they ended, each delivery attempt, and those pending now."""
+    from a2a_gateway.client.watch_metering import WATCH_MODES
+    from a2a_gateway.server.metrics import Metrics
+
+    from ..server.test_metrics import parse, value
+
+    metrics = Metrics(process=False)
+    clock, inbox = ManualClock(), Inbox(fail=True)
+    registry = WatchRegistry(clock=clock, watch_timeout_s=100, meter=metrics.watches)
+    metrics.watches.count_pending(registry)
+    registry.register_target(workspace, SCOPE, inbox)
+    await clock.slept_count(1)  # its delayed delivery sleeps first: 1 s
+
+    def scraped() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        return parse(metrics.exposition().decode())
+
+    def ended(mode: str, outcome: str) -> float:
+        return value(scraped(), "a2a_watches_total", mode=mode, outcome=outcome)
+
+    def deliveries(outcome: str) -> float:
+        return value(scraped(), "a2a_watch_deliveries_total", outcome=outcome)
+
+    try:
+        streamed = await start_remote_task(base_url(remote), "hold:100")
+        polled = await start_remote_task(base_url(remote), "hold:100")
+        await registry.watch(workspace, SCOPE, "assistant-a", streamed.id, "c", card=STREAM_CARD)
+        await registry.watch(workspace, SCOPE, "assistant-a", polled.id, "c", card=POLL_CARD)
+        pending = {m: value(scraped(), "a2a_watches_pending", mode=m) for m in WATCH_MODES}
+        assert pending == {"push": 0, "subscribe": 1, "poll": 1}
+        # The streamed task settles; its delivery fails (the turn failed) and is kept.
+        await cancel_remote_task(base_url(remote), streamed.id)
+        await eventually(lambda: deliveries("failed") == 1)
+        assert ended("subscribe", "settled") == 1
+        assert value(scraped(), "a2a_watches_pending", mode="subscribe") == 0
+        # A minute later it is delivered; the polled task never settles: no result.
+        inbox.fail = False
+        clock.advance(60)
+        await eventually(lambda: deliveries("delivered") == 1)
+        clock.advance(50)  # past the watch's 100 s
+        await eventually(lambda: ended("poll", "expired") == 1)
+        await eventually(lambda: deliveries("delivered") == 2)
+        samples = scraped()
+        assert value(samples, "a2a_watches_pending", mode="poll") == 0
+        assert value(samples, "a2a_watch_deliveries_total", outcome="failed") == 1
+        # Every label from its fixed set: no task or watch id.
+        for name, labels in samples:
+            if name.startswith(("a2a_watch", "a2a_watches")):
+                assert all(
+                    v in {*WATCH_MODES, "settled", "expired", "delivered", "failed"}
+                    for _, v in labels
+                ), (name, labels)
+        await cancel_remote_task(base_url(remote), polled.id)
+    finally:
+        await registry.aclose()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import aiohttp
 import grpc
 import orjson
 import pytest
+from aiohttp import web
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
@@ -31,7 +32,12 @@ COMPLETED = "TASK_STATE_COMPLETED"
 __all__ = ["llm"]  # the scripted provider fixture
 
 
-async def start_gateway(workspace: Path, llm: FakeLLM, **settings: Any) -> Gateway:
+async def start_gateway(
+    workspace: Path,
+    llm: FakeLLM,
+    routes: Callable[[web.Application], None] | None = None,
+    **settings: Any,
+) -> Gateway:
     (workspace / ".a2a").mkdir(parents=True, exist_ok=True)
     (workspace / ".a2a" / "callers.json").write_text(
         json.dumps([{"name": "alice", "key": KEY_ALICE}])
@@ -48,7 +54,8 @@ async def start_gateway(workspace: Path, llm: FakeLLM, **settings: Any) -> Gatew
         "keepalive": 0.2,
         **settings,
     }
-    gateway = Gateway(resolve(values, environ={"A2A_GATEWAY_LLM_API_KEY": API_KEY}))
+    environ = {"A2A_GATEWAY_LLM_API_KEY": API_KEY}
+    gateway = Gateway(resolve(values, environ=environ), routes=routes)
     await gateway.start()
     return gateway
 

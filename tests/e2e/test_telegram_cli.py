@@ -433,19 +433,15 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
         await app.stop()
 
 
-@pytest.mark.parametrize("store", ["memory", "postgres"])
-async def test_a2a_lists_a_callers_tasks_from_the_task_store(
-    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path, request: pytest.FixtureRequest, store: str
-) -> None:
-    # /a2a read the callers' tasks from task files: with --store postgres or memory it
-    # listed none. In-process, one A2A side on the store.
-    root = tmp_path / "chats"
+async def start_a2a_bot(root: Path, bot_api: FakeBotApi, llm: FakeLLM, **flags: Any) -> TelegramApp:
+    """The bot with ``--a2a`` in-process, its owner's chat taking calls from travel-bot
+    (CALLER_KEY); the model says "booked" once."""
     (root / str(OWNER) / ".a2a").mkdir(parents=True)
     (root / str(OWNER) / ".a2a" / "callers.json").write_text(
         json.dumps([{"name": "travel-bot", "key": CALLER_KEY}])
     )
     llm.script(Say("booked"))
-    flags: dict[str, Any] = {
+    values: dict[str, Any] = {
         "workspaces_root": str(root),
         "allowed_users": str(OWNER),
         "telegram_base_url": bot_api.base_url,
@@ -454,14 +450,26 @@ async def test_a2a_lists_a_callers_tasks_from_the_task_store(
         "a2a": True,
         "port": 0,
         "grpc_port": -1,
-        "store": store,
+        **flags,
     }
+    settings = resolve(values, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
+    await app.start()
+    return app
+
+
+@pytest.mark.parametrize("store", ["memory", "postgres"])
+async def test_a2a_lists_a_callers_tasks_from_the_task_store(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path, request: pytest.FixtureRequest, store: str
+) -> None:
+    # /a2a read the callers' tasks from task files: with --store postgres or memory it
+    # listed none. In-process, one A2A side on the store.
+    root = tmp_path / "chats"
+    flags: dict[str, Any] = {"store": store}
     if store == "postgres":
         flags["database_url"] = await fresh_database(request.getfixturevalue("postgres"))
         flags["database_pool_size"] = 2
-    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
-    app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
-    await app.start()
+    app = await start_a2a_bot(root, bot_api, llm, **flags)
     try:
         assert app.http_port is not None
         task = (await a2a_send(app.http_port, "book Lisbon"))["task"]
@@ -494,3 +502,29 @@ async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Pat
         await bot_api.wait_for(lambda api: api.chat_text(OWNER)[-1:] == ["which colour?"], 30)
     finally:
         await app.stop()
+
+
+async def test_a2a_with_metrics_reports_the_watches_and_the_tasks(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    # --a2a --metrics: the bot's watch registry reports to its gateway's metrics.
+    from tests.server.test_metrics import parse, value
+
+    app = await start_a2a_bot(tmp_path / "chats", bot_api, llm, metrics=True, store="memory")
+    try:
+        assert app.http_port is not None and app.gateway is not None
+        assert app.watches.meter is getattr(app.gateway.metrics, "watches", None)
+        task = (await a2a_send(app.http_port, "book Lisbon"))["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        async with (
+            aiohttp.ClientSession() as session,
+            asyncio.timeout(10),
+            session.get(f"http://127.0.0.1:{app.http_port}/metrics") as response,
+        ):
+            assert response.status == 200
+            samples = parse(await response.text())
+    finally:
+        await app.stop()
+    for mode in ("push", "subscribe", "poll"):
+        assert ("a2a_watches_pending", frozenset({("mode", mode)})) in samples
+    assert value(samples, "a2a_tasks", state="TASK_STATE_COMPLETED") == 1

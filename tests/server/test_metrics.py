@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +25,24 @@ from prometheus_client.parser import text_string_to_metric_families
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.agent.faux import FauxAgent
-from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.engine import TaskEngine
-from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.file_store import WorkspaceTaskStore, WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.metrics import (
     BINDINGS,
     METHODS,
     OUTCOMES,
+    TASK_STATES,
     Metrics,
 )
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
-from a2a_gateway.server.task_store import MemoryTaskStore
+from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord, TaskStore
 
 from ..pg_support import (
     fresh_database,
@@ -260,6 +261,12 @@ def test_a_stray_label_value_is_folded_into_unknown_or_other(metrics: Metrics) -
     assert (
         value(samples, "a2a_request_duration_seconds_count", method="unknown", binding="GRPC") == 1
     )
+    # The watches' meter folds strays likewise (a watch id is never a label).
+    metrics.watches.ended("w-5f1e", "a caller's free text")
+    metrics.watches.delivery("task-5f1e")
+    samples = parse(metrics.exposition().decode())
+    assert value(samples, "a2a_watches_total", mode="OTHER", outcome="OTHER") == 1
+    assert value(samples, "a2a_watch_deliveries_total", outcome="OTHER") == 1
 
 
 def from_far_away() -> Any:
@@ -505,3 +512,107 @@ async def test_postgres_readiness_follows_the_database(
         await admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         await admin.close()
         await store.aclose()
+
+
+def stored_task(task_id: str, state: int) -> pb.Task:
+    task = pb.Task(id=task_id, context_id=f"c-{task_id}")
+    task.status.state = state  # type: ignore[assignment]
+    task.status.timestamp.GetCurrentTime()
+    return task
+
+
+#: What each store is given: two working tasks, one completed, one asking for input.
+SAVED = {
+    "t-1": pb.TASK_STATE_WORKING,
+    "t-2": pb.TASK_STATE_WORKING,
+    "t-3": pb.TASK_STATE_COMPLETED,
+    "t-4": pb.TASK_STATE_INPUT_REQUIRED,
+}
+#: Two owners: the counts are of all owners.
+OWNERS = [Caller(name="alice"), Caller(name="bob")]
+
+
+async def tasks_gauge_of(store: TaskStore, metrics: Metrics) -> dict[str, float]:
+    for n, (task_id, state) in enumerate(SAVED.items()):
+        await store.save(TaskRecord(stored_task(task_id, state), OWNERS[n % 2]))
+    metrics.count_tasks(store)
+    await metrics.refresh()
+    samples = parse(metrics.exposition().decode())
+    gauge = [(dict(labels), v) for (name, labels), v in samples.items() if name == "a2a_tasks"]
+    return {labels["state"]: v for labels, v in gauge}
+
+
+def assert_counted(gauge: dict[str, float]) -> None:
+    assert set(gauge) == set(TASK_STATES.values())  # every state, one label each
+    assert gauge["TASK_STATE_WORKING"] == 2
+    assert gauge["TASK_STATE_COMPLETED"] == 1
+    assert gauge["TASK_STATE_INPUT_REQUIRED"] == 1
+    assert gauge["TASK_STATE_FAILED"] == 0
+
+
+async def test_tasks_by_state_from_the_memory_and_file_stores(
+    tmp_path: Path, metrics: Metrics
+) -> None:
+    assert_counted(await tasks_gauge_of(MemoryTaskStore(), metrics))
+    files = WorkspaceTaskStores(tmp_path)
+    # A workspace caller of the default's own folder: its store shares the default's
+    # index, counted once.
+    files.store_for(Caller(name="carol", workspace=str(tmp_path)))
+    try:
+        assert_counted(await tasks_gauge_of(files, metrics))
+        # A task that changes state moves between labels (the index's counts follow).
+        await files.save(TaskRecord(stored_task("t-1", pb.TASK_STATE_COMPLETED), OWNERS[0]))
+        await metrics.refresh()
+        samples = parse(metrics.exposition().decode())
+        assert value(samples, "a2a_tasks", state="TASK_STATE_WORKING") == 1
+        assert value(samples, "a2a_tasks", state="TASK_STATE_COMPLETED") == 2
+    finally:
+        await files.aclose()
+
+
+async def test_tasks_by_state_from_postgres(
+    postgres: LocalPostgres,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    metrics: Metrics,
+) -> None:
+    store = PostgresTaskStore(await fresh_database(postgres), box=SecretBox(tmp_path))
+    try:
+        await store.start()
+        assert_counted(await tasks_gauge_of(store, metrics))
+    finally:
+        await store.aclose()
+
+
+class _Counting:
+    """A store's count that fails or hangs, as asked."""
+
+    def __init__(self) -> None:
+        self.answer: str = "ok"
+
+    async def count_by_state(self) -> Mapping[int, int] | None:
+        if self.answer == "fail":
+            raise OSError("the disk is gone")
+        if self.answer == "hang":
+            await asyncio.Event().wait()
+        return {pb.TASK_STATE_WORKING: 3}
+
+
+async def test_a_failed_or_slow_count_leaves_the_gauge_out_and_the_scrape_answers(
+    start_http: Starter, metrics: Metrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import a2a_gateway.server.metrics as metrics_module
+
+    monkeypatch.setattr(metrics_module, "TASK_COUNT_TIMEOUT_S", 0.05)
+    store = _Counting()
+    metrics.count_tasks(store)
+    http = await start_http(metrics=metrics)
+    status, text = await scrape(http)
+    assert status == 200
+    assert value(parse(text), "a2a_tasks", state="TASK_STATE_WORKING") == 3
+    for answer in ("fail", "hang"):
+        store.answer = answer
+        status, text = await scrape(http)
+        assert status == 200 and "a2a_requests" in text
+        assert "a2a_tasks{" not in text
+    store.answer = "ok"
+    assert "a2a_tasks{" in (await scrape(http))[1]
