@@ -57,6 +57,7 @@ from typing import Any
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.errors import A2AError
+from a2a_gateway.protocol.watch_metering import NULL_WATCH_METER, WatchMeter
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
 
 from .agents_file import AgentEntry, read_agents
@@ -74,7 +75,6 @@ from .results import (
     stopped_text,
 )
 from .structured import check_task
-from .watch_metering import NULL_WATCH_METER, WatchMeter
 
 log = logging.getLogger(__name__)
 

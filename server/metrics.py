@@ -49,9 +49,9 @@ from prometheus_client.registry import Collector
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
-from a2a_gateway.client.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 from a2a_gateway.protocol.errors import ALL_ERRORS, A2AError
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
+from a2a_gateway.protocol.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 
 #: Label values of ``binding``: the names CallContext.binding uses.
 JSONRPC: Final = "JSONRPC"
@@ -478,7 +478,7 @@ class PendingWatches(Protocol):
 
 
 class WatchesMeter(Collector):
-    """The watches of a host (the client's :class:`~a2a_gateway.client.watch_metering.
+    """The watches of a host (the client's :class:`~a2a_gateway.protocol.watch_metering.
     WatchMeter`): how each ended by mode, each delivery, and those pending now (read
     from the registry given to :meth:`count_pending` at scrape time)."""
 

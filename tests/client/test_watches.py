@@ -640,7 +640,7 @@ async def test_serve_without_a_waker_answers_404(remote: Gateway) -> None:
 async def test_watches_are_metered_by_mode_and_outcome(workspace: Path, remote: Gateway) -> None:
     """``telegram --a2a --metrics`` gives its registry the gateway's meter: watches by
     mode and how they ended, each delivery attempt, and those pending now."""
-    from a2a_gateway.client.watch_metering import WATCH_MODES
+    from a2a_gateway.protocol.watch_metering import WATCH_MODES
     from a2a_gateway.server.metrics import Metrics
 
     from ..server.test_metrics import parse, value

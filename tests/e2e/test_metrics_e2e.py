@@ -20,8 +20,8 @@ from aiohttp.typedefs import Handler
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.metering import PROVIDER_ERRORS, TOOL_OUTCOMES, TURN_OUTCOMES
-from a2a_gateway.client.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.protocol.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.metrics import BINDINGS as BINDING_LABELS
 from a2a_gateway.server.metrics import METHODS, OUTCOMES, PUSH_OUTCOMES, TASK_STATES, Metrics

@@ -1,6 +1,7 @@
 """What the watches report for metrics: how each watch ended, and each delivery.
 
-A narrow seam like ``agent/metering.py``: a :class:`~.watches.WatchRegistry` calls one
+A narrow seam like ``agent/metering.py``, here because both the client (the watches) and
+the server (its metrics) use it: a ``client.watches.WatchRegistry`` calls one
 :class:`WatchMeter`, :data:`NULL_WATCH_METER` (does nothing) unless a host gives it its
 gateway's (``telegram --a2a --metrics``: server/metrics.py). The watches pending now are
 read from the registry at scrape time (``WatchRegistry.pending_by_mode``), not reported.
