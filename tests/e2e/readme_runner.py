@@ -246,10 +246,11 @@ def main() -> int:
             | {8080, 8081}
         )
         ports = dict(zip(readme_ports, free_ports(len(readme_ports)), strict=True))
-    # "Host your own agent": the reader saves the Python block as shout.py.
+    # "Host your own agent": the reader saves the Python block as .scratch/shout.py.
     agent = re.search(r"```python\n(.*?)```", (args.repo / "README.md").read_text(), re.S)
     if agent:
-        (args.repo / "shout.py").write_text(agent[1])
+        (args.repo / ".scratch").mkdir(exist_ok=True)
+        (args.repo / ".scratch" / "shout.py").write_text(agent[1])
     runner = Runner(args.repo, ports)
     try:
         for block in blocks:

@@ -56,10 +56,10 @@ async def test_two_gateways_walkthrough_on_the_demo_model(tmp_path: Path) -> Non
             assert fragment.strip() in out, (fragment, out[-3000:])
     assert "k_b_0123456789abcdef" not in out
     # On A the message was a task of caller assistant-b, answered by A's demo model.
-    (task_file,) = (tmp_path / "a-ws" / ".a2a" / "tasks").rglob("*.json")
+    (task_file,) = (tmp_path / ".scratch" / "a-ws" / ".a2a" / "tasks").rglob("*.json")
     stored = task_file.read_text()
     assert "assistant-b" in stored and "what it can do" in stored
     assert "Traceback" not in (tmp_path / "a.log").read_text()
-    assert json.loads((tmp_path / "b-ws" / ".a2a" / "agents.json").read_text())[0]["name"] == (
+    assert json.loads((tmp_path / ".scratch" / "b-ws" / ".a2a" / "agents.json").read_text())[0]["name"] == (
         "assistant-a"
     )
