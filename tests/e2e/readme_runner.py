@@ -45,10 +45,17 @@ from pathlib import Path
 #: ``make run`` among them, serve until the end).
 PAGES = (
     "README.md",
+    "docs/serving.md",
+    "docs/keys.md",
+    "docs/proxy.md",
+    "docs/push-and-files.md",
+    "docs/protocol.md",
     "docs/cli.md",
     "docs/identity.md",
-    "docs/observability.md",
     "docs/assistant.md",
+    "docs/telegram.md",
+    "docs/replicas.md",
+    "docs/observability.md",
     "docs/streams.md",
     "docs/reliability.md",
     "docs/performance.md",

@@ -1,4 +1,4 @@
-"""The README's "Two gateways" walk-through, run as written: gateway A (``serve
+"""The README's two-gateway walk-through, run as written: gateway A (``serve
 --llm-demo``, the block meant for another terminal) in the background, B's ``agents
 add`` and ``agents list``, then ``chat --llm-demo --message`` on B: the demo model on B
 delegates to A's assistant with the ``a2a`` tool and prints its answer. Only the port
@@ -18,7 +18,7 @@ from ..interop.conftest import free_ports
 from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "### Two gateways: one assistant delegating to another"
+SECTION = "### The assistant, and delegation between two gateways"
 BACKGROUND = "# In another terminal (port 8099)"
 
 
