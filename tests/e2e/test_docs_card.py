@@ -49,6 +49,8 @@ async def test_docs_card_runs_as_written(tmp_path: Path) -> None:
         out = await run_script(parts, tmp_path, llm, LLM_KEY)
     finally:
         await llm.aclose()
+    # What the examples leave is under .scratch/ (git-ignored), never beside it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".scratch"]
     assert len(claims) == 9
     assert_claims(claims, out)
     assert LLM_KEY not in out
