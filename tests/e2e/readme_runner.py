@@ -1,5 +1,6 @@
 """Run the shell blocks of the README and of the docs pages verbatim, in order, in a copy
-of the repository: README.md first, then the pages of :data:`PAGES`.
+of the repository: README.md first, then the pages of :data:`PAGES`, then any other page
+of docs/ (so a new page's blocks run even before it is listed).
 
     python -P tests/e2e/readme_runner.py --repo COPY --report REPORT.json [--ports-as-is]
 
@@ -14,7 +15,6 @@ block runs exactly as a reader would paste it, from the repository folder.
 - Every other ``sh`` block runs in ``bash -euo pipefail`` and must exit 0.
 - Each ``# → ...`` line is a claim about what the block printed: every fragment between
   ``...`` must appear in its output (for a background block: by the end of the run).
-
 - A block that cannot run here (it needs a model server, a Telegram bot, a TLS
   certificate, an identity provider...) says so in its fence: ```` ```sh not-run: WHY ````
   (renderers read only the first word of the info string). It is reported as not run,
@@ -288,7 +288,7 @@ def main() -> int:
             | {8080, 8081}
         )
         ports = dict(zip(readme_ports, free_ports(len(readme_ports)), strict=True))
-    # "Host your own agent": the reader saves the Python block as .scratch/shout.py.
+    # "Your own agent": the reader saves the Python block as .scratch/shout.py.
     for page in sorted({block.page for block in blocks}):
         text = (args.repo / page).read_text(encoding="utf-8")
         agent = re.search(r"```python\n(.*?class Shout.*?)```", text, re.S)
