@@ -1,8 +1,8 @@
 """The PostgreSQL task store (``serve --store postgres --database-url postgresql://...``).
 
 Tasks are rows, so several gateway processes can share one database's tasks (what
-more is needed before several replicas can serve one workspace is in the README's
-"Run several replicas"). Schema (version :data:`SCHEMA_VERSION`, tables prefixed
+more is needed before several replicas can serve one workspace is in
+docs/replicas.md). Schema (version :data:`SCHEMA_VERSION`, tables prefixed
 ``a2a_``):
 
 - ``a2a_tasks``: one row per task: id, owner (workspace and caller name), context id,

@@ -1,5 +1,5 @@
 """``serve --llm`` settings: flags, environment and TOML; the key only from the
-environment; start-up mistakes in one line; the README names only real settings."""
+environment; start-up mistakes in one line; docs/assistant.md names only real settings."""
 
 from __future__ import annotations
 
@@ -107,8 +107,8 @@ def test_llm_without_model_exits_2_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_readme_model_section_names_real_settings() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_docs_model_section_names_real_settings() -> None:
+    text = (ROOT / "docs" / "assistant.md").read_text(encoding="utf-8")
     section = text.split("## Run it on a model", 1)[1].split("\n## ", 1)[0]
     flags = set(re.findall(r"--([a-z][a-z0-9-]+)", section))
     assert {"llm", "llm-model", "session-mode", "message-template"} <= flags

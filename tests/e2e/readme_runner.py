@@ -1,4 +1,6 @@
-"""Run the README's shell blocks verbatim, in order, in a copy of the repository.
+"""Run the shell blocks of the README and of the docs pages verbatim, in order, in a copy
+of the repository: README.md first, then the pages of :data:`PAGES`, then any other page
+of docs/ (so a new page's blocks run even before it is listed).
 
     python -P tests/e2e/readme_runner.py --repo COPY --report REPORT.json [--ports-as-is]
 
@@ -13,10 +15,14 @@ block runs exactly as a reader would paste it, from the repository folder.
 - Every other ``sh`` block runs in ``bash -euo pipefail`` and must exit 0.
 - Each ``# → ...`` line is a claim about what the block printed: every fragment between
   ``...`` must appear in its output (for a background block: by the end of the run).
+- A block that cannot run here (it needs a model server, a Telegram bot, a TLS
+  certificate, an identity provider...) says so in its fence: ```` ```sh not-run: WHY ````
+  (renderers read only the first word of the info string). It is reported as not run,
+  with WHY. A page of :data:`TESTED_ELSEWHERE` is run by its own test, not here.
 
-Only the sections in :data:`SECTIONS` run; the report lists every ``sh`` block of the
-README with what happened to it. Without ``--ports-as-is`` (no private namespace could
-be made) ports are moved to free ones and the report says so.
+The report lists every ``sh`` block of every page with what happened to it. Without
+``--ports-as-is`` (no private namespace could be made) ports are moved to free ones and
+the report says so.
 """
 
 from __future__ import annotations
@@ -35,21 +41,34 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-#: The sections run; a README section not listed needs something a test machine lacks
-#: (a model server, an LLM key, a Telegram bot) and is reported as not run.
-SECTIONS = (
-    "Start here",
-    "Try it with curl",
-    "Call agents from the command line",
-    "From a gRPC peer",
-    "Delegation: the assistant calls other agents",
-    "Proxy mode",
-    "Host your own agent",
-    "Push notifications",
-    "A2A 0.3 peers",
-    "Keys",
-    "Regenerate the types",
+#: The pages whose blocks run after the README's, in this order (the README's gateways,
+#: ``make run`` among them, serve until the end).
+PAGES = (
+    "README.md",
+    "docs/serving.md",
+    "docs/keys.md",
+    "docs/proxy.md",
+    "docs/push-and-files.md",
+    "docs/protocol.md",
+    "docs/cli.md",
+    "docs/identity.md",
+    "docs/assistant.md",
+    "docs/telegram.md",
+    "docs/replicas.md",
+    "docs/observability.md",
+    "docs/streams.md",
+    "docs/reliability.md",
+    "docs/performance.md",
+    "docs/configuration.md",
 )
+#: Pages whose walk-throughs need a scripted model or ports of their own: their own
+#: tests run every block, so the runner does not run them twice.
+TESTED_ELSEWHERE = {
+    "docs/card.md": "tests/e2e/test_docs_card.py",
+    "docs/delegation.md": "tests/e2e/test_docs_delegation.py",
+    "docs/pact.md": "tests/e2e/test_docs_pact.py",
+}
+FENCE = re.compile(r"^```sh(?:\s+not-run:\s*(.*))?$")
 BACKGROUND = re.compile(r"^# In another terminal \(port (\d+)\)")
 START_TIMEOUT_S = 30.0
 BLOCK_TIMEOUT_S = 60.0
@@ -57,6 +76,7 @@ BLOCK_TIMEOUT_S = 60.0
 
 @dataclass
 class Block:
+    page: str
     section: str
     line: int
     text: str
@@ -66,16 +86,18 @@ class Block:
     output: str = field(default="", repr=False)
 
 
-def readme_blocks(readme: str) -> list[Block]:
+def page_blocks(page: str, text: str) -> list[Block]:
+    """Every ``sh`` block of ``page``; one marked ``not-run: WHY`` is reported as not run."""
     blocks = []
     section = ""
-    lines = readme.splitlines()
+    lines = text.splitlines()
     index = 0
     while index < len(lines):
         line = lines[index]
         if line.startswith("## "):
             section = line[3:].strip()
-        if line.strip() == "```sh":
+        fence = FENCE.match(line.strip())
+        if fence:
             start = index + 1
             end = lines.index("```", start)
             body = "\n".join(lines[start:end]) + "\n"
@@ -84,10 +106,30 @@ def readme_blocks(readme: str) -> list[Block]:
                 for text in body.splitlines()
                 if text.lstrip().startswith("# → ")
             ]
-            blocks.append(Block(section, start, body, claims))
+            block = Block(page, section, start, body, claims)
+            if fence[1] is not None:
+                block.status = f"not run (marked not-run: {fence[1].strip()})"
+            elif page in TESTED_ELSEWHERE:
+                block.status = f"not run here (run by {TESTED_ELSEWHERE[page]})"
+            blocks.append(block)
             index = end
         index += 1
     return blocks
+
+
+def all_blocks(repo: Path) -> list[Block]:
+    """The blocks of :data:`PAGES` in order, then those of every other page of docs/."""
+    pages = list(PAGES)
+    pages += sorted(
+        p.relative_to(repo).as_posix()
+        for p in (repo / "docs").glob("*.md")
+        if p.relative_to(repo).as_posix() not in pages
+    )
+    return [
+        block
+        for page in pages
+        for block in page_blocks(page, (repo / page).read_text(encoding="utf-8"))
+    ]
 
 
 def loopback_up() -> None:
@@ -135,7 +177,7 @@ class Runner:
         return text
 
     def start(self, block: Block, script: str, port: int) -> None:
-        log = self.repo / f".readme-block-{block.line}.log"
+        log = self.repo / f".readme-block-{block.page.replace('/', '-')}-{block.line}.log"
         process = subprocess.Popen(
             ["bash", "-c", script],
             cwd=self.repo,
@@ -163,7 +205,7 @@ class Runner:
         first = block.text.lstrip().splitlines()[0]
         background = BACKGROUND.match(first)
         try:
-            if block.section == "Start here":
+            if block.page == "README.md" and block.section == "Start here":
                 self.make_run(block)
                 return
             if background:
@@ -235,7 +277,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--ports-as-is", action="store_true")
     args = parser.parse_args()
-    blocks = readme_blocks((args.repo / "README.md").read_text(encoding="utf-8"))
+    blocks = all_blocks(args.repo)
     ports: dict[int, int] = {}
     if args.ports_as_is:
         loopback_up()
@@ -246,14 +288,17 @@ def main() -> int:
             | {8080, 8081}
         )
         ports = dict(zip(readme_ports, free_ports(len(readme_ports)), strict=True))
-    # "Host your own agent": the reader saves the Python block as shout.py.
-    agent = re.search(r"```python\n(.*?)```", (args.repo / "README.md").read_text(), re.S)
-    if agent:
-        (args.repo / "shout.py").write_text(agent[1])
+    # "Your own agent": the reader saves the Python block as .scratch/shout.py.
+    for page in sorted({block.page for block in blocks}):
+        text = (args.repo / page).read_text(encoding="utf-8")
+        agent = re.search(r"```python\n(.*?class Shout.*?)```", text, re.S)
+        if agent:
+            (args.repo / ".scratch").mkdir(exist_ok=True)
+            (args.repo / ".scratch" / "shout.py").write_text(agent[1])
     runner = Runner(args.repo, ports)
     try:
         for block in blocks:
-            if block.section in SECTIONS:
+            if block.status == "not run":
                 runner.run_block(block)
     finally:
         runner.stop()

@@ -6,6 +6,7 @@ every ``# → ...`` line is a claim: each fragment between ``...`` must be in th
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -49,6 +50,8 @@ async def test_docs_card_runs_as_written(tmp_path: Path) -> None:
         out = await run_script(parts, tmp_path, llm, LLM_KEY)
     finally:
         await llm.aclose()
+    # What the examples leave is under .scratch/ (git-ignored), never beside it.
+    assert sorted(os.listdir(tmp_path)) == [".scratch"]
     assert len(claims) == 9
     assert_claims(claims, out)
     assert LLM_KEY not in out

@@ -7,6 +7,7 @@ results as its answer."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ async def test_delegation_doc_examples(tmp_path: Path) -> None:
     found = sh_blocks((ROOT / "docs" / "delegation.md").read_text(encoding="utf-8"))
     assert len(found) == 5
     out = await run_walkthrough(found, tmp_path, script, LLM_KEY)
+    # What the examples leave is under .scratch/ (git-ignored), never beside it.
+    assert sorted(os.listdir(tmp_path)) == [".scratch"]
     assert 'Result (matches resultSchema):\n{"city":"Lisbon"}' in out
     # The background task was waited for: nothing is left for a watch to deliver.
-    assert not (tmp_path / "b-ws" / ".a2a" / "pending.json").exists()
+    assert not (tmp_path / ".scratch" / "b-ws" / ".a2a" / "pending.json").exists()

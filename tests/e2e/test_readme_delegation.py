@@ -1,4 +1,4 @@
-"""The README's "Two gateways" walk-through, run as written: gateway A (``serve
+"""The README's two-gateway walk-through, run as written: gateway A (``serve
 --llm-demo``, the block meant for another terminal) in the background, B's ``agents
 add`` and ``agents list``, then ``chat --llm-demo --message`` on B: the demo model on B
 delegates to A's assistant with the ``a2a`` tool and prints its answer. Only the port
@@ -18,7 +18,7 @@ from ..interop.conftest import free_ports
 from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "### Two gateways: one assistant delegating to another"
+SECTION = "### The assistant, and delegation between two gateways"
 BACKGROUND = "# In another terminal (port 8099)"
 
 
@@ -56,10 +56,11 @@ async def test_two_gateways_walkthrough_on_the_demo_model(tmp_path: Path) -> Non
             assert fragment.strip() in out, (fragment, out[-3000:])
     assert "k_b_0123456789abcdef" not in out
     # On A the message was a task of caller assistant-b, answered by A's demo model.
-    (task_file,) = (tmp_path / "a-ws" / ".a2a" / "tasks").rglob("*.json")
+    (task_file,) = (tmp_path / ".scratch" / "a-ws" / ".a2a" / "tasks").rglob("*.json")
     stored = task_file.read_text()
     assert "assistant-b" in stored and "what it can do" in stored
     assert "Traceback" not in (tmp_path / "a.log").read_text()
-    assert json.loads((tmp_path / "b-ws" / ".a2a" / "agents.json").read_text())[0]["name"] == (
-        "assistant-a"
-    )
+    # What the examples leave is under .scratch/ (git-ignored); a.log is this test's.
+    assert sorted(os.listdir(tmp_path)) == [".scratch", "a.log"]
+    agents = json.loads((tmp_path / ".scratch" / "b-ws" / ".a2a" / "agents.json").read_text())
+    assert agents[0]["name"] == "assistant-a"
