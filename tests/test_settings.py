@@ -151,7 +151,7 @@ def test_serve_help_lists_every_setting_under_its_heading(
     order = sorted(starts, key=starts.__getitem__)
     assert order == sorted(order, key=heading_order)  # serving first, then by topic
     for setting in SETTINGS:
-        at = text.index(f"  {setting.flag}")
+        at = text.index(f"\n  {setting.flag}")  # a flag, not its mention in a help line
         after = [h for h in order if starts[h] < at]
         assert after[-1] == setting.heading, setting.name
     assert {s.heading for s in SETTINGS} >= {"serving", "store", "proxy mode", "identity and TLS"}
