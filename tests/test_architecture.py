@@ -110,12 +110,14 @@ def _import_statements(tree: ast.Module) -> Iterable[tuple[ast.Import | ast.Impo
                     yield from visit(getattr(statement, block, []), at_import_time)
                 for handler in getattr(statement, "handlers", []):
                     yield from visit(handler.body, at_import_time)
+            elif isinstance(statement, ast.ClassDef):
+                yield from visit(statement.body, at_import_time)  # runs with the module
             else:
-                # Functions and classes: their imports count for the layers, not for the
-                # import-time graph (a class body runs at import, but none of ours imports).
+                # A function's imports run when it is called: they count for the layers,
+                # not for what importing the module executes.
                 for node in ast.walk(statement):
                     if isinstance(node, ast.Import | ast.ImportFrom):
-                        yield node, isinstance(statement, ast.ClassDef) and at_import_time
+                        yield node, False
 
     return visit(tree.body, True)
 
@@ -255,6 +257,14 @@ def test_known_upward_imports_still_exist() -> None:
     """An exception whose import has gone leaves the table, so it cannot come back unseen."""
     present = {(found.source, found.target) for found in upward_imports(package_imports())}
     assert sorted(set(KNOWN_UPWARD) - present) == []
+
+
+def test_the_client_package_loads_no_server_machinery() -> None:
+    """server/'s public names load on first use (server/__init__.py), so the client's
+    borrowed utilities do not bring the bindings, the engine and the stores along."""
+    loaded = _loads(["a2a_gateway.client"], import_time_graph(package_imports()))
+    borrowed = {"a2a_gateway.server", *(target for _, target in KNOWN_UPWARD)}
+    assert [name for name in loaded if layer_of(name) == "server" and name not in borrowed] == []
 
 
 def test_the_checks_report_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
