@@ -20,6 +20,7 @@ from .messages import file_part, send_request, task_text, user_message
 from .remote import RemoteService, connect, make_transport, resolve_card
 from .rest import RestTransport
 from .rest03 import Rest03Transport
+from .resumable import resumable_stream
 from .transport import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -63,6 +64,7 @@ __all__ = [
     "make_transport",
     "parse_card",
     "resolve_card",
+    "resumable_stream",
     "send_request",
     "task_text",
     "user_message",

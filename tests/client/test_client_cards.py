@@ -11,7 +11,6 @@ import httpx
 import pytest
 from aiohttp import web
 
-import a2a_gateway.client as client_api
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import (
     AuthRejected,
@@ -323,48 +322,6 @@ def test_redactor() -> None:
     redact = Redactor([KEY, "k", None, ""])
     assert redact(f"key={KEY}; task k") == "key=[redacted]; task [redacted]"
     assert redact("a task about kites") == "a task about kites"  # short keys: whole words only
-
-
-def test_public_surface_is_pinned() -> None:
-    assert client_api.__all__ == [
-        "DEFAULT_STREAM_IDLE_TIMEOUT",
-        "DEFAULT_TIMEOUT",
-        "GRPC",
-        "HTTP_JSON",
-        "JSONRPC",
-        "WELL_KNOWN_PATH",
-        "AuthRejected",
-        "CallOptions",
-        "CardError",
-        "ClientAuth",
-        "Credentials",
-        "Grpc03Transport",
-        "GrpcTransport",
-        "JsonRpc03Transport",
-        "JsonRpcTransport",
-        "Redactor",
-        "RemoteService",
-        "Rest03Transport",
-        "RestTransport",
-        "Timeout",
-        "Transport",
-        "Unreachable",
-        "binding_for",
-        "card_url",
-        "choose_interface",
-        "connect",
-        "credentials_for",
-        "fetch_card",
-        "file_part",
-        "make_transport",
-        "parse_card",
-        "resolve_card",
-        "send_request",
-        "task_text",
-        "user_message",
-    ]
-    for name in client_api.__all__:
-        assert hasattr(client_api, name)
 
 
 @pytest.mark.parametrize(
