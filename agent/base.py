@@ -150,7 +150,9 @@ class Turn:
             if kind == "text":
                 lines.append(part.text)
             elif kind == "data":
-                data = json.dumps(part_value(part), ensure_ascii=False, separators=(",", ":"))
+                # Keys sorted: a Struct's map order differs from run to run (upb).
+                value = part_value(part)
+                data = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
                 lines.append(f"{RESULT_SCHEMA_LABEL} {data}" if is_result_schema(part) else data)
         return "\n".join(lines)
 
