@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from pathlib import Path
 from typing import Any
@@ -21,20 +22,25 @@ import asyncpg
 import grpc
 import pytest
 
+from a2a_gateway.client import connect, resumable_stream, send_request
 from a2a_gateway.protocol import codec
+from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.engine.state import RUN_LOST, SHUTDOWN
+from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .conftest import Driver, WireError
+from ..conftest import use_secret
+from .conftest import KEY_ALICE, Driver, WireError
 from .test_postgres_store import alices_workspace, database, settings  # noqa: F401 (a fixture)
 from .test_resume import chunk_texts, last_id, resume_from
 from .test_scenarios import COMPLETED, send
 from .test_shutdown import _until_working, serving
 
 FAILED = "TASK_STATE_FAILED"
+OUTAGE_CHUNKS = 100  # 50 ms apart: the run outlasts the ~2 s outage
 
 
 async def _logged(url: str, task_id: str) -> list[tuple[int, dict[str, Any]]]:
@@ -111,6 +117,85 @@ async def test_sigterm_on_a_replica_resumes_its_stream_on_the_other(
     assert final["state"] == FAILED
     assert final["message"]["parts"][0]["text"] == SHUTDOWN
     assert RUN_LOST not in str(resumed)
+
+
+async def test_a_follower_on_b_of_a_run_on_a_gets_every_chunk_across_a_database_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``chunks:`` run on A, followed on B with our resumable client (as the CLI's
+    ``subscribe``); the database is stopped by its pid for ~2 s mid-run, then started."""
+    pg = LocalPostgres()  # the test's own cluster: it is stopped and started here
+    await asyncio.to_thread(pg.start)
+    use_secret(pg.password)
+    workspace = alices_workspace(tmp_path)
+    gateways = [Gateway(resolve(settings(workspace, pg.url), environ={})) for _ in range(2)]
+    # The follower may resume (its stream ended UNAVAILABLE) or ride the outage out.
+    resumes: list[tuple[str, A2AError | None]] = []
+    events: list[pb.StreamResponse] = []
+    try:
+        for gateway in gateways:
+            await gateway.start()
+        a, b = (f"http://127.0.0.1:{gateway.http_port}" for gateway in gateways)
+        async with (
+            await connect(a, key=KEY_ALICE, transport="jsonrpc") as on_a,
+            await connect(b, key=KEY_ALICE, transport="jsonrpc") as on_b,
+        ):
+            request = send_request(f"chunks:{OUTAGE_CHUNKS}:50", return_immediately=True)
+            task_id = (await on_a.send_message(request)).task.id
+            subscribe = pb.SubscribeToTaskRequest(id=task_id)
+            follower = resumable_stream(
+                lambda context: on_b.subscribe_to_task(subscribe, context),
+                on_b.subscribe_to_task,
+                until_interrupted=False,
+                on_resume=lambda event_id, why: resumes.append((event_id, why)),
+            )
+            mid_run = asyncio.Event()
+            outage = asyncio.create_task(_restart(pg, mid_run, events))
+            try:
+                async with asyncio.timeout(90), contextlib.aclosing(follower):
+                    async for event in follower:
+                        events.append(event)
+                        if len(_chunks(events)) == 5:
+                            mid_run.set()
+                back_at = await outage
+            finally:
+                outage.cancel()
+                await asyncio.gather(outage, return_exceptions=True)
+    finally:
+        for gateway in gateways:
+            await gateway.stop()
+        await asyncio.to_thread(pg.stop)
+    assert back_at < OUTAGE_CHUNKS, "the follower had every chunk before the database was back"
+    assert _chunks(events) == [f"chunk-{n}" for n in range(OUTAGE_CHUNKS)], resumes
+    final = events[-1].status_update.status
+    assert final.state == pb.TASK_STATE_COMPLETED
+    assert RUN_LOST not in str(events)
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def _restart(
+    pg: LocalPostgres, mid_run: asyncio.Event, events: list[pb.StreamResponse]
+) -> int:
+    """Once ``mid_run``, stop the database by its pid and start it again ~2 s later:
+    how many chunks ``events`` held by then."""
+    await mid_run.wait()
+    await asyncio.to_thread(pg.stop_server)
+    await asyncio.sleep(2.0)
+    await asyncio.to_thread(pg.start_server)
+    return len(_chunks(events))
+
+
+def _chunks(events: list[pb.StreamResponse]) -> list[str]:
+    """The chunks the events hold: those of a snapshot (stored as one text part), then
+    each artifact update's."""
+    chunks: list[str] = []
+    for event in events:
+        if event.HasField("task"):
+            text = "".join(p.text for a in event.task.artifacts for p in a.parts)
+            chunks += ["chunk-" + rest for rest in text.split("chunk-")[1:]]
+        elif event.HasField("artifact_update"):
+            chunks += [p.text for p in event.artifact_update.artifact.parts]
+    return chunks
 
 
 def _held(context_id: str) -> dict[str, Any]:
