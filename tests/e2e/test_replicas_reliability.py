@@ -2,8 +2,9 @@
 
 - A (a real process) gets SIGTERM while a blocking ``hold:3`` send and a stream of a
   paced ``chunks:`` run are open on it: the send completes, the stream ends with the
-  resumable UNAVAILABLE, resuming it on B (in this process) from the last event id seen
-  gives every later event A logged once and the run's final status, and A exits 0.
+  resumable UNAVAILABLE, resuming it on B (in this process, on each binding) from the
+  last event id seen gives every later event A logged once and the run's final status
+  (failed "shut down": A's drain stopped the run), and A exits 0.
 - The database is stopped by its pid and started again while a run on A streams: a
   follower on B (our own resumable client) gets every chunk once, in order, and the
   final status, never a false "stopped".
@@ -25,7 +26,7 @@ import pytest
 from a2a_gateway.client import connect, resumable_stream, send_request
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.errors import A2AError
-from a2a_gateway.protocol.resume import RESUME_EXTENSION
+from a2a_gateway.protocol.resume import EVENT_ID_KEY, RESUME_EXTENSION
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.engine.state import RUN_LOST, SHUTDOWN
 from a2a_gateway.server.pg_local import LocalPostgres
@@ -33,9 +34,9 @@ from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..conftest import use_secret
-from .conftest import KEY_ALICE, Driver, WireError
+from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
 from .test_postgres_store import alices_workspace, database, settings  # noqa: F401 (a fixture)
-from .test_resume import chunk_texts, last_id, resume_from
+from .test_resume import PAYLOADS, chunk_texts, last_id, resume_from
 from .test_scenarios import COMPLETED, send
 from .test_shutdown import _until_working, serving
 
@@ -97,9 +98,13 @@ async def test_sigterm_on_a_replica_resumes_its_stream_on_the_other(
             assert await served.exit_status() == 0
 
             task_id = seen[0]["task"]["id"]
-            on_b = Driver("jsonrpc", http, f"http://127.0.0.1:{b.http_port}", channel_b)
-            resume_from(on_b, ids[-1])
-            resumed = await on_b.stream("SubscribeToTask", {"id": task_id})
+            resumed = {}  # on each binding of B, from the last event id seen on A
+            for binding in BINDINGS:
+                on_b = Driver(binding, http, f"http://127.0.0.1:{b.http_port}", channel_b)
+                resume_from(on_b, ids[-1])
+                resumed[binding] = _with_ids(
+                    on_b, await on_b.stream("SubscribeToTask", {"id": task_id})
+                )
     finally:
         await b.stop()
     log = served.log.read_text()
@@ -107,16 +112,34 @@ async def test_sigterm_on_a_replica_resumes_its_stream_on_the_other(
     last_seen = int(ids[-1].rpartition(":")[2])
     later = [(seq, event) for seq, event in await _logged(database, task_id) if seq > last_seen]
     assert len(later) >= 1  # at least the run's final status
-    assert resumed == [event for _, event in later]  # every later event A logged, once
-    assert on_b.event_ids == [f"{task_id}:{seq}" for seq, _ in later]
-    chunks = chunk_texts(seen + resumed)
+    want = [(f"{task_id}:{seq}", event) for seq, event in later]
+    for binding in BINDINGS:  # every later event A logged, once, in order
+        assert resumed[binding] == want, binding
+    events = [event for _, event in want]
+    assert not any("task" in event for event in events)  # nothing missed: no snapshot
+    chunks = chunk_texts(seen + events)
     assert chunks == [f"chunk-{n}" for n in range(len(chunks))]
     # A's drain stopped the run where it stood (it outlasts the blocking send): B
     # reports it failed "shut down", not the lost-run message of a vanished runner.
-    final = resumed[-1]["statusUpdate"]["status"]
+    final = events[-1]["statusUpdate"]["status"]
     assert final["state"] == FAILED
     assert final["message"]["parts"][0]["text"] == SHUTDOWN
-    assert RUN_LOST not in str(resumed)
+    assert RUN_LOST not in str(events)
+
+
+def _with_ids(driver: Driver, events: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(id, event) of each event of a resumed stream, the id taken out of a gRPC
+    event's metadata (SSE carries it beside the event)."""
+    if driver.binding != "grpc":
+        return [(str(i), e) for i, e in zip(driver.event_ids, events, strict=True)]
+    found = []
+    for event in events:
+        payload = event[next(k for k in PAYLOADS if k in event)]
+        event_id = payload["metadata"].pop(EVENT_ID_KEY)
+        if not payload["metadata"]:
+            del payload["metadata"]
+        found.append((event_id, event))
+    return found
 
 
 async def test_a_follower_on_b_of_a_run_on_a_gets_every_chunk_across_a_database_restart(
