@@ -293,11 +293,7 @@ class FileEventLog:
                 compact = found.size > self.task_bytes
                 work.append((task_id, b"".join(found.inflight), compact))
             try:
-                if self.fsync or any(compact for _, _, compact in work):
-                    results = await loop.run_in_executor(self._thread(), self._write, work)
-                else:  # inline, as the file store writes its task files without fsync:
-                    # a thread hand-off per batch cost more (GIL and directory contention)
-                    results = self._write(work)
+                results = await loop.run_in_executor(self._thread(), self._write, work)
             except Exception as exc:  # a full disk: those events are not kept
                 log.warning("stream events not logged: %s", exc)
                 results = {}
