@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..interop.conftest import free_ports
 from .conftest import run_bash
+from .walkthrough import wait_for_card
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### The assistant, and delegation between two gateways"
@@ -33,12 +34,7 @@ async def test_two_gateways_walkthrough_on_the_demo_model(tmp_path: Path) -> Non
     assert len(found) == 4 and found[1].startswith(BACKGROUND)
     (port,) = free_ports(1)
     program = f"{sys.executable} -P -m a2a_gateway"
-    ready = (
-        "for i in $(seq 150); do "
-        f'{sys.executable} -c "import urllib.request as u; '
-        f"u.urlopen('http://127.0.0.1:{port}/.well-known/agent-card.json', timeout=1)\" "
-        "2>/dev/null && break; sleep 0.2; done"
-    )
+    ready = wait_for_card(port)
     parts = ["trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT", "set -e"]
     claims: list[str] = []
     for block in found:

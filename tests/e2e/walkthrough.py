@@ -25,18 +25,23 @@ def sh_blocks(text: str) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
 
 
+def wait_for_card(port: int) -> str:
+    """A bash line that waits (bounded: 30 s) until a gateway on ``port`` serves its card."""
+    return (
+        "for i in $(seq 150); do "
+        f'{sys.executable} -c "import urllib.request as u; '
+        f"u.urlopen('http://127.0.0.1:{port}/.well-known/agent-card.json', timeout=1)\" "
+        "2>/dev/null && break; sleep 0.2; done"
+    )
+
+
 async def run_walkthrough(
     found: list[str], folder: Path, script: Callable[[dict[str, Any]], Reply], llm_key: str
 ) -> str:
     """Run ``found`` in ``folder``; the output (every claim and exit 0 asserted)."""
     (port,) = free_ports(1)
     program = f"{sys.executable} -P -m a2a_gateway"
-    ready = (
-        "for i in $(seq 150); do "
-        f'{sys.executable} -c "import urllib.request as u; '
-        f"u.urlopen('http://127.0.0.1:{port}/.well-known/agent-card.json', timeout=1)\" "
-        "2>/dev/null && break; sleep 0.2; done"
-    )
+    ready = wait_for_card(port)
     parts = ["trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT", "set -e"]
     claims: list[str] = []
     for index, block in enumerate(found):
