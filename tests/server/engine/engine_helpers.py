@@ -17,7 +17,10 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 ALICE = Caller(name="alice", workspace="/ws/one")
 BOB = Caller(name="bob", workspace="/ws/one")
-WAIT_S = 5.0
+#: The bound on every wait of the engine tests. Only a failing test waits this long (each
+#: use is an upper bound, never a sleep), so it is sized for CI's two busy cores: 5 s let
+#: a PostgreSQL lock wait run out once under a full suite.
+WAIT_S = 15.0
 
 _ids = itertools.count()
 
