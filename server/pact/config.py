@@ -147,7 +147,7 @@ def _public_jwks(jwks: Any) -> str | None:
     return json.dumps(jwks, sort_keys=True, separators=(",", ":"))
 
 
-def page_url_ok(value: Any) -> bool:
+def page_url_ok(value: Any) -> TypeGuard[str]:
     """An https URL, or http on a loopback host (the login and connected pages)."""
     if not _text(value):
         return False
