@@ -436,6 +436,11 @@ def _json_error(exc: OAuthError) -> web.Response:
     )
 
 
+def _see_other(url: str) -> web.Response:
+    """A 303 to ``url`` exactly as written (aiohttp's own would re-quote its query)."""
+    return web.Response(status=303, headers={"Location": url, "Cache-Control": "no-store"})
+
+
 def _origin(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
@@ -590,7 +595,7 @@ class OAuthRoutes:
             return _error_page(brand, exc)
         urls = self.urls(request)
         return_to = add_query(urls.path(CONSENT_PATH), [("user_code", grant.user_code)])
-        raise web.HTTPSeeOther(add_query(delegation.login_url, [("return_to", return_to)]))
+        return _see_other(add_query(delegation.login_url, [("return_to", return_to)]))
 
     async def consent(self, request: web.Request) -> web.Response:
         """The company's site POSTs its login assertion here: the consent page."""
@@ -675,7 +680,7 @@ class OAuthRoutes:
                 delegation.connected_url,
                 [("status", status), ("scope", scope), ("client", grant.client_id)],
             )
-            raise web.HTTPSeeOther(target)
+            return _see_other(target)
         said = "connected" if status == "approved" else "not connected"
         body = (
             f"<h1>{html.escape(brand)}</h1>"
