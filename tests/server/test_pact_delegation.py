@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from a2a_gateway.server.pact.config import parse_delegation, parse_pact
+from a2a_gateway.server.pact.keys import SIGNING_KEY_FILE
 
 from ..agent.fake_llm import Calls, FakeLLM, Say, tool_results
 from ..agent.llm_support import llm
+from ..conftest import captured_logs
 from .pact_delegation_support import (
     ACCOUNT,
     CANCEL,
@@ -205,6 +207,13 @@ async def test_a_delegated_turn_runs_the_granted_tool_and_asks_for_the_other(
     await stack.decide(page, "allow", [READ, CANCEL])
     status, granted = await stack.poll(str(metadata["pact.deviceCode"]))
     assert status == 200 and granted["scope"] == f"{READ} {CANCEL}"
+
+    # Keys and tokens never in the logs (the suite's scan checks every test's too).
+    logs = "\n".join(captured_logs())
+    key = json.loads((stack.workspace / SIGNING_KEY_FILE).read_text())["d"]
+    secrets = (token, granted["access_token"], metadata["pact.deviceCode"], key)
+    assert "shutting down" not in logs and "assistant" in logs  # the gateway's lines
+    assert [s[:6] for s in secrets if s in logs] == []
 
 
 async def test_tokens_are_bound_to_their_user_agent_and_audience(
