@@ -148,7 +148,8 @@ def mount(app: web.Application, pact: PactMount) -> None:
         )
 
     sub.router.add_get(CARD_PATH, handle_card)
-    OAuthRoutes(server, prefix, cards.base_url, brand, client_ok).add(sub)
+    limiter = pact.authenticator.limiter
+    OAuthRoutes(server, prefix, cards.base_url, brand, client_ok, limiter.check_address).add(sub)
     for path in ("", "/"):
         sub.router.add_post(path, jsonrpc.handle)
         sub.router.add_route(hdrs.METH_ANY, path, jsonrpc.not_post)

@@ -42,7 +42,7 @@ import logging
 import secrets
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,8 @@ from .keys import SigningKey, load_or_create
 from .replay import ReplayGuard
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 DEVICE_CODE_LIFETIME_S = 600
@@ -470,8 +472,12 @@ class OAuthRoutes:
         base_url: Callable[[web.Request], str],
         brand: Callable[[web.Request], str],
         client_ok: Callable[[str], bool],
+        check_address: Callable[[str | None], None] = lambda address: None,
     ) -> None:
+        """``check_address`` counts a request against the per-address rate limit
+        (raising the protocol's rate-limit error, a 429 with Retry-After)."""
         self.server = server
+        self.check_address = check_address
         self.prefix = prefix
         self.base_url = base_url
         self.brand = brand
@@ -481,11 +487,18 @@ class OAuthRoutes:
         router = app.router
         router.add_get(METADATA_PATH, self.metadata)
         router.add_get(JWKS_PATH, self.jwks)
-        router.add_post(DEVICE_AUTHORIZATION_PATH, self.device_authorization)
-        router.add_post(TOKEN_PATH, self.token)
-        router.add_get(DEVICE_PATH, self.device)
-        router.add_post(CONSENT_PATH, self.consent)
-        router.add_post(DECISION_PATH, self.decision)
+        router.add_post(DEVICE_AUTHORIZATION_PATH, self._limited(self.device_authorization))
+        router.add_post(TOKEN_PATH, self._limited(self.token))
+        router.add_get(DEVICE_PATH, self._limited(self.device))
+        router.add_post(CONSENT_PATH, self._limited(self.consent))
+        router.add_post(DECISION_PATH, self._limited(self.decision))
+
+    def _limited(self, handler: Handler) -> Handler:
+        async def limited(request: web.Request) -> web.StreamResponse:
+            self.check_address(request.remote)
+            return await handler(request)
+
+        return limited
 
     def urls(self, request: web.Request) -> Urls:
         return Urls(self.base_url(request) + self.prefix)
