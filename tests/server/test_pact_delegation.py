@@ -20,8 +20,10 @@ from a2a_gateway.server.pact.keys import SIGNING_KEY_FILE
 from ..agent.fake_llm import Calls, FakeLLM, Say, tool_results
 from ..agent.llm_support import llm
 from ..conftest import captured_logs
+from ..idp import running_provider
 from .pact_delegation_support import (
     ACCOUNT,
+    AUDIENCE,
     CANCEL,
     PACT,
     READ,
@@ -237,6 +239,18 @@ async def test_tokens_are_bound_to_their_user_agent_and_audience(
     for bad in (token[:-4] + "AAAA", stack.pa.token("alice", audience=stack.base + PACT)):
         status, answer = await stack.send("x", "m-4", stack.pa_headers(bad))
         assert status == 401, answer
+    # Another personal agent cannot use this one's token.
+    async with running_provider() as other:
+        pact_file = stack.workspace / PACT_FILE
+        config = json.loads(pact_file.read_text())
+        config["personalAgents"].append(other.personal_agent())
+        pact_file.write_text(json.dumps(config))
+        headers = {
+            "Authorization": f"Bearer {other.token('alice', audience=AUDIENCE)}",
+            "X-A2A-User-Delegation": f"Bearer {token}",
+        }
+        status, answer = await stack.send("x", "m-6", headers)
+        assert status == 401 and "issued to another personal agent" in json.dumps(answer)
     # Without a token, a scoped tool asks for the sign-in too.
     status, answer = await stack.send("my orders?", "m-5", stack.pa_headers())
     assert answer["task"]["metadata"]["pact.missingScopes"] == [READ]
