@@ -171,6 +171,7 @@ class DelegationServer:
         self._by_user_code: dict[str, Grant] = {}
         self._keys: dict[Path, SigningKey] = {}
         self._key_lock = asyncio.Lock()
+        self._warned = ""
 
     # --- configuration and keys ---------------------------------------------------------
 
@@ -178,9 +179,10 @@ class DelegationServer:
         """The one workspace that offers delegation (None: none, or several)."""
         found = [(w, c, c.delegation) for w, c in self.configs() if c.delegation is not None]
         if len(found) != 1:
-            if found:
-                where = ", ".join(sorted(str(w) for w, _, _ in found))
+            where = ", ".join(sorted(str(w) for w, _, _ in found))
+            if found and where != self._warned:  # once per such set of workspaces
                 log.warning("PACT delegation is configured in several workspaces: %s", where)
+            self._warned = where
             return None
         workspace, config, delegation = found[0]
         assert delegation is not None

@@ -45,6 +45,18 @@ async def test_consent_in_the_browser_then_a_delegated_turn(tmp_path: Path, llm:
             await page.click("#allow")
             await page.wait_for("document.querySelector('#connected') !== null")
             landed = urllib.parse.urlsplit(await page.url())
+
+            # Another request, denied in the browser: the poll hears access_denied.
+            status, denied = await stack.device_authorization()
+            assert status == 200, denied
+            await page.goto(denied["verification_uri_complete"])
+            await page.click("#signin")
+            await page.wait_for("document.querySelector('#deny') !== null")
+            await page.click("#deny")
+            await page.wait_for("document.querySelector('#connected') !== null")
+            assert "status=denied" in await page.url()
+        status, answer = await stack.poll(denied["device_code"])
+        assert (status, answer["error"]) == (400, "access_denied")
         assert landed.path == "/connected"
         assert dict(urllib.parse.parse_qsl(landed.query)) == {
             "status": "approved",
