@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from a2a_gateway.server.pact import PACT_FILE
+from a2a_gateway.server.identity import JwtVerifier
+from a2a_gateway.server.outbound import OutboundClient
+from a2a_gateway.server.pact import PACT_FILE, DelegationServer
 from a2a_gateway.server.pact.config import parse_delegation, parse_pact
 from a2a_gateway.server.pact.keys import SIGNING_KEY_FILE
 
@@ -305,3 +307,23 @@ def test_the_delegation_block_is_checked() -> None:
     )
     assert config is not None and config.delegation is None
     assert warnings and "no delegation" in warnings[0]
+
+
+async def test_one_workspace_may_offer_delegation(tmp_path: Path) -> None:
+    block = {
+        "loginUrl": "https://acme.example/login",
+        "loginIssuer": "https://acme.example",
+        "loginJwksUri": "https://acme.example/jwks",
+        "scopes": [{"id": READ, "description": "See", "tools": []}],
+    }
+    config, _ = parse_pact({"audience": "a", "personalAgents": [], "delegation": block}, "x")
+    assert config is not None
+    verifier = JwtVerifier(OutboundClient(timeout_s=1))
+    try:
+        both = [(tmp_path / "a", config), (tmp_path / "b", config)]
+        server = DelegationServer(lambda: both, verifier)
+        assert server.delegating() is None  # two: neither (and a warning, once)
+        server.configs = lambda: both[:1]
+        assert server.delegating() == (tmp_path / "a", config, config.delegation)
+    finally:
+        await verifier.aclose()
