@@ -12,6 +12,7 @@ import pytest
 
 from a2a_gateway.agent.assistant import DELEGATION_ARTIFACT, delegated_tools
 from a2a_gateway.agent.base import Signal
+from a2a_gateway.agent.demo_model import demo_reply
 from a2a_gateway.agent.tools import Tool, ToolContext, ToolRegistry, ToolResult
 from a2a_gateway.agent.tools.interaction import InputNeeded
 from a2a_gateway.protocol.context import OnBehalf
@@ -72,3 +73,10 @@ async def test_without_a_token_every_scoped_tool_asks(tmp_path: Path) -> None:
     # No PACT user, or no scopes configured: the registry as it was.
     assert delegated_tools(tools, None) == (tools, None)
     assert delegated_tools(tools, OnBehalf("https://pa.example", "alice")) == (tools, None)
+
+
+def test_the_demo_model_uses_a_tool_it_is_offered() -> None:
+    offered = {"tools": [{"type": "function", "function": {"name": "list_orders"}}]}
+    said = {"role": "user", "content": "[A2A message from someone.]\n\nuse list_orders"}
+    assert demo_reply({**offered, "messages": [said]}) == ("", [("list_orders", {})])
+    assert demo_reply({"messages": [said]})[0] == "I have no tool named list_orders here."
