@@ -226,8 +226,21 @@ async def test_tokens_are_bound_to_their_user_agent_and_audience(
 ) -> None:
     token = await stack.delegation_token([READ])
     llm.script(Say("Hello."), Calls([("list_orders", {})]))
-    status, answer = await stack.send("hi", "m-1", stack.pa_headers(token))
-    assert status == 200, answer
+    # JSON-RPC too: the reply under a token, with its receipt.
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+    }
+    async with stack.http.post(
+        stack.base + PACT, json=body, headers=stack.pa_headers(token)
+    ) as got:
+        answer = (await got.json())["result"]
+    receipt = verify_ours(
+        answer["message"]["metadata"]["pact.receipt"], await stack.jwks(), "pact-receipt+jwt"
+    )
+    assert receipt["tools"] == [] and receipt["scope"] == READ
     context_id = answer["message"]["contextId"]
     # Another account's token (same personal agent user) does not continue it.
     stack.company.account = "u-5678"
