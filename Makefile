@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 GRPC_PORT ?= 8081
 
-.PHONY: run test lint gen dev peer clean pg postgres-bin docs
+.PHONY: run test lint gen dev peer clean pg postgres-bin chromium docs
 
 $(VENV)/.deps: requirements/dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,11 +68,18 @@ postgres-bin:
 	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 		|| { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15; }
 
+# Debian's Chromium (headless) for the consent-page test (tests/browser.py drives it over
+# the DevTools protocol): installed from Debian's packages only when PATH has none.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+		|| { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends chromium; }
+
 # A throwaway PostgreSQL for trying --store postgres: prints its URL, runs until Ctrl-C.
 pg: dev postgres-bin
 	$(PY) -P -m a2a_gateway.server.pg_local
 
-test: lint peer postgres-bin
+test: lint peer postgres-bin chromium
 	$(VENV)/bin/pytest -q
 
 # docs/configuration.md is made from the settings tables (the suite checks it).

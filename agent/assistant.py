@@ -15,18 +15,34 @@ under the framing header for untrusted inbound text. The reply streams into the
 for a secret) and the caller's next message on the task arrives as the tool's result;
 ``send_file`` becomes a file artifact; provider failures fail the task with their short
 redacted text.
+
+PACT Delegated (``turn.caller.on_behalf.tool_scopes``): a tool a scope opens runs only
+when the user's delegation token grants one of its scopes, with that token as its
+``bearer``; called without it, the turn ends auth-required. Such a turn also yields
+an artifact named :data:`DELEGATION_ARTIFACT` (one data part: ``toolsRun``, the scoped
+tools that ran, and ``missingScopes``) for the PACT service, which takes it out of
+the reply and signs the receipt from it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from a2a_gateway.protocol.context import OnBehalf
+from lf.a2a.v1 import a2a_pb2 as pb
 
 from .base import (
+    DELEGATION_ARTIFACT,
     Agent,
+    ArtifactChunk,
     AuthRequired,
     Completed,
     Failed,
@@ -45,12 +61,71 @@ from .prompt import (
     uses_payload,
 )
 from .runtime import Asked, FileReady, Finished, Runtime, TextDelta, TurnFailed
-from .tools.base import Tool, ToolRegistry
+from .tools.base import Tool, ToolContext, ToolRegistry, ToolResult
 from .tools.files import SEND_CAP, workspace_tools
-from .tools.interaction import NotifyOwner, OwnerNotifier, RequestInput
+from .tools.interaction import InputNeeded, NotifyOwner, OwnerNotifier, RequestInput
 
 SESSION_MODES = ("per-context", "per-task", "shared")
 NO_WORKSPACE = "The assistant has no workspace for this caller."
+
+
+@dataclass(slots=True)
+class DelegationRecord:
+    """What one turn did with scoped tools."""
+
+    ran: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def artifact(self) -> ArtifactChunk:
+        data = struct_pb2.Value()
+        data.struct_value.update({"toolsRun": self.ran, "missingScopes": self.missing})
+        part = pb.Part(data=data, media_type="application/json")
+        return ArtifactChunk(pb.Artifact(name=DELEGATION_ARTIFACT, parts=[part]))
+
+
+class ScopedTool(Tool):
+    """A tool a PACT scope opens, for one turn of one user."""
+
+    def __init__(
+        self, inner: Tool, opened_by: tuple[str, ...], on_behalf: OnBehalf, record: DelegationRecord
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.description = inner.description
+        self.parameters = inner.parameters
+        self.opened_by = opened_by
+        self.on_behalf = on_behalf
+        self.record = record
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        if self.on_behalf.token and self.on_behalf.scopes.intersection(self.opened_by):
+            self.record.ran.append(self.name)
+            bearer = dataclasses.replace(context, bearer=self.on_behalf.token)
+            return await self.inner.call(arguments, bearer)
+        for scope in self.opened_by:
+            if scope not in self.record.missing:
+                self.record.missing.append(scope)
+        raise InputNeeded(
+            f"{self.name} needs your permission ({' or '.join(self.opened_by)}):"
+            " sign in with the link to allow it, then ask again.",
+            None,
+            secret=True,
+        )
+
+
+def delegated_tools(
+    tools: ToolRegistry, on_behalf: OnBehalf | None
+) -> tuple[ToolRegistry, DelegationRecord | None]:
+    """``tools`` with the scoped ones gated for this user (unchanged without scopes)."""
+    if on_behalf is None or not on_behalf.tool_scopes:
+        return tools, None
+    record = DelegationRecord()
+    opened = dict(on_behalf.tool_scopes)
+    gated = ToolRegistry(
+        ScopedTool(tool, opened[tool.name], on_behalf, record) if tool.name in opened else tool
+        for tool in tools
+    )
+    return gated, record
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +216,13 @@ class AssistantAgent(Agent):
         )
         if self.local_time is not None:
             framing += f"\n[Your owner's local time: {self.local_time(workspace)}]"
+        tools, record = delegated_tools(self.tools, turn.caller.on_behalf)
         events = self.runtime.run_turn(
             self.scope(turn),
             workspace,
             text,
             files=turn.files,
-            tools=self.tools,
+            tools=tools,
             framing=framing,
             caller=turn.caller.name,
             hops=turn.hops,
@@ -160,17 +236,31 @@ class AssistantAgent(Agent):
                 elif isinstance(event, FileReady):
                     yield File(event.filename, data=event.data, media_type=event.media_type)
                 elif isinstance(event, Finished):
+                    if record is not None:
+                        yield record.artifact()
                     yield Completed()
                     return
                 elif isinstance(event, Asked):
+                    if record is not None:
+                        yield record.artifact()
                     if event.secret:
                         yield AuthRequired(event.question)
                     else:
                         yield InputRequired(event.question, schema=event.schema)
                     return
                 elif isinstance(event, TurnFailed):
+                    if record is not None:
+                        yield record.artifact()
                     yield Failed(event.text)
                     return
 
 
-__all__ = ["SESSION_MODES", "AssistantAgent", "AssistantConfig"]
+__all__ = [
+    "DELEGATION_ARTIFACT",
+    "SESSION_MODES",
+    "AssistantAgent",
+    "AssistantConfig",
+    "DelegationRecord",
+    "ScopedTool",
+    "delegated_tools",
+]

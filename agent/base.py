@@ -67,6 +67,9 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 #: Name of the artifact built from :class:`TextChunk` outputs.
 RESPONSE_ARTIFACT = "response"
+#: The artifact a PACT-delegated turn reports its scoped tools in (``toolsRun``,
+#: ``missingScopes``): for the PACT service, never shown in its replies.
+DELEGATION_ARTIFACT = "pact.delegation"
 #: How :meth:`Turn.content_text` introduces a caller's result schema.
 RESULT_SCHEMA_LABEL = "[The caller wants the answer as JSON matching this JSON Schema:]"
 _NO_METADATA: Mapping[str, Any] = MappingProxyType({})
@@ -351,6 +354,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 __all__ = [
+    "DELEGATION_ARTIFACT",
     "ENDINGS",
     "RESPONSE_ARTIFACT",
     "Agent",

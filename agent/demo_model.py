@@ -11,6 +11,8 @@ stream of chunks, or a whole answer for ``stream: false``), and the assistant's
 - ``ask me QUESTION`` calls ``request_input`` with the question (when offered: an
   inbound caller's session), else asks it as its answer (the owner's own chat);
 - ``ask AGENT MESSAGE`` calls ``a2a`` (``action=send``) with the message (when offered);
+- ``use TOOL`` calls that tool without arguments (when offered: e.g. a host's account
+  API tool under PACT delegation);
 - a tool's result is answered with that result (``a2a``: the agent's answer as is);
 - a question about what it can do gets the list of these rules; anything else is echoed.
 
@@ -36,11 +38,12 @@ DEMO_BASE_URL = "http://demo-model.invalid/v1"
 CAPABILITIES = (
     "I am the a2a-gateway demo model: a few rules, not a language model. I echo what you"
     ' say; "ask AGENT MESSAGE" sends MESSAGE to that agent of your agents.json with the'
-    ' a2a tool; "ask me QUESTION" asks you back (request_input). Give --llm-model (and'
-    " --llm-base-url) to talk to a real model."
+    ' a2a tool; "ask me QUESTION" asks you back (request_input); "use TOOL" calls that'
+    " tool. Give --llm-model (and --llm-base-url) to talk to a real model."
 )
 _ASK_ME = re.compile(r"^ask\s+me\s+(?P<question>.+)$", re.I | re.S)
 _ASK_AGENT = re.compile(r"^ask\s+(?P<agent>[a-z0-9][a-z0-9._-]*)\s+(?P<message>.+)$", re.I | re.S)
+_USE = re.compile(r"^use\s+(?P<tool>[A-Za-z0-9_-]{1,64})\.?$", re.I)
 _ABOUT = re.compile(
     r"\b(what (can|could) (you|it) do|what (you|it) can do|what do you do|who are you|help)\b",
     re.I,
@@ -93,6 +96,12 @@ def demo_reply(body: Mapping[str, Any]) -> tuple[str, list[tuple[str, dict[str, 
         if "a2a" in tools:
             return "", [("a2a", {"action": "send", "agent": agent, "message": message})]
         return f"I cannot ask {agent}: here I have no a2a tool (the owner's chat has it).", []
+    used = _USE.match(text)
+    if used:
+        name = used["tool"]
+        if name in tools:
+            return "", [(name, {})]
+        return f"I have no tool named {name} here.", []
     if not text or _ABOUT.search(text):
         return CAPABILITIES, []
     return f"You said: {text}", []

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
 from a2a_gateway.agent.demo_model import DEMO_BASE_URL, DEMO_MODEL, demo_client
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
+from a2a_gateway.agent.tools.base import Tool
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
 
 from .logs import register_secret
@@ -88,6 +89,7 @@ def build_assistant(
     notifier: OwnerNotifier | None = None,
     scope_prefix: str = "serve",
     local_time: Callable[[Path], str] | None = None,
+    extra_tools: Sequence[Tool] = (),
 ) -> AssistantAgent:
     """The assistant for inbound A2A callers (StartupError for a setting that cannot
     work). ``serve --llm`` builds its own runtime and notifies through the workspace's
@@ -120,4 +122,5 @@ def build_assistant(
         default_workspace=workspaces[0],
         notifier=notifier if notifier is not None else InboxNotifier(),
         local_time=local_time,
+        extra_tools=extra_tools,
     )

@@ -19,7 +19,7 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ from a2a_gateway.agent.base import Agent, AgentProfile
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
+from a2a_gateway.agent.tools.base import Tool
 from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import (
@@ -239,11 +240,17 @@ def check_workspaces(workspaces: list[Path]) -> None:
             raise StartupError(f"workspace {workspace} is not readable and writable")
 
 
-def build_agent(settings: Settings, workspaces: list[Path] | None = None) -> Agent:
+def build_agent(
+    settings: Settings, workspaces: list[Path] | None = None, tools: Sequence[Tool] = ()
+) -> Agent:
+    """The hosted agent the settings name; ``tools`` are a host's own for the assistant
+    (e.g. :class:`~a2a_gateway.account_api.AccountApiTool` for PACT scopes)."""
     if settings["llm"] or settings["llm_demo"]:
         from .assistant_host import build_assistant  # imports openai: only when used
 
-        return build_assistant(settings, workspaces or [])
+        return build_assistant(settings, workspaces or [], extra_tools=tools)
+    if tools:
+        raise StartupError("tools are for the assistant: give --llm or --llm-demo")
     if settings["agent"]:
         # Like uvicorn: ``--agent shout:Shout`` finds shout.py in the current folder.
         here = os.getcwd()
@@ -470,9 +477,11 @@ class Gateway:
         push_waker: PushWaker | None = None,
         agent: Agent | None = None,
         routes: Callable[[web.Application], None] | None = None,
+        tools: Sequence[Tool] = (),
     ) -> None:
         """``agent`` replaces the one the settings name (a host that built its own);
-        ``routes`` adds a host's routes to the HTTP app (the Telegram webhook)."""
+        ``routes`` adds a host's routes to the HTTP app (the Telegram webhook);
+        ``tools`` are the host's own tools for the assistant (``--llm``)."""
         self.config = server_config(settings)
         self._routes = routes
         check_workspaces(self.config.workspaces)
@@ -514,7 +523,7 @@ class Gateway:
         self.store: TaskStore | None = None
         if self.proxy is None:
             if agent is None:
-                agent = build_agent(settings, self.config.workspaces)
+                agent = build_agent(settings, self.config.workspaces, tools)
             self.runtime = getattr(agent, "runtime", None)
             self.cards.streaming = agent.streaming
             self.cards.profile = agent_profile(agent)

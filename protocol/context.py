@@ -16,6 +16,14 @@ class OnBehalf:
 
     agent: str
     user: str
+    #: PACT Delegated, with a delegation token: the user's account id at the company
+    #: (the token's ``sub``) and the scopes it grants; empty without a token.
+    account: str = ""
+    scopes: frozenset[str] = frozenset()
+    #: Each scoped tool and the scopes that open it (the workspace's delegation).
+    tool_scopes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The delegation token itself: the bearer a scoped tool presents to the account API.
+    token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)

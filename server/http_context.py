@@ -110,6 +110,7 @@ async def call_context(request: web.Request, *, binding: str = "") -> CallContex
     ``X-A2A-Extensions``. Also records the request's base URL for the card helpers.
     """
     get = single_values(lambda name: request.headers.getall(name, ()))
+    card.bind_request(request)  # before the caller: PACT's delegation tokens name the URL
     authenticator = request.app[AUTHENTICATOR]
     certificate = http_peer_certificate(request) if authenticator.certificates else None
     identity = await authenticator.admit(get, request.remote, certificate)
@@ -125,7 +126,6 @@ async def call_context(request: web.Request, *, binding: str = "") -> CallContex
         *request.headers.getall(versioning.EXTENSIONS_HEADER, ()),
         *request.headers.getall(versioning.LEGACY_EXTENSIONS_HEADER, ()),
     ]
-    card.bind_request(request)
     headers = request.headers
     return CallContext(
         caller=caller,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ class ToolContext:
     scope (conversation id, e.g. ``local-owner``, ``telegram-42``,
     ``<prefix>-a2a-<caller>_<contextId>``); ``caller`` the inbound A2A caller's name
     (``None`` in an owner session); ``hops`` the hop count of the inbound request (an
-    outgoing A2A call sends ``hops + 1``); ``cancelled`` is set when the turn must stop.
+    outgoing A2A call sends ``hops + 1``); ``cancelled`` is set when the turn must stop;
+    ``bearer`` is the user's delegation token, for a tool a PACT scope opens.
     """
 
     workspace: Path
@@ -53,6 +54,9 @@ class ToolContext:
     caller: str | None
     hops: int
     cancelled: Signal
+    #: The user's delegation token for a scoped tool's account API (PACT Delegated;
+    #: ``""`` for every other tool and turn). A tool sends it, never shows it.
+    bearer: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)

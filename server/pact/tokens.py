@@ -16,15 +16,22 @@ bound, the outbound guard, exp/nbf/iat with the leeway) plus PACT's own rules, e
 The caller is the user: ``pact.<hash of iss and sub>`` of the workspace (a name no
 callers.json entry can have: those are ``[a-z0-9-]``), with the personal agent and the
 user as :class:`~a2a_gateway.protocol.context.OnBehalf` for the agent's framing header.
+
+PACT Delegated: ``X-A2A-User-Delegation: Bearer <token>`` beside the personal agent's
+JWT carries a delegation token of this gateway (:mod:`.oauth`): ``typ: at+jwt``, signed
+by the workspace's key, ``iss`` the oauth URL and ``aud`` the PACT URL of this
+request's base URL, ``client_id`` the personal agent that presents it. The turn then
+runs as that account: the caller is ``pact.<hash of iss, sub and the token's sub>``
+(so a conversation of one account never continues under another's token), and
+``OnBehalf`` carries the account, its granted scopes (those still offered) and the
+token. A bad token is a 401 like a bad JWT.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -40,7 +47,6 @@ from ..auth import (
 )
 from ..config import DEFAULT_PACT_MAX_LIFETIME_S
 from ..identity.jwt import (
-    Clock,
     JwtVerifier,
     TokenRefused,
     audience_contains,
@@ -50,56 +56,25 @@ from ..identity.jwt import (
 from ..limits import RateLimits
 from ..publication import Publication
 from .config import PactConfig, pact_file
+from .oauth import OAUTH, DelegationServer
+from .replay import ReplayGuard
+
+#: The header a delegation token travels in, beside the personal agent's JWT.
+DELEGATION_HEADER = "X-A2A-User-Delegation"
 
 log = logging.getLogger(__name__)
 
 #: The algorithms PACT allows personal agents.
 PACT_ALGORITHMS = frozenset({"ES256", "RS256"})
-#: jtis remembered at once; a flood beyond it is refused, never forgotten early.
-MAX_REMEMBERED_JTIS = 100_000
 MAX_CLAIM_CHARS = 256
 CALLER_PREFIX = "pact."
 
 
-class ReplayGuard:
-    """The jtis of accepted tokens, each until its token expires (plus the leeway).
-
-    Tokens live at most minutes, so entries leave roughly in arrival order: expired
-    ones are dropped from the front. Full of live entries, a new token is refused
-    rather than an entry dropped early (which would let its token be replayed).
-    """
-
-    def __init__(
-        self, *, max_entries: int = MAX_REMEMBERED_JTIS, wall_clock: Clock = time.time
-    ) -> None:
-        self.max_entries = max_entries
-        self.wall_clock = wall_clock
-        self._seen: OrderedDict[bytes, float] = OrderedDict()
-
-    def spend(self, issuer: str, jti: str, until: float) -> None:
-        """Remember ``jti`` of ``issuer`` until ``until``; TokenRefused when it is known."""
-        now = self.wall_clock()
-        while self._seen:
-            first_key, first_until = next(iter(self._seen.items()))
-            if first_until >= now:
-                break
-            del self._seen[first_key]
-        key = hashlib.sha256(f"{issuer}\x00{jti}".encode("utf-8", "surrogateescape")).digest()
-        expires = self._seen.get(key)
-        if expires is not None and expires >= now:
-            raise TokenRefused("The token was already used (its jti is replayed)")
-        if len(self._seen) >= self.max_entries:
-            log.warning("PACT replay guard is full (%d live tokens); refusing", self.max_entries)
-            raise TokenRefused("The token cannot be accepted now; retry later")
-        self._seen[key] = until
-
-    def __len__(self) -> int:
-        return len(self._seen)
-
-
-def caller_name(issuer: str, sub: str) -> str:
-    """The caller name of one user of one personal agent (stable, path-safe)."""
-    digest = hashlib.sha256(f"{issuer}\x00{sub}".encode("utf-8", "surrogateescape"))
+def caller_name(issuer: str, sub: str, account: str = "") -> str:
+    """The caller name of one user of one personal agent (stable, path-safe), acting
+    as ``account`` when a delegation token says so."""
+    text = f"{issuer}\x00{sub}" + (f"\x00{account}" if account else "")
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape"))
     return CALLER_PREFIX + digest.hexdigest()[:32]
 
 
@@ -125,6 +100,10 @@ class PactAuthenticator(Authenticator):
         self.verifier = verifier
         self.max_lifetime_s = max_lifetime_s
         self.replay = replay or ReplayGuard(wall_clock=verifier.wall_clock)
+        self.delegation = DelegationServer(self.configs, verifier)
+        #: The PACT URL of the request being served (the mount sets it: the request's
+        #: base URL and the PACT path); delegation tokens name it.
+        self.endpoint: Callable[[], str] = lambda: ""
 
     def configs(self) -> list[tuple[Path, PactConfig]]:
         """The workspaces with a usable pact.json, and theirs."""
@@ -172,12 +151,47 @@ class PactAuthenticator(Authenticator):
         if claims["exp"] - iat > self.max_lifetime_s:
             raise TokenRefused(f"The token lives longer than {self.max_lifetime_s:g} s (exp - iat)")
         self.replay.spend(issuer, jti, float(claims["exp"]) + self.verifier.leeway_s)
+        on_behalf = OnBehalf(agent=issuer, user=sub)
+        if config.delegation is not None:
+            on_behalf = OnBehalf(issuer, sub, tool_scopes=config.delegation.tool_scopes())
+        presented = get(DELEGATION_HEADER)
+        if presented is not None:
+            on_behalf = await self._delegated(presented, workspace, on_behalf)
         caller = Caller(
-            name=caller_name(issuer, sub),
+            name=caller_name(issuer, sub, on_behalf.account),
             workspace=str(workspace),
-            on_behalf=OnBehalf(agent=issuer, user=sub),
+            on_behalf=on_behalf,
         )
         return Identity(caller)
+
+    async def _delegated(self, presented: str, workspace: Path, on_behalf: OnBehalf) -> OnBehalf:
+        """``on_behalf`` acting as the account a delegation token names."""
+        scheme, _, token = presented.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise TokenRefused(f"{DELEGATION_HEADER} must be Bearer <delegation token>")
+        endpoint = self.endpoint()
+        if not endpoint:
+            raise TokenRefused("Delegation tokens are not accepted here")
+        where, delegation, claims = await self.delegation.verify_token(
+            token, endpoint + OAUTH, endpoint
+        )
+        if where != workspace:
+            raise TokenRefused("The delegation token is for another audience")
+        if claims["client_id"] != on_behalf.agent:
+            raise TokenRefused("The delegation token was issued to another personal agent")
+        account = claims["sub"]
+        if len(account) > MAX_CLAIM_CHARS:
+            raise TokenRefused("The delegation token has no sub claim")
+        granted = frozenset(s for s in claims["scope"].split() if delegation.scope(s))
+        return OnBehalf(
+            on_behalf.agent,
+            on_behalf.user,
+            account=account,
+            scopes=granted,
+            tool_scopes=delegation.tool_scopes(),
+            token=token,
+        )
 
     @staticmethod
     def _presented(get: HeaderGetter) -> str:
@@ -196,6 +210,7 @@ class PactAuthenticator(Authenticator):
 
 __all__ = [
     "CALLER_PREFIX",
+    "DELEGATION_HEADER",
     "PACT_ALGORITHMS",
     "PactAuthenticator",
     "ReplayGuard",
