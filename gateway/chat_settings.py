@@ -3,11 +3,12 @@ share: ``--a2a-wait``, ``--a2a-max-wait``, ``--watch-timeout``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
 
-from .settings import SETTINGS, Setting
+from .settings import SETTINGS, LlmStream, LogFormat, LogLevel, Setting, VerbSettings
 
 DELEGATION_SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -86,3 +87,36 @@ CHAT_SETTINGS: tuple[Setting, ...] = (
         if s.name in _FROM_SERVE or s.name.startswith("llm_")
     ),
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatSettings(VerbSettings):
+    """``chat``'s settings, resolved: one field per setting of :data:`CHAT_SETTINGS`."""
+
+    TABLE: ClassVar[tuple[Setting, ...]] = CHAT_SETTINGS
+    SECTION: ClassVar[str] = "chat"
+
+    workspace: str
+    turn_timeout: float
+    a2a_wait: float
+    a2a_max_wait: float
+    watch_timeout: float
+    host: str
+    port: int
+    public_url: str
+    llm_base_url: str
+    llm_model: str
+    llm_demo: bool
+    llm_timeout: float
+    llm_max_tokens: int
+    llm_temperature: float | None
+    llm_max_retries: int
+    llm_stream: LlmStream
+    llm_max_tool_rounds: int
+    llm_context_budget: int
+    session_idle_timeout: float
+    allow_private_urls: bool
+    max_file_bytes: int
+    otlp_endpoint: str
+    log_format: LogFormat
+    log_level: LogLevel

@@ -2,6 +2,11 @@
 
 Every setting has a default that works with no configuration at all on 127.0.0.1.
 A flag given on the command line wins over the environment, which wins over the file.
+
+The :data:`SETTINGS` table is the one definition of each setting (flag, environment
+name, TOML key, type, default, help); a verb reads its resolved values as a typed,
+frozen object (:class:`ServeSettings`, ``ChatSettings``, ``TelegramSettings``) whose
+fields the suite checks against the verb's table (tests/test_settings.py).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeVar
 
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 from a2a_gateway.server.config import DEFAULT_PACT_MAX_LIFETIME_S
@@ -531,22 +536,13 @@ def _convert(setting: Setting, value: Any, source: str) -> Any:
     return value
 
 
-@dataclass(slots=True)
-class Settings:
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
-
-def resolve(
+def _merge(
     flags: Mapping[str, Any],
-    environ: Mapping[str, str] | None = None,
-    config_file: Path | None = None,
-    *,
-    table: tuple[Setting, ...] = SETTINGS,
-    section: str = "serve",
-) -> Settings:
+    environ: Mapping[str, str] | None,
+    config_file: Path | None,
+    table: tuple[Setting, ...],
+    section: str,
+) -> dict[str, Any]:
     """Merge the three sources; ``flags`` holds only the flags actually given.
     ``table`` is the command's settings and ``section`` its TOML table (``serve``,
     ``telegram``)."""
@@ -577,4 +573,162 @@ def resolve(
             values[setting.name] = from_file[setting.name]
         else:
             values[setting.name] = setting.default
-    return Settings(values)
+    return values
+
+
+LlmStream = Literal["auto", "on", "off"]
+SessionMode = Literal["per-context", "per-task", "shared"]
+UpstreamTransport = Literal["auto", "jsonrpc", "rest", "grpc"]
+CardFormat = Literal["auto", "1.0", "hybrid"]
+StoreKind = Literal["workspace", "memory", "postgres"]
+LogFormat = Literal["plain", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class VerbSettings:
+    """What every verb's typed settings share: the table they are made from and its TOML
+    section. Subclasses are frozen dataclasses with one field per setting of ``TABLE``
+    (same name, the setting's type; no defaults: those are the table's)."""
+
+    __slots__ = ()
+    TABLE: ClassVar[tuple[Setting, ...]]
+    SECTION: ClassVar[str]
+    # Every verb has these (read before the verb starts: logging is set up first).
+    log_level: LogLevel
+    log_format: LogFormat
+
+
+V = TypeVar("V", bound=VerbSettings)
+
+
+def build(kind: type[V], values: Mapping[str, Any]) -> V:
+    """``kind`` from checked values by setting name (a list becomes a tuple); a setting
+    ``values`` lacks takes the table's default."""
+    fields: dict[str, Any] = {}
+    for setting in kind.TABLE:
+        value = values.get(setting.name, setting.default)
+        fields[setting.name] = tuple(value) if setting.kind is list else value
+    return kind(**fields)
+
+
+def load(
+    kind: type[V],
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> V:
+    """A verb's settings from its three sources: ``flags`` (only those actually given),
+    then ``environ`` (``A2A_GATEWAY_*``; default: the process environment), then the
+    verb's table in ``config_file``."""
+    return build(kind, _merge(flags, environ, config_file, kind.TABLE, kind.SECTION))
+
+
+def resolve(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> ServeSettings:
+    """``serve``'s settings (:func:`load` of :class:`ServeSettings`)."""
+    return load(ServeSettings, flags, environ, config_file)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings(VerbSettings):
+    """``serve``'s settings, resolved: one field per setting of :data:`SETTINGS`."""
+
+    TABLE: ClassVar[tuple[Setting, ...]] = SETTINGS
+    SECTION: ClassVar[str] = "serve"
+
+    host: str
+    port: int
+    grpc_port: int
+    public_url: str
+    workspace: tuple[str, ...]
+    workspaces_root: str
+    agent: str
+    exec: str
+    faux: bool
+    llm: bool
+    llm_base_url: str
+    llm_model: str
+    llm_demo: bool
+    llm_timeout: float
+    llm_max_tokens: int
+    llm_temperature: float | None
+    llm_max_retries: int
+    llm_stream: LlmStream
+    llm_max_tool_rounds: int
+    llm_context_budget: int
+    session_idle_timeout: float
+    session_mode: SessionMode
+    message_template: str
+    upstream: str
+    upstream_key: str = field(repr=False)  # a secret
+    upstream_signing_secret: str = field(repr=False)  # a secret
+    upstream_basic_user: str
+    upstream_password: str = field(repr=False)  # a secret
+    upstream_client_id: str
+    upstream_client_secret: str = field(repr=False)  # a secret
+    upstream_token_url: str
+    upstream_token_command: str
+    upstream_client_cert: str
+    upstream_client_key: str
+    upstream_ca_cert: str
+    upstream_transport: UpstreamTransport
+    upstream_timeout: float
+    upstream_idle_timeout: float
+    grpc_default_deadline: float
+    grpc_stream_idle_timeout: float
+    shutdown_grace: float
+    allow_anonymous: bool
+    allow_private_urls: bool
+    jsonrpc_path: str
+    rest_path: str
+    card_name: str
+    card_description: str
+    card_skills: str
+    card_extensions: str
+    card_icon: str
+    card_format: CardFormat
+    max_hops: int
+    max_file_bytes: int
+    keepalive: float
+    store: StoreKind
+    database_url: str = field(repr=False)  # a secret
+    database_pool_size: int
+    database_lease: float
+    fsync: bool
+    task_retention: str
+    task_retention_files: bool
+    task_cache_entries: int
+    task_cache_mib: int
+    index_reconcile_interval: float
+    list_max_mib: float
+    event_log_kib: int
+    memory_event_log_mib: int
+    memory_store_tasks: int
+    memory_store_mib: int
+    retry_keys: int
+    retry_keys_mib: int
+    rate_limit_per_minute: int
+    ip_rate_limit_per_minute: int
+    jwt_leeway: float
+    identity_fetch_timeout: float
+    pact_token_max_lifetime: float
+    card_signing_key: str
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
+    introspection_url: str
+    introspection_client_id: str
+    introspection_client_secret: str = field(repr=False)  # a secret
+    introspection_cache: float
+    oauth2_token_url: str
+    max_running_tasks: int
+    max_open_contexts: int
+    access_log: bool
+    metrics: bool
+    metrics_port: int
+    otlp_endpoint: str
+    log_format: LogFormat
+    log_level: LogLevel

@@ -19,10 +19,10 @@ def test_precedence_flag_then_environment_then_file(tmp_path: Path) -> None:
     config.write_text('[serve]\nport = 9001\ncard_name = "from file"\nlog_level = "debug"\n')
     environ = {"A2A_GATEWAY_PORT": "9002", "A2A_GATEWAY_CARD_NAME": "from env"}
     settings = resolve({"port": 9003}, environ=environ, config_file=config)
-    assert settings["port"] == 9003
-    assert settings["card_name"] == "from env"
-    assert settings["log_level"] == "debug"
-    assert resolve({}, environ={})["port"] == 8080
+    assert settings.port == 9003
+    assert settings.card_name == "from env"
+    assert settings.log_level == "debug"
+    assert resolve({}, environ={}).port == 8080
 
 
 @pytest.mark.parametrize(
@@ -60,29 +60,29 @@ def test_unknown_file_setting_is_refused(tmp_path: Path) -> None:
 
 def test_upstream_settings_defaults_and_sources(tmp_path: Path) -> None:
     defaults = resolve({}, environ={})
-    assert defaults["upstream_transport"] == "auto"
-    assert defaults["upstream_timeout"] == DEFAULT_TIMEOUT
-    assert defaults["upstream_idle_timeout"] == DEFAULT_STREAM_IDLE_TIMEOUT
+    assert defaults.upstream_transport == "auto"
+    assert defaults.upstream_timeout == DEFAULT_TIMEOUT
+    assert defaults.upstream_idle_timeout == DEFAULT_STREAM_IDLE_TIMEOUT
 
     config = tmp_path / "gateway.toml"
     config.write_text(
         '[serve]\nupstream_transport = "rest"\nupstream_timeout = 5\nupstream_idle_timeout = 7.5\n'
     )
     from_file = resolve({}, environ={}, config_file=config)
-    assert from_file["upstream_transport"] == "rest"
-    assert from_file["upstream_timeout"] == 5.0  # a TOML integer is fine for seconds
-    assert from_file["upstream_idle_timeout"] == 7.5
+    assert from_file.upstream_transport == "rest"
+    assert from_file.upstream_timeout == 5.0  # a TOML integer is fine for seconds
+    assert from_file.upstream_idle_timeout == 7.5
 
     environ = {"A2A_GATEWAY_UPSTREAM_TRANSPORT": "grpc", "A2A_GATEWAY_UPSTREAM_TIMEOUT": "2.5"}
     from_env = resolve({}, environ=environ, config_file=config)
-    assert from_env["upstream_transport"] == "grpc"
-    assert from_env["upstream_timeout"] == 2.5
-    assert from_env["upstream_idle_timeout"] == 7.5
+    assert from_env.upstream_transport == "grpc"
+    assert from_env.upstream_timeout == 2.5
+    assert from_env.upstream_idle_timeout == 7.5
 
     flags = {"upstream_transport": "jsonrpc", "upstream_idle_timeout": 0.25}
     from_flags = resolve(flags, environ=environ, config_file=config)
-    assert from_flags["upstream_transport"] == "jsonrpc"
-    assert from_flags["upstream_idle_timeout"] == 0.25
+    assert from_flags.upstream_transport == "jsonrpc"
+    assert from_flags.upstream_idle_timeout == 0.25
 
 
 @pytest.mark.parametrize(
