@@ -37,6 +37,7 @@ from .base import (
     Turn,
     session_scope,
 )
+from .defaults import DEFAULT_SESSION_MODE, SESSION_MODES
 from .prompt import (
     DEFAULT_TEMPLATE,
     check_template,
@@ -49,13 +50,12 @@ from .tools.base import Tool, ToolRegistry
 from .tools.files import SEND_CAP, workspace_tools
 from .tools.interaction import NotifyOwner, OwnerNotifier, RequestInput
 
-SESSION_MODES = ("per-context", "per-task", "shared")
 NO_WORKSPACE = "The assistant has no workspace for this caller."
 
 
 @dataclass(frozen=True, slots=True)
 class AssistantConfig:
-    session_mode: str = "per-context"
+    session_mode: str = DEFAULT_SESSION_MODE
     message_template: str = DEFAULT_TEMPLATE
     scope_prefix: str = "serve"
     max_file_bytes: int = SEND_CAP

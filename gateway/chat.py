@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from aiohttp import web
 from opentelemetry.trace import Tracer
 
+from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
 from a2a_gateway.agent.runtime import (
     Asked,
     FileReady,
@@ -54,7 +55,7 @@ from a2a_gateway.server.push_receiver import build_push_app
 from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
 from .assistant_host import MODEL_REQUIRED, build_runtime
-from .chat_settings import TURN_TIMEOUT_S, ChatSettings
+from .chat_settings import ChatSettings
 from .startup import StartupError
 
 if TYPE_CHECKING:

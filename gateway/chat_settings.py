@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
 from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
 
 from .settings import SETTINGS, LlmStream, LogFormat, LogLevel, Setting, VerbSettings
@@ -52,9 +53,6 @@ _FROM_SERVE = frozenset(
     }
 )
 
-#: How long one chat turn may run by default (``--turn-timeout``; the engine's bound of
-#: an agent's run).
-TURN_TIMEOUT_S = 3600.0
 
 #: ``--turn-timeout`` of the owner hosts (chat and the Telegram host).
 TURN_TIMEOUT_SETTING = Setting(

@@ -15,17 +15,45 @@ import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
+from a2a_gateway.agent import defaults as assistant
+from a2a_gateway.agent.prompt import DEFAULT_TEMPLATE
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
-from a2a_gateway.server.config import DEFAULT_PACT_MAX_LIFETIME_S
+from a2a_gateway.server.config import (
+    CARD_FORMATS,
+    DEFAULT_PACT_MAX_LIFETIME_S,
+    CardConfig,
+    IdentityConfig,
+    Mounts,
+    ServerConfig,
+)
+from a2a_gateway.server.engine.state import DEFAULT_LIST_MAX_BYTES
 from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
+from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
+from a2a_gateway.server.limits import TaskCaps
+from a2a_gateway.server.task_store import (
+    DEFAULT_MEMORY_BYTES,
+    DEFAULT_MEMORY_TASKS,
+    DEFAULT_RETRY_BYTES,
+    DEFAULT_RETRY_KEYS,
+)
 
 ENV_PREFIX = "A2A_GATEWAY_"
 #: Where a local Ollama serves its OpenAI-compatible API (``--llm-base-url``).
-LLM_BASE_URL = "http://127.0.0.1:11434/v1"
+LLM_BASE_URL = assistant.DEFAULT_BASE_URL
+MIB = 1024 * 1024
+
+
+def library_default(cls: type, name: str) -> Any:
+    """The default the library's dataclass ``cls`` states for its field ``name``: the
+    table refers to it instead of restating it (one default, one place)."""
+    (found,) = (f for f in fields(cls) if f.name == name)
+    if found.default is not MISSING:
+        return found.default
+    raise TypeError(f"{cls.__name__}.{name} has no plain default")
 
 
 def _starts(*prefixes: str) -> Callable[[str], bool]:
@@ -113,12 +141,21 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("host", str, "127.0.0.1", "address to listen on (HTTP and gRPC)"),
-    Setting("port", int, 8080, "HTTP port (JSON-RPC, HTTP+JSON, card)", 0, maximum=65535),
+    Setting(
+        "host", str, library_default(ServerConfig, "host"), "address to listen on (HTTP and gRPC)"
+    ),
+    Setting(
+        "port",
+        int,
+        library_default(ServerConfig, "port"),
+        "HTTP port (JSON-RPC, HTTP+JSON, card)",
+        0,
+        maximum=65535,
+    ),
     Setting(
         "grpc_port",
         int,
-        8081,
+        library_default(ServerConfig, "grpc_port"),
         "gRPC port; 0 picks a free port, -1 disables gRPC",
         -1,
         maximum=65535,
@@ -147,49 +184,67 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "llm_timeout",
         float,
-        60.0,
+        assistant.DEFAULT_TIMEOUT_S,
         "seconds the model provider may stay silent (connecting, before the first token,"
         " between tokens)",
         above=0,
     ),
-    Setting("llm_max_tokens", int, 0, "most tokens per answer (0: the provider's limit)", 0),
+    Setting(
+        "llm_max_tokens",
+        int,
+        assistant.DEFAULT_MAX_TOKENS,
+        "most tokens per answer (0: the provider's limit)",
+        0,
+    ),
     Setting("llm_temperature", float, None, "sampling temperature (default: the provider's)", 0),
-    Setting("llm_max_retries", int, 2, "retries of a failed model request", 0),
+    Setting(
+        "llm_max_retries",
+        int,
+        assistant.DEFAULT_MAX_RETRIES,
+        "retries of a failed model request",
+        0,
+    ),
     Setting(
         "llm_stream",
         str,
-        "auto",
+        assistant.DEFAULT_STREAM,
         "stream the model's answers: on, off (whole answers, for servers that cannot"
         " stream), or auto (stream; a streamed request with tools the provider fails is"
         " asked again once without streaming, and so from then on)",
-        choices=("auto", "on", "off"),
+        choices=assistant.STREAM_MODES,
     ),
-    Setting("llm_max_tool_rounds", int, 16, "tool rounds per turn before it fails", 1),
+    Setting(
+        "llm_max_tool_rounds",
+        int,
+        assistant.DEFAULT_MAX_TOOL_ROUNDS,
+        "tool rounds per turn before it fails",
+        1,
+    ),
     Setting(
         "llm_context_budget",
         int,
-        200_000,
+        assistant.DEFAULT_CONTEXT_BUDGET_CHARS,
         "most conversation characters sent per request (oldest turns dropped first)",
         1000,
     ),
     Setting(
         "session_idle_timeout",
         float,
-        1800.0,
+        assistant.DEFAULT_IDLE_TIMEOUT_S,
         "seconds before an idle session leaves memory (it resumes from its transcript)",
         above=0,
     ),
     Setting(
         "session_mode",
         str,
-        "per-context",
+        assistant.DEFAULT_SESSION_MODE,
         "per-context, per-task or shared (one session per caller)",
-        choices=("per-context", "per-task", "shared"),
+        choices=assistant.SESSION_MODES,
     ),
     Setting(
         "message_template",
         str,
-        "{{a2a.text}}",
+        DEFAULT_TEMPLATE,
         "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}},"
         " {{payload}} (the request's params as compact ProtoJSON)",
     ),
@@ -236,29 +291,39 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "grpc_default_deadline",
         float,
-        300.0,
+        library_default(ServerConfig, "grpc_default_deadline_s"),
         "seconds a unary gRPC call may take when its client sets no deadline (default 300)",
         above=0,
     ),
     Setting(
         "grpc_stream_idle_timeout",
         float,
-        300.0,
+        library_default(ServerConfig, "grpc_stream_idle_s"),
         "seconds a gRPC stream may go without an event before it is ended (default 300)",
         above=0,
     ),
     Setting(
         "shutdown_grace",
         float,
-        10.0,
+        library_default(ServerConfig, "shutdown_grace_s"),
         "seconds a SIGTERM gives calls in flight (a blocking send) to finish before the"
         " exit; new calls are refused and open streams end meanwhile (default 10)",
         0,
     ),
     Setting("allow_anonymous", bool, False, "accept requests without a key (loopback only)"),
     Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
-    Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),
-    Setting("rest_path", str, "/a2a/v1", "HTTP+JSON mount point ('' or '/' = root)"),
+    Setting(
+        "jsonrpc_path",
+        str,
+        library_default(Mounts, "jsonrpc"),
+        "JSON-RPC mount point ('/' allowed)",
+    ),
+    Setting(
+        "rest_path",
+        str,
+        library_default(Mounts, "rest"),
+        "HTTP+JSON mount point ('' or '/' = root)",
+    ),
     Setting(
         "card_name",
         str,
@@ -297,14 +362,30 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "card_format",
         str,
-        "auto",
+        library_default(CardConfig, "format"),
         "public card shape: auto (pure 1.0 for a request with A2A-Version 1.x, else the"
         " hybrid with the 0.3 keys), 1.0, or hybrid",
-        choices=("auto", "1.0", "hybrid"),
+        choices=CARD_FORMATS,
     ),
-    Setting("max_hops", int, 3, "refuse tasks whose a2a-gateway.hops exceeds this"),
-    Setting("max_file_bytes", int, 10 * 1024 * 1024, "cap per file part, in and out", minimum=1),
-    Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),
+    Setting(
+        "max_hops",
+        int,
+        library_default(ServerConfig, "max_hops"),
+        "refuse tasks whose a2a-gateway.hops exceeds this",
+    ),
+    Setting(
+        "max_file_bytes",
+        int,
+        DEFAULT_MAX_FILE_BYTES,
+        "cap per file part, in and out",
+        minimum=1,
+    ),
+    Setting(
+        "keepalive",
+        float,
+        library_default(ServerConfig, "keepalive_interval_s"),
+        "seconds between SSE keep-alive comments",
+    ),
     Setting(
         "store",
         str,
@@ -351,7 +432,13 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds between two checks of the task index against the task files",
         above=0,
     ),
-    Setting("list_max_mib", float, 8.0, "byte budget of one ListTasks answer (MiB)", above=0),
+    Setting(
+        "list_max_mib",
+        float,
+        DEFAULT_LIST_MAX_BYTES / MIB,
+        "byte budget of one ListTasks answer (MiB)",
+        above=0,
+    ),
     Setting(
         "event_log_kib",
         int,
@@ -362,14 +449,38 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "memory_event_log_mib",
         int,
-        DEFAULT_MEMORY_LOG_BYTES // (1024 * 1024),
+        DEFAULT_MEMORY_LOG_BYTES // MIB,
         "--store memory: stream events kept for all tasks together (MiB)",
         1,
     ),
-    Setting("memory_store_tasks", int, 50_000, "--store memory: tasks kept (count)", 1),
-    Setting("memory_store_mib", int, 256, "--store memory: tasks kept (MiB)", 1),
-    Setting("retry_keys", int, 100_000, "--store memory: messageId retry keys kept (count)", 0),
-    Setting("retry_keys_mib", int, 32, "--store memory: messageId retry keys kept (MiB)", 0),
+    Setting(
+        "memory_store_tasks",
+        int,
+        DEFAULT_MEMORY_TASKS,
+        "--store memory: tasks kept (count)",
+        1,
+    ),
+    Setting(
+        "memory_store_mib",
+        int,
+        DEFAULT_MEMORY_BYTES // MIB,
+        "--store memory: tasks kept (MiB)",
+        1,
+    ),
+    Setting(
+        "retry_keys",
+        int,
+        DEFAULT_RETRY_KEYS,
+        "--store memory: messageId retry keys kept (count)",
+        0,
+    ),
+    Setting(
+        "retry_keys_mib",
+        int,
+        DEFAULT_RETRY_BYTES // MIB,
+        "--store memory: messageId retry keys kept (MiB)",
+        0,
+    ),
     Setting("rate_limit_per_minute", int, 0, "requests per minute per caller (0: unlimited)", 0),
     Setting(
         "ip_rate_limit_per_minute",
@@ -381,14 +492,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "jwt_leeway",
         float,
-        60.0,
+        library_default(IdentityConfig, "jwt_leeway_s"),
         "seconds of clock skew allowed on JWT exp/nbf/iat (jwt callers)",
         0,
     ),
     Setting(
         "identity_fetch_timeout",
         float,
-        5.0,
+        library_default(IdentityConfig, "fetch_timeout_s"),
         "seconds an identity provider (discovery, JWKS) has to answer",
         above=0,
     ),
@@ -425,7 +536,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "introspection_cache",
         float,
-        60.0,
+        library_default(IdentityConfig, "introspection_cache_s"),
         "seconds an active introspection answer is reused (at most until the token's exp)",
         0,
     ),
@@ -435,11 +546,17 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "the token URL the card names for introspection callers (client credentials)",
     ),
-    Setting("max_running_tasks", int, 64, "running tasks per caller (0: unlimited)", 0),
+    Setting(
+        "max_running_tasks",
+        int,
+        library_default(TaskCaps, "max_running_tasks"),
+        "running tasks per caller (0: unlimited)",
+        0,
+    ),
     Setting(
         "max_open_contexts",
         int,
-        256,
+        library_default(TaskCaps, "max_open_contexts"),
         "contexts with unfinished tasks per caller (0: unlimited)",
         0,
     ),
