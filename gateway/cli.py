@@ -25,7 +25,7 @@ from .settings import (
     ServeSettings,
     Setting,
     SettingsError,
-    V,
+    SettingsT,
     heading_order,
     load,
 )
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _host_settings(args: argparse.Namespace, kind: type[V]) -> V | int:
+def _host_settings(args: argparse.Namespace, kind: type[SettingsT]) -> SettingsT | int:
     """The verb's settings from its three sources, logging set up; or the exit status of
     a settings mistake (reported in one line)."""
     flags = {s.name: getattr(args, s.name) for s in kind.TABLE}

@@ -715,25 +715,25 @@ class VerbSettings:
     log_format: LogFormat
 
 
-V = TypeVar("V", bound=VerbSettings)
+SettingsT = TypeVar("SettingsT", bound=VerbSettings)
 
 
-def build(kind: type[V], values: Mapping[str, Any]) -> V:
+def build(kind: type[SettingsT], values: Mapping[str, Any]) -> SettingsT:
     """``kind`` from checked values by setting name (a list becomes a tuple); a setting
     ``values`` lacks takes the table's default."""
-    fields: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for setting in kind.TABLE:
         value = values.get(setting.name, setting.default)
-        fields[setting.name] = tuple(value) if setting.kind is list else value
-    return kind(**fields)
+        given[setting.name] = tuple(value) if setting.kind is list else value
+    return kind(**given)
 
 
 def load(
-    kind: type[V],
+    kind: type[SettingsT],
     flags: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
     config_file: Path | None = None,
-) -> V:
+) -> SettingsT:
     """A verb's settings from its three sources: ``flags`` (only those actually given),
     then ``environ`` (``A2A_GATEWAY_*``; default: the process environment), then the
     verb's table in ``config_file``."""
