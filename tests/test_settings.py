@@ -218,13 +218,22 @@ def _expected_type(setting: Setting) -> object:
     return setting.kind
 
 
+def _spelled(setting: Setting) -> str:
+    """The field's annotation as written in the settings classes (for a drift message)."""
+    expected = _expected_type(setting)
+    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
+
+
 def _disagreements(kind: type[VerbSettings]) -> list[str]:
     """Where ``kind``'s fields and its table part: a setting without a field, a field
     without a setting, a field of another type, a field stating a default of its own."""
     hints = get_type_hints(kind)
     own = {f.name: f for f in fields(kind)}
     table = {s.name: s for s in kind.TABLE}
-    problems = [f"no field for {name}" for name in table.keys() - own.keys()]
+    problems = [
+        f"no field for {name} (add `{name}: {_spelled(table[name])}`)"
+        for name in table.keys() - own.keys()
+    ]
     problems += [f"{name} is not a setting" for name in own.keys() - table.keys()]
     for name in own.keys() & table.keys():
         expected = _expected_type(table[name])
@@ -243,7 +252,6 @@ def test_each_verbs_settings_have_one_typed_field_per_setting_of_its_table(
     kind: type[VerbSettings],
 ) -> None:
     assert _disagreements(kind) == []
-    assert [f.name for f in fields(kind)] == [s.name for s in kind.TABLE]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,7 +276,7 @@ def test_the_field_check_names_each_drift() -> None:
     assert _disagreements(_Drifted) == [
         "extra is not a setting",
         "mode: <class 'str'> where the table says typing.Literal['a', 'b']",
-        "no field for gone",
+        "no field for gone (add `gone: bool`)",
         "port: <class 'float'> where the table says <class 'int'>",
         "temperature states a default (the table's is the one)",
         "temperature: <class 'float'> where the table says float | None",
