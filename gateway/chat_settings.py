@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
-from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
+from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S, DEFAULT_WATCH_TIMEOUT_S
 
 from .settings import SETTINGS, LlmStream, LogFormat, LogLevel, Setting, VerbSettings
 
@@ -15,7 +15,7 @@ DELEGATION_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "a2a_wait",
         float,
-        60.0,
+        DEFAULT_WAIT_S,
         "seconds the a2a tool's send waits for a result before a watch takes over"
         " (0: hand over at once)",
         minimum=0,
@@ -31,7 +31,7 @@ DELEGATION_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "watch_timeout",
         float,
-        86400.0,
+        DEFAULT_WATCH_TIMEOUT_S,
         "seconds after its start a watch gives up with a (no result) notice",
         above=0,
     ),

@@ -17,10 +17,10 @@ from a2a_gateway.agent.provider import ProviderConfig
 from a2a_gateway.agent.runtime import RuntimeConfig
 from a2a_gateway.chat_settings import ChatSettings
 from a2a_gateway.cli import main
-from a2a_gateway.client.a2a_tool import DEFAULT_WAIT_S
+from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
-from a2a_gateway.client.watches import DAY_S
+from a2a_gateway.client.watches import WatchRegistry
 from a2a_gateway.proxy import ignored_settings
 from a2a_gateway.server import pg_store
 from a2a_gateway.server.config import (
@@ -373,9 +373,9 @@ def test_table_defaults_are_the_librarys() -> None:
         "task_cache_entries": workspace_store["cache_entries"].default,
         "task_cache_mib": workspace_store["cache_bytes"].default // MIB,
         "index_reconcile_interval": workspace_store["reconcile_interval_s"].default,
-        "a2a_wait": DEFAULT_WAIT_S,
+        "a2a_wait": inspect.signature(A2ATool).parameters["wait_s"].default,
         "a2a_max_wait": DEFAULT_MAX_WAIT_S,
-        "watch_timeout": DAY_S,
+        "watch_timeout": inspect.signature(WatchRegistry).parameters["watch_timeout_s"].default,
         "turn_timeout": telegram["turn_timeout_s"],
         "telegram_base_url": telegram["base_url"],
         "time_zone": telegram["time_zone"],
