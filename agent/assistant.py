@@ -53,6 +53,7 @@ from .base import (
     Turn,
     session_scope,
 )
+from .defaults import DEFAULT_SESSION_MODE, SESSION_MODES
 from .prompt import (
     DEFAULT_TEMPLATE,
     check_template,
@@ -65,7 +66,6 @@ from .tools.base import Tool, ToolContext, ToolRegistry, ToolResult
 from .tools.files import SEND_CAP, workspace_tools
 from .tools.interaction import InputNeeded, NotifyOwner, OwnerNotifier, RequestInput
 
-SESSION_MODES = ("per-context", "per-task", "shared")
 NO_WORKSPACE = "The assistant has no workspace for this caller."
 
 
@@ -130,7 +130,7 @@ def delegated_tools(
 
 @dataclass(frozen=True, slots=True)
 class AssistantConfig:
-    session_mode: str = "per-context"
+    session_mode: str = DEFAULT_SESSION_MODE
     message_template: str = DEFAULT_TEMPLATE
     scope_prefix: str = "serve"
     max_file_bytes: int = SEND_CAP

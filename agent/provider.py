@@ -35,17 +35,23 @@ from yarl import URL
 from a2a_gateway.protocol import tracing
 
 from .base import redact
+from .defaults import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_STREAM,
+    DEFAULT_TIMEOUT_S,
+    STREAM_MODES,
+)
 
 log = logging.getLogger("a2a_gateway.agent.provider")
 
 #: ``--llm-stream`` values (see the module docstring).
-STREAM_MODES = ("auto", "on", "off")
 #: HTTP statuses of a streamed request that a whole-answer request may not get: the
 #: server's own refusal or failure (not the key, the model name, a rate limit).
 _STREAM_REFUSALS = frozenset({400, 405, 415, 422, 501})
 
 #: Where a local Ollama listens.
-DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
 _NO_KEY = "no-key"  # AsyncOpenAI insists on a key; local servers ignore it
 
 
@@ -57,11 +63,11 @@ class ProviderConfig:
     model: str
     base_url: str = DEFAULT_BASE_URL
     api_key: str = field(default="", repr=False)
-    timeout_s: float = 60.0
-    max_tokens: int = 0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float | None = None
-    max_retries: int = 2
-    stream: str = "auto"  # one of STREAM_MODES
+    max_retries: int = DEFAULT_MAX_RETRIES
+    stream: str = DEFAULT_STREAM  # one of STREAM_MODES
 
     def public_url(self) -> str:
         """The base URL without user, password, query or fragment (for messages)."""

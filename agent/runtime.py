@@ -52,6 +52,7 @@ from opentelemetry.trace import SpanKind
 from a2a_gateway.protocol import tracing
 
 from .base import Signal
+from .defaults import DEFAULT_CONTEXT_BUDGET_CHARS, DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_TOOL_ROUNDS
 from .metering import NULL_RUNTIME_METER, RuntimeMeter
 from .prompt import PROMPT_FILE_CAP, frame, system_prompt
 from .provider import ChatProvider, Delta, ProviderError, Reply, ToolCall, parse_arguments
@@ -143,10 +144,10 @@ class RuntimeConfig:
     model per request; the oldest turns are dropped first, the system prompt and the
     current turn never."""
 
-    max_tool_rounds: int = 16
-    context_budget_chars: int = 200_000
+    max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
+    context_budget_chars: int = DEFAULT_CONTEXT_BUDGET_CHARS
     prompt_file_cap: int = PROMPT_FILE_CAP
-    idle_timeout_s: float = 1800.0
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     sweep_interval_s: float = 60.0
 
 

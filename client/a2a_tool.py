@@ -54,7 +54,7 @@ from a2a_gateway.protocol.json_schemas import data_part, schema_problem
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 
 from .agents_file import AgentEntry, read_agents, read_raw
-from .clock import DEFAULT_MAX_WAIT_S
+from .clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S
 from .directory import describe, fetch_agent_cards
 from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
 from .guarded_http import open_agent
@@ -75,8 +75,6 @@ from .watches import CALL_TIMEOUT_S, WatchRegistry
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
-#: How long send waits for a result (no mode given) before a watch takes over.
-DEFAULT_WAIT_S = 60.0
 #: Poll interval while send waits on an agent that does not stream.
 SEND_POLL_S = 1.0
 ACTIONS = ("agents", "send", "wait", "status", "cancel")

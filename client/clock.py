@@ -12,6 +12,12 @@ from typing import Protocol
 
 #: The bound of a foreground send and of the a2a tool's wait action (``--a2a-max-wait``).
 DEFAULT_MAX_WAIT_S = 600.0
+#: How long the a2a tool's send waits for a result (no mode given) before a watch takes
+#: over (``--a2a-wait``).
+DEFAULT_WAIT_S = 60.0
+#: How long after its start a watch gives up with a (no result) notice
+#: (``--watch-timeout``).
+DEFAULT_WATCH_TIMEOUT_S = 86400.0
 
 
 class Clock(Protocol):

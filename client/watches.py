@@ -61,7 +61,7 @@ from a2a_gateway.protocol.watch_metering import NULL_WATCH_METER, WatchMeter
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
 
 from .agents_file import AgentEntry, read_agents
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import DEFAULT_WATCH_TIMEOUT_S, SYSTEM_CLOCK, Clock
 from .errors import Redactor
 from .guarded_http import open_agent
 from .pending import PendingFiles, PendingRecord
@@ -194,7 +194,7 @@ class WatchRegistry:
         clock: Clock = SYSTEM_CLOCK,
         public_url: str | None = None,
         allow_private_urls: bool = False,
-        watch_timeout_s: float = DAY_S,
+        watch_timeout_s: float = DEFAULT_WATCH_TIMEOUT_S,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         call_timeout_s: float = CALL_TIMEOUT_S,
         opener: Opener = open_agent,

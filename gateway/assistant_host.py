@@ -19,11 +19,16 @@ from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
 from a2a_gateway.agent.tools.base import Tool
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
 
+from .chat_settings import ChatSettings
 from .logs import register_secret
-from .settings import Settings
+from .settings import ServeSettings
 from .startup import StartupError
+from .telegram_settings import TelegramSettings
 
 log = logging.getLogger("a2a_gateway.serve")
+
+#: The settings a model runtime is built from: every verb that hosts the assistant.
+ModelSettings = ServeSettings | ChatSettings | TelegramSettings
 
 KEY_VARIABLES = ("A2A_GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
 #: Without a model (chat, telegram; serve says "--llm needs ...").
@@ -38,51 +43,51 @@ def llm_api_key(environ: Mapping[str, str] | None = None) -> str:
     return ""
 
 
-def build_runtime(settings: Settings) -> Runtime:
+def build_runtime(settings: ModelSettings) -> Runtime:
     """The provider and the turn runtime from the ``--llm-*`` and ``--session-*``
     settings (StartupError when no model is named and the demo model is not asked for)."""
-    if settings["llm_demo"]:
+    if settings.llm_demo:
         config = ProviderConfig(
-            model=DEMO_MODEL, base_url=DEMO_BASE_URL, stream=settings["llm_stream"]
+            model=DEMO_MODEL, base_url=DEMO_BASE_URL, stream=settings.llm_stream
         )
-        provider = ChatProvider(config, http_client=demo_client(settings["llm_timeout"]))
+        provider = ChatProvider(config, http_client=demo_client(settings.llm_timeout))
         log.info("assistant: the demo model (a few rules, not a language model)")
     else:
         provider = _model_provider(settings)
     return Runtime(
         provider,
         RuntimeConfig(
-            max_tool_rounds=settings["llm_max_tool_rounds"],
-            context_budget_chars=settings["llm_context_budget"],
-            idle_timeout_s=settings["session_idle_timeout"],
-            sweep_interval_s=min(60.0, settings["session_idle_timeout"] / 2),
+            max_tool_rounds=settings.llm_max_tool_rounds,
+            context_budget_chars=settings.llm_context_budget,
+            idle_timeout_s=settings.session_idle_timeout,
+            sweep_interval_s=min(60.0, settings.session_idle_timeout / 2),
         ),
     )
 
 
-def _model_provider(settings: Settings) -> ChatProvider:
-    if not settings["llm_model"]:
+def _model_provider(settings: ModelSettings) -> ChatProvider:
+    if not settings.llm_model:
         raise StartupError(MODEL_REQUIRED)
     api_key = llm_api_key()
     register_secret(api_key)
     provider = ChatProvider(
         ProviderConfig(
-            model=settings["llm_model"],
-            base_url=settings["llm_base_url"],
+            model=settings.llm_model,
+            base_url=settings.llm_base_url,
             api_key=api_key,
-            timeout_s=settings["llm_timeout"],
-            max_tokens=settings["llm_max_tokens"],
-            temperature=settings["llm_temperature"],
-            max_retries=settings["llm_max_retries"],
-            stream=settings["llm_stream"],
+            timeout_s=settings.llm_timeout,
+            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm_temperature,
+            max_retries=settings.llm_max_retries,
+            stream=settings.llm_stream,
         )
     )
-    log.info("assistant: model %s at %s", settings["llm_model"], provider.config.public_url())
+    log.info("assistant: model %s at %s", settings.llm_model, provider.config.public_url())
     return provider
 
 
 def build_assistant(
-    settings: Settings,
+    settings: ServeSettings,
     workspaces: list[Path],
     *,
     runtime: Runtime | None = None,
@@ -95,10 +100,11 @@ def build_assistant(
     work). ``serve --llm`` builds its own runtime and notifies through the workspace's
     owner inbox; the Telegram host passes its runtime, its chat notifier and the
     ``telegram-{workspace}`` scope prefix."""
-    for other in ("agent", "exec", "upstream"):
-        if settings.values.get(other):
+    others = {"agent": settings.agent, "exec": settings.exec, "upstream": settings.upstream}
+    for other, value in others.items():
+        if value:
             raise StartupError(f"--llm and --{other} cannot be used together")
-    if runtime is None and not settings["llm_model"] and not settings["llm_demo"]:
+    if runtime is None and not settings.llm_model and not settings.llm_demo:
         raise StartupError(
             "--llm needs --llm-model (the model name the provider knows) or --llm-demo"
         )
@@ -106,16 +112,16 @@ def build_assistant(
         raise StartupError("--llm needs a --workspace (sessions and files live there)")
     try:
         config = AssistantConfig(
-            session_mode=settings["session_mode"],
-            message_template=settings["message_template"],
-            max_file_bytes=settings["max_file_bytes"],
+            session_mode=settings.session_mode,
+            message_template=settings.message_template,
+            max_file_bytes=settings.max_file_bytes,
             scope_prefix=scope_prefix,
         )
     except ValueError as exc:
         raise StartupError(f"--message-template: {exc}") from None
     if runtime is None:
         runtime = build_runtime(settings)
-    log.info("assistant sessions: %s", settings["session_mode"])
+    log.info("assistant sessions: %s", settings.session_mode)
     return AssistantAgent(
         runtime,
         config,

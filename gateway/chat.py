@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from aiohttp import web
 from opentelemetry.trace import Tracer
 
+from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
 from a2a_gateway.agent.runtime import (
     Asked,
     FileReady,
@@ -54,8 +55,7 @@ from a2a_gateway.server.push_receiver import build_push_app
 from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
 from .assistant_host import MODEL_REQUIRED, build_runtime
-from .chat_settings import TURN_TIMEOUT_S
-from .settings import Settings
+from .chat_settings import ChatSettings
 from .startup import StartupError
 
 if TYPE_CHECKING:
@@ -272,32 +272,30 @@ class ChatHost:
         return relative
 
 
-def _tools(settings: Settings, watches: WatchRegistry) -> ToolRegistry:
+def _tools(settings: ChatSettings, watches: WatchRegistry) -> ToolRegistry:
     tools = ToolRegistry(workspace_tools())
     tools.add(
         A2ATool(
             watches,
-            wait_s=settings["a2a_wait"],
-            max_wait_s=settings["a2a_max_wait"],
-            allow_private_urls=settings["allow_private_urls"],
-            max_file_bytes=settings["max_file_bytes"],
+            wait_s=settings.a2a_wait,
+            max_wait_s=settings.a2a_max_wait,
+            allow_private_urls=settings.allow_private_urls,
+            max_file_bytes=settings.max_file_bytes,
         )
     )
     return tools
 
 
-async def _start_push_receiver(settings: Settings, watches: WatchRegistry) -> web.AppRunner:
+async def _start_push_receiver(settings: ChatSettings, watches: WatchRegistry) -> web.AppRunner:
     runner = web.AppRunner(build_push_app(watches), access_log=None, shutdown_timeout=1)
     await runner.setup()
     try:
-        await web.TCPSite(runner, settings["host"], settings["port"]).start()
+        await web.TCPSite(runner, settings.host, settings.port).start()
     except OSError as exc:
         await runner.cleanup()
-        where = f"{settings['host']}:{settings['port']}"
+        where = f"{settings.host}:{settings.port}"
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-    log.info(
-        "push receiver on %s:%s for %s", settings["host"], settings["port"], settings["public_url"]
-    )
+    log.info("push receiver on %s:%s for %s", settings.host, settings.port, settings.public_url)
     return runner
 
 
@@ -371,15 +369,15 @@ def is_terminal(stdin: TextIO, stdout: TextIO) -> bool:
 
 
 async def run_chat(
-    settings: Settings,
+    settings: ChatSettings,
     *,
     message: str | None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     verbose: bool = False,
 ) -> int:
-    workspace = _workspace(settings["workspace"])
-    if not settings["llm_model"] and not settings["llm_demo"]:
+    workspace = _workspace(settings.workspace)
+    if not settings.llm_model and not settings.llm_demo:
         raise StartupError(MODEL_REQUIRED)
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     interactive = message is None and is_terminal(stdin, stdout)
@@ -388,14 +386,14 @@ async def run_chat(
 
         log_to_workspace(workspace, verbose=verbose)
     runtime = build_runtime(settings)
-    public_url = settings["public_url"].rstrip("/") or None
+    public_url = settings.public_url.rstrip("/") or None
     watches = WatchRegistry(
         public_url=public_url,
-        allow_private_urls=settings["allow_private_urls"],
-        watch_timeout_s=settings["watch_timeout"],
-        max_file_bytes=settings["max_file_bytes"],
+        allow_private_urls=settings.allow_private_urls,
+        watch_timeout_s=settings.watch_timeout,
+        max_file_bytes=settings.max_file_bytes,
     )
-    endpoint = settings["otlp_endpoint"]
+    endpoint = settings.otlp_endpoint
     tracing = Tracing(endpoint) if tracing_wanted(endpoint) else None
     view: TerminalView | None = None
     if interactive:
@@ -408,7 +406,7 @@ async def run_chat(
         _tools(settings, watches),
         stdout,
         view=view,
-        turn_timeout_s=settings["turn_timeout"],
+        turn_timeout_s=settings.turn_timeout,
         tracer=tracing.tracer if tracing is not None else None,
     )
     receiver: web.AppRunner | None = None

@@ -3,17 +3,19 @@ share: ``--a2a-wait``, ``--a2a-max-wait``, ``--watch-timeout``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
-from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
+from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
+from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S, DEFAULT_WATCH_TIMEOUT_S
 
-from .settings import SETTINGS, Setting
+from .settings import SETTINGS, LlmStream, LogFormat, LogLevel, Setting, VerbSettings
 
 DELEGATION_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "a2a_wait",
         float,
-        60.0,
+        DEFAULT_WAIT_S,
         "seconds the a2a tool's send waits for a result before a watch takes over"
         " (0: hand over at once)",
         minimum=0,
@@ -29,7 +31,7 @@ DELEGATION_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "watch_timeout",
         float,
-        86400.0,
+        DEFAULT_WATCH_TIMEOUT_S,
         "seconds after its start a watch gives up with a (no result) notice",
         above=0,
     ),
@@ -51,9 +53,6 @@ _FROM_SERVE = frozenset(
     }
 )
 
-#: How long one chat turn may run by default (``--turn-timeout``; the engine's bound of
-#: an agent's run).
-TURN_TIMEOUT_S = 3600.0
 
 #: ``--turn-timeout`` of the owner hosts (chat and the Telegram host).
 TURN_TIMEOUT_SETTING = Setting(
@@ -86,3 +85,36 @@ CHAT_SETTINGS: tuple[Setting, ...] = (
         if s.name in _FROM_SERVE or s.name.startswith("llm_")
     ),
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatSettings(VerbSettings):
+    """``chat``'s settings, resolved: one field per setting of :data:`CHAT_SETTINGS`."""
+
+    TABLE: ClassVar[tuple[Setting, ...]] = CHAT_SETTINGS
+    SECTION: ClassVar[str] = "chat"
+
+    workspace: str
+    turn_timeout: float
+    a2a_wait: float
+    a2a_max_wait: float
+    watch_timeout: float
+    host: str
+    port: int
+    public_url: str
+    llm_base_url: str
+    llm_model: str
+    llm_demo: bool
+    llm_timeout: float
+    llm_max_tokens: int
+    llm_temperature: float | None
+    llm_max_retries: int
+    llm_stream: LlmStream
+    llm_max_tool_rounds: int
+    llm_context_budget: int
+    session_idle_timeout: float
+    allow_private_urls: bool
+    max_file_bytes: int
+    otlp_endpoint: str
+    log_format: LogFormat
+    log_level: LogLevel

@@ -18,11 +18,19 @@ from .agents_cli import add_parser as _add_agents
 from .agents_cli import run as _agents
 from .callers_cli import add_parser as _add_callers
 from .callers_cli import run as _callers
-from .chat_settings import CHAT_SETTINGS
+from .chat_settings import CHAT_SETTINGS, ChatSettings
 from .logs import setup_logging
-from .settings import SETTINGS, Setting, Settings, SettingsError, heading_order, resolve
+from .settings import (
+    SETTINGS,
+    ServeSettings,
+    Setting,
+    SettingsError,
+    SettingsT,
+    heading_order,
+    load,
+)
 from .startup import StartupError, report
-from .telegram_settings import TELEGRAM_SETTINGS
+from .telegram_settings import TELEGRAM_SETTINGS, TelegramSettings
 from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
 
 log = logging.getLogger("a2a_gateway")
@@ -155,17 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _host_settings(
-    args: argparse.Namespace, table: tuple[Setting, ...], section: str
-) -> Settings | int:
+def _host_settings(args: argparse.Namespace, kind: type[SettingsT]) -> SettingsT | int:
     """The verb's settings from its three sources, logging set up; or the exit status of
     a settings mistake (reported in one line)."""
-    flags = {s.name: getattr(args, s.name) for s in table}
+    flags = {s.name: getattr(args, s.name) for s in kind.TABLE}
     try:
-        settings = resolve(flags, config_file=args.config, table=table, section=section)
+        settings = load(kind, flags, config_file=args.config)
     except SettingsError as exc:
         return report(exc)
-    setup_logging(settings["log_level"], settings["log_format"])
+    setup_logging(settings.log_level, settings.log_format)
     return settings
 
 
@@ -181,12 +187,12 @@ def _run_host(main: Coroutine[Any, Any, int]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = _host_settings(args, SETTINGS, "serve")
+    settings = _host_settings(args, ServeSettings)
     if isinstance(settings, int):
         return settings
     from a2a_gateway.server.config import is_loopback  # after grpc_env (it imports grpc)
 
-    if settings["allow_anonymous"] and not is_loopback(settings["host"]):
+    if settings.allow_anonymous and not is_loopback(settings.host):
         print(
             "a2a-gateway: --allow-anonymous is only allowed on a loopback address",
             file=sys.stderr,
@@ -205,7 +211,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _telegram(args: argparse.Namespace) -> int:
-    settings = _host_settings(args, TELEGRAM_SETTINGS, "telegram")
+    settings = _host_settings(args, TelegramSettings)
     if isinstance(settings, int):
         return settings
     from .telegram_cmd import run_telegram  # imports python-telegram-bot: only when used
@@ -214,7 +220,7 @@ def _telegram(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    settings = _host_settings(args, CHAT_SETTINGS, "chat")
+    settings = _host_settings(args, ChatSettings)
     if isinstance(settings, int):
         return settings
     from .chat import run_chat
@@ -396,4 +402,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-__all__ = ["Settings", "build_parser", "main"]
+__all__ = ["ServeSettings", "build_parser", "main"]

@@ -90,7 +90,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .logs import register_secret
 from .proxy_listing import list_own_tasks
 from .proxy_owners import TaskOwners, event_task_id
-from .settings import BY_NAME, Settings
+from .settings import BY_NAME, ServeSettings
 
 log = logging.getLogger(__name__)
 
@@ -104,27 +104,27 @@ UPSTREAM_TIMEOUT = "the upstream agent did not answer in time"
 UPSTREAM_CARD = "the upstream agent's card could not be used"
 
 
-def settings_problem(settings: Settings) -> str | None:
+def settings_problem(settings: ServeSettings) -> str | None:
     """Why these ``serve`` settings cannot run proxy mode (None when they can)."""
-    if not settings["upstream"]:
+    if not settings.upstream:
         return None
-    if settings["agent"] or settings["exec"]:
+    if settings.agent or settings.exec:
         return "--upstream cannot be combined with --agent or --exec (the upstream is the agent)"
     return None
 
 
-def ignored_settings(settings: Settings) -> list[str]:
+def ignored_settings(settings: ServeSettings) -> list[str]:
     """The ``upstream_*`` settings given without ``upstream``: they do nothing then.
 
     Accepted (with a warning), not refused: one environment or TOML file often serves
     several gateways, some proxies and some not, and a setting that cannot act is
     harmless. (``--agent`` with ``--upstream`` is refused: two agents contradict.)"""
-    if settings["upstream"]:
+    if settings.upstream:
         return []
     return [
         name
         for name, setting in BY_NAME.items()
-        if name.startswith("upstream_") and settings[name] != setting.default
+        if name.startswith("upstream_") and getattr(settings, name) != setting.default
     ]
 
 
@@ -508,50 +508,52 @@ class ProxyCardProvider(CardProvider):
         return card
 
 
-def task_owners(settings: Settings, config: ServerConfig) -> TaskOwners:
+def task_owners(settings: ServeSettings, config: ServerConfig) -> TaskOwners:
     """Owners recorded in the first workspace; in memory only without a workspace or
     with ``--store memory``. One folder for every caller, whatever their workspace: the
     upstream has one set of task ids, and a claim must be seen by every other caller.
     (With ``--workspaces-root`` alone, the first workspace is its first subfolder by
     name; a ``--workspace`` given too keeps the records in one place as folders come.)"""
-    if not config.workspaces or settings["store"] == "memory":
+    if not config.workspaces or settings.store == "memory":
         return TaskOwners()
-    return TaskOwners.in_workspace(config.workspaces[0], fsync=settings["fsync"])
+    return TaskOwners.in_workspace(config.workspaces[0], fsync=settings.fsync)
 
 
-def upstream_auth(settings: Settings) -> ClientAuth | None:
+def upstream_auth(settings: ServeSettings) -> ClientAuth | None:
     """The ``upstream_*`` credentials beyond a key, or None."""
     auth = ClientAuth(
-        basic_user=settings["upstream_basic_user"],
-        basic_password=settings["upstream_password"],
-        client_id=settings["upstream_client_id"],
-        client_secret=settings["upstream_client_secret"],
-        token_url=settings["upstream_token_url"],
-        token_command=settings["upstream_token_command"],
-        client_cert=settings["upstream_client_cert"],
-        client_key=settings["upstream_client_key"],
-        ca_cert=settings["upstream_ca_cert"],
+        basic_user=settings.upstream_basic_user,
+        basic_password=settings.upstream_password,
+        client_id=settings.upstream_client_id,
+        client_secret=settings.upstream_client_secret,
+        token_url=settings.upstream_token_url,
+        token_command=settings.upstream_token_command,
+        client_cert=settings.upstream_client_cert,
+        client_key=settings.upstream_client_key,
+        ca_cert=settings.upstream_ca_cert,
     )
     return auth if auth != ClientAuth() else None
 
 
-def build_proxy(settings: Settings, config: ServerConfig) -> tuple[UpstreamProxy, CardProvider]:
+def build_proxy(
+    settings: ServeSettings, config: ServerConfig
+) -> tuple[UpstreamProxy, CardProvider]:
     """The proxy service and its card provider, from the ``serve`` settings."""
-    key = settings["upstream_key"] or None
-    signing_secret = settings["upstream_signing_secret"] or None
+    key = settings.upstream_key or None
+    signing_secret = settings.upstream_signing_secret or None
     auth = upstream_auth(settings)
     for secret in (key, signing_secret, *(auth.secrets() if auth else ())):
         if secret:
             register_secret(secret)
-    transport = settings["upstream_transport"]
+    transport = settings.upstream_transport
     proxy = UpstreamProxy(
-        settings["upstream"],
+        settings.upstream,
         key=key,
         signing_secret=signing_secret,
         auth=auth,
         transport=None if transport == "auto" else transport,
-        timeout=settings["upstream_timeout"],
-        stream_idle_timeout=settings["upstream_idle_timeout"],
+        timeout=settings.upstream_timeout,
+        stream_idle_timeout=settings.upstream_idle_timeout,
         max_hops=config.max_hops,
         owners=task_owners(settings, config),
         allow_private_urls=config.allow_private_urls,

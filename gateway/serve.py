@@ -82,7 +82,7 @@ from a2a_gateway.server.tracing import Traced, Tracing, tracing_wanted
 from .access_log import AccessLogged
 from .logs import register_secret
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
-from .settings import Settings
+from .settings import ServeSettings
 from .startup import StartupError, bind_failure
 
 if TYPE_CHECKING:
@@ -102,50 +102,50 @@ def _mount(path: str) -> str:
     return "/" + path.strip("/")
 
 
-def server_config(settings: Settings) -> ServerConfig:
-    workspaces = [Path(p) for p in settings["workspace"]]
-    root = settings["workspaces_root"]
+def server_config(settings: ServeSettings) -> ServerConfig:
+    workspaces = [Path(p) for p in settings.workspace]
+    root = settings.workspaces_root
     if root:
         try:
             workspaces += sorted(p for p in Path(root).iterdir() if p.is_dir())
         except OSError as exc:
             raise StartupError(f"cannot read --workspaces-root {root}: {_why(exc)}") from None
-    grpc_port = settings["grpc_port"]
-    jsonrpc = _mount(settings["jsonrpc_path"]) or "/"
+    grpc_port = settings.grpc_port
+    jsonrpc = _mount(settings.jsonrpc_path) or "/"
     return ServerConfig(
-        host=settings["host"],
-        port=settings["port"],
+        host=settings.host,
+        port=settings.port,
         grpc_port=None if grpc_port < 0 else grpc_port,
-        public_url=settings["public_url"].rstrip("/"),
-        mounts=Mounts(jsonrpc=jsonrpc, rest=_mount(settings["rest_path"])),
+        public_url=settings.public_url.rstrip("/"),
+        mounts=Mounts(jsonrpc=jsonrpc, rest=_mount(settings.rest_path)),
         card=card_config(settings),
         workspaces=workspaces,
-        allow_anonymous=settings["allow_anonymous"],
-        allow_private_urls=settings["allow_private_urls"],
-        keepalive_interval_s=settings["keepalive"],
+        allow_anonymous=settings.allow_anonymous,
+        allow_private_urls=settings.allow_private_urls,
+        keepalive_interval_s=settings.keepalive,
         # A request must fit one file part in base64 (4/3 of its size) plus the envelope.
-        max_body_bytes=max(MAX_BODY_BYTES, settings["max_file_bytes"] * 4 // 3 + 1024 * 1024),
-        max_hops=settings["max_hops"],
-        grpc_default_deadline_s=settings["grpc_default_deadline"],
-        grpc_stream_idle_s=settings["grpc_stream_idle_timeout"],
-        shutdown_grace_s=settings["shutdown_grace"],
+        max_body_bytes=max(MAX_BODY_BYTES, settings.max_file_bytes * 4 // 3 + 1024 * 1024),
+        max_hops=settings.max_hops,
+        grpc_default_deadline_s=settings.grpc_default_deadline,
+        grpc_stream_idle_s=settings.grpc_stream_idle_timeout,
+        shutdown_grace_s=settings.shutdown_grace,
         identity=identity_config(settings),
         tls=tls_config(settings),
         rate_limits=RateLimits(
-            per_caller_per_minute=settings["rate_limit_per_minute"],
-            per_ip_per_minute=settings["ip_rate_limit_per_minute"],
+            per_caller_per_minute=settings.rate_limit_per_minute,
+            per_ip_per_minute=settings.ip_rate_limit_per_minute,
         ),
         task_caps=TaskCaps(
-            max_running_tasks=settings["max_running_tasks"],
-            max_open_contexts=settings["max_open_contexts"],
+            max_running_tasks=settings.max_running_tasks,
+            max_open_contexts=settings.max_open_contexts,
         ),
     )
 
 
-def card_signer(settings: Settings) -> CardSigner | None:
+def card_signer(settings: ServeSettings) -> CardSigner | None:
     """``--card-signing-key``: the key that signs our cards (a StartupError naming the
     file and the problem, never the key)."""
-    path = settings["card_signing_key"].strip()
+    path = settings.card_signing_key.strip()
     if not path:
         return None
     try:
@@ -156,9 +156,10 @@ def card_signer(settings: Settings) -> CardSigner | None:
         raise StartupError(f"--card-signing-key {path}: {exc}") from None
 
 
-def tls_config(settings: Settings) -> TlsConfig | None:
+def tls_config(settings: ServeSettings) -> TlsConfig | None:
     """``--tls-cert`` and ``--tls-key`` (both or neither), and ``--tls-client-ca``."""
-    cert, key, ca = (settings[name].strip() for name in ("tls_cert", "tls_key", "tls_client_ca"))
+    cert, key = settings.tls_cert.strip(), settings.tls_key.strip()
+    ca = settings.tls_client_ca.strip()
     if not cert and not key:
         if ca:
             raise StartupError("--tls-client-ca needs --tls-cert and --tls-key")
@@ -173,52 +174,52 @@ def tls_config(settings: Settings) -> TlsConfig | None:
     return tls
 
 
-def identity_config(settings: Settings) -> IdentityConfig:
+def identity_config(settings: ServeSettings) -> IdentityConfig:
     """The identity settings; the introspection client secret is registered for
     redaction before anything can log it."""
-    secret = settings["introspection_client_secret"]
+    secret = settings.introspection_client_secret
     if secret:
         register_secret(secret)
-    url = settings["introspection_url"].strip()
-    if url and not (settings["introspection_client_id"] and secret):
+    url = settings.introspection_url.strip()
+    if url and not (settings.introspection_client_id and secret):
         raise StartupError(
             "--introspection-url needs --introspection-client-id and"
             " --introspection-client-secret (or A2A_GATEWAY_INTROSPECTION_CLIENT_SECRET)"
         )
     return IdentityConfig(
-        jwt_leeway_s=settings["jwt_leeway"],
-        fetch_timeout_s=settings["identity_fetch_timeout"],
+        jwt_leeway_s=settings.jwt_leeway,
+        fetch_timeout_s=settings.identity_fetch_timeout,
         introspection_url=url,
-        introspection_client_id=settings["introspection_client_id"],
+        introspection_client_id=settings.introspection_client_id,
         introspection_client_secret=secret,
-        introspection_cache_s=settings["introspection_cache"],
-        oauth2_token_url=settings["oauth2_token_url"].strip(),
-        pact_max_lifetime_s=settings["pact_token_max_lifetime"],
+        introspection_cache_s=settings.introspection_cache,
+        oauth2_token_url=settings.oauth2_token_url.strip(),
+        pact_max_lifetime_s=settings.pact_token_max_lifetime,
     )
 
 
-def card_config(settings: Settings) -> CardConfig:
+def card_config(settings: ServeSettings) -> CardConfig:
     """The public card's settings; a skills file or extensions that cannot be read are
     a :class:`StartupError` naming the setting."""
     skills = []
-    if settings["card_skills"]:
+    if settings.card_skills:
         try:
-            skills = read_skills_file(Path(settings["card_skills"]))
+            skills = read_skills_file(Path(settings.card_skills))
         except ValueError as exc:
             raise StartupError(f"--card-skills: {exc}") from None
     extensions = []
-    if settings["card_extensions"].strip():
+    if settings.card_extensions.strip():
         try:
-            extensions = parse_extensions(settings["card_extensions"])
+            extensions = parse_extensions(settings.card_extensions)
         except ValueError as exc:
             raise StartupError(f"--card-extensions {exc}") from None
     return CardConfig(
-        name=settings["card_name"],
-        description=settings["card_description"],
+        name=settings.card_name,
+        description=settings.card_description,
         skills=skills,
         extensions=extensions,
-        format=settings["card_format"],
-        resumable_streams=not settings["upstream"],  # proxy mode: the upstream's streams
+        format=settings.card_format,
+        resumable_streams=not settings.upstream,  # proxy mode: the upstream's streams
     )
 
 
@@ -241,27 +242,27 @@ def check_workspaces(workspaces: list[Path]) -> None:
 
 
 def build_agent(
-    settings: Settings, workspaces: list[Path] | None = None, tools: Sequence[Tool] = ()
+    settings: ServeSettings, workspaces: list[Path] | None = None, tools: Sequence[Tool] = ()
 ) -> Agent:
     """The hosted agent the settings name; ``tools`` are a host's own for the assistant
     (e.g. :class:`~a2a_gateway.account_api.AccountApiTool` for PACT scopes)."""
-    if settings["llm"] or settings["llm_demo"]:
+    if settings.llm or settings.llm_demo:
         from .assistant_host import build_assistant  # imports openai: only when used
 
         return build_assistant(settings, workspaces or [], extra_tools=tools)
     if tools:
         raise StartupError("tools are for the assistant: give --llm or --llm-demo")
-    if settings["agent"]:
+    if settings.agent:
         # Like uvicorn: ``--agent shout:Shout`` finds shout.py in the current folder.
         here = os.getcwd()
         if here not in sys.path:
             sys.path.insert(0, here)
         try:
-            return load_agent(settings["agent"])
+            return load_agent(settings.agent)
         except AgentLoadError as exc:
             raise StartupError(f"--agent: {exc}") from None
-    if settings["exec"]:
-        return ProcessAgent(settings["exec"])
+    if settings.exec:
+        return ProcessAgent(settings.exec)
     return FauxAgent()
 
 
@@ -276,34 +277,34 @@ def agent_profile(agent: Agent) -> AgentProfile | None:
     return profile
 
 
-def build_store(settings: Settings, config: ServerConfig) -> TaskStore:
+def build_store(settings: ServeSettings, config: ServerConfig) -> TaskStore:
     mib = 1024 * 1024
-    if settings["store"] == "postgres":
+    if settings.store == "postgres":
         return build_postgres_store(settings, config)
-    if settings["store"] == "memory" or not config.workspaces:
+    if settings.store == "memory" or not config.workspaces:
         return MemoryTaskStore(
-            max_tasks=settings["memory_store_tasks"],
-            max_bytes=settings["memory_store_mib"] * mib,
-            retry_keys=settings["retry_keys"],
-            retry_bytes=settings["retry_keys_mib"] * mib,
-            event_log_bytes=settings["event_log_kib"] * 1024,
-            event_logs_bytes=settings["memory_event_log_mib"] * mib,
+            max_tasks=settings.memory_store_tasks,
+            max_bytes=settings.memory_store_mib * mib,
+            retry_keys=settings.retry_keys,
+            retry_bytes=settings.retry_keys_mib * mib,
+            event_log_bytes=settings.event_log_kib * 1024,
+            event_logs_bytes=settings.memory_event_log_mib * mib,
         )
     # Each caller's tasks live in its own workspace; anonymous callers use the first.
     return WorkspaceTaskStores(
         config.workspaces[0],
-        fsync=settings["fsync"],
-        cache_entries=settings["task_cache_entries"],
-        cache_bytes=settings["task_cache_mib"] * mib,
-        reconcile_interval_s=settings["index_reconcile_interval"],
-        event_log_bytes=settings["event_log_kib"] * 1024,
+        fsync=settings.fsync,
+        cache_entries=settings.task_cache_entries,
+        cache_bytes=settings.task_cache_mib * mib,
+        reconcile_interval_s=settings.index_reconcile_interval,
+        event_log_bytes=settings.event_log_kib * 1024,
     )
 
 
-def build_postgres_store(settings: Settings, config: ServerConfig) -> PostgresTaskStore:
+def build_postgres_store(settings: ServeSettings, config: ServerConfig) -> PostgresTaskStore:
     """``--store postgres``: the URL's password is registered for redaction before
     anything can log it; mistakes are StartupErrors that never echo the URL."""
-    url = settings["database_url"].strip()
+    url = settings.database_url.strip()
     if not url:
         raise StartupError(
             "--store postgres needs --database-url postgresql://... (or A2A_GATEWAY_DATABASE_URL)"
@@ -326,23 +327,23 @@ def build_postgres_store(settings: Settings, config: ServerConfig) -> PostgresTa
     return PostgresTaskStore(
         url,
         box=SecretBox(config.workspaces[0]),
-        pool_size=settings["database_pool_size"],
-        lease_s=settings["database_lease"],
-        retry_keys=settings["retry_keys"],
-        retry_bytes=settings["retry_keys_mib"] * mib,
+        pool_size=settings.database_pool_size,
+        lease_s=settings.database_lease,
+        retry_keys=settings.retry_keys,
+        retry_bytes=settings.retry_keys_mib * mib,
     )
 
 
-def build_retention(settings: Settings, store: TaskStore) -> Retention | None:
+def build_retention(settings: ServeSettings, store: TaskStore) -> Retention | None:
     """The retention pass of ``--task-retention`` (None when off or without files)."""
-    text = settings["task_retention"].strip()
+    text = settings.task_retention.strip()
     if not text:
         return None
     try:
         max_age_s = parse_duration(text)
     except ValueError as exc:
         raise StartupError(f"--task-retention: {exc}") from None
-    files = settings["task_retention_files"]
+    files = settings.task_retention_files
     if isinstance(store, PostgresTaskStore):
         return Retention(lambda: [store], max_age_s, files=files)
     if not isinstance(store, WorkspaceTaskStores):
@@ -472,7 +473,7 @@ class Gateway:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: ServeSettings,
         *,
         push_waker: PushWaker | None = None,
         agent: Agent | None = None,
@@ -499,7 +500,7 @@ class Gateway:
         self.push: PushDispatcher | None = None
         self.cards: CardProvider
         self.service: A2AService
-        if settings["upstream"]:
+        if settings.upstream:
             # Proxy mode (proxy.py): every call goes to the upstream agent.
             self.proxy, self.cards = build_proxy(settings, self.config)
             self.service = self.proxy
@@ -517,7 +518,7 @@ class Gateway:
         self.authenticator = build_authenticator(self.config)
         self.cards.schemes = self.authenticator.schemes
         self.cards.serving = self.authenticator.serving
-        self.card_icon_setting = settings["card_icon"].strip()
+        self.card_icon_setting = settings.card_icon.strip()
         self.cards.icon = CardIcon.for_gateway(self.card_icon_setting, self.config.workspaces)
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
@@ -543,28 +544,28 @@ class Gateway:
                 outbound=self.outbound,
                 # Files of callers without a workspace (anonymous) land in the first.
                 default_workspace=self.config.workspaces[0] if self.config.workspaces else None,
-                max_file_bytes=settings["max_file_bytes"],
+                max_file_bytes=settings.max_file_bytes,
                 extensions=ExtensionPolicy.from_card(self.config.card.extensions),
             )
             self.service = self.engine
         # Every call passes the drain's gate (inside the access log, which shows refusals).
         self.drain_gate = Drain()
         self.service = self.drain_gate.gate(self.service)
-        if settings["access_log"]:
+        if settings.access_log:
             self.service = AccessLogged(self.service)
         # Tracing wraps outermost, so the access-log line is inside the call's span.
         self.tracing: Tracing | None = None
-        if tracing_wanted(settings["otlp_endpoint"]):
-            self.tracing = Tracing(settings["otlp_endpoint"])
+        if tracing_wanted(settings.otlp_endpoint):
+            self.tracing = Tracing(settings.otlp_endpoint)
             self.service = Traced(self.service, self.tracing.tracer)
         # The PACT URL (server/pact) serves the hosted agent, not an upstream's.
         self.pact = build_pact(self.config, self.service) if self.engine is not None else None
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
         # nothing. The engine is read at scrape time (its gauges), never on its path.
-        self.metrics: MetricsLike = Metrics() if settings["metrics"] else NULL_METRICS
+        self.metrics: MetricsLike = Metrics() if settings.metrics else NULL_METRICS
         if isinstance(self.metrics, Metrics):
             self._meter_parts(self.metrics)
-        metrics_port = settings["metrics_port"]
+        metrics_port = settings.metrics_port
         self.metrics_port: int | None = None if metrics_port < 0 else metrics_port
         self.readiness = Readiness()
         if self.store is not None:
@@ -734,7 +735,7 @@ class Gateway:
             self.tracing = None
 
 
-async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+async def run_server(settings: ServeSettings, *, stop: asyncio.Event | None = None) -> int:
     gateway = Gateway(settings)
     try:
         await gateway.start()

@@ -2,6 +2,11 @@
 
 Every setting has a default that works with no configuration at all on 127.0.0.1.
 A flag given on the command line wins over the environment, which wins over the file.
+
+The :data:`SETTINGS` table is the one definition of each setting (flag, environment
+name, TOML key, type, default, help); a verb reads its resolved values as a typed,
+frozen object (:class:`ServeSettings`, ``ChatSettings``, ``TelegramSettings``) whose
+fields the suite checks against the verb's table (tests/test_settings.py).
 """
 
 from __future__ import annotations
@@ -10,17 +15,45 @@ import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeVar
 
+from a2a_gateway.agent import defaults as assistant
+from a2a_gateway.agent.prompt import DEFAULT_TEMPLATE
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
-from a2a_gateway.server.config import DEFAULT_PACT_MAX_LIFETIME_S
+from a2a_gateway.server.config import (
+    CARD_FORMATS,
+    DEFAULT_PACT_MAX_LIFETIME_S,
+    CardConfig,
+    IdentityConfig,
+    Mounts,
+    ServerConfig,
+)
+from a2a_gateway.server.engine.state import DEFAULT_LIST_MAX_BYTES
 from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
+from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
+from a2a_gateway.server.limits import TaskCaps
+from a2a_gateway.server.task_store import (
+    DEFAULT_MEMORY_BYTES,
+    DEFAULT_MEMORY_TASKS,
+    DEFAULT_RETRY_BYTES,
+    DEFAULT_RETRY_KEYS,
+)
 
 ENV_PREFIX = "A2A_GATEWAY_"
 #: Where a local Ollama serves its OpenAI-compatible API (``--llm-base-url``).
-LLM_BASE_URL = "http://127.0.0.1:11434/v1"
+LLM_BASE_URL = assistant.DEFAULT_BASE_URL
+MIB = 1024 * 1024
+
+
+def library_default(cls: type, name: str) -> Any:
+    """The default the library's dataclass ``cls`` states for its field ``name``: the
+    table refers to it instead of restating it (one default, one place)."""
+    (found,) = (f for f in fields(cls) if f.name == name)
+    if found.default is not MISSING:
+        return found.default
+    raise TypeError(f"{cls.__name__}.{name} has no plain default")
 
 
 def _starts(*prefixes: str) -> Callable[[str], bool]:
@@ -108,12 +141,21 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("host", str, "127.0.0.1", "address to listen on (HTTP and gRPC)"),
-    Setting("port", int, 8080, "HTTP port (JSON-RPC, HTTP+JSON, card)", 0, maximum=65535),
+    Setting(
+        "host", str, library_default(ServerConfig, "host"), "address to listen on (HTTP and gRPC)"
+    ),
+    Setting(
+        "port",
+        int,
+        library_default(ServerConfig, "port"),
+        "HTTP port (JSON-RPC, HTTP+JSON, card)",
+        0,
+        maximum=65535,
+    ),
     Setting(
         "grpc_port",
         int,
-        8081,
+        library_default(ServerConfig, "grpc_port"),
         "gRPC port; 0 picks a free port, -1 disables gRPC",
         -1,
         maximum=65535,
@@ -142,49 +184,67 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "llm_timeout",
         float,
-        60.0,
+        assistant.DEFAULT_TIMEOUT_S,
         "seconds the model provider may stay silent (connecting, before the first token,"
         " between tokens)",
         above=0,
     ),
-    Setting("llm_max_tokens", int, 0, "most tokens per answer (0: the provider's limit)", 0),
+    Setting(
+        "llm_max_tokens",
+        int,
+        assistant.DEFAULT_MAX_TOKENS,
+        "most tokens per answer (0: the provider's limit)",
+        0,
+    ),
     Setting("llm_temperature", float, None, "sampling temperature (default: the provider's)", 0),
-    Setting("llm_max_retries", int, 2, "retries of a failed model request", 0),
+    Setting(
+        "llm_max_retries",
+        int,
+        assistant.DEFAULT_MAX_RETRIES,
+        "retries of a failed model request",
+        0,
+    ),
     Setting(
         "llm_stream",
         str,
-        "auto",
+        assistant.DEFAULT_STREAM,
         "stream the model's answers: on, off (whole answers, for servers that cannot"
         " stream), or auto (stream; a streamed request with tools the provider fails is"
         " asked again once without streaming, and so from then on)",
-        choices=("auto", "on", "off"),
+        choices=assistant.STREAM_MODES,
     ),
-    Setting("llm_max_tool_rounds", int, 16, "tool rounds per turn before it fails", 1),
+    Setting(
+        "llm_max_tool_rounds",
+        int,
+        assistant.DEFAULT_MAX_TOOL_ROUNDS,
+        "tool rounds per turn before it fails",
+        1,
+    ),
     Setting(
         "llm_context_budget",
         int,
-        200_000,
+        assistant.DEFAULT_CONTEXT_BUDGET_CHARS,
         "most conversation characters sent per request (oldest turns dropped first)",
         1000,
     ),
     Setting(
         "session_idle_timeout",
         float,
-        1800.0,
+        assistant.DEFAULT_IDLE_TIMEOUT_S,
         "seconds before an idle session leaves memory (it resumes from its transcript)",
         above=0,
     ),
     Setting(
         "session_mode",
         str,
-        "per-context",
+        assistant.DEFAULT_SESSION_MODE,
         "per-context, per-task or shared (one session per caller)",
-        choices=("per-context", "per-task", "shared"),
+        choices=assistant.SESSION_MODES,
     ),
     Setting(
         "message_template",
         str,
-        "{{a2a.text}}",
+        DEFAULT_TEMPLATE,
         "what the model receives: {{a2a.text}}, {{a2a.task_id}}, {{a2a.context_id}},"
         " {{payload}} (the request's params as compact ProtoJSON)",
     ),
@@ -231,29 +291,39 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "grpc_default_deadline",
         float,
-        300.0,
+        library_default(ServerConfig, "grpc_default_deadline_s"),
         "seconds a unary gRPC call may take when its client sets no deadline (default 300)",
         above=0,
     ),
     Setting(
         "grpc_stream_idle_timeout",
         float,
-        300.0,
+        library_default(ServerConfig, "grpc_stream_idle_s"),
         "seconds a gRPC stream may go without an event before it is ended (default 300)",
         above=0,
     ),
     Setting(
         "shutdown_grace",
         float,
-        10.0,
+        library_default(ServerConfig, "shutdown_grace_s"),
         "seconds a SIGTERM gives calls in flight (a blocking send) to finish before the"
         " exit; new calls are refused and open streams end meanwhile (default 10)",
         0,
     ),
     Setting("allow_anonymous", bool, False, "accept requests without a key (loopback only)"),
     Setting("allow_private_urls", bool, False, "outbound guard off: http and private addresses"),
-    Setting("jsonrpc_path", str, "/a2a", "JSON-RPC mount point ('/' allowed)"),
-    Setting("rest_path", str, "/a2a/v1", "HTTP+JSON mount point ('' or '/' = root)"),
+    Setting(
+        "jsonrpc_path",
+        str,
+        library_default(Mounts, "jsonrpc"),
+        "JSON-RPC mount point ('/' allowed)",
+    ),
+    Setting(
+        "rest_path",
+        str,
+        library_default(Mounts, "rest"),
+        "HTTP+JSON mount point ('' or '/' = root)",
+    ),
     Setting(
         "card_name",
         str,
@@ -292,14 +362,30 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "card_format",
         str,
-        "auto",
+        library_default(CardConfig, "format"),
         "public card shape: auto (pure 1.0 for a request with A2A-Version 1.x, else the"
         " hybrid with the 0.3 keys), 1.0, or hybrid",
-        choices=("auto", "1.0", "hybrid"),
+        choices=CARD_FORMATS,
     ),
-    Setting("max_hops", int, 3, "refuse tasks whose a2a-gateway.hops exceeds this"),
-    Setting("max_file_bytes", int, 10 * 1024 * 1024, "cap per file part, in and out", minimum=1),
-    Setting("keepalive", float, 15.0, "seconds between SSE keep-alive comments"),
+    Setting(
+        "max_hops",
+        int,
+        library_default(ServerConfig, "max_hops"),
+        "refuse tasks whose a2a-gateway.hops exceeds this",
+    ),
+    Setting(
+        "max_file_bytes",
+        int,
+        DEFAULT_MAX_FILE_BYTES,
+        "cap per file part, in and out",
+        minimum=1,
+    ),
+    Setting(
+        "keepalive",
+        float,
+        library_default(ServerConfig, "keepalive_interval_s"),
+        "seconds between SSE keep-alive comments",
+    ),
     Setting(
         "store",
         str,
@@ -346,7 +432,13 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds between two checks of the task index against the task files",
         above=0,
     ),
-    Setting("list_max_mib", float, 8.0, "byte budget of one ListTasks answer (MiB)", above=0),
+    Setting(
+        "list_max_mib",
+        float,
+        DEFAULT_LIST_MAX_BYTES / MIB,
+        "byte budget of one ListTasks answer (MiB)",
+        above=0,
+    ),
     Setting(
         "event_log_kib",
         int,
@@ -357,14 +449,38 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "memory_event_log_mib",
         int,
-        DEFAULT_MEMORY_LOG_BYTES // (1024 * 1024),
+        DEFAULT_MEMORY_LOG_BYTES // MIB,
         "--store memory: stream events kept for all tasks together (MiB)",
         1,
     ),
-    Setting("memory_store_tasks", int, 50_000, "--store memory: tasks kept (count)", 1),
-    Setting("memory_store_mib", int, 256, "--store memory: tasks kept (MiB)", 1),
-    Setting("retry_keys", int, 100_000, "--store memory: messageId retry keys kept (count)", 0),
-    Setting("retry_keys_mib", int, 32, "--store memory: messageId retry keys kept (MiB)", 0),
+    Setting(
+        "memory_store_tasks",
+        int,
+        DEFAULT_MEMORY_TASKS,
+        "--store memory: tasks kept (count)",
+        1,
+    ),
+    Setting(
+        "memory_store_mib",
+        int,
+        DEFAULT_MEMORY_BYTES // MIB,
+        "--store memory: tasks kept (MiB)",
+        1,
+    ),
+    Setting(
+        "retry_keys",
+        int,
+        DEFAULT_RETRY_KEYS,
+        "--store memory: messageId retry keys kept (count)",
+        0,
+    ),
+    Setting(
+        "retry_keys_mib",
+        int,
+        DEFAULT_RETRY_BYTES // MIB,
+        "--store memory: messageId retry keys kept (MiB)",
+        0,
+    ),
     Setting("rate_limit_per_minute", int, 0, "requests per minute per caller (0: unlimited)", 0),
     Setting(
         "ip_rate_limit_per_minute",
@@ -376,14 +492,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "jwt_leeway",
         float,
-        60.0,
+        library_default(IdentityConfig, "jwt_leeway_s"),
         "seconds of clock skew allowed on JWT exp/nbf/iat (jwt callers)",
         0,
     ),
     Setting(
         "identity_fetch_timeout",
         float,
-        5.0,
+        library_default(IdentityConfig, "fetch_timeout_s"),
         "seconds an identity provider (discovery, JWKS) has to answer",
         above=0,
     ),
@@ -420,7 +536,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "introspection_cache",
         float,
-        60.0,
+        library_default(IdentityConfig, "introspection_cache_s"),
         "seconds an active introspection answer is reused (at most until the token's exp)",
         0,
     ),
@@ -430,11 +546,17 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "the token URL the card names for introspection callers (client credentials)",
     ),
-    Setting("max_running_tasks", int, 64, "running tasks per caller (0: unlimited)", 0),
+    Setting(
+        "max_running_tasks",
+        int,
+        library_default(TaskCaps, "max_running_tasks"),
+        "running tasks per caller (0: unlimited)",
+        0,
+    ),
     Setting(
         "max_open_contexts",
         int,
-        256,
+        library_default(TaskCaps, "max_open_contexts"),
         "contexts with unfinished tasks per caller (0: unlimited)",
         0,
     ),
@@ -531,22 +653,13 @@ def _convert(setting: Setting, value: Any, source: str) -> Any:
     return value
 
 
-@dataclass(slots=True)
-class Settings:
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
-
-def resolve(
+def _merge(
     flags: Mapping[str, Any],
-    environ: Mapping[str, str] | None = None,
-    config_file: Path | None = None,
-    *,
-    table: tuple[Setting, ...] = SETTINGS,
-    section: str = "serve",
-) -> Settings:
+    environ: Mapping[str, str] | None,
+    config_file: Path | None,
+    table: tuple[Setting, ...],
+    section: str,
+) -> dict[str, Any]:
     """Merge the three sources; ``flags`` holds only the flags actually given.
     ``table`` is the command's settings and ``section`` its TOML table (``serve``,
     ``telegram``)."""
@@ -577,4 +690,162 @@ def resolve(
             values[setting.name] = from_file[setting.name]
         else:
             values[setting.name] = setting.default
-    return Settings(values)
+    return values
+
+
+LlmStream = Literal["auto", "on", "off"]
+SessionMode = Literal["per-context", "per-task", "shared"]
+UpstreamTransport = Literal["auto", "jsonrpc", "rest", "grpc"]
+CardFormat = Literal["auto", "1.0", "hybrid"]
+StoreKind = Literal["workspace", "memory", "postgres"]
+LogFormat = Literal["plain", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class VerbSettings:
+    """What every verb's typed settings share: the table they are made from and its TOML
+    section. Subclasses are frozen dataclasses with one field per setting of ``TABLE``
+    (same name, the setting's type; no defaults: those are the table's)."""
+
+    __slots__ = ()
+    TABLE: ClassVar[tuple[Setting, ...]]
+    SECTION: ClassVar[str]
+    # Every verb has these (read before the verb starts: logging is set up first).
+    log_level: LogLevel
+    log_format: LogFormat
+
+
+SettingsT = TypeVar("SettingsT", bound=VerbSettings)
+
+
+def build(kind: type[SettingsT], values: Mapping[str, Any]) -> SettingsT:
+    """``kind`` from checked values by setting name (a list becomes a tuple); a setting
+    ``values`` lacks takes the table's default."""
+    given: dict[str, Any] = {}
+    for setting in kind.TABLE:
+        value = values.get(setting.name, setting.default)
+        given[setting.name] = tuple(value) if setting.kind is list else value
+    return kind(**given)
+
+
+def load(
+    kind: type[SettingsT],
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> SettingsT:
+    """A verb's settings from its three sources: ``flags`` (only those actually given),
+    then ``environ`` (``A2A_GATEWAY_*``; default: the process environment), then the
+    verb's table in ``config_file``."""
+    return build(kind, _merge(flags, environ, config_file, kind.TABLE, kind.SECTION))
+
+
+def resolve(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> ServeSettings:
+    """``serve``'s settings (:func:`load` of :class:`ServeSettings`)."""
+    return load(ServeSettings, flags, environ, config_file)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings(VerbSettings):
+    """``serve``'s settings, resolved: one field per setting of :data:`SETTINGS`."""
+
+    TABLE: ClassVar[tuple[Setting, ...]] = SETTINGS
+    SECTION: ClassVar[str] = "serve"
+
+    host: str
+    port: int
+    grpc_port: int
+    public_url: str
+    workspace: tuple[str, ...]
+    workspaces_root: str
+    agent: str
+    exec: str
+    faux: bool
+    llm: bool
+    llm_base_url: str
+    llm_model: str
+    llm_demo: bool
+    llm_timeout: float
+    llm_max_tokens: int
+    llm_temperature: float | None
+    llm_max_retries: int
+    llm_stream: LlmStream
+    llm_max_tool_rounds: int
+    llm_context_budget: int
+    session_idle_timeout: float
+    session_mode: SessionMode
+    message_template: str
+    upstream: str
+    upstream_key: str = field(repr=False)  # a secret
+    upstream_signing_secret: str = field(repr=False)  # a secret
+    upstream_basic_user: str
+    upstream_password: str = field(repr=False)  # a secret
+    upstream_client_id: str
+    upstream_client_secret: str = field(repr=False)  # a secret
+    upstream_token_url: str
+    upstream_token_command: str
+    upstream_client_cert: str
+    upstream_client_key: str
+    upstream_ca_cert: str
+    upstream_transport: UpstreamTransport
+    upstream_timeout: float
+    upstream_idle_timeout: float
+    grpc_default_deadline: float
+    grpc_stream_idle_timeout: float
+    shutdown_grace: float
+    allow_anonymous: bool
+    allow_private_urls: bool
+    jsonrpc_path: str
+    rest_path: str
+    card_name: str
+    card_description: str
+    card_skills: str
+    card_extensions: str
+    card_icon: str
+    card_format: CardFormat
+    max_hops: int
+    max_file_bytes: int
+    keepalive: float
+    store: StoreKind
+    database_url: str = field(repr=False)  # a secret
+    database_pool_size: int
+    database_lease: float
+    fsync: bool
+    task_retention: str
+    task_retention_files: bool
+    task_cache_entries: int
+    task_cache_mib: int
+    index_reconcile_interval: float
+    list_max_mib: float
+    event_log_kib: int
+    memory_event_log_mib: int
+    memory_store_tasks: int
+    memory_store_mib: int
+    retry_keys: int
+    retry_keys_mib: int
+    rate_limit_per_minute: int
+    ip_rate_limit_per_minute: int
+    jwt_leeway: float
+    identity_fetch_timeout: float
+    pact_token_max_lifetime: float
+    card_signing_key: str
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
+    introspection_url: str
+    introspection_client_id: str
+    introspection_client_secret: str = field(repr=False)  # a secret
+    introspection_cache: float
+    oauth2_token_url: str
+    max_running_tasks: int
+    max_open_contexts: int
+    access_log: bool
+    metrics: bool
+    metrics_port: int
+    otlp_endpoint: str
+    log_format: LogFormat
+    log_level: LogLevel

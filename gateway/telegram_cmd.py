@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -38,14 +39,14 @@ from a2a_gateway.telegram.status import recent_tasks, status_report
 from .assistant_host import MODEL_REQUIRED, build_assistant, build_runtime
 from .logs import redact, register_secret
 from .serve import Gateway, until_signalled
-from .settings import SETTINGS, Settings
+from .settings import ServeSettings, build
 from .startup import StartupError, bind_failure
-from .telegram_settings import ALLOWED_VARIABLE, TOKEN_VARIABLE
+from .telegram_settings import ALLOWED_VARIABLE, TOKEN_VARIABLE, TelegramSettings
 
 log = logging.getLogger("a2a_gateway.telegram")
 
 
-def check(settings: Settings, environ: Mapping[str, str] | None = None) -> TelegramConfig:
+def check(settings: TelegramSettings, environ: Mapping[str, str] | None = None) -> TelegramConfig:
     """The host's configuration, or a :class:`StartupError` saying what is missing."""
     environ = os.environ if environ is None else environ
     token = environ.get(TOKEN_VARIABLE, "").strip()
@@ -54,7 +55,7 @@ def check(settings: Settings, environ: Mapping[str, str] | None = None) -> Teleg
             f"set {TOKEN_VARIABLE} to the bot's token (from BotFather); it is never a flag"
         )
     register_secret(token)
-    allowed_text = settings["allowed_users"] or environ.get(ALLOWED_VARIABLE, "")
+    allowed_text = settings.allowed_users or environ.get(ALLOWED_VARIABLE, "")
     try:
         allowed = parse_user_ids(allowed_text)
     except ValueError as exc:
@@ -63,19 +64,19 @@ def check(settings: Settings, environ: Mapping[str, str] | None = None) -> Teleg
         raise StartupError(
             f"--allowed-users (or {ALLOWED_VARIABLE}) must list at least one Telegram user id"
         )
-    if not settings["workspaces_root"]:
+    if not settings.workspaces_root:
         raise StartupError("--workspaces-root is required (one folder per chat is made there)")
-    if not settings["llm_model"] and not settings["llm_demo"]:
+    if not settings.llm_model and not settings.llm_demo:
         raise StartupError(MODEL_REQUIRED)
-    if not valid_zone(settings["time_zone"]):
+    if not valid_zone(settings.time_zone):
         raise StartupError(
-            f"--time-zone: unknown time zone {settings['time_zone']!r}"
+            f"--time-zone: unknown time zone {settings.time_zone!r}"
             " (an IANA name such as Europe/Lisbon)"
         )
-    webhook = settings["telegram_webhook_url"]
+    webhook = settings.telegram_webhook_url
     if webhook and urlsplit(webhook).scheme != "https":
         raise StartupError("--telegram-webhook-url must be an https URL (Telegram requires it)")
-    root = Path(settings["workspaces_root"]).expanduser()
+    root = Path(settings.workspaces_root).expanduser()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -84,11 +85,11 @@ def check(settings: Settings, environ: Mapping[str, str] | None = None) -> Teleg
         token=token,
         allowed_users=frozenset(allowed),
         workspaces_root=root.resolve(),
-        base_url=settings["telegram_base_url"],
+        base_url=settings.telegram_base_url,
         webhook_url=webhook,
-        time_zone=settings["time_zone"],
-        max_file_bytes=settings["max_file_bytes"],
-        turn_timeout_s=settings["turn_timeout"],
+        time_zone=settings.time_zone,
+        max_file_bytes=settings.max_file_bytes,
+        turn_timeout_s=settings.turn_timeout,
     )
 
 
@@ -109,7 +110,7 @@ class TelegramNotifier:
 class TelegramApp:
     """The bot, its runtime and (with ``--a2a`` or a webhook) the HTTP side."""
 
-    def __init__(self, settings: Settings, config: TelegramConfig) -> None:
+    def __init__(self, settings: TelegramSettings, config: TelegramConfig) -> None:
         self.settings = settings
         self.config = config
         self.runtime: Runtime = build_runtime(settings)
@@ -117,22 +118,22 @@ class TelegramApp:
             config, self.runtime, tools_for=self.owner_tools, status=self.status
         )
         # Push needs the receiver (the A2A side's app) reachable at a public URL.
-        push_url = settings["public_url"] if settings["a2a"] and settings["public_url"] else None
+        push_url = settings.public_url if settings.a2a and settings.public_url else None
         self.watches = WatchRegistry(
             public_url=push_url,
-            allow_private_urls=settings["allow_private_urls"],
-            watch_timeout_s=settings["watch_timeout"],
-            max_file_bytes=settings["max_file_bytes"],
+            allow_private_urls=settings.allow_private_urls,
+            watch_timeout_s=settings.watch_timeout,
+            max_file_bytes=settings.max_file_bytes,
         )
         self.a2a_tool = (
             A2ATool(
                 self.watches,
-                wait_s=settings["a2a_wait"],
-                max_wait_s=settings["a2a_max_wait"],
-                allow_private_urls=settings["allow_private_urls"],
-                max_file_bytes=settings["max_file_bytes"],
+                wait_s=settings.a2a_wait,
+                max_wait_s=settings.a2a_max_wait,
+                allow_private_urls=settings.allow_private_urls,
+                max_file_bytes=settings.max_file_bytes,
             )
-            if settings["a2a_client"]
+            if settings.a2a_client
             else None
         )
         self.gateway: Gateway | None = None
@@ -192,11 +193,12 @@ class TelegramApp:
 
     async def start(self) -> None:
         await self.runtime.start()
-        if self.settings["a2a"]:
+        if self.settings.a2a:
             notifier = TelegramNotifier()
             notifier.host = self.host
+            serve_settings = _serve_settings(self.settings, self.config)
             agent: AssistantAgent = build_assistant(
-                self.settings,
+                serve_settings,
                 [self.config.workspaces_root],
                 runtime=self.runtime,
                 notifier=notifier,
@@ -204,7 +206,7 @@ class TelegramApp:
                 local_time=self._chat_local_time,
             )
             self.gateway = Gateway(
-                _serve_settings(self.settings, self.config),
+                serve_settings,
                 agent=agent,
                 routes=self._add_routes,
                 push_waker=self.watches,
@@ -219,7 +221,7 @@ class TelegramApp:
             self._add_routes(app)
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
             await self._runner.setup()
-            host, port = self.settings["host"], self.settings["port"]
+            host, port = self.settings.host, self.settings.port
             try:
                 await web.TCPSite(self._runner, host, port).start()
             except OSError as exc:
@@ -243,14 +245,14 @@ class TelegramApp:
             self._runner = None
 
 
-def _serve_settings(settings: Settings, config: TelegramConfig) -> Settings:
-    """The ``serve`` settings of the A2A side: the chats' folders as workspaces."""
-    values = {s.name: s.default for s in SETTINGS}
-    values.update({k: v for k, v in settings.values.items() if k in values})
+def _serve_settings(settings: TelegramSettings, config: TelegramConfig) -> ServeSettings:
+    """The ``serve`` settings of the A2A side: the chats' folders as workspaces (a serve
+    setting the bot does not have takes its default)."""
+    values: dict[str, object] = {f.name: getattr(settings, f.name) for f in fields(settings)}
     values.update(
-        llm=True, workspaces_root=str(config.workspaces_root), workspace=[], allow_anonymous=False
+        llm=True, workspaces_root=str(config.workspaces_root), workspace=(), allow_anonymous=False
     )
-    return Settings(values)
+    return build(ServeSettings, values)
 
 
 def bot_api_problem(exc: TelegramError, base_url: str) -> str:
@@ -263,7 +265,7 @@ def bot_api_problem(exc: TelegramError, base_url: str) -> str:
     return f"the Telegram Bot API refused to start the bot: {redact(exc.message)}"
 
 
-async def run_telegram(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+async def run_telegram(settings: TelegramSettings, *, stop: asyncio.Event | None = None) -> int:
     config = check(settings)
     app = TelegramApp(settings, config)
     try:

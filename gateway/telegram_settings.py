@@ -3,10 +3,21 @@ command line never imports python-telegram-bot)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from .chat_settings import DELEGATION_SETTINGS, LLM_MODEL_HELP, TURN_TIMEOUT_SETTING
-from .settings import SETTINGS, Setting
+from .settings import (
+    SETTINGS,
+    CardFormat,
+    LlmStream,
+    LogFormat,
+    LogLevel,
+    SessionMode,
+    Setting,
+    StoreKind,
+    VerbSettings,
+)
 
 #: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
 DEFAULT_BASE_URL = "https://api.telegram.org"
@@ -72,3 +83,94 @@ TELEGRAM_SETTINGS = TELEGRAM_SETTINGS + tuple(
     and not s.name.startswith("upstream")
     and s.name not in {own.name for own in TELEGRAM_SETTINGS}
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TelegramSettings(VerbSettings):
+    """``telegram``'s settings, resolved: one field per setting of :data:`TELEGRAM_SETTINGS`."""
+
+    TABLE: ClassVar[tuple[Setting, ...]] = TELEGRAM_SETTINGS
+    SECTION: ClassVar[str] = "telegram"
+
+    allowed_users: str
+    telegram_base_url: str
+    telegram_webhook_url: str
+    a2a: bool
+    a2a_client: bool
+    turn_timeout: float
+    a2a_wait: float
+    a2a_max_wait: float
+    watch_timeout: float
+    time_zone: str
+    host: str
+    port: int
+    grpc_port: int
+    public_url: str
+    workspaces_root: str
+    llm_base_url: str
+    llm_model: str
+    llm_demo: bool
+    llm_timeout: float
+    llm_max_tokens: int
+    llm_temperature: float | None
+    llm_max_retries: int
+    llm_stream: LlmStream
+    llm_max_tool_rounds: int
+    llm_context_budget: int
+    session_idle_timeout: float
+    session_mode: SessionMode
+    message_template: str
+    grpc_default_deadline: float
+    grpc_stream_idle_timeout: float
+    shutdown_grace: float
+    allow_private_urls: bool
+    jsonrpc_path: str
+    rest_path: str
+    card_name: str
+    card_description: str
+    card_skills: str
+    card_extensions: str
+    card_icon: str
+    card_format: CardFormat
+    max_hops: int
+    max_file_bytes: int
+    keepalive: float
+    store: StoreKind
+    database_url: str = field(repr=False)  # a secret
+    database_pool_size: int
+    database_lease: float
+    fsync: bool
+    task_retention: str
+    task_retention_files: bool
+    task_cache_entries: int
+    task_cache_mib: int
+    index_reconcile_interval: float
+    list_max_mib: float
+    event_log_kib: int
+    memory_event_log_mib: int
+    memory_store_tasks: int
+    memory_store_mib: int
+    retry_keys: int
+    retry_keys_mib: int
+    rate_limit_per_minute: int
+    ip_rate_limit_per_minute: int
+    jwt_leeway: float
+    identity_fetch_timeout: float
+    pact_token_max_lifetime: float
+    card_signing_key: str
+    tls_cert: str
+    tls_key: str
+    tls_client_ca: str
+    introspection_url: str
+    introspection_client_id: str
+    introspection_client_secret: str = field(repr=False)  # a secret
+    introspection_cache: float
+    oauth2_token_url: str
+    max_running_tasks: int
+    max_open_contexts: int
+    access_log: bool
+    metrics: bool
+    metrics_port: int
+    otlp_endpoint: str
+    log_format: LogFormat
+    log_level: LogLevel

@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from aiohttp import web
 
 from a2a_gateway.agent.base import Signal
+from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
 from a2a_gateway.agent.runtime import (
     Asked,
     FileReady,
@@ -40,7 +41,7 @@ from a2a_gateway.agent.runtime import (
     TurnFailed,
 )
 from a2a_gateway.agent.tools import ToolRegistry
-from a2a_gateway.chat_settings import TURN_TIMEOUT_S
+from a2a_gateway.agent.tools.files import SEND_CAP
 from a2a_gateway.server.files import INBOX_FOLDER as INBOX
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from telegram import Bot, Message, Update
@@ -93,7 +94,7 @@ class TelegramConfig:
     base_url: str = DEFAULT_BASE_URL
     webhook_url: str = ""  # empty: long polling
     time_zone: str = "UTC"
-    max_file_bytes: int = 10 * 1024 * 1024
+    max_file_bytes: int = SEND_CAP
     poll_timeout_s: float = 30.0
     #: How long one turn may run (``--turn-timeout``; as chat's) before it is stopped
     #: and the chat told so.

@@ -54,8 +54,6 @@ KNOWN_UPWARD: Mapping[tuple[str, str], str] = {
     ("a2a_gateway.client.credentials", "a2a_gateway.logs"): "register_secret",
     ("a2a_gateway.server.auth", "a2a_gateway.logs"): "register_secret",
     ("a2a_gateway.server.card", "a2a_gateway.logs"): "register_secret",
-    # The Telegram host reads the chat host's turn timeout (a setting constant).
-    ("a2a_gateway.telegram.host", "a2a_gateway.chat_settings"): "TURN_TIMEOUT_S",
 }
 
 

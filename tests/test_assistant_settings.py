@@ -30,19 +30,19 @@ def test_llm_settings_from_each_source(tmp_path: Path) -> None:
         environ={"A2A_GATEWAY_LLM_MAX_TOOL_ROUNDS": "4", "A2A_GATEWAY_LLM_MODEL": "from-env"},
         config_file=config,
     )
-    assert settings["llm"] is True
-    assert settings["llm_model"] == "from-env"
-    assert settings["llm_timeout"] == 7.5
-    assert settings["llm_max_tool_rounds"] == 4
-    assert settings["llm_temperature"] == 0.2
-    assert settings["session_mode"] == "shared"
-    assert settings["llm_context_budget"] == 5000
+    assert settings.llm is True
+    assert settings.llm_model == "from-env"
+    assert settings.llm_timeout == 7.5
+    assert settings.llm_max_tool_rounds == 4
+    assert settings.llm_temperature == 0.2
+    assert settings.session_mode == "shared"
+    assert settings.llm_context_budget == 5000
     defaults = resolve({}, environ={})
-    assert defaults["llm_base_url"] == DEFAULT_BASE_URL == LLM_BASE_URL
-    assert defaults["llm_temperature"] is None
-    assert defaults["session_idle_timeout"] == 1800.0
-    assert defaults["message_template"] == "{{a2a.text}}"
-    assert defaults["llm_stream"] == ProviderConfig("m").stream == "auto"
+    assert defaults.llm_base_url == DEFAULT_BASE_URL == LLM_BASE_URL
+    assert defaults.llm_temperature is None
+    assert defaults.session_idle_timeout == 1800.0
+    assert defaults.message_template == "{{a2a.text}}"
+    assert defaults.llm_stream == ProviderConfig("m").stream == "auto"
 
 
 async def test_llm_stream_reaches_the_provider() -> None:

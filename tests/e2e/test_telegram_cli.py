@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 
 from a2a_gateway.client.pending import PendingRecord, write_pending
-from a2a_gateway.settings import resolve
+from a2a_gateway.settings import load
 from a2a_gateway.telegram_cmd import TelegramApp, check
-from a2a_gateway.telegram_settings import TELEGRAM_SETTINGS
+from a2a_gateway.telegram_settings import TelegramSettings
 from tests.agent.fake_llm import (
     Calls,
     FakeLLM,
@@ -419,7 +419,7 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
         "llm_model": "fake-model",
         "llm_base_url": llm.base_url,
     }
-    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    settings = load(TelegramSettings, flags, environ={})
     app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
     await app.start()
     try:
@@ -452,7 +452,7 @@ async def start_a2a_bot(root: Path, bot_api: FakeBotApi, llm: FakeLLM, **flags: 
         "grpc_port": -1,
         **flags,
     }
-    settings = resolve(values, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    settings = load(TelegramSettings, values, environ={})
     app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
     await app.start()
     return app
@@ -491,7 +491,7 @@ async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Pat
         "telegram_base_url": bot_api.base_url,
         "llm_demo": True,
     }
-    settings = resolve(flags, environ={}, table=TELEGRAM_SETTINGS, section="telegram")
+    settings = load(TelegramSettings, flags, environ={})
     app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
     await app.start()
     try:

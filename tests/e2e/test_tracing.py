@@ -26,9 +26,9 @@ import grpc
 import pytest
 
 from a2a_gateway.chat import run_chat
-from a2a_gateway.chat_settings import CHAT_SETTINGS
+from a2a_gateway.chat_settings import ChatSettings
 from a2a_gateway.logs import JsonFormatter
-from a2a_gateway.settings import resolve
+from a2a_gateway.settings import load
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
 from ..agent.llm_support import API_KEY, llm
@@ -116,7 +116,8 @@ async def test_a_delegated_task_is_one_trace_across_two_agents(
     ):
         workspace = workspace_calling(tmp_path / "owner", remote, transport=binding)
         use_secret(API_KEY)
-        settings = resolve(
+        settings = load(
+            ChatSettings,
             {
                 "workspace": str(workspace),
                 "llm_model": "fake-model",
@@ -126,8 +127,6 @@ async def test_a_delegated_task_is_one_trace_across_two_agents(
                 "otlp_endpoint": receiver.url,
             },
             environ={"A2A_GATEWAY_LLM_API_KEY": API_KEY},
-            table=CHAT_SETTINGS,
-            section="chat",
         )
         out = io.StringIO()
         assert await run_chat(settings, message="ask the remote", stdout=out) == 0

@@ -215,10 +215,10 @@ def test_caller_overrides_come_from_the_policy() -> None:
 
 def test_settings_for_limits() -> None:
     settings = resolve({}, environ={})
-    assert settings["rate_limit_per_minute"] == 0 and settings["ip_rate_limit_per_minute"] == 0
-    assert settings["max_running_tasks"] == TaskCaps().max_running_tasks
+    assert settings.rate_limit_per_minute == 0 and settings.ip_rate_limit_per_minute == 0
+    assert settings.max_running_tasks == TaskCaps().max_running_tasks
     env = {"A2A_GATEWAY_IP_RATE_LIMIT_PER_MINUTE": "120"}
-    assert resolve({}, environ=env)["ip_rate_limit_per_minute"] == 120
+    assert resolve({}, environ=env).ip_rate_limit_per_minute == 120
     with pytest.raises(SettingsError, match="max_open_contexts must be at least 0"):
         resolve({}, environ={"A2A_GATEWAY_MAX_OPEN_CONTEXTS": "-5"})
     with pytest.raises(SettingsError, match="--rate-limit-per-minute"):
