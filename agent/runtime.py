@@ -50,6 +50,7 @@ import orjson
 from opentelemetry.trace import SpanKind
 
 from a2a_gateway.protocol import tracing
+from a2a_gateway.protocol.closing import Startable
 
 from .base import Signal
 from .metering import NULL_RUNTIME_METER, RuntimeMeter
@@ -158,7 +159,7 @@ class _Turn:
     texts: list[str] = field(default_factory=list)
 
 
-class Runtime:
+class Runtime(Startable):
     """Runs turns of sessions against one provider. Share one per process."""
 
     def __init__(
