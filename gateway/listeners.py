@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from aiohttp import web
 
 from a2a_gateway.protocol.closing import Startable
-from a2a_gateway.protocol.service import A2AService
-from a2a_gateway.server.auth import Authenticator
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
-from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.http_app import AppRunner
-from a2a_gateway.server.metrics import Meter
 
 from .startup import bind_failure
 
@@ -89,24 +84,15 @@ class HttpListener(Startable):
 
 
 class GrpcListener(Startable):
-    """The gateway's gRPC server over ``service`` (``server/grpc_server.py``), bound to
-    ``config.host:config.grpc_port`` by :meth:`start`, which writes the port it got back
-    into ``config`` (the card advertises it)."""
+    """The gateway's gRPC server (``server/grpc_server.py``), made by ``build`` and bound
+    to ``config.host:config.grpc_port`` by :meth:`start` (nothing when that is None),
+    which writes the port it got back into ``config`` (the card advertises it)."""
 
     def __init__(
-        self,
-        service: A2AService,
-        config: ServerConfig,
-        authenticator: Authenticator,
-        *,
-        meter: Meter,
-        readiness: Readiness,
+        self, build: Callable[[], Awaitable[tuple[grpc.aio.Server, int]]], config: ServerConfig
     ) -> None:
-        self._service = service
+        self._build = build
         self.config = config
-        self._authenticator = authenticator
-        self._meter = meter
-        self._readiness = readiness
         self.server: grpc.aio.Server | None = None
         self.port: int | None = None
         self._serving = False
@@ -117,13 +103,7 @@ class GrpcListener(Startable):
         if self.server is not None or config.grpc_port is None:
             return
         try:
-            self.server, self.port = await build_grpc_server(
-                self._service,
-                config,
-                self._authenticator,
-                meter=self._meter,
-                readiness=self._readiness,
-            )
+            self.server, self.port = await self._build()
         except OSError as exc:
             raise bind_failure(exc, config.host, config.grpc_port, "--grpc-port") from None
         config.grpc_port = self.port

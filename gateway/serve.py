@@ -60,6 +60,7 @@ from a2a_gateway.server.drain import Drain
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.extensions import ExtensionPolicy
 from a2a_gateway.server.file_store import WorkspaceTaskStores
+from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.http_app import AppRunner, build_http_app, build_metrics_app
 from a2a_gateway.server.icon import CardIcon
@@ -582,12 +583,16 @@ class Gateway(Startable):
         if self.store is not None:
             self.readiness.add("store", self.store.readiness)
         config = self.config
+        # Built at start, from what the gateway holds then (tests swap a part in).
         self.grpc = GrpcListener(
-            self.service,
+            lambda: build_grpc_server(
+                self.service,
+                config,
+                self.authenticator,
+                meter=self.metrics.grpc,
+                readiness=self.readiness,
+            ),
             config,
-            self.authenticator,
-            meter=self.metrics.grpc,
-            readiness=self.readiness,
         )
         self.http = HttpListener(
             self._http_app,
