@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import socket
 import threading
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from a2a_gateway.chat import run_chat
+from a2a_gateway.chat_settings import CHAT_SETTINGS
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.settings import resolve
@@ -245,3 +248,39 @@ def test_a_proxy_start_failing_leaves_nothing_open(
     assert tasks == []
     assert _threads_left(threads) == []
     assert all(_bindable(port) for port in setup.ports.values())
+
+
+def test_a_chat_whose_receiver_cannot_listen_leaves_nothing_open(tmp_path: Path) -> None:
+    """The chat host (``gateway/chat.py``) opens tracing (a thread), the runtime (a task)
+    and then the push receiver on a port already taken: the start-up mistake, and the
+    parts opened before it are closed."""
+    threads = set(threading.enumerate())
+    (port,) = free_ports(1)
+    settings = resolve(
+        {
+            "workspace": str(tmp_path / "owner"),
+            "llm_demo": True,
+            "host": "127.0.0.1",
+            "port": port,
+            "public_url": f"http://127.0.0.1:{port}",
+            "otlp_endpoint": "http://127.0.0.1:9",
+        },
+        environ={},
+        table=CHAT_SETTINGS,
+        section="chat",
+    )
+
+    async def run() -> tuple[BaseException | None, list[str]]:
+        error: BaseException | None = None
+        try:
+            await run_chat(settings, message="hello", stdout=io.StringIO())
+        except StartupError as exc:
+            error = exc
+        tasks = [repr(t) for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return error, tasks
+
+    with _taken(port):
+        error, tasks = asyncio.run(run())
+    assert str(error) == f"cannot listen on 127.0.0.1:{port} (--port): address already in use"
+    assert tasks == []
+    assert _threads_left(threads) == []
