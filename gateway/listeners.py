@@ -56,6 +56,8 @@ class HttpListener(Startable):
     async def start(self) -> None:
         if self.runner is not None:
             return
+        # No access log: a line per request costs throughput and the bindings log what
+        # matters (errors, refused callers) themselves.
         self.runner = self._runner_class(
             self._app(), handle_signals=False, access_log=None, **self._runner_args
         )

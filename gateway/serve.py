@@ -599,8 +599,6 @@ class Gateway(Startable):
             config.host,
             config.port,
             ssl_context=lambda: server_ssl_context(config.tls) if config.tls else None,
-            # No access log: a line per request costs throughput and the bindings log
-            # what matters (errors, refused callers) themselves.
             runner=AppRunner,
             shutdown_timeout=STOP_GRACE_S,
         )
