@@ -29,6 +29,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from telegram.error import NetworkError, TelegramError
 
 from a2a_gateway.chat import run_chat
 from a2a_gateway.chat_settings import CHAT_SETTINGS
@@ -36,9 +37,12 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.settings import resolve
 from a2a_gateway.startup import StartupError
+from a2a_gateway.telegram_cmd import TelegramApp, check
+from a2a_gateway.telegram_settings import TELEGRAM_SETTINGS
 
 from ..interop.conftest import free_ports
 from ..pg_support import fresh_database
+from ..telegram.conftest import BOT_TOKEN
 
 #: Every start step of the gateway below, in order (test_a_start_goes_through_the_steps).
 STEPS = [
@@ -284,3 +288,45 @@ def test_a_chat_whose_receiver_cannot_listen_leaves_nothing_open(tmp_path: Path)
     assert str(error) == f"cannot listen on 127.0.0.1:{port} (--port): address already in use"
     assert tasks == []
     assert _threads_left(threads) == []
+
+
+def test_a_telegram_bot_whose_bot_api_cannot_be_reached_leaves_nothing_open(
+    tmp_path: Path,
+) -> None:
+    """The Telegram host (``--a2a``) opens the runtime and its A2A side (a whole gateway
+    with gRPC) before the bot, whose Bot API does not answer: the bot's error, and the
+    gateway's ports bind again."""
+    threads = set(threading.enumerate())
+    port, grpc_port, nothing = free_ports(3)
+    settings = resolve(
+        {
+            "workspaces_root": str(tmp_path / "chats"),
+            "allowed_users": "111",
+            "telegram_base_url": f"http://127.0.0.1:{nothing}",
+            "llm_demo": True,
+            "a2a": True,
+            "host": "127.0.0.1",
+            "port": port,
+            "grpc_port": grpc_port,
+        },
+        environ={},
+        table=TELEGRAM_SETTINGS,
+        section="telegram",
+    )
+    app_config = check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN})
+
+    async def run() -> tuple[BaseException | None, list[str]]:
+        app = TelegramApp(settings, app_config)
+        error: BaseException | None = None
+        try:
+            await app.start()
+        except TelegramError as exc:
+            error = exc
+        tasks = [repr(t) for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return error, tasks
+
+    error, tasks = asyncio.run(run())
+    assert isinstance(error, NetworkError), error
+    assert tasks == []
+    assert _threads_left(threads) == []
+    assert _bindable(port) and _bindable(grpc_port)
