@@ -8,7 +8,8 @@ else by the test seam ``Gateway.before_step`` raising at the step's boundary. Af
 failed start, with nothing stopped by the test: each port the gateway was given binds
 again, no thread beyond those alive before is left, no asyncio task is, and the database
 has no connection (``pg_stat_activity``). A start that succeeds goes through exactly
-these steps, and its stop leaves nothing either.
+these steps, and its stop leaves nothing either. The proxy mode, the chat host and the
+Telegram host (whose A2A side is a gateway) are checked the same way at one step each.
 
 Each attempt runs in a loop of its own (``asyncio.run``), so that the loop's default
 executor (its threads are the loop's, not the gateway's) is shut down before threads
@@ -61,9 +62,10 @@ STEPS = [
     "readiness",
     "retention",
 ]
-#: Steps that fail for real (how: the fixture below); the others by the seam.
+#: The steps that bind a port, and its setting: each fails for real, the port taken
+#: (the engine and the card icon fail for real too; the other steps by the seam).
 PORT_FLAGS = {"grpc": "grpc_port", "http": "port", "metrics": "metrics_port"}
-#: What a database that does not answer is: nothing listens there.
+#: How long a closed connection's backend may take to leave pg_stat_activity.
 CONNECTIONS_GONE_S = 10.0
 
 
