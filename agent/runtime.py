@@ -50,6 +50,7 @@ import orjson
 from opentelemetry.trace import SpanKind
 
 from a2a_gateway.protocol import tracing
+from a2a_gateway.protocol.closing import Startable
 
 from .base import Signal
 from .defaults import DEFAULT_CONTEXT_BUDGET_CHARS, DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_TOOL_ROUNDS
@@ -159,7 +160,7 @@ class _Turn:
     texts: list[str] = field(default_factory=list)
 
 
-class Runtime:
+class Runtime(Startable):
     """Runs turns of sessions against one provider. Share one per process."""
 
     def __init__(

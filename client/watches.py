@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.watch_metering import NULL_WATCH_METER, WatchMeter
 from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
@@ -185,7 +186,7 @@ class _Stop(Exception):
     """The agent was removed from agents.json."""
 
 
-class WatchRegistry:
+class WatchRegistry(AsyncCloseable):
     """Every watch of this process (see the module docstring)."""
 
     def __init__(

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from aiohttp import web
 from opentelemetry.trace import Tracer
 
 from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
@@ -46,16 +45,15 @@ from a2a_gateway.agent.runtime import (
 )
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
-from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.agents_file import agents_path
-from a2a_gateway.client.watches import CALL_TIMEOUT_S, WatchRegistry
+from a2a_gateway.client.watches import CALL_TIMEOUT_S
 from a2a_gateway.protocol.tracing import traced_by
 from a2a_gateway.server.files import sanitize_filename, save_new_file
-from a2a_gateway.server.push_receiver import build_push_app
 from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
-from .assistant_host import MODEL_REQUIRED, build_runtime
+from .assistant_host import MODEL_REQUIRED
 from .chat_settings import ChatSettings
+from .owner_kit import OwnerKit
 from .startup import StartupError
 
 if TYPE_CHECKING:
@@ -272,33 +270,6 @@ class ChatHost:
         return relative
 
 
-def _tools(settings: ChatSettings, watches: WatchRegistry) -> ToolRegistry:
-    tools = ToolRegistry(workspace_tools())
-    tools.add(
-        A2ATool(
-            watches,
-            wait_s=settings.a2a_wait,
-            max_wait_s=settings.a2a_max_wait,
-            allow_private_urls=settings.allow_private_urls,
-            max_file_bytes=settings.max_file_bytes,
-        )
-    )
-    return tools
-
-
-async def _start_push_receiver(settings: ChatSettings, watches: WatchRegistry) -> web.AppRunner:
-    runner = web.AppRunner(build_push_app(watches), access_log=None, shutdown_timeout=1)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, settings.host, settings.port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        where = f"{settings.host}:{settings.port}"
-        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-    log.info("push receiver on %s:%s for %s", settings.host, settings.port, settings.public_url)
-    return runner
-
-
 class _TooLong(Exception):
     """A line over :data:`MAX_LINE_BYTES` (read to its end and dropped)."""
 
@@ -385,14 +356,11 @@ async def run_chat(
         from .chat_tui import log_to_workspace  # prompt_toolkit and rich: only for a terminal
 
         log_to_workspace(workspace, verbose=verbose)
-    runtime = build_runtime(settings)
     public_url = settings.public_url.rstrip("/") or None
-    watches = WatchRegistry(
-        public_url=public_url,
-        allow_private_urls=settings.allow_private_urls,
-        watch_timeout_s=settings.watch_timeout,
-        max_file_bytes=settings.max_file_bytes,
-    )
+    kit = OwnerKit(settings, public_url=public_url)
+    runtime, watches = kit.runtime, kit.watches
+    tools = ToolRegistry(workspace_tools())
+    tools.add(kit.a2a_tool)
     endpoint = settings.otlp_endpoint
     tracing = Tracing(endpoint) if tracing_wanted(endpoint) else None
     view: TerminalView | None = None
@@ -403,18 +371,24 @@ async def run_chat(
     host = ChatHost(
         runtime,
         workspace,
-        _tools(settings, watches),
+        tools,
         stdout,
         view=view,
         turn_timeout_s=settings.turn_timeout,
         tracer=tracing.tracer if tracing is not None else None,
     )
-    receiver: web.AppRunner | None = None
-    await runtime.start()
-    worker = asyncio.get_running_loop().create_task(host.serve(), name="chat-turns")
-    try:
+    # Opened in order, closed in reverse (also when one fails to open): the turns stop,
+    # the watches (their records stay for the next start), the receiver, the runtime.
+    async with contextlib.AsyncExitStack() as parts:
+        if tracing is not None:
+            await parts.enter_async_context(tracing)
+        await parts.enter_async_context(runtime)
         if public_url:
-            receiver = await _start_push_receiver(settings, watches)
+            await parts.enter_async_context(kit.receiver())
+            log.info("push receiver on %s:%s for %s", settings.host, settings.port, public_url)
+        await parts.enter_async_context(watches)
+        worker = asyncio.get_running_loop().create_task(host.serve(), name="chat-turns")
+        parts.push_async_callback(_cancelled, worker)
         log.info(
             "a2a client: agents in %s; watches %s",
             agents_path(workspace),
@@ -445,13 +419,9 @@ async def run_chat(
             text = line.decode("utf-8", "replace").strip()
             if text:
                 await host.ask(text)
-    finally:
-        worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker
-        await watches.aclose()  # the records stay for the next start
-        if receiver is not None:
-            await receiver.cleanup()
-        await runtime.aclose()
-        if tracing is not None:
-            await tracing.aclose()
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

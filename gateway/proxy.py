@@ -68,6 +68,7 @@ from a2a_gateway.client import (
 from a2a_gateway.client.cards import binding_for
 from a2a_gateway.client.resumable import resumable_stream
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
     A2AError,
@@ -145,7 +146,7 @@ def upstream_error(error: A2AError) -> A2AError:
     return error
 
 
-class UpstreamProxy(A2AService):
+class UpstreamProxy(A2AService, Startable):
     """The service of proxy mode: every operation forwarded to one upstream agent.
 
     ``start()`` tries to reach the upstream (a failure is logged, not fatal: every call

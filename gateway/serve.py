@@ -14,18 +14,19 @@ status is 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import ssl
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import grpc
 from aiohttp import web
 
 from a2a_gateway.agent.base import Agent, AgentProfile
@@ -33,6 +34,7 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
 from a2a_gateway.agent.tools.base import Tool
+from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.server.auth import (
@@ -80,19 +82,19 @@ from a2a_gateway.server.tls import TlsConfig, server_ssl_context
 from a2a_gateway.server.tracing import Traced, Tracing, tracing_wanted
 
 from .access_log import AccessLogged
+from .listeners import STOP_GRACE_S, GrpcListener, HttpListener
 from .logs import register_secret
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import ServeSettings
-from .startup import StartupError, bind_failure
+from .startup import StartupError
 
 if TYPE_CHECKING:
     from a2a_gateway.agent.runtime import Runtime
 
 log = logging.getLogger("a2a_gateway.serve")
 
-#: What :meth:`Gateway.stop` gives calls still in flight once the runs have ended (their
-#: answers being written) before it closes their connections.
-STOP_GRACE_S = 1.0
+#: A start step of :class:`Gateway`: its name (tests make it fail) and its part.
+Steps = list[tuple[str, AbstractAsyncContextManager[object]]]
 
 
 def _mount(path: str) -> str:
@@ -468,8 +470,20 @@ def warn_basic_without_tls(config: ServerConfig) -> None:
             )
 
 
-class Gateway:
-    """The whole server in one process: start, then stop (idempotent)."""
+class Gateway(Startable):
+    """The whole server in one process: start, then stop (idempotent); or ``async with``.
+
+    Its long-lived parts are built here and opened by :meth:`start`, in order, into one
+    :class:`contextlib.AsyncExitStack` (each part is an async context manager,
+    ``protocol/closing.py``); :meth:`stop` closes that stack, so the parts close in
+    reverse, and a start that fails at any step closes what the steps before it opened.
+    The order (:meth:`_steps`): tracing and who calls (closed last); the service behind
+    the listeners (the guarded client, push delivery, the assistant's runtime, the
+    engine with its store, or the upstream proxy); the card icon check; the gRPC, HTTP
+    and metrics listeners; then serving (gRPC serves, the readiness poller, retention).
+    On the way down the service closes before the listeners do: the runs end and their
+    answers are written, then the connections close.
+    """
 
     def __init__(
         self,
@@ -491,8 +505,13 @@ class Gateway:
             raise StartupError(problem)
         # Wakes our own client's watches on pushes (POST /a2a/push/{watchId}).
         self.push_waker = push_waker
+        #: A test seam: awaited with each start step's name before it runs
+        #: (tests/e2e/test_lifecycle.py makes a step fail there).
+        self.before_step: Callable[[str], Awaitable[None]] = _no_seam
+        self._stack: contextlib.AsyncExitStack | None = None  # what start opened
         self.engine: TaskEngine | None = None
         self.runtime: Runtime | None = None  # the assistant's (serve --llm)
+        self._own_runtime: Runtime | None = None  # the one built here, closed here
         self.proxy: UpstreamProxy | None = None
         # The guarded client for webhooks and file downloads, and push delivery (not
         # in proxy mode: the upstream agent delivers its own notifications).
@@ -523,9 +542,12 @@ class Gateway:
         self.retention: Retention | None = None
         self.store: TaskStore | None = None
         if self.proxy is None:
+            built = agent is None
             if agent is None:
                 agent = build_agent(settings, self.config.workspaces, tools)
             self.runtime = getattr(agent, "runtime", None)
+            if built:  # a host that passes its agent owns its runtime
+                self._own_runtime = self.runtime
             self.cards.streaming = agent.streaming
             self.cards.profile = agent_profile(agent)
             store = build_store(settings, self.config)
@@ -570,10 +592,35 @@ class Gateway:
         self.readiness = Readiness()
         if self.store is not None:
             self.readiness.add("store", self.store.readiness)
-        self._metrics_runner: web.AppRunner | None = None
-        self._runner: AppRunner | None = None
-        self._grpc: grpc.aio.Server | None = None
-        self._grpc_stopping: asyncio.Future[None] | None = None  # drain's graceful stop
+        config = self.config
+        # Built at start, from what the gateway holds then (tests swap a part in).
+        self.grpc = GrpcListener(
+            lambda: build_grpc_server(
+                self.service,
+                config,
+                self.authenticator,
+                meter=self.metrics.grpc,
+                readiness=self.readiness,
+            ),
+            config,
+        )
+        self.http = HttpListener(
+            self._http_app,
+            config.host,
+            config.port,
+            ssl_context=lambda: server_ssl_context(config.tls) if config.tls else None,
+            runner=AppRunner,
+            shutdown_timeout=STOP_GRACE_S,
+        )
+        self.metrics_http: HttpListener | None = None  # --metrics-port
+        if self.metrics_port is not None and isinstance(self.metrics, Metrics):
+            metrics = self.metrics
+            self.metrics_http = HttpListener(
+                lambda: build_metrics_app(metrics, self.readiness),
+                config.host,
+                self.metrics_port,
+                flag="--metrics-port",
+            )
         self.http_port: int | None = None
         self.grpc_port: int | None = None
 
@@ -590,37 +637,69 @@ class Gateway:
             push = metrics.push
             self.push.on_result = lambda result: push.record(result.outcome, result.attempts)
 
+    def _steps(self) -> tuple[Steps, Steps, Steps, Steps]:
+        """The parts :meth:`start` opens, by name, in four groups (the class doc): those
+        around the rest, the service, the listeners, and what runs once serving."""
+        pact = self.pact.authenticator if self.pact is not None else None
+        around = _present(
+            ("tracing", self.tracing), ("authenticator", self.authenticator), ("pact", pact)
+        )
+        service = _present(
+            ("outbound", self.outbound),
+            ("push", self.push),
+            ("runtime", self._own_runtime),
+            ("proxy", self.proxy),  # reads the upstream's card (not fatal if down)
+            ("engine", self.engine),  # opens its store: connects and migrates a database
+        )
+        # Bind gRPC first: with port 0 the card must advertise the real port.
+        listeners = _present(
+            ("card icon", _calling(self._check_icon)),
+            ("grpc", self.grpc),
+            ("http", self.http),
+            ("metrics", self.metrics_http),
+        )
+        serving = _present(
+            ("grpc serve", _calling(self.grpc.serve)),
+            ("readiness", self.readiness),  # the gRPC health service follows it
+            ("retention", self.retention),
+        )
+        return around, service, listeners, serving
+
     async def start(self) -> None:
-        config = self.config
-        if isinstance(self.store, PostgresTaskStore):
+        """Open the parts in order; one that fails closes those opened before it (in
+        reverse) and its error goes on: nothing is left open, no stop needed."""
+        around, service_parts, listeners, serving = self._steps()
+        async with contextlib.AsyncExitStack() as stack:
+            await self._enter(stack, around)
+            service = contextlib.AsyncExitStack()
+            stack.push_async_callback(service.aclose)  # a listener that fails to bind
             try:
-                await self.store.start()  # connect and migrate before serving anything
+                await self._enter(service, service_parts)
             except StoreUnavailable as exc:
                 raise StartupError(f"--database-url: {exc}") from None
-        # Squared once now, again whenever the file changes. A --card-icon that cannot be
-        # used stops the start (a workspace's icon.png may come and go).
+            await self._enter(stack, listeners)
+            # A stop ends the service before the listeners close (the class doc).
+            stack.push_async_callback(service.aclose)
+            await self._enter(stack, serving)
+            stack.callback(self.drain_gate.begin)  # a stop refuses new calls first
+            self._stack = stack.pop_all()
+        self._started_ports()
+
+    async def _enter(self, stack: contextlib.AsyncExitStack, steps: Steps) -> None:
+        for name, part in steps:
+            await self.before_step(name)
+            await stack.enter_async_context(part)
+
+    async def _check_icon(self) -> None:
+        """Squared once now, again whenever the file changes. A --card-icon that cannot
+        be used stops the start (a workspace's icon.png may come and go)."""
         if await self.cards.icon.refresh() is None and self.card_icon_setting:
             raise StartupError(f"--card-icon {self.card_icon_setting}: not found or not an image")
-        if self.proxy is not None:
-            await self.proxy.start()  # reads the upstream's card (not fatal if down)
-        if self.runtime is not None:
-            await self.runtime.start()  # the idle-session sweeper
-        if config.grpc_port is not None:
-            # Bind gRPC first: with port 0 the card must advertise the real port.
-            try:
-                self._grpc, self.grpc_port = await build_grpc_server(
-                    self.service,
-                    config,
-                    self.authenticator,
-                    meter=self.metrics.grpc,
-                    readiness=self.readiness,
-                )
-            except OSError as exc:
-                raise bind_failure(exc, config.host, config.grpc_port, "--grpc-port") from None
-            config.grpc_port = self.grpc_port
+
+    def _http_app(self) -> web.Application:
         app = build_http_app(
             self.service,
-            config,
+            self.config,
             self.authenticator,
             self.cards,
             push_waker=self.push_waker,
@@ -631,37 +710,15 @@ class Gateway:
         )
         if self._routes is not None:
             self._routes(app)
-        # No access log: a line per request costs throughput and the bindings log
-        # what matters (errors, refused callers) themselves.
-        self._runner = AppRunner(
-            app, handle_signals=False, shutdown_timeout=STOP_GRACE_S, access_log=None
-        )
-        await self._runner.setup()
-        ssl_context = server_ssl_context(config.tls) if config.tls is not None else None
-        site = web.TCPSite(self._runner, config.host, config.port, ssl_context=ssl_context)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise bind_failure(exc, config.host, config.port, "--port") from None
-        self.http_port = int(self._runner.addresses[0][1])
-        if self.metrics_port is not None and isinstance(self.metrics, Metrics):
-            self._metrics_runner = AppRunner(
-                build_metrics_app(self.metrics, self.readiness),
-                handle_signals=False,
-                access_log=None,
-            )
-            await self._metrics_runner.setup()
-            try:
-                await web.TCPSite(self._metrics_runner, config.host, self.metrics_port).start()
-            except OSError as exc:
-                raise bind_failure(exc, config.host, self.metrics_port, "--metrics-port") from None
-            self.metrics_port = int(self._metrics_runner.addresses[0][1])
+        return app
+
+    def _started_ports(self) -> None:
+        """The ports bound (0 asked: the ones given), and the line that says so."""
+        config = self.config
+        self.http_port, self.grpc_port = self.http.port, self.grpc.port
+        if self.metrics_http is not None:
+            self.metrics_port = self.metrics_http.port
             log.info("metrics on http://%s:%s/metrics", config.host, self.metrics_port)
-        if self._grpc is not None:
-            await self._grpc.start()
-        self.readiness.start()  # the gRPC health service follows it without probes
-        if self.retention is not None:
-            self.retention.start()
         log.info(
             "serving on %s://%s:%s (JSON-RPC %s, HTTP+JSON %s)%s",
             "https" if config.tls is not None else "http",
@@ -681,69 +738,45 @@ class Gateway:
         all did. :meth:`stop` comes next, as after any run."""
         grace_s = self.config.shutdown_grace_s
         log.info("draining: calls in flight have up to %g s", grace_s)
-        if self._runner is not None:
-            await self._runner.drain()
-        if self._grpc is not None and self._grpc_stopping is None:
-            # grpc's own graceful stop: no new connection, GOAWAY on the open ones (their
-            # clients' new calls fail UNAVAILABLE), rpcs in flight go on. It ends when
-            # they have; stop() ends it sooner (a second stop call cancels what is left).
-            self._grpc_stopping = asyncio.ensure_future(self._grpc.stop(grace_s))
+        await self.http.drain()
+        self.grpc.drain(grace_s)  # grpc's own graceful stop; stop() ends it sooner
         self.drain_gate.begin()  # before the readiness checks, which may take a while
         await self.readiness.hold("drain", "the gateway is shutting down")
         return await self.drain_gate.run(grace_s, interrupted)
 
     async def stop(self) -> None:
-        """Stop accepting, end streams, cancel runs (tasks end in a final state)."""
-        if self.http_port is not None:  # a start that failed says why, and only that
+        """Stop accepting, end streams, cancel runs (tasks end in a final state): what
+        :meth:`start` opened closes in reverse (idempotent)."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
             log.info("shutting down")
-        self.drain_gate.begin()  # nothing new starts while the parts below close
-        await self.readiness.aclose()
-        if self.retention is not None:
-            await self.retention.aclose()
-        if self.engine is not None:
-            await self.engine.aclose()  # runs end: their final states are pushed too
-        if self.runtime is not None:
-            await self.runtime.aclose()  # after the runs: closes the provider's client
-            self.runtime = None
-        if self.push is not None:
-            await self.push.aclose()  # a short grace for deliveries in flight
-            self.push = None
-        if self.outbound is not None:
-            await self.outbound.aclose()
-            self.outbound = None
-        if self.proxy is not None:
-            await self.proxy.aclose()
-        if self._grpc is not None:
-            await self._grpc.stop(STOP_GRACE_S)  # also ends the drain's graceful stop
-            self._grpc = None
-        stopping, self._grpc_stopping = self._grpc_stopping, None
-        if stopping is not None:  # done now: the stop above resolved what it waits for
-            await asyncio.wait({stopping}, timeout=STOP_GRACE_S)
-            stopping.cancel()
-            await asyncio.gather(stopping, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        await self.authenticator.aclose()  # after the bindings: no request still asks
-        if self.pact is not None:
-            await self.pact.authenticator.aclose()
-        if self._metrics_runner is not None:
-            await self._metrics_runner.cleanup()
-            self._metrics_runner = None
-        if self.tracing is not None:
-            await self.tracing.aclose()  # last: the spans of everything above
-            self.tracing = None
+            await stack.aclose()
+
+    async def aclose(self) -> None:
+        await self.stop()
+
+
+def _present(*steps: tuple[str, AbstractAsyncContextManager[object] | None]) -> Steps:
+    """The steps whose part this gateway has (None: not in this one)."""
+    return [(name, part) for name, part in steps if part is not None]
+
+
+@contextlib.asynccontextmanager
+async def _calling(step: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """A start step that opens nothing: ``step`` runs, nothing closes."""
+    await step()
+    yield
+
+
+async def _no_seam(step: str) -> None:
+    """:attr:`Gateway.before_step` outside tests."""
 
 
 async def run_server(settings: ServeSettings, *, stop: asyncio.Event | None = None) -> int:
     gateway = Gateway(settings)
     try:
-        await gateway.start()
-    except StartupError:  # a port in use, the database cannot be used
-        await gateway.stop()
-        raise
+        await gateway.start()  # one that fails leaves nothing open
     except OSError as exc:  # an address we cannot use otherwise
-        await gateway.stop()
         raise StartupError(f"cannot start: {exc.strerror or exc}") from None
     with Signals(stop) as signals:  # until after the stop: a late signal changes nothing
         try:

@@ -28,19 +28,21 @@ from a2a_gateway.agent.assistant import AssistantAgent
 from a2a_gateway.agent.runtime import Runtime
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
-from a2a_gateway.client.a2a_tool import A2ATool
-from a2a_gateway.client.watches import Deliver, WatchRegistry
+from a2a_gateway.client.watches import Deliver
+from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.server.metrics import Metrics
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.access import parse_user_ids
 from a2a_gateway.telegram.host import valid_zone
 from a2a_gateway.telegram.status import recent_tasks, status_report
 
-from .assistant_host import MODEL_REQUIRED, build_assistant, build_runtime
+from .assistant_host import MODEL_REQUIRED, build_assistant
+from .listeners import HttpListener
 from .logs import redact, register_secret
+from .owner_kit import OwnerKit
 from .serve import Gateway, until_signalled
 from .settings import ServeSettings, build
-from .startup import StartupError, bind_failure
+from .startup import StartupError
 from .telegram_settings import ALLOWED_VARIABLE, TOKEN_VARIABLE, TelegramSettings
 
 log = logging.getLogger("a2a_gateway.telegram")
@@ -107,38 +109,24 @@ class TelegramNotifier:
         await self.host.notify_owner(int(workspace.name), caller or "assistant", text)
 
 
-class TelegramApp:
+class TelegramApp(Startable):
     """The bot, its runtime and (with ``--a2a`` or a webhook) the HTTP side."""
 
     def __init__(self, settings: TelegramSettings, config: TelegramConfig) -> None:
         self.settings = settings
         self.config = config
-        self.runtime: Runtime = build_runtime(settings)
+        # Push needs the receiver (the A2A side's app) reachable at a public URL.
+        push_url = settings.public_url if settings.a2a and settings.public_url else None
+        kit = OwnerKit(settings, public_url=push_url)
+        self.runtime: Runtime = kit.runtime
+        self.watches = kit.watches
+        self.a2a_tool = kit.a2a_tool if settings.a2a_client else None
         self.host = TelegramHost(
             config, self.runtime, tools_for=self.owner_tools, status=self.status
         )
-        # Push needs the receiver (the A2A side's app) reachable at a public URL.
-        push_url = settings.public_url if settings.a2a and settings.public_url else None
-        self.watches = WatchRegistry(
-            public_url=push_url,
-            allow_private_urls=settings.allow_private_urls,
-            watch_timeout_s=settings.watch_timeout,
-            max_file_bytes=settings.max_file_bytes,
-        )
-        self.a2a_tool = (
-            A2ATool(
-                self.watches,
-                wait_s=settings.a2a_wait,
-                max_wait_s=settings.a2a_max_wait,
-                allow_private_urls=settings.allow_private_urls,
-                max_file_bytes=settings.max_file_bytes,
-            )
-            if settings.a2a_client
-            else None
-        )
         self.gateway: Gateway | None = None
-        self._runner: web.AppRunner | None = None
         self.http_port: int | None = None
+        self._stack: contextlib.AsyncExitStack | None = None  # what start opened
 
     def owner_tools(self, chat_id: int, workspace: Path) -> ToolRegistry:
         """The tools of an owner chat: the workspace's files, send_file and (client on)
@@ -191,58 +179,65 @@ class TelegramApp:
         if self.config.webhook_url:
             app.router.add_post(self._webhook_path(), self.host.webhook_route)
 
+    def _a2a_side(self) -> Gateway:
+        """``--a2a``: the gateway serving the chats' folders to their callers, on the
+        bot's runtime, with the webhook's route and the push receiver."""
+        notifier = TelegramNotifier()
+        notifier.host = self.host
+        serve_settings = _serve_settings(self.settings, self.config)
+        agent: AssistantAgent = build_assistant(
+            serve_settings,
+            [self.config.workspaces_root],
+            runtime=self.runtime,
+            notifier=notifier,
+            scope_prefix="telegram-{workspace}",
+            local_time=self._chat_local_time,
+        )
+        gateway = Gateway(
+            serve_settings,
+            agent=agent,
+            routes=self._add_routes,
+            push_waker=self.watches,
+        )
+        if isinstance(gateway.metrics, Metrics):  # --metrics: the watches too
+            self.watches.meter = gateway.metrics.watches
+            gateway.metrics.watches.count_pending(self.watches)
+        return gateway
+
+    def _webhook_app(self) -> web.Application:
+        app = web.Application()
+        self._add_routes(app)
+        return app
+
     async def start(self) -> None:
-        await self.runtime.start()
-        if self.settings.a2a:
-            notifier = TelegramNotifier()
-            notifier.host = self.host
-            serve_settings = _serve_settings(self.settings, self.config)
-            agent: AssistantAgent = build_assistant(
-                serve_settings,
-                [self.config.workspaces_root],
-                runtime=self.runtime,
-                notifier=notifier,
-                scope_prefix="telegram-{workspace}",
-                local_time=self._chat_local_time,
-            )
-            self.gateway = Gateway(
-                serve_settings,
-                agent=agent,
-                routes=self._add_routes,
-                push_waker=self.watches,
-            )
-            if isinstance(self.gateway.metrics, Metrics):  # --metrics: the watches too
-                self.watches.meter = self.gateway.metrics.watches
-                self.gateway.metrics.watches.count_pending(self.watches)
-            await self.gateway.start()
-            self.http_port = self.gateway.http_port
-        elif self.config.webhook_url:
-            app = web.Application()
-            self._add_routes(app)
-            self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-            await self._runner.setup()
-            host, port = self.settings.host, self.settings.port
-            try:
-                await web.TCPSite(self._runner, host, port).start()
-            except OSError as exc:
-                raise bind_failure(exc, host, port, "--port") from None
-            self.http_port = int(self._runner.addresses[0][1])
-        await self.host.start()
-        if self.a2a_tool is not None:
-            await self._arm_chats()
+        """Open the parts in order; one that fails closes those opened before it (in
+        reverse) and its error goes on. They close in reverse: the watches (their
+        records stay for the next start), the bot, the HTTP side (the gateway's runs
+        end first), the runtime."""
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(self.runtime)
+            if self.settings.a2a:
+                self.gateway = self._a2a_side()
+                await stack.enter_async_context(self.gateway)
+                self.http_port = self.gateway.http_port
+            elif self.config.webhook_url:
+                host, port = self.settings.host, self.settings.port
+                webhook = HttpListener(self._webhook_app, host, port)
+                await stack.enter_async_context(webhook)
+                self.http_port = webhook.port
+            await stack.enter_async_context(self.host)
+            await stack.enter_async_context(self.watches)
+            if self.a2a_tool is not None:
+                await self._arm_chats()
+            self._stack = stack.pop_all()
+
+    async def aclose(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
 
     async def stop(self) -> None:
-        await self.watches.aclose()  # the records stay for the next start
-        with contextlib.suppress(Exception):
-            await self.host.stop()
-        if self.gateway is not None:
-            await self.gateway.stop()  # also closes the shared runtime
-            self.gateway = None
-        else:
-            await self.runtime.aclose()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self.aclose()
 
 
 def _serve_settings(settings: TelegramSettings, config: TelegramConfig) -> ServeSettings:
@@ -269,15 +264,10 @@ async def run_telegram(settings: TelegramSettings, *, stop: asyncio.Event | None
     config = check(settings)
     app = TelegramApp(settings, config)
     try:
-        await app.start()
-    except StartupError:  # a port in use
-        await app.stop()
-        raise
+        await app.start()  # one that fails leaves nothing open
     except OSError as exc:
-        await app.stop()
         raise StartupError(f"cannot start: {exc.strerror or exc}") from None
     except TelegramError as exc:
-        await app.stop()
         raise StartupError(bot_api_problem(exc, config.base_url)) from None
     try:
         await until_signalled(stop)

@@ -1,4 +1,14 @@
-"""``async with`` for anything that has ``aclose()``: one definition for every client."""
+"""The lifecycle of every long-lived part: ``async with`` over ``start`` and ``aclose``.
+
+:class:`AsyncCloseable` is a part that only holds something (a client's connections):
+``async with`` closes it on the way out. :class:`Startable` is a part that also opens
+something (a pool, a listening socket, a background task, a worker thread): ``async
+with`` starts it and closes it, and a start that fails closes whatever it had opened
+before the error goes on (as python-telegram-bot's ``Application`` does), so the caller
+never has to. The hosts compose parts with one :class:`contextlib.AsyncExitStack`: what
+was entered is closed in reverse, also when a later part fails to start
+(CONTRIBUTING.md, "Where a new concern goes").
+"""
 
 from __future__ import annotations
 
@@ -24,3 +34,20 @@ class AsyncCloseable(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class Startable(AsyncCloseable):
+    """A part with a :meth:`start`: ``async with`` starts it (closing what a failed start
+    opened) and closes it on the way out."""
+
+    async def start(self) -> None:
+        """Open what the part holds (idempotent); a failure leaves what it opened to
+        :meth:`aclose`, which ``async with`` calls."""
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_gateway.logs import register_secret
+from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.errors import UnauthenticatedError
 
@@ -209,7 +210,7 @@ KEYS_ONLY = SchemesInUse()
 ANONYMOUS_IDENTITY = Identity(ANONYMOUS)
 
 
-class Authenticator(abc.ABC):
+class Authenticator(AsyncCloseable, abc.ABC):
     """Finds the caller of a request; :meth:`admit` adds the rate limits.
 
     ``limits`` are the server-wide request rates; they are shared by every binding
@@ -251,7 +252,7 @@ class Authenticator(abc.ABC):
         self.limiter.check_caller(identity.caller, identity.policy.limits)
         return identity
 
-    async def aclose(self) -> None:  # noqa: B027 (most authenticators hold nothing)
+    async def aclose(self) -> None:  # most authenticators hold nothing
         """Release what the schemes hold (connections to identity providers)."""
 
 

@@ -27,6 +27,8 @@ from typing import Final
 import orjson
 from aiohttp import web
 
+from a2a_gateway.protocol.closing import Startable
+
 log = logging.getLogger(__name__)
 
 #: A readiness check: None when ready, else a short fixed reason.
@@ -40,14 +42,19 @@ HEALTHY_BODY: Final = b'{"status":"ok"}'
 READY_BODY: Final = b'{"status":"ready"}'
 
 
-class Readiness:
+class Readiness(Startable):
     """Named readiness checks, their last result, and who follows it."""
 
     def __init__(
-        self, checks: Mapping[str, Check] | None = None, *, cache_s: float = CACHE_S
+        self,
+        checks: Mapping[str, Check] | None = None,
+        *,
+        cache_s: float = CACHE_S,
+        interval_s: float = POLL_S,
     ) -> None:
         self.checks: dict[str, Check] = dict(checks or {})
         self.cache_s = cache_s
+        self.interval_s = interval_s
         self._followers: list[Callable[[bool], Awaitable[None]]] = []
         self._last: dict[str, str] | None = None
         self._held: dict[str, str] = {}  # problems that stay (hold)
@@ -100,11 +107,12 @@ class Readiness:
         self._running = None  # nor may a check begun before the hold be shared
         await self.problems()
 
-    def start(self, interval_s: float = POLL_S) -> None:
-        """Re-check every ``interval_s`` (for followers, without probes)."""
+    async def start(self) -> None:
+        """Re-check every ``interval_s`` (for followers, without probes): a task of its
+        own, while someone follows."""
         if self._poller is None and self._followers:
             self._poller = asyncio.get_running_loop().create_task(
-                self._poll(interval_s), name="a2a-readiness"
+                self._poll(self.interval_s), name="a2a-readiness"
             )
 
     async def _poll(self, interval_s: float) -> None:

@@ -43,6 +43,7 @@ from typing import Literal
 import orjson
 
 from a2a_gateway.protocol import compat03, proto_dict, tracing
+from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.errors import FieldViolation, InvalidParamsError
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -189,7 +190,7 @@ def notification_body(task: pb.Task, version: str = PROTOCOL_VERSION) -> bytes:
     return orjson.dumps({"task": proto_dict.to_dict(task)})
 
 
-class PushDispatcher:
+class PushDispatcher(AsyncCloseable):
     """Delivers push notifications in order per (task, config); see the module
     docstring. ``on_result`` is called once per notification with its outcome."""
 

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from a2a_gateway.protocol.closing import Startable
+
 log = logging.getLogger(__name__)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -51,7 +53,7 @@ class Expiring(Protocol):
     async def expire(self, cutoff_ns: int, limit: int, *, files: bool = False) -> int: ...
 
 
-class Retention:
+class Retention(Startable):
     """Removes expired settled tasks from every store (see the module)."""
 
     def __init__(
@@ -75,7 +77,8 @@ class Retention:
         self.removed = 0  # tasks removed since start
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Run a pass now and every ``interval_s`` after, in a task of its own."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._every_interval(), name="a2a-task-retention"

@@ -422,6 +422,10 @@ class TaskStore(abc.ABC):
         an exception's text, which may quote a database URL). Ready by default."""
         return None
 
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Open what the store needs (a database: connect and migrate); nothing by
+        default. The engine that holds the store starts and closes it."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources (nothing by default)."""
 

@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.protocol.service_wrapper import WrappedService
@@ -60,19 +61,32 @@ def traces_url(endpoint: str) -> str:
     return endpoint.rstrip("/") + "/v1/traces"
 
 
-class Tracing:
-    """One gateway's tracer provider and exporter (its own, never the global one)."""
+class Tracing(Startable):
+    """One gateway's tracer provider and exporter (its own, never the global one). Its
+    worker thread runs from :meth:`start` to :meth:`aclose`; spans before are dropped."""
 
     def __init__(self, endpoint: str = "", *, service_name: str = "") -> None:
         name = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
+        self.endpoint = endpoint
         self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+        self.tracer: Tracer = self.provider.get_tracer("a2a_gateway")
+        self._started = False
+
+    async def start(self) -> None:
+        """Start exporting (the batch processor's worker thread)."""
+        if self._started:
+            return
+        self._started = True
         # No endpoint given: the exporter reads the standard environment itself.
+        endpoint = self.endpoint
         exporter = OTLPSpanExporter(endpoint=traces_url(endpoint) if endpoint else None)
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
-        self.tracer: Tracer = self.provider.get_tracer("a2a_gateway")
 
     async def aclose(self) -> None:
         """Export what is still batched (bounded), then stop the worker thread."""
+        if not self._started:
+            return
+        self._started = False
         flushed = await asyncio.to_thread(self.provider.force_flush, int(FLUSH_BOUND_S * 1000))
         if not flushed:
             log.warning("tracing: spans not exported within %.0f s were dropped", FLUSH_BOUND_S)

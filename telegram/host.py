@@ -42,6 +42,7 @@ from a2a_gateway.agent.runtime import (
 )
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import SEND_CAP
+from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.server.files import INBOX_FOLDER as INBOX
 from a2a_gateway.server.files import sanitize_filename, save_new_file
 from telegram import Bot, Message, Update
@@ -101,7 +102,7 @@ class TelegramConfig:
     turn_timeout_s: float = TURN_TIMEOUT_S
 
 
-class TelegramHost:
+class TelegramHost(Startable):
     """Start with :meth:`start`, stop with :meth:`stop` (or ``async with``)."""
 
     def __init__(
@@ -194,12 +195,13 @@ class TelegramHost:
             await self.application.stop()
         await self.application.shutdown()
 
-    async def __aenter__(self) -> TelegramHost:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+    async def aclose(self) -> None:
+        """:meth:`stop`; a Bot API that fails meanwhile is logged, never raised: the
+        host goes anyway (and python-telegram-bot's texts may quote the token)."""
+        try:
+            await self.stop()
+        except Exception as exc:
+            log.warning("telegram: stopping the bot failed (%s)", type(exc).__name__)
 
     # --- the webhook route (mounted on the host's aiohttp app) ------------------------------
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, overload
 from google.protobuf import empty_pb2
 
 from a2a_gateway.agent.base import Agent
+from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError
 from a2a_gateway.protocol.service import A2AService
@@ -55,7 +56,7 @@ class _Setting(Generic[T]):
         setattr(engine._state, self._name, value)
 
 
-class TaskEngine(A2AService):
+class TaskEngine(A2AService, Startable):
     """The local A2A service (see the package docstring for its rules).
 
     ``extended_card`` builds the caller's extended agent card (None: the operation
@@ -227,6 +228,10 @@ class TaskEngine(A2AService):
         return self._state.extended_card(context)
 
     # --- shutdown ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store (connect and migrate a database's): the engine closes it too."""
+        await self._state.store.start()
 
     async def aclose(self) -> None:
         """Stop every live run (stored failed), end every stream, stop the flusher, close
