@@ -33,13 +33,13 @@ import pytest
 from telegram.error import NetworkError, TelegramError
 
 from a2a_gateway.chat import run_chat
-from a2a_gateway.chat_settings import CHAT_SETTINGS
+from a2a_gateway.chat_settings import ChatSettings
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
-from a2a_gateway.settings import resolve
+from a2a_gateway.settings import load, resolve
 from a2a_gateway.startup import StartupError
 from a2a_gateway.telegram_cmd import TelegramApp, check
-from a2a_gateway.telegram_settings import TELEGRAM_SETTINGS
+from a2a_gateway.telegram_settings import TelegramSettings
 
 from ..interop.conftest import free_ports
 from ..pg_support import fresh_database
@@ -262,7 +262,8 @@ def test_a_chat_whose_receiver_cannot_listen_leaves_nothing_open(tmp_path: Path)
     parts opened before it are closed."""
     threads = set(threading.enumerate())
     (port,) = free_ports(1)
-    settings = resolve(
+    settings = load(
+        ChatSettings,
         {
             "workspace": str(tmp_path / "owner"),
             "llm_demo": True,
@@ -272,8 +273,6 @@ def test_a_chat_whose_receiver_cannot_listen_leaves_nothing_open(tmp_path: Path)
             "otlp_endpoint": "http://127.0.0.1:9",
         },
         environ={},
-        table=CHAT_SETTINGS,
-        section="chat",
     )
 
     async def run() -> tuple[BaseException | None, list[str]]:
@@ -300,7 +299,8 @@ def test_a_telegram_bot_whose_bot_api_cannot_be_reached_leaves_nothing_open(
     gateway's ports bind again."""
     threads = set(threading.enumerate())
     port, grpc_port, nothing = free_ports(3)
-    settings = resolve(
+    settings = load(
+        TelegramSettings,
         {
             "workspaces_root": str(tmp_path / "chats"),
             "allowed_users": "111",
@@ -312,8 +312,6 @@ def test_a_telegram_bot_whose_bot_api_cannot_be_reached_leaves_nothing_open(
             "grpc_port": grpc_port,
         },
         environ={},
-        table=TELEGRAM_SETTINGS,
-        section="telegram",
     )
     app_config = check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN})
 
