@@ -16,7 +16,7 @@ from a2a_gateway.agent.assistant import AssistantAgent, AssistantConfig
 from a2a_gateway.agent.demo_model import DEMO_BASE_URL, DEMO_MODEL, demo_client
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
-from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
+from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier, SecretAsker
 
 from .logs import register_secret
 from .settings import Settings
@@ -48,15 +48,18 @@ def build_runtime(settings: Settings) -> Runtime:
         log.info("assistant: the demo model (a few rules, not a language model)")
     else:
         provider = _model_provider(settings)
-    return Runtime(
+    runtime = Runtime(
         provider,
         RuntimeConfig(
             max_tool_rounds=settings["llm_max_tool_rounds"],
             context_budget_chars=settings["llm_context_budget"],
             idle_timeout_s=settings["session_idle_timeout"],
             sweep_interval_s=min(60.0, settings["session_idle_timeout"] / 2),
+            secret_wait_s=settings["llm_secret_wait"],
         ),
     )
+    runtime.on_secret = register_secret  # a value the owner gives never reaches a log
+    return runtime
 
 
 def _model_provider(settings: Settings) -> ChatProvider:
@@ -88,10 +91,12 @@ def build_assistant(
     notifier: OwnerNotifier | None = None,
     scope_prefix: str = "serve",
     local_time: Callable[[Path], str] | None = None,
+    secrets: SecretAsker | None = None,
 ) -> AssistantAgent:
     """The assistant for inbound A2A callers (StartupError for a setting that cannot
     work). ``serve --llm`` builds its own runtime and notifies through the workspace's
-    owner inbox; the Telegram host passes its runtime, its chat notifier and the
+    owner inbox (secret questions: the gateway's one-time links); the Telegram host
+    passes its runtime, its chat notifier and secret asker and the
     ``telegram-{workspace}`` scope prefix."""
     for other in ("agent", "exec", "upstream"):
         if settings.values.get(other):
@@ -120,4 +125,5 @@ def build_assistant(
         default_workspace=workspaces[0],
         notifier=notifier if notifier is not None else InboxNotifier(),
         local_time=local_time,
+        secrets=secrets,
     )

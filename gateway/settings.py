@@ -168,6 +168,14 @@ SETTINGS: tuple[Setting, ...] = (
         1000,
     ),
     Setting(
+        "llm_secret_wait",
+        float,
+        600.0,
+        "seconds a secret question (request_input with secret) waits for the owner's"
+        " value; its one-time link expires then",
+        above=0,
+    ),
+    Setting(
         "session_idle_timeout",
         float,
         1800.0,

@@ -27,6 +27,7 @@ from a2a_gateway.agent.assistant import AssistantAgent
 from a2a_gateway.agent.runtime import Runtime
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
+from a2a_gateway.agent.tools.interaction import SecretQuestion
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.watches import Deliver, WatchRegistry
 from a2a_gateway.server.metrics import Metrics
@@ -104,6 +105,23 @@ class TelegramNotifier:
             log.warning("notify_owner: no chat for workspace %s", workspace.name)
             return
         await self.host.notify_owner(int(workspace.name), caller or "assistant", text)
+
+
+class TelegramSecretAsker:
+    """A secret question of an inbound caller: asked in the owner's chat (the chat id
+    is the workspace folder's name), the reply to it is the value."""
+
+    def __init__(self) -> None:
+        self.host: TelegramHost | None = None
+
+    async def ask_secret(self, question: SecretQuestion) -> str | None:
+        workspace = question.workspace
+        if self.host is None or not workspace.name.lstrip("-").isdigit():
+            log.warning("secret question: no chat for workspace %s", workspace.name)
+            return None
+        return await self.host.ask_secret(
+            int(workspace.name), question.caller, question.question, question.wait_s
+        )
 
 
 class TelegramApp:
@@ -195,6 +213,8 @@ class TelegramApp:
         if self.settings["a2a"]:
             notifier = TelegramNotifier()
             notifier.host = self.host
+            asker = TelegramSecretAsker()
+            asker.host = self.host
             agent: AssistantAgent = build_assistant(
                 self.settings,
                 [self.config.workspaces_root],
@@ -202,6 +222,7 @@ class TelegramApp:
                 notifier=notifier,
                 scope_prefix="telegram-{workspace}",
                 local_time=self._chat_local_time,
+                secrets=asker,
             )
             self.gateway = Gateway(
                 _serve_settings(self.settings, self.config),
