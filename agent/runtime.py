@@ -87,6 +87,7 @@ NO_SECRET = (
     " Go on without it, or tell the one you are talking with."
 )
 NO_SECRET_ASKER = "No person can be asked for a secret here."
+SECRET_STOPPED = "The turn was stopped before the owner answered."
 #: How much longer than ``secret_wait_s`` the runtime lets an asker take.
 SECRET_GRACE_S = 5.0
 
@@ -429,6 +430,9 @@ class Runtime:
                 value = await asker.ask_secret(question)
         except TimeoutError:
             value = None
+        except asyncio.CancelledError:  # the turn was stopped: the call still gets a result
+            session.append({**result, "content": f"Error: {SECRET_STOPPED}"})
+            raise
         except Exception:
             log.exception("asking the owner for a secret failed")
             value = None

@@ -43,9 +43,9 @@ from .http_context import (
     unexpected,
 )
 from .icon import icon_path
-from .secret_links import SecretLinks
 from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
 from .pact import mount as pact_mount
+from .secret_links import SecretLinks
 
 log = logging.getLogger(__name__)
 

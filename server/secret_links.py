@@ -47,8 +47,7 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
-        " frame-ancestors 'none'"
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
     ),
 }
 _PAGE = """<!doctype html>
@@ -131,9 +130,7 @@ class SecretLinks:
                     "expiresInS": question.wait_s,
                 }
             )
-            await asyncio.to_thread(
-                _append_line, question.workspace / OWNER_INBOX, line + b"\n"
-            )
+            await asyncio.to_thread(_append_line, question.workspace / OWNER_INBOX, line + b"\n")
             log.info(
                 "%s asks the owner for a secret: give it at %s (valid %g s, once)",
                 who,
@@ -218,8 +215,9 @@ class SecretLinks:
             return _page(413, "Too long", "<p>The value is too long.</p>")
         pending.answer.set_result(value)
         return _page(
-            200, "Thank you", "<p>Thank you: the value went to your assistant. This link no"
-            " longer works.</p>"
+            200,
+            "Thank you",
+            "<p>Thank you: the value went to your assistant. This link no longer works.</p>",
         )
 
 

@@ -22,6 +22,7 @@ handed to the runtime's ``on_secret`` (log redaction) before anything else is do
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import json
@@ -87,6 +88,11 @@ SECRET_NOT_DELETED = (
     " please delete it yourself."
 )
 SECRET_EXPIRED = "The secret question of {who} expired unanswered."
+SECRET_LATE = "That question is no longer waiting: your message was deleted and not used."
+SECRET_LATE_NOT_DELETED = (
+    "That question is no longer waiting: your message was not used. I could not delete"
+    " it: please delete it yourself."
+)
 
 HELP_TEXT = (
     "I am your assistant, running on a2a-gateway. Write to me and I answer; send a "
@@ -140,6 +146,9 @@ class TelegramHost:
         self._follow_ups: set[asyncio.Future[bool]] = set()  # not run yet
         #: Secret questions waiting for the owner's reply: (chat, message id) -> answer.
         self._secrets: dict[tuple[int, int], asyncio.Future[str]] = {}
+        #: The latest questions asked, answered or not: a late reply to one is deleted,
+        #: never taken as a message of the owner's own conversation.
+        self._asked_secrets: collections.deque[tuple[int, int]] = collections.deque(maxlen=256)
         self._stopping = False
         self.webhook_secret = secrets.token_urlsafe(32)
         _quiet_token_loggers()  # before the Bot exists: it logs its URLs when built
@@ -275,6 +284,7 @@ class TelegramHost:
         key = (chat_id, sent.message_id)
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._secrets[key] = answer
+        self._asked_secrets.append(key)
         log.info("chat %s: %s asks for a secret (waiting %g s)", chat_id, who, wait_s)
         try:
             async with asyncio.timeout(wait_s):
@@ -290,17 +300,21 @@ class TelegramHost:
         """The owner's reply to a secret question: the value for the waiting turn,
         then deleted from the chat."""
         value = message.text or ""
-        if not value.strip():
+        if answer.done():  # a late reply: deleted, taken by no one
+            self._runtime.on_secret(value)
+            note, gone = SECRET_LATE, SECRET_LATE_NOT_DELETED
+        elif not value.strip():
             await self._send_text(message.chat_id, "Reply with the value as text.")
             return
-        self._runtime.on_secret(value)  # before any log line could hold it
-        answer.set_result(value)
+        else:
+            self._runtime.on_secret(value)  # before any log line could hold it
+            answer.set_result(value)
+            note, gone = SECRET_TAKEN, SECRET_NOT_DELETED
         try:
             await _call(lambda: self.bot.delete_message(message.chat_id, message.message_id))
-            note = SECRET_TAKEN
         except (TelegramError, TimeoutError) as exc:
             log.warning("chat %s: the secret's message was not deleted: %s", message.chat_id, exc)
-            note = SECRET_NOT_DELETED
+            note = gone
         await self._send_text(message.chat_id, note)
 
     def follow_up(
@@ -356,11 +370,13 @@ class TelegramHost:
         ):
             return
         replied = message.reply_to_message
-        if replied is not None and self._secrets:
+        if replied is not None and (chat_id, replied.message_id) in self._asked_secrets:
             answer = self._secrets.get((chat_id, replied.message_id))
-            if answer is not None and not answer.done():
-                await self._take_secret(message, answer)
-                return
+            if answer is None:  # answered or expired already
+                answer = asyncio.get_running_loop().create_future()
+                answer.cancel()
+            await self._take_secret(message, answer)
+            return
         text = message.text or message.caption or ""
         command = text.split(maxsplit=1)[0].split("@", 1)[0] if text.startswith("/") else ""
         if command in ("/start", "/help"):

@@ -216,7 +216,7 @@ class Runner:
         """The run's first output after AUTH_REQUIRED puts the task back to WORKING
         (a Progress with its own text; an ending with its own state)."""
         run.awaiting_auth = False
-        if isinstance(output, Progress) or isinstance(output, ENDINGS):
+        if isinstance(output, (Progress, *ENDINGS)):
             return
         run.flush_text()
         apply_status(run.record.task, pb.TASK_STATE_WORKING, None)

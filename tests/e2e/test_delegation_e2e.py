@@ -28,8 +28,8 @@ from a2a_gateway.client import connect
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, tool_results, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually, start_remote_task
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 from ..conftest import use_secret
+from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 from .conftest import files_holding, pending_records
 
 LLM_KEY = "sk-delegation-e2e-7c41d09a2b"

@@ -32,12 +32,12 @@ from tests.agent.fake_llm import (
     tool_results,
     user_texts,
 )
+from tests.conftest import use_secret
 from tests.interop.conftest import free_ports
 from tests.pg_support import fresh_database
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
-from tests.conftest import use_secret
 from .conftest import files_holding, pending_records
 
 OWNER = 111
@@ -493,7 +493,8 @@ async def test_a_callers_secret_question_is_answered_in_the_owners_chat(
         assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
 
         def question(api: FakeBotApi) -> list[Any]:
-            return [c for c in api.sent("sendMessage", OWNER) if "asks for a secret" in c.params["text"]]
+            sent = api.sent("sendMessage", OWNER)
+            return [c for c in sent if "asks for a secret" in c.params["text"]]
 
         await bot_api.wait_for(question)
         (asked,) = question(bot_api)
@@ -505,13 +506,23 @@ async def test_a_callers_secret_question_is_answered_in_the_owners_chat(
             while task["status"]["state"] != "TASK_STATE_COMPLETED":
                 await asyncio.sleep(0.05)
                 task = await a2a_get_task(app.http_port, task["id"])
-        await bot_api.wait_for(lambda api: "the value went to your assistant" in "".join(api.chat_text(OWNER)))
+        await bot_api.wait_for(
+            lambda api: "the value went to your assistant" in "".join(api.chat_text(OWNER))
+        )
+        # A late reply to the same question is deleted too, and taken by no one.
+        late_id = await bot_api.push_reply(
+            OWNER, "late-" + secret, reply_to=asked.params["_message_id"]
+        )
+        await bot_api.wait_for(lambda api: len(api.sent("deleteMessage", OWNER)) == 2)
+        assert bot_api.sent("deleteMessage", OWNER)[1].params["message_id"] == late_id
+        await bot_api.wait_for(lambda api: "no longer waiting" in api.chat_text(OWNER)[-1])
     finally:
         await app.stop()
     assert len(llm.requests) == 2  # the reply ran no turn of the owner's own session
     assert tool_results(llm.requests[1])[0].endswith(secret)
     assert secret not in json.dumps(task)
-    assert secret not in json.dumps([c.params for c in bot_api.calls if c.method != "deleteMessage"])
+    shown = [c.params for c in bot_api.calls if c.method != "deleteMessage"]
+    assert secret not in json.dumps(shown)
     assert files_holding(root, secret) == []
 
 

@@ -32,11 +32,14 @@ class Links:
     ) -> tuple[asyncio.Task[str | None], str]:
         """Start a question; its waiting task and the link the owner got."""
         question = SecretQuestion(workspace, "travel-bot", "Your <b>API</b> key?", wait_s)
-        before = len(self.links)
+        inbox = workspace / OWNER_INBOX
+        before = len(inbox.read_text().splitlines()) if inbox.exists() else 0
         asking = asyncio.create_task(self.links.ask_secret(question))
-        while len(self.links) == before or not (workspace / OWNER_INBOX).exists():
-            await asyncio.sleep(0.01)
-        line = (workspace / OWNER_INBOX).read_text().splitlines()[-1]
+        async with asyncio.timeout(10):
+            # The inbox line is written off the event loop: nothing to wait on but it.
+            while not inbox.exists() or len(inbox.read_text().splitlines()) == before:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        line = inbox.read_text().splitlines()[-1]
         return asking, json.loads(line)["url"]
 
     async def get(self, url: str) -> tuple[int, str]:
