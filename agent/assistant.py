@@ -11,10 +11,11 @@ Each inbound message runs as a turn of a session in the caller's workspace:
 The text is the message template (``{{a2a.text}}``, ``{{a2a.task_id}}``,
 ``{{a2a.context_id}}``, ``{{payload}}``: the request's params as compact ProtoJSON)
 under the framing header for untrusted inbound text. The reply streams into the
-``response`` artifact; ``request_input`` makes the task input-required (auth-required
-for a secret) and the caller's next message on the task arrives as the tool's result;
-``send_file`` becomes a file artifact; provider failures fail the task with their short
-redacted text.
+``response`` artifact; ``request_input`` makes the task input-required and the
+caller's next message on the task arrives as the tool's result; a secret question makes
+it auth-required while the host's asker gets the value from the owner (never from the
+caller), then the run goes on; ``send_file`` becomes a file artifact; provider failures
+fail the task with their short redacted text.
 
 PACT Delegated (``turn.caller.on_behalf.tool_scopes``): a tool a scope opens runs only
 when the user's delegation token grants one of its scopes, with that token as its
@@ -49,6 +50,7 @@ from .base import (
     File,
     InputRequired,
     Output,
+    Progress,
     TextChunk,
     Turn,
     session_scope,
@@ -61,12 +63,29 @@ from .prompt import (
     render_template,
     uses_payload,
 )
-from .runtime import Asked, FileReady, Finished, Runtime, TextDelta, TurnFailed
+from .runtime import (
+    Asked,
+    FileReady,
+    Finished,
+    Runtime,
+    SecretAnswered,
+    SecretAsked,
+    TextDelta,
+    TurnFailed,
+)
 from .tools.base import Tool, ToolContext, ToolRegistry, ToolResult
 from .tools.files import SEND_CAP, workspace_tools
-from .tools.interaction import InputNeeded, NotifyOwner, OwnerNotifier, RequestInput
+from .tools.interaction import InputNeeded, NotifyOwner, OwnerNotifier, RequestInput, SecretAsker
 
 NO_WORKSPACE = "The assistant has no workspace for this caller."
+#: The auth-required status message of a secret question (the question follows).
+OWNER_PROVIDES = (
+    "A person (the owner of this agent) is asked privately for a value; the task goes"
+    " on by itself once they have given it (or after {wait:g} s without it). Do not send"
+    " it: messages to this task are refused meanwhile. The question: "
+)
+SECRET_GIVEN_STATUS = "The owner gave the value; the task goes on."
+NO_SECRET_STATUS = "No value came from the owner; the task goes on without it."
 
 
 @dataclass(slots=True)
@@ -109,7 +128,8 @@ class ScopedTool(Tool):
             f"{self.name} needs your permission ({' or '.join(self.opened_by)}):"
             " sign in with the link to allow it, then ask again.",
             None,
-            secret=True,
+            secret=False,
+            authorization=True,
         )
 
 
@@ -153,10 +173,14 @@ class AssistantAgent(Agent):
         notifier: OwnerNotifier | None = None,
         extra_tools: Iterable[Tool] = (),
         local_time: Callable[[Path], str] | None = None,
+        secrets: SecretAsker | None = None,
     ) -> None:
         """``local_time(workspace)``, when a host gives it, is the owner's local time
-        (the Telegram host: the chat's time zone), shown under the framing header."""
+        (the Telegram host: the chat's time zone), shown under the framing header.
+        ``secrets`` asks the workspace's owner for the values of secret questions
+        (without it, a secret question's result says no one can be asked)."""
         self.runtime = runtime
+        self.secrets = secrets
         self.local_time = local_time
         self.config = config or AssistantConfig()
         self.default_workspace = default_workspace
@@ -228,6 +252,7 @@ class AssistantAgent(Agent):
             hops=turn.hops,
             cancelled=turn.cancelled,
             ask_tag=task_id,
+            secrets=self.secrets,
         )
         async with contextlib.aclosing(events):
             async for event in events:
@@ -240,10 +265,15 @@ class AssistantAgent(Agent):
                         yield record.artifact()
                     yield Completed()
                     return
+                elif isinstance(event, SecretAsked):
+                    text = OWNER_PROVIDES.format(wait=event.wait_s) + event.question
+                    yield AuthRequired(text, resumes=True)
+                elif isinstance(event, SecretAnswered):
+                    yield Progress(SECRET_GIVEN_STATUS if event.given else NO_SECRET_STATUS)
                 elif isinstance(event, Asked):
                     if record is not None:
                         yield record.artifact()
-                    if event.secret:
+                    if event.authorization:
                         yield AuthRequired(event.question)
                     else:
                         yield InputRequired(event.question, schema=event.schema)

@@ -15,7 +15,8 @@ cancellation signal) and iterates :meth:`Agent.run`, which yields outputs:
   task's final status message says so;
 - one ending, after which nothing more is read: :class:`Completed`,
   :class:`InputRequired` (a question; the caller's next message on the task continues
-  it), :class:`AuthRequired`, :class:`Failed`, :class:`Rejected`.
+  it), :class:`AuthRequired`, :class:`Failed`, :class:`Rejected`. (An
+  ``AuthRequired(..., resumes=True)`` is not an ending: see the class.)
 
 A run that ends without an ending is completed. Raising :class:`AgentError` fails the
 task with the (redacted) error text; any other exception fails it with "The run failed
@@ -250,9 +251,16 @@ class InputRequired:
 
 @dataclass(frozen=True, slots=True)
 class AuthRequired:
-    """The task needs credentials (AUTH_REQUIRED); ``text`` explains which."""
+    """The task needs credentials (AUTH_REQUIRED); ``text`` explains which.
+
+    ``resumes``: the credentials come out of band (a person the host asks), so this is
+    not an ending: the task shows AUTH_REQUIRED (a blocking send returns it, a stream
+    of SendStreamingMessage ends with it) while the run goes on, a caller's message to
+    the task meanwhile is UnsupportedOperation, and the run's next output puts the task
+    back to WORKING (a :class:`Progress` with its text)."""
 
     text: str
+    resumes: bool = False
 
 
 @dataclass(frozen=True, slots=True)

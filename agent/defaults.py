@@ -18,6 +18,8 @@ DEFAULT_STREAM = "auto"
 DEFAULT_MAX_TOOL_ROUNDS = 16
 DEFAULT_CONTEXT_BUDGET_CHARS = 200_000
 DEFAULT_IDLE_TIMEOUT_S = 1800.0  # an idle session leaves memory after this
+#: How long a secret question waits for the owner's value (its one-time link expires then).
+DEFAULT_SECRET_WAIT_S = 600.0
 
 #: How long one owner turn (chat, the Telegram host) may run by default: the engine's
 #: bound of an agent's run (``--turn-timeout``).

@@ -10,6 +10,8 @@ stream of chunks, or a whole answer for ``stream: false``), and the assistant's
 
 - ``ask me QUESTION`` calls ``request_input`` with the question (when offered: an
   inbound caller's session), else asks it as its answer (the owner's own chat);
+  ``ask me for a secret: QUESTION`` calls it with ``secret`` (the owner is asked), and
+  a given secret is acknowledged, never repeated;
 - ``ask AGENT MESSAGE`` calls ``a2a`` (``action=send``) with the message (when offered);
 - ``use TOOL`` calls that tool without arguments (when offered: e.g. a host's account
   API tool under PACT delegation);
@@ -42,6 +44,10 @@ CAPABILITIES = (
     " tool. Give --llm-model (and --llm-base-url) to talk to a real model."
 )
 _ASK_ME = re.compile(r"^ask\s+me\s+(?P<question>.+)$", re.I | re.S)
+_ASK_SECRET = re.compile(r"^ask\s+me\s+for\s+a\s+secret:?\s+(?P<question>.+)$", re.I | re.S)
+#: How the runtime's result of a given secret starts (``runtime.SECRET_GIVEN``).
+_SECRET_GIVEN = "The owner gave the value"
+SECRET_THANKS = "Thank you: I have the value (and keep it to myself)."
 _ASK_AGENT = re.compile(r"^ask\s+(?P<agent>[a-z0-9][a-z0-9._-]*)\s+(?P<message>.+)$", re.I | re.S)
 _USE = re.compile(r"^use\s+(?P<tool>[A-Za-z0-9_-]{1,64})\.?$", re.I)
 _ABOUT = re.compile(
@@ -59,8 +65,18 @@ def _spoken(text: str) -> str:
     return "\n\n".join(blocks).strip()
 
 
-def _tool_names(body: Mapping[str, Any]) -> set[str]:
-    return {tool.get("function", {}).get("name", "") for tool in body.get("tools") or ()}
+def _tool_names(body: Mapping[str, Any], *, secret_only: bool = False) -> set[str]:
+    """The tools offered, but for ``request_input`` when it only takes secrets (the
+    owner's own chat in a terminal), where an ordinary question is simply the answer
+    (``secret_only``: that one too)."""
+    names = set()
+    for tool in body.get("tools") or ():
+        function = tool.get("function", {})
+        required = function.get("parameters", {}).get("required", ())
+        if function.get("name") == "request_input" and "secret" in required and not secret_only:
+            continue
+        names.add(function.get("name", ""))
+    return names
 
 
 def _after_tools(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -80,9 +96,14 @@ def demo_reply(body: Mapping[str, Any]) -> tuple[str, list[tuple[str, dict[str, 
         return CAPABILITIES, []
     last = messages[-1]
     if last.get("role") == "tool":
+        if str(last.get("content") or "").startswith(_SECRET_GIVEN):
+            return SECRET_THANKS, []
         return _after_tools(messages), []
     text = _spoken(str(last.get("content") or ""))
     tools = _tool_names(body)
+    secret = _ASK_SECRET.match(text)
+    if secret and "request_input" in _tool_names(body, secret_only=True):
+        return "", [("request_input", {"question": secret["question"].strip(), "secret": True})]
     asked_me = _ASK_ME.match(text)
     if asked_me:
         question = asked_me["question"].strip()

@@ -18,11 +18,21 @@ Host API::
                 case ToolFinished(name, is_error): ...
                 case FileReady(filename, data, media_type): ...   # send_file
                 case Finished(text, truncated): ...               # the turn's reply
-                case Asked(question, schema, secret): ...         # request_input
+                case Asked(question, schema): ...                 # request_input
+                case SecretAsked(question, wait_s): ...  # the owner is asked (see below)
+                case SecretAnswered(given): ...          # ...and the turn goes on
                 case TurnFailed(text): ...                        # short, redacted
     await runtime.aclose()
 
 Exactly one of :class:`Finished`, :class:`Asked` or :class:`TurnFailed` ends a turn.
+
+A secret question (``request_input`` with ``secret``) does not end the turn: the host's
+:class:`~.tools.interaction.SecretAsker` (``run_turn(secrets=...)``) asks the owner
+while the turn waits (:class:`SecretAsked`, at most ``RuntimeConfig.secret_wait_s``),
+then :class:`SecretAnswered` and the turn goes on. The value is the tool's result for
+the model, is handed to :attr:`Runtime.on_secret` (the host registers it for log
+redaction) and is never written: the transcript records only that a secret was given.
+Without an asker the tool's result says no one can be asked.
 After :class:`Asked`, the next ``run_turn`` on that scope with the same ``ask_tag``
 is the answer: its text becomes the tool's result and the same turn goes on. A turn
 with another tag (a new A2A task in the same context) first closes the question as
@@ -41,7 +51,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,20 +63,40 @@ from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.closing import Startable
 
 from .base import Signal
-from .defaults import DEFAULT_CONTEXT_BUDGET_CHARS, DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_TOOL_ROUNDS
+from .defaults import (
+    DEFAULT_CONTEXT_BUDGET_CHARS,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_TOOL_ROUNDS,
+    DEFAULT_SECRET_WAIT_S,
+)
 from .metering import NULL_RUNTIME_METER, RuntimeMeter
 from .prompt import PROMPT_FILE_CAP, frame, system_prompt
 from .provider import ChatProvider, Delta, ProviderError, Reply, ToolCall, parse_arguments
-from .sessions import Clock, Question, Session, SessionStore
+from .sessions import Clock, Message, Question, Session, SessionStore
 from .tools.base import Tool, ToolContext, ToolError, ToolRegistry, ToolResult
 from .tools.files import FileResult
-from .tools.interaction import InputNeeded
+from .tools.interaction import InputNeeded, SecretAsker, SecretQuestion
 
 log = logging.getLogger("a2a_gateway.agent.runtime")
 
 UNEXPECTED = "The run failed unexpectedly."
 UNANSWERED = "No answer came: the conversation moved on to a new request."
 TOOL_FAILED = "The tool failed unexpectedly."
+#: The tool's result when the owner gave the secret (the value follows).
+SECRET_GIVEN = (
+    "The owner gave the value (it is not kept in the transcript; keep it out of your"
+    " replies and files): "
+)
+#: What the transcript keeps in place of that result.
+SECRET_KEPT_OUT = "[The owner gave a secret here; its value is not kept in the transcript.]"
+NO_SECRET = (
+    "No value was given: the owner did not answer within {wait:g} s, or declined."
+    " Go on without it, or tell the one you are talking with."
+)
+NO_SECRET_ASKER = "No person can be asked for a secret here."
+SECRET_STOPPED = "The turn was stopped before the owner answered."
+#: How much longer than ``secret_wait_s`` the runtime lets an asker take.
+SECRET_GRACE_S = 5.0
 
 
 # --- events -----------------------------------------------------------------------------
@@ -118,12 +148,29 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """``request_input``: the turn waits for an answer (``secret``: a person must give
-    a credential; ``schema``: the JSON Schema of the answer, when the model gave one)."""
+    """``request_input``: the turn waits for an answer (``schema``: the JSON Schema of
+    the answer, when the model gave one)."""
 
     question: str
     schema: Mapping[str, Any] | None = None
-    secret: bool = False
+    #: The caller must grant something first (a PACT scope): auth-required, not input.
+    authorization: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SecretAsked:
+    """``request_input`` with ``secret``: the owner is being asked (through the host's
+    asker); the turn waits at most ``wait_s``, then :class:`SecretAnswered`."""
+
+    question: str
+    wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SecretAnswered:
+    """The owner gave the value (``given``) or none came; never the value itself."""
+
+    given: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +180,17 @@ class TurnFailed:
     text: str
 
 
-TurnEvent = TextDelta | ToolStarted | ToolFinished | FileReady | Finished | Asked | TurnFailed
+TurnEvent = (
+    TextDelta
+    | ToolStarted
+    | ToolFinished
+    | FileReady
+    | Finished
+    | Asked
+    | SecretAsked
+    | SecretAnswered
+    | TurnFailed
+)
 
 #: The turn outcome (:data:`~.metering.TURN_OUTCOMES`) each ending event means.
 _OUTCOME_OF: dict[type, str] = {Finished: "finished", Asked: "asked", TurnFailed: "failed"}
@@ -150,6 +207,8 @@ class RuntimeConfig:
     prompt_file_cap: int = PROMPT_FILE_CAP
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     sweep_interval_s: float = 60.0
+    #: How long a secret question waits for the owner's value.
+    secret_wait_s: float = DEFAULT_SECRET_WAIT_S
 
 
 @dataclass(slots=True)
@@ -157,6 +216,7 @@ class _Turn:
     session: Session
     tools: ToolRegistry
     context: ToolContext
+    secrets: SecretAsker | None = None
     texts: list[str] = field(default_factory=list)
 
 
@@ -176,6 +236,9 @@ class Runtime(Startable):
         self._sweeper: asyncio.Task[None] | None = None
         #: Where turns, model calls and tool calls are counted (a host's metrics).
         self.meter: RuntimeMeter = NULL_RUNTIME_METER
+        #: Called with each secret value the owner gives (hosts register it for log
+        #: redaction; the agent layer cannot reach the registry).
+        self.on_secret: Callable[[str], None] = _ignore
 
     async def start(self) -> None:
         """Start sweeping idle sessions out of memory (``aclose`` stops it)."""
@@ -208,13 +271,15 @@ class Runtime(Startable):
         hops: int = 0,
         cancelled: Signal | None = None,
         ask_tag: str = "",
+        secrets: SecretAsker | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """Run one turn of the session ``scope`` in ``workspace`` (see the module doc).
 
         ``text`` is the new message (or the answer to the session's question);
         ``files`` are workspace files that came with it (listed for the model);
         ``framing`` is put before the text (untrusted inbound messages); ``caller``,
-        ``hops`` and ``cancelled`` reach the tools through their context.
+        ``hops`` and ``cancelled`` reach the tools through their context; ``secrets``
+        asks the owner for the values of secret questions.
         """
         if not workspace.is_absolute():
             raise ValueError("workspace: give an absolute (resolved) path")
@@ -224,7 +289,7 @@ class Runtime(Startable):
         async with session.lock:
             session.busy += 1
             try:
-                turn = _Turn(session, tools or ToolRegistry(), context)
+                turn = _Turn(session, tools or ToolRegistry(), context, secrets)
                 content = frame(framing, _with_files(text, files, workspace))
                 self._take_message(session, content, ask_tag)
                 async for event in self._loop(turn, ask_tag):
@@ -335,7 +400,11 @@ class Runtime(Startable):
                         with tracing.span(f"tool {call.name}", attributes={"tool": call.name}):
                             result = await self._call(turn, call, arguments)
                     except InputNeeded as exc:
-                        asked = (call, exc)
+                        if exc.secret and not exc.authorization:
+                            async for event in self._ask_secret(turn, call, exc):
+                                yield event
+                        else:
+                            asked = (call, exc)
                         continue
                     yield ToolFinished(call.name, result.is_error)
                 if isinstance(result, FileResult):
@@ -345,8 +414,46 @@ class Runtime(Startable):
             if asked is not None:
                 call, needed = asked
                 session.ask(Question(call.id, ask_tag))
-                yield Asked(needed.question, needed.schema, needed.secret)
+                yield Asked(needed.question, needed.schema, needed.authorization)
                 return
+
+    async def _ask_secret(
+        self, turn: _Turn, call: ToolCall, needed: InputNeeded
+    ) -> AsyncIterator[TurnEvent]:
+        """Ask the owner for a secret through the turn's asker and give the model the
+        value as the tool's result; the transcript keeps only that it was given."""
+        session = turn.session
+        result: Message = {"role": "tool", "tool_call_id": call.id}
+        asker = turn.secrets
+        if asker is None:
+            session.append({**result, "content": f"Error: {NO_SECRET_ASKER}"})
+            yield ToolFinished(call.name, is_error=True)
+            return
+        wait_s = self.config.secret_wait_s
+        yield SecretAsked(needed.question, wait_s)
+        context = turn.context
+        question = SecretQuestion(context.workspace, context.caller, needed.question, wait_s)
+        value: str | None = None
+        try:
+            async with asyncio.timeout(wait_s + SECRET_GRACE_S):
+                value = await asker.ask_secret(question)
+        except TimeoutError:
+            value = None
+        except asyncio.CancelledError:  # the turn was stopped: the call still gets a result
+            session.append({**result, "content": f"Error: {SECRET_STOPPED}"})
+            raise
+        except Exception:
+            log.exception("asking the owner for a secret failed")
+            value = None
+        if value:
+            self.on_secret(value)
+            session.append_private(
+                {**result, "content": SECRET_GIVEN + value}, {**result, "content": SECRET_KEPT_OUT}
+            )
+        else:
+            session.append({**result, "content": "Error: " + NO_SECRET.format(wait=wait_s)})
+        yield SecretAnswered(bool(value))
+        yield ToolFinished(call.name, is_error=not value)
 
     async def _call(
         self, turn: _Turn, call: ToolCall, arguments: dict[str, Any] | None
@@ -393,6 +500,10 @@ class _ModelCall:
         self.meter.model_call(self.first, time.monotonic() - self.started, error)
 
 
+def _ignore(value: str) -> None:
+    pass
+
+
 def _arguments(call: ToolCall) -> dict[str, Any] | None:
     try:
         return parse_arguments(call)
@@ -431,6 +542,8 @@ __all__ = [
     "Finished",
     "Runtime",
     "RuntimeConfig",
+    "SecretAnswered",
+    "SecretAsked",
     "TextDelta",
     "ToolFinished",
     "ToolStarted",

@@ -158,15 +158,27 @@ class Session:
 
     def append(self, *records: Message) -> None:
         """Add messages (or event lines) to the session and its transcript."""
+        for record in records:
+            if "role" in record:
+                self.messages.append(dict(record))
+                self._sizes.append(_size(record))
+        self._write(records)
+
+    def append_private(self, message: Message, stored: Message) -> None:
+        """Add ``message`` to the conversation the model is sent while the transcript
+        gets ``stored`` in its place: a secret the model may read but no file keeps
+        (after a reload from the transcript, the model sees ``stored``)."""
+        self.messages.append(dict(message))
+        self._sizes.append(_size(message))
+        self._write((stored,))
+
+    def _write(self, records: tuple[Message, ...]) -> None:
         lines = bytearray()
         if self._needs_newline:
             lines += b"\n"  # never glue a line onto a torn one
         stamp = round(time.time(), 3)
         for record in records:
             lines += orjson.dumps({**record, "ts": stamp}) + b"\n"
-            if "role" in record:
-                self.messages.append(dict(record))
-                self._sizes.append(_size(record))
         try:
             _append(self.path, lines)  # small append: page cache, not slow
         except FileNotFoundError:

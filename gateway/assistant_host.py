@@ -17,7 +17,7 @@ from a2a_gateway.agent.demo_model import DEMO_BASE_URL, DEMO_MODEL, demo_client
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
 from a2a_gateway.agent.tools.base import Tool
-from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
+from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier, SecretAsker
 
 from .chat_settings import ChatSettings
 from .logs import register_secret
@@ -54,15 +54,18 @@ def build_runtime(settings: ModelSettings) -> Runtime:
         log.info("assistant: the demo model (a few rules, not a language model)")
     else:
         provider = _model_provider(settings)
-    return Runtime(
+    runtime = Runtime(
         provider,
         RuntimeConfig(
             max_tool_rounds=settings.llm_max_tool_rounds,
             context_budget_chars=settings.llm_context_budget,
             idle_timeout_s=settings.session_idle_timeout,
             sweep_interval_s=min(60.0, settings.session_idle_timeout / 2),
+            secret_wait_s=settings.llm_secret_wait,
         ),
     )
+    runtime.on_secret = register_secret  # a value the owner gives never reaches a log
+    return runtime
 
 
 def _model_provider(settings: ModelSettings) -> ChatProvider:
@@ -95,10 +98,12 @@ def build_assistant(
     scope_prefix: str = "serve",
     local_time: Callable[[Path], str] | None = None,
     extra_tools: Sequence[Tool] = (),
+    secrets: SecretAsker | None = None,
 ) -> AssistantAgent:
     """The assistant for inbound A2A callers (StartupError for a setting that cannot
     work). ``serve --llm`` builds its own runtime and notifies through the workspace's
-    owner inbox; the Telegram host passes its runtime, its chat notifier and the
+    owner inbox (secret questions: the gateway's one-time links); the Telegram host
+    passes its runtime, its chat notifier and secret asker and the
     ``telegram-{workspace}`` scope prefix."""
     others = {"agent": settings.agent, "exec": settings.exec, "upstream": settings.upstream}
     for other, value in others.items():
@@ -129,4 +134,5 @@ def build_assistant(
         notifier=notifier if notifier is not None else InboxNotifier(),
         local_time=local_time,
         extra_tools=extra_tools,
+        secrets=secrets,
     )

@@ -15,6 +15,9 @@ pending.json for the next start.
 
 ``--public-url`` (with ``--host``/``--port``) serves the push receiver
 (``POST /a2a/push/{watchId}``) so watches of agents that push are woken by them.
+
+In a terminal the assistant may ask the owner for a secret (``request_input`` with
+``secret``): a hidden prompt, the value given to the model only (never the transcript).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from a2a_gateway.agent.runtime import (
 )
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
+from a2a_gateway.agent.tools.interaction import RequestInput, SecretAsker
 from a2a_gateway.client.agents_file import agents_path
 from a2a_gateway.client.watches import CALL_TIMEOUT_S
 from a2a_gateway.protocol.tracing import traced_by
@@ -159,11 +163,14 @@ class ChatHost:
         view: ChatView | None = None,
         turn_timeout_s: float = TURN_TIMEOUT_S,
         tracer: Tracer | None = None,
+        secrets: SecretAsker | None = None,
     ) -> None:
         """Turns show in ``view``, else as plain text on ``out``. With a ``tracer``
         (``--otlp-endpoint``), each turn is the root span of a trace that the model's
-        calls, the tools and the agents they call add to."""
+        calls, the tools and the agents they call add to. ``secrets`` asks the owner
+        for a secret the assistant needs (the terminal's hidden prompt)."""
         self.tracer = tracer
+        self.secrets = secrets
         self.runtime = runtime
         self.workspace = workspace
         self.tools = tools
@@ -242,7 +249,9 @@ class ChatHost:
     async def _run_turn(self, prompt: _Prompt) -> bool:
         view = self.view
         view.turn_started(prompt.text, delivered=prompt.delivered)
-        events = self.runtime.run_turn(SCOPE, self.workspace, prompt.text, tools=self.tools)
+        events = self.runtime.run_turn(
+            SCOPE, self.workspace, prompt.text, tools=self.tools, secrets=self.secrets
+        )
         ok = False
         async with contextlib.aclosing(events) as stream:
             async for event in stream:
@@ -368,6 +377,8 @@ async def run_chat(
         from .chat_tui import open_terminal
 
         view = open_terminal(stdout, workspace, runtime.provider.config.model)  # or the demo
+    if view is not None:  # a person at a terminal can be asked for a secret
+        tools.add(RequestInput(secret_only=True))
     host = ChatHost(
         runtime,
         workspace,
@@ -376,6 +387,7 @@ async def run_chat(
         view=view,
         turn_timeout_s=settings.turn_timeout,
         tracer=tracing.tracer if tracing is not None else None,
+        secrets=view,
     )
     # Opened in order, closed in reverse (also when one fails to open): the turns stop,
     # the watches (their records stay for the next start), the receiver, the runtime.

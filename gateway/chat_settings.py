@@ -112,6 +112,7 @@ class ChatSettings(VerbSettings):
     llm_stream: LlmStream
     llm_max_tool_rounds: int
     llm_context_budget: int
+    llm_secret_wait: float
     session_idle_timeout: float
     allow_private_urls: bool
     max_file_bytes: int

@@ -16,6 +16,8 @@ else (a pipe, a file, ``--message``) keeps the plain output of :class:`.chat.Pla
 - Log lines go to ``.a2a/logs/chat.log`` (rotated), never into the conversation;
   ``--verbose`` shows them on stderr as well.
 - Slash commands: ``/a2a`` (agents, watches, callers), ``/stop``, ``/tz``, ``/help``.
+- A secret the assistant needs (``request_input`` with ``secret``) is asked with a
+  hidden prompt (nothing echoed, no history); an empty line, Ctrl-C or Ctrl-D declines.
 
 prompt_toolkit and rich are imported only here, so the plain paths start without them.
 """
@@ -41,6 +43,7 @@ from rich.markdown import Markdown
 from rich.spinner import Spinner
 from rich.text import Text
 
+from a2a_gateway.agent.tools.interaction import SecretQuestion
 from a2a_gateway.client.agents_file import read_agents
 from a2a_gateway.client.watches import WatchRegistry
 from a2a_gateway.server.auth import CALLERS_FILE, read_callers
@@ -51,6 +54,7 @@ from .logs import RedactingFilter, log_to_file
 log = logging.getLogger("a2a_gateway.chat")
 
 PROMPT: Final = "you> "
+SECRET_PROMPT: Final = "secret> "
 HISTORY_FILE: Final = ("chat_history",)
 LOG_FILE: Final = ("logs", "chat.log")
 LOG_FILE_BYTES: Final = 1_000_000
@@ -200,6 +204,31 @@ class TerminalView:
 
     def notice(self, text: str) -> None:
         self.console.print(Text(text.rstrip("\n"), style="dim"))
+
+    # -- the secret asker ------------------------------------------------------------------
+
+    async def ask_secret(self, question: SecretQuestion) -> str | None:
+        """A hidden prompt for a secret (the chat's asker): the value typed, or None
+        (an empty line, Ctrl-C, Ctrl-D, or ``wait_s`` without an answer)."""
+        self._flush()
+        self.prompting = True  # nothing live is drawn over the prompt
+        try:
+            self.console.print(Text(f"🔑 {question.question}", style="bold yellow"))
+            self.console.print(
+                Text(
+                    "typed hidden, not kept in the transcript; an empty line declines",
+                    style="dim",
+                )
+            )
+            session: PromptSession[str] = PromptSession()  # no history: never written
+            try:
+                async with asyncio.timeout(question.wait_s):
+                    value = await session.prompt_async(SECRET_PROMPT, is_password=True)
+            except (TimeoutError, KeyboardInterrupt, EOFError):
+                value = ""
+        finally:
+            self.prompting = False
+        return value if value.strip() else None
 
 
 def log_to_workspace(workspace: Path, *, verbose: bool) -> Path:

@@ -77,6 +77,7 @@ from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.secret_box import SecretBox
+from a2a_gateway.server.secret_links import SecretLinks
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
 from a2a_gateway.server.tls import TlsConfig, server_ssl_context
 from a2a_gateway.server.tracing import Traced, Tracing, tracing_wanted
@@ -512,6 +513,9 @@ class Gateway(Startable):
         self.engine: TaskEngine | None = None
         self.runtime: Runtime | None = None  # the assistant's (serve --llm)
         self._own_runtime: Runtime | None = None  # the one built here, closed here
+        #: The owner's one-time links for secret questions (an assistant with no
+        #: asker of its own: the Telegram host asks in the chat instead).
+        self.secret_links: SecretLinks | None = None
         self.proxy: UpstreamProxy | None = None
         # The guarded client for webhooks and file downloads, and push delivery (not
         # in proxy mode: the upstream agent delivers its own notifications).
@@ -548,6 +552,7 @@ class Gateway(Startable):
             self.runtime = getattr(agent, "runtime", None)
             if built:  # a host that passes its agent owns its runtime
                 self._own_runtime = self.runtime
+            self.secret_links = self._secret_links(agent)
             self.cards.streaming = agent.streaming
             self.cards.profile = agent_profile(agent)
             store = build_store(settings, self.config)
@@ -623,6 +628,28 @@ class Gateway(Startable):
             )
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+
+    def _secret_links(self, agent: Agent) -> SecretLinks | None:
+        if self.runtime is None:
+            return None
+        from a2a_gateway.agent.assistant import AssistantAgent  # loaded with the runtime
+
+        if not isinstance(agent, AssistantAgent) or agent.secrets is not None:
+            return None
+        links = SecretLinks(self.config.mounts.jsonrpc, self._base_url)
+        agent.secrets = links
+        return links
+
+    def _base_url(self) -> str:
+        """The external base URL (``--public-url``, else where the HTTP port listens)."""
+        config = self.config
+        if config.public_url:
+            return config.public_url
+        host = config.host if config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        scheme = "https" if config.tls is not None else "http"
+        return f"{scheme}://{host}:{self.http_port or config.port}"
 
     def _meter_parts(self, metrics: Metrics) -> None:
         """Give the parts that report (the engine's gauges, the assistant, push) the
@@ -707,6 +734,7 @@ class Gateway(Startable):
             readiness=self.readiness,
             serve_metrics=self.metrics_port is None,
             pact=self.pact,
+            secret_links=self.secret_links,
         )
         if self._routes is not None:
             self._routes(app)
@@ -750,6 +778,8 @@ class Gateway(Startable):
         stack, self._stack = self._stack, None
         if stack is not None:
             log.info("shutting down")
+            if self.secret_links is not None:
+                self.secret_links.close()  # the turns waiting on a link go on without it
             await stack.aclose()
 
     async def aclose(self) -> None:

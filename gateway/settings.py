@@ -228,6 +228,14 @@ SETTINGS: tuple[Setting, ...] = (
         1000,
     ),
     Setting(
+        "llm_secret_wait",
+        float,
+        assistant.DEFAULT_SECRET_WAIT_S,
+        "seconds a secret question (request_input with secret) waits for the owner's"
+        " value; its one-time link expires then",
+        above=0,
+    ),
+    Setting(
         "session_idle_timeout",
         float,
         assistant.DEFAULT_IDLE_TIMEOUT_S,
@@ -776,6 +784,7 @@ class ServeSettings(VerbSettings):
     llm_stream: LlmStream
     llm_max_tool_rounds: int
     llm_context_budget: int
+    llm_secret_wait: float
     session_idle_timeout: float
     session_mode: SessionMode
     message_template: str

@@ -28,6 +28,7 @@ from a2a_gateway.agent.assistant import AssistantAgent
 from a2a_gateway.agent.runtime import Runtime
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
+from a2a_gateway.agent.tools.interaction import SecretQuestion
 from a2a_gateway.client.watches import Deliver
 from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.server.metrics import Metrics
@@ -109,6 +110,23 @@ class TelegramNotifier:
         await self.host.notify_owner(int(workspace.name), caller or "assistant", text)
 
 
+class TelegramSecretAsker:
+    """A secret question of an inbound caller: asked in the owner's chat (the chat id
+    is the workspace folder's name), the reply to it is the value."""
+
+    def __init__(self) -> None:
+        self.host: TelegramHost | None = None
+
+    async def ask_secret(self, question: SecretQuestion) -> str | None:
+        workspace = question.workspace
+        if self.host is None or not workspace.name.lstrip("-").isdigit():
+            log.warning("secret question: no chat for workspace %s", workspace.name)
+            return None
+        return await self.host.ask_secret(
+            int(workspace.name), question.caller, question.question, question.wait_s
+        )
+
+
 class TelegramApp(Startable):
     """The bot, its runtime and (with ``--a2a`` or a webhook) the HTTP side."""
 
@@ -184,6 +202,8 @@ class TelegramApp(Startable):
         bot's runtime, with the webhook's route and the push receiver."""
         notifier = TelegramNotifier()
         notifier.host = self.host
+        asker = TelegramSecretAsker()
+        asker.host = self.host
         serve_settings = _serve_settings(self.settings, self.config)
         agent: AssistantAgent = build_assistant(
             serve_settings,
@@ -192,6 +212,7 @@ class TelegramApp(Startable):
             notifier=notifier,
             scope_prefix="telegram-{workspace}",
             local_time=self._chat_local_time,
+            secrets=asker,
         )
         gateway = Gateway(
             serve_settings,

@@ -117,6 +117,7 @@ class TelegramSettings(VerbSettings):
     llm_stream: LlmStream
     llm_max_tool_rounds: int
     llm_context_budget: int
+    llm_secret_wait: float
     session_idle_timeout: float
     session_mode: SessionMode
     message_template: str

@@ -45,6 +45,7 @@ from .http_context import (
 from .icon import icon_path
 from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
 from .pact import mount as pact_mount
+from .secret_links import SecretLinks
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +168,13 @@ def build_http_app(
     readiness: health.Readiness | None = None,
     serve_metrics: bool = True,
     pact: pact_mount.PactMount | None = None,
+    secret_links: SecretLinks | None = None,
 ) -> web.Application:
     """The gateway's HTTP app. ``metrics`` is what the bindings report to (off: the
     null one); with ``serve_metrics`` (no ``--metrics-port``) it is also served at
     ``/metrics``, guarded (:func:`handle_guarded_metrics`). ``readiness`` adds
-    ``/healthz`` and ``/readyz``; ``pact`` the PACT URL (server/pact)."""
+    ``/healthz`` and ``/readyz``; ``pact`` the PACT URL (server/pact); ``secret_links``
+    the owner's one-time secret links (``serve --llm``)."""
     app = web.Application(
         middlewares=[_errors], client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS
     )
@@ -198,6 +201,8 @@ def build_http_app(
     # Pushes for our own client's watches (404 for all without a waker).
     push_receiver.mount(app, push_waker)
     app.router.add_get(icon_path(config.mounts.jsonrpc), cards.handle_icon)
+    if secret_links is not None:
+        secret_links.mount(app)
     jsonrpc_path = mount_path(config.mounts.jsonrpc) or "/"
     # Some clients join the interface URL and "/": the mount answers both ways.
     for path in {jsonrpc_path, jsonrpc_path.rstrip("/") + "/"}:

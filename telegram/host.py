@@ -11,11 +11,18 @@ from inbound callers) are queued behind the running turn in the same chat.
 
 Commands: ``/start`` and ``/help`` say what the bot does, ``/stop`` aborts the running
 turn, ``/a2a`` shows the chat's agents, watches and callers (``status.py``).
+
+Secrets (:meth:`TelegramHost.ask_secret`): an inbound caller's secret question is a
+message in the owner's chat; the owner's *reply* to that message is the value. It goes
+to the waiting turn only (never a turn of the chat's own session), is deleted from the
+chat (``deleteMessage``; where Telegram refuses, the owner is told to delete it) and is
+handed to the runtime's ``on_secret`` (log redaction) before anything else is done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import json
@@ -71,6 +78,23 @@ MAX_RETRY_AFTER_S = 30.0
 CHAT_SETTINGS_FILE = Path(".a2a") / "telegram.json"
 #: The header python-telegram-bot's webhook (and Telegram) carry the secret token in.
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+#: The owner's chat, for a secret question (the caller's name and the question follow).
+SECRET_ASKED = (
+    "🔑 {who} asks for a secret: {question}\n\nReply to this message with the value"
+    " within {minutes} min. It goes to your assistant only, never to {who}, and I delete"
+    " your reply from this chat."
+)
+SECRET_TAKEN = "Thank you: the value went to your assistant, and your message was deleted."
+SECRET_NOT_DELETED = (
+    "Thank you: the value went to your assistant. I could not delete your message:"
+    " please delete it yourself."
+)
+SECRET_EXPIRED = "The secret question of {who} expired unanswered."
+SECRET_LATE = "That question is no longer waiting: your message was deleted and not used."
+SECRET_LATE_NOT_DELETED = (
+    "That question is no longer waiting: your message was not used. I could not delete"
+    " it: please delete it yourself."
+)
 
 HELP_TEXT = (
     "I am your assistant, running on a2a-gateway. Write to me and I answer; send a "
@@ -122,6 +146,11 @@ class TelegramHost(Startable):
         self._allowed = AllowedUsers(config.allowed_users)
         self._chats: dict[int, ChatQueue] = {}
         self._follow_ups: set[asyncio.Future[bool]] = set()  # not run yet
+        #: Secret questions waiting for the owner's reply: (chat, message id) -> answer.
+        self._secrets: dict[tuple[int, int], asyncio.Future[str]] = {}
+        #: The latest questions asked, answered or not: a late reply to one is deleted,
+        #: never taken as a message of the owner's own conversation.
+        self._asked_secrets: collections.deque[tuple[int, int]] = collections.deque(maxlen=256)
         self._stopping = False
         self.webhook_secret = secrets.token_urlsafe(32)
         _quiet_token_loggers()  # before the Bot exists: it logs its URLs when built
@@ -240,6 +269,57 @@ class TelegramHost(Startable):
         """An inbound caller's ``notify_owner``: ``<caller>: <text>`` in the chat."""
         await self._send_text(chat_id, f"{caller}: {text}")
 
+    async def ask_secret(
+        self, chat_id: int, caller: str | None, question: str, wait_s: float
+    ) -> str | None:
+        """Ask the owner for a secret in the chat: the reply to the question's message
+        is the value (None when no reply came within ``wait_s``, or the chat is not an
+        owner's)."""
+        if chat_id not in self.config.allowed_users:
+            log.warning("a secret question for chat %s, which is not allowed: not asked", chat_id)
+            return None
+        who = caller or "your assistant"
+        minutes = max(1, round(wait_s / 60))
+        text = SECRET_ASKED.format(who=who, question=question, minutes=minutes)
+        sent = await _call(lambda: self.bot.send_message(chat_id, text))
+        if not isinstance(sent, Message):
+            return None
+        key = (chat_id, sent.message_id)
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._secrets[key] = answer
+        self._asked_secrets.append(key)
+        log.info("chat %s: %s asks for a secret (waiting %g s)", chat_id, who, wait_s)
+        try:
+            async with asyncio.timeout(wait_s):
+                return await answer
+        except TimeoutError:
+            with contextlib.suppress(TelegramError, TimeoutError):
+                await self._send_text(chat_id, SECRET_EXPIRED.format(who=who))
+            return None
+        finally:
+            del self._secrets[key]
+
+    async def _take_secret(self, message: Message, answer: asyncio.Future[str]) -> None:
+        """The owner's reply to a secret question: the value for the waiting turn,
+        then deleted from the chat."""
+        value = message.text or ""
+        if answer.done():  # a late reply: deleted, taken by no one
+            self._runtime.on_secret(value)
+            note, gone = SECRET_LATE, SECRET_LATE_NOT_DELETED
+        elif not value.strip():
+            await self._send_text(message.chat_id, "Reply with the value as text.")
+            return
+        else:
+            self._runtime.on_secret(value)  # before any log line could hold it
+            answer.set_result(value)
+            note, gone = SECRET_TAKEN, SECRET_NOT_DELETED
+        try:
+            await _call(lambda: self.bot.delete_message(message.chat_id, message.message_id))
+        except (TelegramError, TimeoutError) as exc:
+            log.warning("chat %s: the secret's message was not deleted: %s", message.chat_id, exc)
+            note = gone
+        await self._send_text(message.chat_id, note)
+
     def follow_up(
         self, chat_id: int, text: str, *, label: str = "follow-up"
     ) -> asyncio.Future[bool] | None:
@@ -291,6 +371,14 @@ class TelegramHost(Startable):
         if message.chat.type != "private" or not self._allowed.allows(
             user.id if user is not None else None
         ):
+            return
+        replied = message.reply_to_message
+        if replied is not None and (chat_id, replied.message_id) in self._asked_secrets:
+            answer = self._secrets.get((chat_id, replied.message_id))
+            if answer is None:  # answered or expired already
+                answer = asyncio.get_running_loop().create_future()
+                answer.cancel()
+            await self._take_secret(message, answer)
             return
         text = message.text or message.caption or ""
         command = text.split(maxsplit=1)[0].split("@", 1)[0] if text.startswith("/") else ""

@@ -2,8 +2,12 @@
 ``notify_owner`` (tell the workspace's owner, through the host's notifier).
 
 ``request_input`` raises :class:`InputNeeded`; the runtime suspends the turn on it
-(an A2A task becomes input-required, or auth-required for a secret) and the next
-message of that conversation arrives as the tool's result.
+(an A2A task becomes input-required) and the next message of that conversation arrives
+as the tool's result. A *secret* question is never answered by the caller: the runtime
+asks the workspace's owner through the host's :class:`SecretAsker` (a Telegram message
+whose reply is the value, a hidden prompt in ``chat``, a one-time link under ``serve``)
+while the turn waits (an A2A task is auth-required meanwhile); the value reaches the
+model as the tool's result and never the transcript.
 
 ``notify_owner`` exists only when the host registers an :class:`OwnerNotifier`: the
 Telegram host sends a chat message, ``serve`` uses :class:`InboxNotifier` (a line in
@@ -16,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,20 +40,35 @@ OWNER_INBOX = Path(".a2a") / "owner-inbox.jsonl"
 class InputNeeded(Exception):
     """Raised by ``request_input``: suspend the turn until the answer comes."""
 
-    def __init__(self, question: str, schema: Mapping[str, Any] | None, secret: bool) -> None:
+    def __init__(
+        self,
+        question: str,
+        schema: Mapping[str, Any] | None,
+        secret: bool,
+        *,
+        authorization: bool = False,
+    ) -> None:
         super().__init__(question)
         self.question = question
         self.schema = schema
-        self.secret = secret
+        self.secret = secret  # the owner is asked for a value while the turn waits
+        #: The caller must grant something first (a PACT scope): the turn ends
+        #: auth-required with ``question`` as its status; nobody is asked for a value.
+        self.authorization = authorization
 
 
 class RequestInput(Tool):
+    """``secret_only``: the owner's own conversation (``chat``), where an ordinary
+    question is simply asked in the reply; only secrets go through the tool."""
+
     name = "request_input"
     description = (
         "Ask the one you are talking with a question and wait for the answer, which"
         " comes back as this tool's result. Give a JSON Schema when the answer should"
         " have a shape (an answer sent as data is checked against it and comes back as"
-        " JSON); set secret when a person must provide a credential."
+        " JSON). Set secret when a credential (a password, an API key) is needed: the"
+        " owner of this workspace is asked for it privately, never the caller, and the"
+        " value comes back as the result (keep it out of replies and files)."
     )
     parameters: Mapping[str, Any] = {
         "type": "object",
@@ -59,6 +79,24 @@ class RequestInput(Tool):
         },
         "required": ["question"],
     }
+
+    def __init__(self, *, secret_only: bool = False) -> None:
+        self.secret_only = secret_only
+        if secret_only:
+            self.description = (
+                "Ask the owner for a secret (a password, an API key) with a hidden prompt;"
+                " the value comes back as this tool's result and is not kept in the"
+                " transcript (keep it out of replies and files). Ask ordinary questions"
+                " in your reply instead."
+            )
+            self.parameters = {
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string"},
+                    "secret": {"type": "boolean", "const": True},
+                },
+                "required": ["question", "secret"],
+            }
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         question = arguments.get("question")
@@ -73,7 +111,31 @@ class RequestInput(Tool):
         secret = arguments.get("secret", False)
         if not isinstance(secret, bool):
             raise ToolError("secret: must be true or false")
+        if self.secret_only and not secret:
+            raise ToolError(
+                "secret: only secrets are asked with this tool here; ask other questions"
+                " in your reply"
+            )
         raise InputNeeded(question.strip(), schema, secret)
+
+
+@dataclass(frozen=True, slots=True)
+class SecretQuestion:
+    """A secret the turn needs: ``caller`` asked for it (None: the owner's own
+    conversation); ``wait_s`` is how long the turn waits (a link expires then)."""
+
+    workspace: Path
+    caller: str | None
+    question: str
+    wait_s: float
+
+
+class SecretAsker(Protocol):
+    """How a host asks the workspace's owner for a secret, privately."""
+
+    async def ask_secret(self, question: SecretQuestion) -> str | None:
+        """The value the owner gave, or None (declined, expired, unreachable)."""
+        ...
 
 
 class OwnerNotifier(Protocol):
@@ -130,4 +192,6 @@ __all__ = [
     "NotifyOwner",
     "OwnerNotifier",
     "RequestInput",
+    "SecretAsker",
+    "SecretQuestion",
 ]

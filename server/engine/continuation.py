@@ -45,6 +45,13 @@ from .turns import Runner
 
 log = logging.getLogger(__name__)
 
+#: A message to a task whose run waits for out-of-band credentials.
+OWNER_GIVES = (
+    "Task {task_id} waits for a value that comes from its owner, asked privately"
+    " (TASK_STATE_AUTH_REQUIRED), not from a message: it goes on by itself once the"
+    " owner has given it"
+)
+
 
 class Intake:
     """SendMessage and SendStreamingMessage: validate, find or continue the task, start
@@ -71,15 +78,17 @@ class Intake:
             task_view(got, history_length, into=response.task)
             return response
         run = got
-        if not request.configuration.return_immediately and not run.settled.is_set():
+        if not request.configuration.return_immediately and not run.replyable.is_set():
             remaining = context.remaining()
             if remaining is None:
-                await run.settled.wait()  # bounded: every run ends within run_timeout_s
+                # Bounded: every run ends within run_timeout_s. A run that waits for
+                # out-of-band credentials (AUTH_REQUIRED) answers at once.
+                await run.replyable.wait()
             else:
                 # At the call's deadline, answer with the task as it is then.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):
-                        await run.settled.wait()
+                        await run.replyable.wait()
         if run.unstored is not None:  # not a task the store holds: UNAVAILABLE
             raise run.unstored
         # The answer is the task as stored: its view is taken before the write, which
@@ -313,6 +322,8 @@ class Intake:
             state = task.status.state
             if state in TERMINAL:
                 raise _terminal(task_id, state)
+            if run is not None and state == pb.TASK_STATE_AUTH_REQUIRED:
+                raise UnsupportedOperationError(OWNER_GIVES.format(task_id=task_id))
             if run is not None or state not in INTERRUPTED:
                 raise UnsupportedOperationError(
                     f"Task {task_id} is not waiting for input ({pb.TaskState.Name(state)})"

@@ -83,12 +83,14 @@ class Run:
 
     __slots__ = (
         "aio",
+        "awaiting_auth",
         "busy_key",
         "dirty",
         "file_notes",
         "finished",
         "pending_text",
         "record",
+        "replyable",
         "response_index",
         "settled",
         "slot",
@@ -107,6 +109,10 @@ class Run:
         self.turn = turn
         self.aio: asyncio.Task[None] | None = None
         self.settled = Signal()  # set once the run's final state is stored and shown
+        #: Set with ``settled``, or as the run waits for out-of-band credentials
+        #: (AUTH_REQUIRED while it goes on): a blocking send answers then.
+        self.replyable = Signal()
+        self.awaiting_auth = False
         self.finished = False
         self.stopping = ""  # why the engine is stopping the run (timeout, shutdown)
         self.dirty = False

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a_gateway.agent.base import (
+    ENDINGS,
     RESPONSE_ARTIFACT,
     AgentError,
     ArtifactChunk,
@@ -172,6 +173,8 @@ class Runner:
         async for output in outputs:
             if run.finished or run.stopping:
                 break
+            if run.awaiting_auth:
+                self._resume(run, output)
             if isinstance(output, TextChunk):
                 self._text(run, output)
             elif isinstance(output, ArtifactChunk):
@@ -184,6 +187,8 @@ class Runner:
                 self._state.publish_status(run.record)
             elif isinstance(output, File):
                 await self._file(run, output)
+            elif isinstance(output, AuthRequired) and output.resumes:
+                await self._await_auth(run, output.text)
             else:
                 if isinstance(output, InputRequired) and output.schema is not None:
                     run.status_data = output.schema
@@ -193,6 +198,30 @@ class Runner:
                 hub.pressure = False
                 await asyncio.sleep(0)  # let the streams catch up
         return (pb.TASK_STATE_COMPLETED, "")
+
+    async def _await_auth(self, run: Run, text: str) -> None:
+        """AUTH_REQUIRED while the run goes on (credentials come out of band): stored
+        before anyone sees it, shown to streams and webhooks; a blocking send answers."""
+        run.flush_text()
+        task = run.record.task
+        message = agent_message(text, context_id=task.context_id, task_id=task.id)
+        apply_status(task, pb.TASK_STATE_AUTH_REQUIRED, message)
+        run.awaiting_auth = True
+        self._records.mark_dirty(run)
+        await self._records.persist(run)
+        self._state.publish_status(run.record)
+        run.replyable.set()
+
+    def _resume(self, run: Run, output: Any) -> None:
+        """The run's first output after AUTH_REQUIRED puts the task back to WORKING
+        (a Progress with its own text; an ending with its own state)."""
+        run.awaiting_auth = False
+        if isinstance(output, (Progress, *ENDINGS)):
+            return
+        run.flush_text()
+        apply_status(run.record.task, pb.TASK_STATE_WORKING, None)
+        self._records.mark_dirty(run)
+        self._state.publish_status(run.record)
 
     async def _receive_files(self, run: Run) -> str:
         """Save the turn's file parts to the owner's inbox and hand their paths to the
@@ -337,6 +366,7 @@ class Runner:
                 run.slot.finish(keep_context_open=state in INTERRUPTED)
             last_seq = self._state.publish_status(run.record)
             run.settled.set()
+            run.replyable.set()
             task_id = task.id
             del self._state.runs[task_id]
             if self._state.busy.get(run.busy_key) == task_id:

@@ -58,7 +58,7 @@ async def test_the_demo_model_echoes_asks_back_and_delegates(tmp_path: Path, str
         assert about[-1] == Finished(CAPABILITIES)
 
         asked = await run(runtime, tmp_path, "ask me which colour", tools=tools, ask_tag="t1")
-        assert asked[-1] == Asked("which colour", None, False)
+        assert asked[-1] == Asked("which colour", None)
         answered = await run(runtime, tmp_path, "blue", tools=tools, ask_tag="t1")
         assert answered[-1] == Finished("blue")
 
@@ -87,4 +87,25 @@ async def test_headers_the_assistant_adds_are_not_read_as_the_request(tmp_path: 
         events = await run(runtime, tmp_path, text, tools=ToolRegistry([RequestInput()]))
     finally:
         await runtime.aclose()
-    assert events[-1] == Asked("why", None, False)
+    assert events[-1] == Asked("why", None)
+
+
+def test_the_demo_model_asks_for_a_secret_and_never_repeats_it() -> None:
+    from a2a_gateway.agent.demo_model import SECRET_THANKS, demo_reply
+    from a2a_gateway.agent.runtime import SECRET_GIVEN
+
+    for tool in (RequestInput(), RequestInput(secret_only=True)):
+        body = {
+            "messages": [{"role": "user", "content": "ask me for a secret: your token"}],
+            "tools": [tool.spec()],
+        }
+        assert demo_reply(body) == (
+            "",
+            [("request_input", {"question": "your token", "secret": True})],
+        )
+    # The owner's terminal chat offers request_input for secrets only: a plain question
+    # is the answer there.
+    body["messages"] = [{"role": "user", "content": "ask me which colour"}]
+    assert demo_reply(body) == ("which colour?", [])
+    given = {"role": "tool", "content": SECRET_GIVEN + "tok-demo-0123456789"}
+    assert demo_reply({"messages": [given]}) == (SECRET_THANKS, [])

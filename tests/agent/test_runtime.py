@@ -13,10 +13,14 @@ import pytest
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.agent.runtime import (
+    NO_SECRET_ASKER,
+    SECRET_KEPT_OUT,
     Asked,
     FileReady,
     Finished,
     Runtime,
+    SecretAnswered,
+    SecretAsked,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -26,7 +30,7 @@ from a2a_gateway.agent.runtime import (
 from a2a_gateway.agent.sessions import transcript_path
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
-from a2a_gateway.agent.tools.interaction import RequestInput
+from a2a_gateway.agent.tools.interaction import RequestInput, SecretQuestion
 
 from ..conftest import use_secret
 from .fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
@@ -131,7 +135,7 @@ async def test_request_input_suspends_and_the_answer_continues_the_turn(
     tools = ToolRegistry([RequestInput()])
     try:
         events = await run(runtime, tmp_path, "book it", tools=tools, ask_tag="task-1")
-        assert events[-1] == Asked("Which day?", schema, False)
+        assert events[-1] == Asked("Which day?", schema)
         # Evicted while waiting: the question survives in the transcript.
         clock.now += 61
         assert runtime.sessions.sweep() == 1
@@ -144,18 +148,72 @@ async def test_request_input_suspends_and_the_answer_continues_the_turn(
 
 
 async def test_a_new_request_closes_an_unanswered_question(llm: FakeLLM, tmp_path: Path) -> None:
-    llm.script(Calls([("request_input", {"question": "Which day?", "secret": True})]), Say("ok"))
+    llm.script(Calls([("request_input", {"question": "Which day?"})]), Say("ok"))
     runtime = make_runtime(llm.base_url)
     tools = ToolRegistry([RequestInput()])
     try:
         events = await run(runtime, tmp_path, "book it", tools=tools, ask_tag="task-1")
-        assert events[-1] == Asked("Which day?", None, True)
+        assert events[-1] == Asked("Which day?", None)
         await run(runtime, tmp_path, "something else", tools=tools, ask_tag="task-2")
     finally:
         await runtime.aclose()
     messages = llm.requests[1]["messages"]
     assert messages[-2]["role"] == "tool" and "No answer came" in messages[-2]["content"]
     assert messages[-1] == {"role": "user", "content": "something else"}
+
+
+class OwnerAnswers:
+    """A host's secret asker whose owner answers ``value`` (None: never answers)."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+        self.asked: list[SecretQuestion] = []
+
+    async def ask_secret(self, question: SecretQuestion) -> str | None:
+        self.asked.append(question)
+        if self.value is None:
+            await asyncio.sleep(question.wait_s)
+        return self.value
+
+
+@pytest.mark.parametrize("given", [True, False, None])
+async def test_a_secret_reaches_the_model_but_not_the_transcript(
+    llm: FakeLLM, tmp_path: Path, given: bool | None
+) -> None:
+    # given: the owner answers; False: no answer within the wait; None: no asker at all.
+    value = "tok-runtime-5f0c2a9e81"
+    use_secret(value)
+    ask = {"question": "Your API token?", "secret": True}
+    llm.script(Calls([("request_input", ask)]), Say("Connected."))
+    runtime = make_runtime(llm.base_url, secret_wait_s=0.05)
+    registered: list[str] = []
+    runtime.on_secret = registered.append
+    asker = None if given is None else OwnerAnswers(value if given else None)
+    tools = ToolRegistry([RequestInput()])
+    try:
+        events = await run(
+            runtime, tmp_path, "connect it", tools=tools, secrets=asker, caller="travel-bot"
+        )
+    finally:
+        await runtime.aclose()
+    assert events[-1] == Finished("Connected.")  # the same turn goes on
+    (result,) = tool_results(llm.requests[1])
+    transcript = transcript_path(tmp_path, "local-owner").read_text()
+    assert value not in transcript
+    if given:
+        assert events[1:4] == [
+            SecretAsked("Your API token?", 0.05),
+            SecretAnswered(True),
+            ToolFinished("request_input", False),
+        ]
+        assert result.endswith(value) and registered == [value]
+        assert SECRET_KEPT_OUT in transcript
+        assert asker is not None and asker.asked[0].caller == "travel-bot"
+    elif given is False:
+        assert SecretAnswered(False) in events
+        assert result.startswith("Error: No value was given") and not registered
+    else:
+        assert result == f"Error: {NO_SECRET_ASKER}"
 
 
 async def test_idle_session_is_evicted_and_resumes_from_its_transcript(

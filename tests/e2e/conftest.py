@@ -221,6 +221,13 @@ def pending_records(workspace: Path) -> list[dict[str, Any]]:
     return records
 
 
+def files_holding(root: Path, value: str) -> list[Path]:
+    """Every file under ``root`` whose bytes hold ``value`` (task files, their
+    history, transcripts, logs, the owner's inbox): the secret scans."""
+    needle = value.encode()
+    return [path for path in root.rglob("*") if path.is_file() and needle in path.read_bytes()]
+
+
 @dataclass
 class BearerDriver(Driver):
     """Presents the key as ``Authorization: Bearer``, or sends custom headers."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,9 @@ from a2a_gateway.settings import resolve
 
 from ..agent.fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from ..agent.llm_support import API_KEY, llm
-from ..conftest import use_secret
+from ..conftest import captured_logs, use_secret
 from ..server.test_metrics import parse, value
-from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
+from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, files_holding
 from .outbound_support import settle, webhook_receiver
 from .test_scenarios import artifact_text, expect_error, send
 
@@ -169,11 +170,74 @@ async def test_a_question_with_a_schema_is_tagged_and_checks_a_data_answer(
     assert result.endswith('\n\n{"day":"Monday"}')
 
 
-async def test_secret_question_is_auth_required(driver: Driver, llm: FakeLLM) -> None:
-    llm.script(Calls([("request_input", {"question": "Your API token?", "secret": True})]))
+async def until_settled(driver: Driver, task_id: str) -> dict[str, Any]:
+    """The task once it left AUTH_REQUIRED and WORKING (bounded)."""
+    async with asyncio.timeout(30):
+        while True:
+            task: dict[str, Any] = await driver.call("GetTask", {"id": task_id})
+            if task["status"]["state"] not in ("TASK_STATE_AUTH_REQUIRED", "TASK_STATE_WORKING"):
+                return task
+            await asyncio.sleep(0.05)
+
+
+async def test_a_secret_is_asked_of_the_owner_on_a_one_time_link(
+    assistant: Gateway, driver: Driver, llm: FakeLLM
+) -> None:
+    secret = f"tok-serve-{driver.binding}-4c7e19a2d5"
+    use_secret(secret)
+    ask = {"question": "Your API token?", "secret": True}
+    llm.script(Calls([("request_input", ask)]), Say("Connected."))
+    # A blocking send answers at AUTH_REQUIRED, while the turn waits for the owner.
     task = (await driver.call("SendMessage", send("connect it")))["task"]
+    status = task["status"]
+    assert status["state"] == "TASK_STATE_AUTH_REQUIRED"
+    text = status["message"]["parts"][0]["text"]
+    assert "A person (the owner of this agent)" in text and text.endswith("Your API token?")
+    ids = {"taskId": task["id"], "contextId": task["contextId"]}
+    refused = await expect_error(
+        "UNSUPPORTED_OPERATION", driver.call("SendMessage", send(secret, message=ids))
+    )
+    assert "comes from its owner" in refused.message
+    workspace = workspace_of(assistant)
+    inbox = workspace / ".a2a" / "owner-inbox.jsonl"
+    entry = json.loads(inbox.read_text().splitlines()[-1])
+    assert entry["caller"] == "alice" and entry["text"].endswith("Your API token?")
+    url = entry["url"]
+    assert url.startswith(f"http://127.0.0.1:{assistant.http_port}/a2a/secrets/")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url) as page:
+            assert page.status == 200 and "Your API token?" in await page.text()
+        async with http.post(url, data={"value": secret}) as page:
+            assert page.status == 200
+        async with http.post(url, data={"value": "a-second-try-0000"}) as page:
+            assert page.status == 404  # once only
+    done = await until_settled(driver, task["id"])
+    assert done["status"]["state"] == COMPLETED and artifact_text(done) == "Connected."
+    (result,) = tool_results(llm.requests[1])
+    assert result.endswith(secret)  # the model got it...
+    assert secret not in json.dumps(done)  # ...the task, its history and the files did not
+    assert files_holding(workspace, secret) == []
+    assert not [line for line in captured_logs() if secret in line]
+    transcript = "".join(p.read_text() for p in (workspace / ".a2a" / "sessions").iterdir())
+    assert "The owner gave a secret here" in transcript
+
+    # An expired link is refused, and the turn goes on without the value.
+    llm.script(Calls([("request_input", ask)]), Say("Not connected."))
+    task = (await driver.call("SendMessage", send("connect again")))["task"]
     assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
-    assert task["status"]["message"]["parts"][0]["text"] == "Your API token?"
+    url = json.loads(inbox.read_text().splitlines()[-1])["url"]
+    links = assistant.secret_links
+    assert links is not None
+    links.clock = lambda: float("inf")  # past every expiry
+    try:
+        async with aiohttp.ClientSession() as http, http.get(url) as page:
+            assert page.status == 404
+    finally:
+        links.clock = time.monotonic
+    done = await until_settled(driver, task["id"])
+    assert artifact_text(done) == "Not connected."
+    (result,) = tool_results(llm.requests[3])
+    assert result.startswith("Error: No value was given")
 
 
 async def test_second_task_in_a_context_sees_the_first(

@@ -23,13 +23,14 @@ import pexpect
 import pytest
 
 import lf.a2a.v1.a2a_pb2 as pb
-from a2a_gateway.chat_tui import PROMPT
+from a2a_gateway.chat_tui import PROMPT, SECRET_PROMPT
 from a2a_gateway.client import connect
 
-from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, user_texts
+from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, tool_results, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually, start_remote_task
+from ..conftest import use_secret
 from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
-from .conftest import pending_records
+from .conftest import files_holding, pending_records
 
 LLM_KEY = "sk-delegation-e2e-7c41d09a2b"
 CHAT_BOUND_S = 90.0
@@ -474,6 +475,49 @@ async def test_chat_in_a_terminal_shows_tools_stops_a_turn_and_names_running_wat
     logged = (workspace_b / ".a2a" / "logs" / "chat.log").read_text()
     assert "a2a client: agents in" in logged
     assert LLM_KEY not in text + logged and REMOTE_KEY not in text + logged
+
+
+async def test_chat_in_a_terminal_asks_a_secret_with_a_hidden_prompt(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    # The value typed at the hidden prompt reaches the model's tool result and nothing
+    # else: not the screen, the transcript, the prompt history or the log.
+    secret = "tok-chat-pty-61f0d3b9a4"
+    use_secret(secret)
+    workspace = tmp_path / "owner"
+    ask = {"question": "Your API token?", "secret": True}
+    llm.script(Calls([("request_input", ask)]), Say("Connected."))
+    env = {**chat_env(), "TERM": "xterm-256color", "LANG": "C.UTF-8", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    command = chat_command(llm, workspace)
+    child = pexpect.spawn(
+        command[0], command[1:], env=env, encoding="utf-8", dimensions=(40, 120), timeout=60
+    )
+    screen: list[str] = []
+    child.logfile_read = _Collect(screen)
+
+    async def expect(pattern: str) -> None:
+        await asyncio.to_thread(child.expect, pattern)
+
+    try:
+        await expect(re.escape(PROMPT.strip()))
+        child.sendline("connect the service")
+        await expect(re.escape("Your API token?"))
+        await expect(re.escape(SECRET_PROMPT.strip()))
+        child.sendline(secret)
+        await expect("Connected.")
+        await expect(re.escape(PROMPT.strip()))
+        child.sendeof()
+        await expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert secret not in "".join(screen)
+    offered = {t["function"]["name"] for t in llm.requests[0]["tools"]}
+    assert "request_input" in offered
+    (result,) = tool_results(llm.requests[1])
+    assert result.endswith(secret)
+    assert files_holding(workspace, secret) == []
+    assert (workspace / ".a2a" / "logs" / "chat.log").is_file()
 
 
 class _Collect:

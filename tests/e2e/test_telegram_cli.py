@@ -32,12 +32,13 @@ from tests.agent.fake_llm import (
     tool_results,
     user_texts,
 )
+from tests.conftest import use_secret
 from tests.interop.conftest import free_ports
 from tests.pg_support import fresh_database
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
-from .conftest import pending_records
+from .conftest import files_holding, pending_records
 
 OWNER = 111
 CALLER_KEY = "k-travel-bot-8d1f6a2c4e"
@@ -433,14 +434,20 @@ async def test_a_result_whose_follow_up_turn_failed_is_kept(
         await app.stop()
 
 
-async def start_a2a_bot(root: Path, bot_api: FakeBotApi, llm: FakeLLM, **flags: Any) -> TelegramApp:
+async def start_a2a_bot(
+    root: Path,
+    bot_api: FakeBotApi,
+    llm: FakeLLM,
+    replies: tuple[Reply, ...] = (Say("booked"),),
+    **flags: Any,
+) -> TelegramApp:
     """The bot with ``--a2a`` in-process, its owner's chat taking calls from travel-bot
-    (CALLER_KEY); the model says "booked" once."""
+    (CALLER_KEY); the model's ``replies`` (it says "booked" once)."""
     (root / str(OWNER) / ".a2a").mkdir(parents=True)
     (root / str(OWNER) / ".a2a" / "callers.json").write_text(
         json.dumps([{"name": "travel-bot", "key": CALLER_KEY}])
     )
-    llm.script(Say("booked"))
+    llm.script(*replies)
     values: dict[str, Any] = {
         "workspaces_root": str(root),
         "allowed_users": str(OWNER),
@@ -456,6 +463,67 @@ async def start_a2a_bot(root: Path, bot_api: FakeBotApi, llm: FakeLLM, **flags: 
     app = TelegramApp(settings, check(settings, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}))
     await app.start()
     return app
+
+
+async def a2a_get_task(port: int, task_id: str) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+    headers = {"X-API-Key": CALLER_KEY, "A2A-Version": "1.0"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"http://127.0.0.1:{port}/a2a", json=body, headers=headers) as response,
+    ):
+        result: dict[str, Any] = (await response.json())["result"]
+        return result
+
+
+async def test_a_callers_secret_question_is_answered_in_the_owners_chat(
+    bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
+) -> None:
+    # The owner's reply to the bot's question is the value: the model gets it, the
+    # reply is deleted, and neither the caller nor any file sees it.
+    secret = "tok-telegram-8e3a51c0b7"
+    use_secret(secret)
+    root = tmp_path / "chats"
+    ask = {"question": "Your API token?", "secret": True}
+    replies = (Calls([("request_input", ask)]), Say("Connected."))
+    app = await start_a2a_bot(root, bot_api, llm, replies)
+    try:
+        assert app.http_port is not None
+        task = (await a2a_send(app.http_port, "connect it"))["task"]
+        assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+
+        def question(api: FakeBotApi) -> list[Any]:
+            sent = api.sent("sendMessage", OWNER)
+            return [c for c in sent if "asks for a secret" in c.params["text"]]
+
+        await bot_api.wait_for(question)
+        (asked,) = question(bot_api)
+        assert "travel-bot asks for a secret: Your API token?" in asked.params["text"]
+        reply_id = await bot_api.push_reply(OWNER, secret, reply_to=asked.params["_message_id"])
+        await bot_api.wait_for(lambda api: api.sent("deleteMessage", OWNER))
+        assert bot_api.sent("deleteMessage", OWNER)[0].params["message_id"] == reply_id
+        async with asyncio.timeout(30):
+            while task["status"]["state"] != "TASK_STATE_COMPLETED":
+                await asyncio.sleep(0.05)
+                task = await a2a_get_task(app.http_port, task["id"])
+        await bot_api.wait_for(
+            lambda api: "the value went to your assistant" in "".join(api.chat_text(OWNER))
+        )
+        # A late reply to the same question is deleted too, and taken by no one.
+        late_id = await bot_api.push_reply(
+            OWNER, "late-" + secret, reply_to=asked.params["_message_id"]
+        )
+        await bot_api.wait_for(lambda api: len(api.sent("deleteMessage", OWNER)) == 2)
+        assert bot_api.sent("deleteMessage", OWNER)[1].params["message_id"] == late_id
+        await bot_api.wait_for(lambda api: "no longer waiting" in api.chat_text(OWNER)[-1])
+    finally:
+        await app.stop()
+    assert len(llm.requests) == 2  # the reply ran no turn of the owner's own session
+    assert tool_results(llm.requests[1])[0].endswith(secret)
+    assert secret not in json.dumps(task)
+    shown = [c.params for c in bot_api.calls if c.method != "deleteMessage"]
+    assert secret not in json.dumps(shown)
+    assert files_holding(root, secret) == []
 
 
 @pytest.mark.parametrize("store", ["memory", "postgres"])

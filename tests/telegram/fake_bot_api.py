@@ -89,6 +89,19 @@ class FakeBotApi:
     async def push_text(self, chat_id: int, text: str, *, user_id: int | None = None) -> None:
         await self.push_update({"message": self._message(chat_id, user_id, text=text)})
 
+    async def push_reply(self, chat_id: int, text: str, reply_to: int) -> int:
+        """The owner's reply to the bot's message ``reply_to``; its message id."""
+        replied = {
+            "message_id": reply_to,
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private"},
+            "from": BOT_USER,
+            "text": "(the bot's message)",
+        }
+        message = self._message(chat_id, None, text=text, reply_to_message=replied)
+        await self.push_update({"message": message})
+        return int(message["message_id"])
+
     async def push_document(
         self, chat_id: int, filename: str, data: bytes, *, caption: str = ""
     ) -> None:
@@ -207,6 +220,9 @@ class FakeBotApi:
         return self._sent_message(
             call, text=call.params["text"], message_id=call.params["message_id"]
         )
+
+    async def _api_deleteMessage(self, call: Call) -> Any:
+        return True
 
     async def _api_sendChatAction(self, call: Call) -> Any:
         return True
