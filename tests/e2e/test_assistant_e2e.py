@@ -180,6 +180,18 @@ async def until_settled(driver: Driver, task_id: str) -> dict[str, Any]:
             await asyncio.sleep(0.05)
 
 
+async def next_inbox_entry(inbox: Path, seen: int) -> dict[str, Any]:
+    """The owner inbox's entry after its first ``seen`` ones (bounded wait: the owner is
+    asked as the caller is answered, not before)."""
+    async with asyncio.timeout(10):
+        while True:
+            lines = inbox.read_text().splitlines() if inbox.exists() else []  # noqa: ASYNC240 (a small test file)
+            if len(lines) > seen:
+                entry: dict[str, Any] = json.loads(lines[seen])
+                return entry
+            await asyncio.sleep(0.02)
+
+
 async def test_a_secret_is_asked_of_the_owner_on_a_one_time_link(
     assistant: Gateway, driver: Driver, llm: FakeLLM
 ) -> None:
@@ -200,7 +212,7 @@ async def test_a_secret_is_asked_of_the_owner_on_a_one_time_link(
     assert "comes from its owner" in refused.message
     workspace = workspace_of(assistant)
     inbox = workspace / ".a2a" / "owner-inbox.jsonl"
-    entry = json.loads(inbox.read_text().splitlines()[-1])
+    entry = await next_inbox_entry(inbox, 0)
     assert entry["caller"] == "alice" and entry["text"].endswith("Your API token?")
     url = entry["url"]
     assert url.startswith(f"http://127.0.0.1:{assistant.http_port}/a2a/secrets/")
@@ -225,7 +237,7 @@ async def test_a_secret_is_asked_of_the_owner_on_a_one_time_link(
     llm.script(Calls([("request_input", ask)]), Say("Not connected."))
     task = (await driver.call("SendMessage", send("connect again")))["task"]
     assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
-    url = json.loads(inbox.read_text().splitlines()[-1])["url"]
+    url = (await next_inbox_entry(inbox, 1))["url"]
     links = assistant.secret_links
     assert links is not None
     links.clock = lambda: float("inf")  # past every expiry
