@@ -78,9 +78,12 @@ class AssistantAgent(Agent):
         notifier: OwnerNotifier | None = None,
         extra_tools: Iterable[Tool] = (),
         local_time: Callable[[Path], str] | None = None,
+        delegating_tools: Iterable[Tool] = (),
     ) -> None:
         """``local_time(workspace)``, when a host gives it, is the owner's local time
-        (the Telegram host: the chat's time zone), shown under the framing header."""
+        (the Telegram host: the chat's time zone), shown under the framing header.
+        ``delegating_tools`` (the ``a2a`` tool) are added to the turns of callers whose
+        callers.json entry says ``"delegate": true``, and only to theirs."""
         self.runtime = runtime
         self.local_time = local_time
         self.config = config or AssistantConfig()
@@ -92,6 +95,12 @@ class AssistantAgent(Agent):
         for tool in extra_tools:
             tools.add(tool)
         self.tools = tools
+        delegating = list(delegating_tools)
+        self.delegating: ToolRegistry | None = None
+        if delegating:
+            self.delegating = tools.copy()
+            for tool in delegating:
+                self.delegating.add(tool)
         # One shared session per caller cannot take concurrent streamed turns.
         self.streaming = self.config.session_mode != "shared"
         self.wants_payload = uses_payload(self.config.message_template)
@@ -146,7 +155,11 @@ class AssistantAgent(Agent):
             workspace,
             text,
             files=turn.files,
-            tools=self.tools,
+            tools=(
+                self.delegating
+                if turn.caller.delegate and self.delegating is not None
+                else self.tools
+            ),
             framing=framing,
             caller=turn.caller.name,
             hops=turn.hops,

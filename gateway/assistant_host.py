@@ -17,6 +17,8 @@ from a2a_gateway.agent.demo_model import DEMO_BASE_URL, DEMO_MODEL, demo_client
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier
+from a2a_gateway.client.a2a_tool import A2ATool
+from a2a_gateway.client.watches import WatchRegistry
 
 from .logs import register_secret
 from .settings import Settings
@@ -120,4 +122,18 @@ def build_assistant(
         default_workspace=workspaces[0],
         notifier=notifier if notifier is not None else InboxNotifier(),
         local_time=local_time,
+        delegating_tools=[inbound_a2a_tool(settings)],
+    )
+
+
+def inbound_a2a_tool(settings: Settings) -> A2ATool:
+    """The ``a2a`` tool of the turns of callers whose callers.json entry says
+    ``"delegate": true`` (and of no one else's): the workspace's agents.json, no watches
+    (a task still running when the wait ends is reported so, to be waited on again)."""
+    allow_private = bool(settings.values.get("allow_private_urls", False))
+    return A2ATool(
+        WatchRegistry(allow_private_urls=allow_private),
+        allow_private_urls=allow_private,
+        max_file_bytes=settings["max_file_bytes"],
+        inbound=True,
     )

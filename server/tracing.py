@@ -17,14 +17,12 @@ event loop); :meth:`Tracing.aclose` flushes what is left, within a bound.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Final, TypeVar
 
 from google.protobuf import message
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -35,7 +33,7 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.protocol.service_wrapper import WrappedService
-from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE, extract, mark_failed, traced_by
+from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE, Current, extract, mark_failed
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,13 +94,6 @@ def _task_id(value: Any) -> str:
     return str(getattr(value, "id", "") or getattr(value, "task_id", ""))
 
 
-def _current(current: Span) -> contextlib.AbstractContextManager[Span]:
-    """``current`` as the current span (its outcome is recorded by :class:`Traced`)."""
-    return trace.use_span(
-        current, end_on_exit=False, record_exception=False, set_status_on_exception=False
-    )
-
-
 class Traced(WrappedService):
     """``service`` with a ``SERVER`` span around every call (the module docstring)."""
 
@@ -125,9 +116,10 @@ class Traced(WrappedService):
             record_exception=False,
             set_status_on_exception=False,
         )
-        task_id = _task_id(request)
-        if task_id:
-            current.set_attribute("a2a.task_id", task_id)
+        if current.is_recording():  # not sampled: no attribute work
+            task_id = _task_id(request)
+            if task_id:
+                current.set_attribute("a2a.task_id", task_id)
         return current
 
     async def unary(
@@ -135,15 +127,16 @@ class Traced(WrappedService):
     ) -> T:
         current = self._start(rpc, request, context)
         try:
-            with _current(current), traced_by(self.tracer):
+            with Current(current, self.tracer):
                 result = await call
         except BaseException as exc:
             mark_failed(current, exc)
             raise
         else:
-            task_id = _task_id(result)
-            if task_id:
-                current.set_attribute("a2a.task_id", task_id)
+            if current.is_recording():
+                task_id = _task_id(result)
+                if task_id:
+                    current.set_attribute("a2a.task_id", task_id)
             return result
         finally:
             current.end()
@@ -156,14 +149,15 @@ class Traced(WrappedService):
         context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
         current = self._start(rpc, request, context)
-        named = current.is_recording() and bool(_task_id(request))
+        named = not current.is_recording() or bool(_task_id(request))
+        active = Current(current, self.tracer)
         try:
             while True:
                 # The span is current only while the service makes the next event (its
                 # run task, started then, inherits it); never across our own yield,
                 # which resumes in whatever context the consumer has.
                 try:
-                    with _current(current), traced_by(self.tracer):
+                    with active:
                         event = await anext(events)
                 except StopAsyncIteration:
                     return
