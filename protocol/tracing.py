@@ -101,6 +101,13 @@ def span(
     if tracer is None:
         yield None
         return
+    parent = trace.get_current_span()
+    if not parent.is_recording() and parent.get_span_context().is_valid:
+        # The trace is not sampled: every standard sampler drops its children too
+        # (parent-based ones follow the parent, a ratio decides by the same trace id),
+        # so no child is made; outbound calls carry the parent's unsampled context.
+        yield None
+        return
     current = tracer.start_span(
         name,
         kind=kind,

@@ -105,6 +105,35 @@ async def test_a_call_continues_the_callers_trace_through_the_run_and_the_model(
     assert sent.split("-")[1:3] == [CALLER_TRACE, model.span_id]
 
 
+async def test_an_unsampled_call_exports_nothing_and_passes_its_context_on(
+    tmp_path: Path, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The standard sampler setting, read by the SDK: a trace the sampler drops makes no
+    # span at all (not the call's, nor the run's or the model's), and the model's
+    # request still carries the trace's context, marked not sampled.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    llm.script(Say("hello"))
+    async with otlp_receiver() as receiver:
+        gateway = await start_gateway(tmp_path / "ws", llm, otlp_endpoint=receiver.url)
+        try:
+            async with aiohttp.ClientSession() as http:
+                driver = Driver("jsonrpc", http, f"http://127.0.0.1:{gateway.http_port}", None)
+                message = {
+                    "messageId": "m-unsampled",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "hi"}],
+                }
+                answer = await driver.call("SendMessage", {"message": message})
+        finally:
+            await gateway.stop()
+    assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert receiver.spans == []
+    version, trace_id, _, flags = llm.headers[-1]["traceparent"].split("-")
+    assert version == "00" and trace_id != "0" * 32
+    assert int(flags, 16) & 1 == 0  # the sampled flag is off
+
+
 def _delegating_script(body: dict[str, Any]) -> Reply:
     last = body["messages"][-1]
     if last["role"] == "tool":
