@@ -101,11 +101,12 @@ def span(
     if tracer is None:
         yield None
         return
-    parent = trace.get_current_span()
-    if not parent.is_recording() and parent.get_span_context().is_valid:
+    parent = trace.get_current_span().get_span_context()
+    if parent.is_valid and not parent.trace_flags.sampled:
         # The trace is not sampled: every standard sampler drops its children too
         # (parent-based ones follow the parent, a ratio decides by the same trace id),
         # so no child is made; outbound calls carry the parent's unsampled context.
+        # (Not ``is_recording()``: a run outlives its call, whose span has ended.)
         yield None
         return
     current = tracer.start_span(

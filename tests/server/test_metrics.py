@@ -694,6 +694,8 @@ async def test_the_file_stores_index_rebuilds_are_counted(tmp_path: Path) -> Non
     finally:
         await files.aclose()
     # A damaged index is rebuilt at the next start (a new process's count starts at 0).
+    for leftover in (tmp_path / ".a2a").glob("index.sqlite3-*"):  # its WAL would repair it
+        leftover.unlink()
     (tmp_path / ".a2a" / "index.sqlite3").write_bytes(b"not a database" * 100)
     metrics = Metrics(process=False)
     files = WorkspaceTaskStores(tmp_path)
