@@ -48,6 +48,16 @@ def current_tracer() -> Tracer | None:
     return _TRACER.get()
 
 
+def sampled_here() -> bool:
+    """Whether a span started here would be recorded: the call is traced and its current
+    span is sampled (or there is none yet: a new trace's root is the sampler's to decide).
+    Lets a caller skip even the wrapper of a span :func:`span` would not make."""
+    if _TRACER.get() is None:
+        return False
+    parent = trace.get_current_span().get_span_context()
+    return not parent.is_valid or bool(parent.trace_flags.sampled)
+
+
 @contextlib.contextmanager
 def traced_by(tracer: Tracer) -> Iterator[None]:
     """Mark the code inside as part of a call traced by ``tracer``."""
