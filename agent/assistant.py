@@ -174,11 +174,14 @@ class AssistantAgent(Agent):
         extra_tools: Iterable[Tool] = (),
         local_time: Callable[[Path], str] | None = None,
         secrets: SecretAsker | None = None,
+        delegating_tools: Iterable[Tool] = (),
     ) -> None:
         """``local_time(workspace)``, when a host gives it, is the owner's local time
         (the Telegram host: the chat's time zone), shown under the framing header.
         ``secrets`` asks the workspace's owner for the values of secret questions
-        (without it, a secret question's result says no one can be asked)."""
+        (without it, a secret question's result says no one can be asked).
+        ``delegating_tools`` (the ``a2a`` tool) are added to the turns of callers whose
+        callers.json entry says ``"delegate": true``, and only to theirs."""
         self.runtime = runtime
         self.secrets = secrets
         self.local_time = local_time
@@ -191,6 +194,12 @@ class AssistantAgent(Agent):
         for tool in extra_tools:
             tools.add(tool)
         self.tools = tools
+        delegating = list(delegating_tools)
+        self.delegating: ToolRegistry | None = None
+        if delegating:
+            self.delegating = tools.copy()
+            for tool in delegating:
+                self.delegating.add(tool)
         # One shared session per caller cannot take concurrent streamed turns.
         self.streaming = self.config.session_mode != "shared"
         self.wants_payload = uses_payload(self.config.message_template)
@@ -240,7 +249,10 @@ class AssistantAgent(Agent):
         )
         if self.local_time is not None:
             framing += f"\n[Your owner's local time: {self.local_time(workspace)}]"
-        tools, record = delegated_tools(self.tools, turn.caller.on_behalf)
+        offered = (
+            self.delegating if turn.caller.delegate and self.delegating is not None else self.tools
+        )
+        tools, record = delegated_tools(offered, turn.caller.on_behalf)
         events = self.runtime.run_turn(
             self.scope(turn),
             workspace,

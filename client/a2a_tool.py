@@ -130,7 +130,13 @@ class A2ATool(Tool):
         allow_private_urls: bool = False,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        inbound: bool = False,
     ) -> None:
+        """``inbound``: the tool of inbound callers' turns (``serve --llm``, callers with
+        ``"delegate": true``): it may be called with a caller in its context, and it hands
+        no task to a watch (no conversation is there to deliver a later result to): a task
+        still running at the wait's bound is reported as such, to be waited on again."""
+        self.inbound = inbound
         self.watches = watches
         self.wait_s = wait_s
         self.max_wait_s = max_wait_s
@@ -139,7 +145,7 @@ class A2ATool(Tool):
         self.call_timeout_s = call_timeout_s
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-        if context.caller is not None:
+        if context.caller is not None and not self.inbound:
             raise ToolError("the a2a tool is only available in the owner's own conversations")
         action = arguments.get("action")
         if action == "agents":
@@ -454,7 +460,7 @@ class A2ATool(Tool):
     ) -> str:
         if not is_settled(task):
             await self._hand_over(entry, task, card, context, schema)
-            return task_result(entry.name, task)
+            return task_result(entry.name, task, watched=not self.inbound)
         files = await asyncio.to_thread(
             save_task_files,
             task,
@@ -472,6 +478,8 @@ class A2ATool(Tool):
         context: ToolContext,
         schema: dict[str, Any] | None = None,
     ) -> None:
+        if self.inbound:
+            return  # nothing would deliver its result (see __init__)
         await self.watches.watch(
             context.workspace,
             context.scope,

@@ -51,6 +51,11 @@ STILL_RUNNING = (
     "It is still running: the result will be delivered to this conversation when it is ready."
 )
 STILL_WATCHED = "The task is still watched."
+#: An inbound caller's turn has no conversation a later result could be delivered to.
+STILL_RUNNING_UNWATCHED = (
+    "It is still running and nothing will deliver its result: use action=wait (or status)"
+    " with its taskId to get it."
+)
 
 SETTLED = SETTLED_STATES
 ASKING = INTERRUPTED_STATES
@@ -228,15 +233,17 @@ def task_result(
     *,
     checked: Checked | None = None,
     reasked: bool = False,
+    watched: bool = True,
 ) -> str:
-    """The tool's text for a task (settled or not)."""
+    """The tool's text for a task (settled or not); ``watched=False``: a task still
+    running is not watched (an inbound caller's turn), so the model is told to ask."""
     lines = [task_header(agent, task)]
     if task.status.state in ASKING:
         lines += question_lines(agent, task)
     elif is_settled(task):
         lines += answer_lines(task, checked, reasked=reasked)
     else:
-        lines.append(STILL_RUNNING)
+        lines.append(STILL_RUNNING if watched else STILL_RUNNING_UNWATCHED)
     if files is not None:
         lines += files.lines()
     return "\n".join(lines)

@@ -18,6 +18,8 @@ from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig
 from a2a_gateway.agent.tools.base import Tool
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier, SecretAsker
+from a2a_gateway.client.a2a_tool import A2ATool
+from a2a_gateway.client.watches import WatchRegistry
 
 from .chat_settings import ChatSettings
 from .logs import register_secret
@@ -135,4 +137,18 @@ def build_assistant(
         local_time=local_time,
         extra_tools=extra_tools,
         secrets=secrets,
+        delegating_tools=[inbound_a2a_tool(settings)],
+    )
+
+
+def inbound_a2a_tool(settings: ServeSettings) -> A2ATool:
+    """The ``a2a`` tool of the turns of callers whose callers.json entry says
+    ``"delegate": true`` (and of no one else's): the workspace's agents.json, no watches
+    (a task still running when the wait ends is reported so, to be waited on again)."""
+    allow_private = settings.allow_private_urls
+    return A2ATool(
+        WatchRegistry(allow_private_urls=allow_private),
+        allow_private_urls=allow_private,
+        max_file_bytes=settings.max_file_bytes,
+        inbound=True,
     )

@@ -658,6 +658,7 @@ class Gateway(Startable):
             metrics.watch_engine(self.engine)
         if self.store is not None:
             metrics.count_tasks(self.store)
+            metrics.watch_store(self.store)
         if self.runtime is not None:
             self.runtime.meter = metrics.assistant
         if self.push is not None:

@@ -577,9 +577,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "metrics",
         bool,
-        False,
-        "count calls and serve Prometheus metrics at /metrics (loopback or a caller key);"
-        " off by default until its measured cost is understood (docs/performance.md)",
+        True,
+        "count calls and serve Prometheus metrics at /metrics (loopback or a caller key;"
+        " --no-metrics: off; its cost: docs/performance.md)",
     ),
     Setting(
         "metrics_port",

@@ -32,11 +32,14 @@ class Caller:
 
     ``on_behalf`` is set for a personal agent's user (``server/pact``); it is shown to
     the agent, not part of the identity: ``name`` alone already tells users apart, and
-    stored records keep only ``name`` and ``workspace``."""
+    stored records keep only ``name`` and ``workspace``. ``delegate`` (callers.json's
+    ``"delegate": true``, opt-in per caller) lets the assistant's turns for this caller
+    use the ``a2a`` tool; it is not part of the identity either."""
 
     name: str
     workspace: str = ""
     on_behalf: OnBehalf | None = field(default=None, compare=False)
+    delegate: bool = field(default=False, compare=False)
 
 
 ANONYMOUS = Caller(name="anonymous")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Final
 
 from opentelemetry import context as otel_context
@@ -48,6 +48,16 @@ def current_tracer() -> Tracer | None:
     return _TRACER.get()
 
 
+def sampled_here() -> bool:
+    """Whether a span started here would be recorded: the call is traced and its current
+    span is sampled (or there is none yet: a new trace's root is the sampler's to decide).
+    Lets a caller skip even the wrapper of a span :func:`span` would not make."""
+    if _TRACER.get() is None:
+        return False
+    parent = trace.get_current_span().get_span_context()
+    return not parent.is_valid or bool(parent.trace_flags.sampled)
+
+
 @contextlib.contextmanager
 def traced_by(tracer: Tracer) -> Iterator[None]:
     """Mark the code inside as part of a call traced by ``tracer``."""
@@ -58,6 +68,33 @@ def traced_by(tracer: Tracer) -> Iterator[None]:
         _TRACER.reset(token)
 
 
+class Current:
+    """``span`` as the current span of a call traced by ``tracer`` while a ``with`` body
+    runs. One object for both context variables (OpenTelemetry's and ours), entered
+    without a generator: ``trace.use_span`` and :func:`traced_by` cost two generator
+    context managers per entry. Entered again and again (not nested), it serves a
+    stream, which makes each event with its call span current."""
+
+    __slots__ = ("_context", "_otel", "_tracer", "_tracing")
+
+    def __init__(self, current: Span, tracer: Tracer) -> None:
+        self._context = trace.set_span_in_context(current)
+        self._tracer = tracer
+        self._otel: Token[otel_context.Context] | None = None
+        self._tracing: Token[Tracer | None] | None = None
+
+    def __enter__(self) -> None:
+        self._otel = otel_context.attach(self._context)
+        self._tracing = _TRACER.set(self._tracer)
+
+    def __exit__(self, *_: object) -> None:
+        if self._tracing is not None:
+            _TRACER.reset(self._tracing)
+        if self._otel is not None:
+            otel_context.detach(self._otel)
+        self._otel = self._tracing = None
+
+
 @contextlib.contextmanager
 def span(
     name: str, *, kind: SpanKind = SpanKind.INTERNAL, attributes: Attributes | None = None
@@ -66,24 +103,38 @@ def span(
 
     Yields the span (to add attributes) or ``None``. An exception leaving the body marks
     the span as an error with the exception's type as its description (never its
-    message: messages may quote user input).
+    message: messages may quote user input). The span is started, made current and
+    ended here directly (not by ``start_as_current_span``, whose two nested generator
+    context managers cost more than the rest of our side of a span).
     """
     tracer = _TRACER.get()
     if tracer is None:
         yield None
         return
-    with tracer.start_as_current_span(
+    parent = trace.get_current_span().get_span_context()
+    if parent.is_valid and not parent.trace_flags.sampled:
+        # The trace is not sampled: every standard sampler drops its children too
+        # (parent-based ones follow the parent, a ratio decides by the same trace id),
+        # so no child is made; outbound calls carry the parent's unsampled context.
+        # (Not ``is_recording()``: a run outlives its call, whose span has ended.)
+        yield None
+        return
+    current = tracer.start_span(
         name,
         kind=kind,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
-    ) as current:
-        try:
-            yield current
-        except BaseException as exc:
-            mark_failed(current, exc)
-            raise
+    )
+    token = otel_context.attach(trace.set_span_in_context(current))
+    try:
+        yield current
+    except BaseException as exc:
+        mark_failed(current, exc)
+        raise
+    finally:
+        otel_context.detach(token)
+        current.end()
 
 
 def mark_failed(current: Span, exc: BaseException) -> None:

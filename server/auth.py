@@ -16,7 +16,8 @@ in constant time and never logged or echoed.
      "rate_limit_per_minute": 60,       # optional overrides (0 = unlimited)
      "max_running_tasks": 4,
      "max_open_contexts": 20,
-     "signing_secret": "..."}           # optional: requests must be signed (signing.py)
+     "signing_secret": "...",           # optional: requests must be signed (signing.py)
+     "delegate": true}                  # optional: its assistant turns get the a2a tool
 
 An entry names exactly one identity: a ``key``, a ``jwt`` rule (tokens of an OpenID
 Connect issuer) or ``basic`` credentials (see :mod:`.identity.rules`). Whatever the
@@ -98,7 +99,16 @@ _LIMIT_FIELDS = ("rate_limit_per_minute", "max_running_tasks", "max_open_context
 #: The fields that say who the caller is: an entry has exactly one.
 IDENTITY_FIELDS = ("key", "jwt", "basic", "introspection", "mtls")
 KNOWN_FIELDS = frozenset(
-    {"name", "key_prefix", "mode", "note", "signing_secret", *IDENTITY_FIELDS, *_LIMIT_FIELDS}
+    {
+        "name",
+        "key_prefix",
+        "mode",
+        "note",
+        "signing_secret",
+        "delegate",
+        *IDENTITY_FIELDS,
+        *_LIMIT_FIELDS,
+    }
 )
 #: The 401 challenge while keys (and JWT bearer tokens) are the only schemes in use.
 BEARER_CHALLENGE = 'Bearer realm="a2a"'
@@ -280,6 +290,7 @@ class CallerEntry:
     basic: BasicRule | None = field(default=None, repr=False)
     introspection: IntrospectionRule | None = None
     mtls: MtlsRule | None = None
+    delegate: bool = False
 
     @property
     def hashed(self) -> bool:
@@ -295,7 +306,7 @@ class CallerEntry:
 
     @property
     def caller(self) -> Caller:
-        return Caller(name=self.name, workspace=self.workspace)
+        return Caller(name=self.name, workspace=self.workspace, delegate=self.delegate)
 
     def matches(self, presented_digest: bytes) -> bool:
         """Constant-time: both sides are SHA-256 digests, whatever the key lengths."""
@@ -364,6 +375,9 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         return "unknown mode (only 'isolated' is implemented)"
     if note is not None and not isinstance(note, str):
         return "note must be a string"
+    delegate = item.get("delegate", False)
+    if not isinstance(delegate, bool):
+        return "delegate must be true or false"
     limits: dict[str, int] = {}
     for limit in _LIMIT_FIELDS:
         if limit in item:
@@ -391,6 +405,7 @@ def parse_entry(item: Any, workspace: str) -> CallerEntry | str:
         policy,
         digest=_entry_digest(key) if key else b"",
         key_prefix=prefix,
+        delegate=delegate,
         **rule,
     )
 

@@ -5,12 +5,16 @@ encoded size of a record, the length of a key); inserting past either bound drop
 least recently used entries first (``OrderedDict.popitem(last=False)``, constant time,
 unlike ``del d[next(iter(d))]`` on a plain dict, which walks the deleted slots at the
 front). An entry larger than the whole byte budget is not kept at all.
+
+``on_drop``, when given, is called with every value that leaves the map (replaced,
+evicted, popped, or too large to be kept): a user keeping a running tally of what the
+map holds (the memory store's tasks by state) stays exact without walking it.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -20,15 +24,18 @@ V = TypeVar("V")
 class ByteLRU(Generic[K, V]):
     """At most ``max_entries`` entries holding at most ``max_bytes`` bytes together."""
 
-    __slots__ = ("_data", "bytes", "evicted", "max_bytes", "max_entries")
+    __slots__ = ("_data", "bytes", "evicted", "max_bytes", "max_entries", "on_drop")
 
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
+    def __init__(
+        self, max_entries: int, max_bytes: int, on_drop: Callable[[V], None] | None = None
+    ) -> None:
         if max_entries < 0 or max_bytes < 0:
             raise ValueError("bounds must not be negative")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.bytes = 0  # what the entries held now add up to
         self.evicted = 0  # entries dropped by the bounds, since creation
+        self.on_drop = on_drop
         self._data: collections.OrderedDict[K, tuple[V, int]] = collections.OrderedDict()
 
     def get(self, key: K) -> V | None:
@@ -47,23 +54,32 @@ class ByteLRU(Generic[K, V]):
     def put(self, key: K, value: V, size: int) -> None:
         """Insert or replace ``key`` (most recently used), then evict to the bounds."""
         data = self._data
+        on_drop = self.on_drop
         old = data.pop(key, None)
         if old is not None:
             self.bytes -= old[1]
+            if on_drop is not None:
+                on_drop(old[0])
         if size > self.max_bytes or self.max_entries == 0:
+            if on_drop is not None:
+                on_drop(value)
             return
         data[key] = (value, size)
         self.bytes += size
         while len(data) > self.max_entries or self.bytes > self.max_bytes:
-            _, (_, dropped) = data.popitem(last=False)
+            _, (gone, dropped) = data.popitem(last=False)
             self.bytes -= dropped
             self.evicted += 1
+            if on_drop is not None:
+                on_drop(gone)
 
     def pop(self, key: K) -> V | None:
         found = self._data.pop(key, None)
         if found is None:
             return None
         self.bytes -= found[1]
+        if self.on_drop is not None:
+            self.on_drop(found[0])
         return found[0]
 
     def __len__(self) -> int:

@@ -343,6 +343,8 @@ def _retry_keys(document: dict[str, Any]) -> tuple[MessageKey, ...]:
 class WorkspaceTaskStore(TaskStore):
     """Tasks as files under ``<workspace>/.a2a/tasks/`` (see the module docstring)."""
 
+    kind = "files"
+
     def __init__(
         self,
         workspace: Path,
@@ -404,6 +406,9 @@ class WorkspaceTaskStore(TaskStore):
 
     async def count_by_state(self) -> Mapping[int, int] | None:
         return await self._start().count_by_state()
+
+    def store_gauges(self) -> Mapping[str, int]:
+        return {"index_rebuilds": self.index.rebuilds}
 
     # --- reading ---------------------------------------------------------------------
 
@@ -847,6 +852,8 @@ class WorkspaceTaskStores(TaskStore):
     use ``default``. ``options`` go to every :class:`WorkspaceTaskStore`.
     """
 
+    kind = "files"
+
     def __init__(self, default: Path, *, fsync: bool = False, **options: Any) -> None:
         self.fsync = fsync
         self.options = options
@@ -876,6 +883,11 @@ class WorkspaceTaskStores(TaskStore):
         for store in by_index.values():
             total.update(await store.count_by_state() or {})
         return total
+
+    def store_gauges(self) -> Mapping[str, int]:
+        """The rebuilds of the workspaces' indexes opened so far, each index once."""
+        indexes = {id(store.index): store.index for store in self.stores()}
+        return {"index_rebuilds": sum(index.rebuilds for index in indexes.values())}
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         return await self.store_for(owner).load(owner, task_id)

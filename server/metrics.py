@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from itertools import accumulate
 from typing import Any, Final, Protocol
 
@@ -338,11 +338,14 @@ class _Series:
         self.buckets[bisect_left(self.bounds, value)] += 1
         self.total += value
 
-    def family(self, name: str, text: str) -> HistogramMetricFamily:
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(upper bound, count at or below it) per bucket, as a family takes them."""
         bounds = [repr(b) for b in self.bounds] + ["+Inf"]
-        cumulative = list(accumulate(self.buckets))
+        return list(zip(bounds, accumulate(self.buckets), strict=True))
+
+    def family(self, name: str, text: str) -> HistogramMetricFamily:
         family = HistogramMetricFamily(name, text)
-        family.add_metric([], list(zip(bounds, cumulative, strict=True)), sum_value=self.total)
+        family.add_metric([], self.cumulative(), sum_value=self.total)
         return family
 
 
@@ -580,6 +583,118 @@ class _TaskCollector(Collector):
         return []
 
 
+#: The store operations timed (what the engine asks of its task store, all async).
+STORE_OPERATIONS: Final = ("load", "save", "listing", "active_ids", "lookup_message")
+#: Every ``store`` label value (TaskStore.kind), and ``other``.
+STORE_KINDS: Final = frozenset({"memory", "files", "postgres", OTHER})
+#: Seconds: a memory store answers in microseconds, a file in tens of them (a cold
+#: one from disk, or a fsynced write, in milliseconds), PostgreSQL in a millisecond or
+#: more; a store in trouble in seconds.
+STORE_BUCKETS: Final = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+#: What a store may report at scrape time (TaskStore.store_gauges): name -> (counter
+#: or gauge, help text); the series is ``a2a_store_<name>{store}``.
+STORE_GAUGES: Final = {
+    "index_rebuilds": ("counter", "Task index rebuilds from the task files (file store)."),
+    "pool_size": ("gauge", "PostgreSQL connections open in the pool."),
+    "pool_in_use": ("gauge", "PostgreSQL connections of the pool in use."),
+    "pool_max": ("gauge", "The most connections the PostgreSQL pool opens."),
+    "listen_reconnects": (
+        "counter",
+        "Times the PostgreSQL LISTEN connection was lost and opened again.",
+    ),
+}
+
+
+class StoreGauges(Protocol):
+    """What a task store tells at scrape time (TaskStore.kind and store_gauges)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def store_gauges(self) -> Mapping[str, int]: ...
+
+
+class StoreMeter(Collector):
+    """A task store's operations (latency by operation) and what it counts (index
+    rebuilds; PostgreSQL's pool and LISTEN reconnects). Labels: ``store`` (its kind) and
+    ``operation`` (:data:`STORE_OPERATIONS`), both fixed sets."""
+
+    def __init__(self, store: StoreGauges) -> None:
+        self.store = store
+        self.kind = store.kind if store.kind in STORE_KINDS else OTHER
+        self.operations = {op: _Series(STORE_BUCKETS) for op in STORE_OPERATIONS}
+
+    def observe(self, operation: str, seconds: float) -> None:
+        self.operations[operation].add(seconds)
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(
+            "a2a_store_operation_seconds",
+            "Task store operations by store and operation: how long they took.",
+            labels=("store", "operation"),
+        )
+        for operation, series in self.operations.items():
+            family.add_metric([self.kind, operation], series.cumulative(), sum_value=series.total)
+        families: list[Metric] = [family]
+        values = self.store.store_gauges()
+        for name, (kind, text) in STORE_GAUGES.items():
+            if name not in values:
+                continue
+            made: CounterMetricFamily | GaugeMetricFamily = (
+                CounterMetricFamily(f"a2a_store_{name}", text, labels=("store",))
+                if kind == "counter"
+                else GaugeMetricFamily(f"a2a_store_{name}", text, labels=("store",))
+            )
+            made.add_metric((self.kind,), values[name])
+            families.append(made)
+        return families
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def _timed(
+    method: Callable[..., Awaitable[Any]], operation: str, meter: StoreMeter
+) -> Callable[..., Awaitable[Any]]:
+    observe = meter.observe
+
+    async def timed(*args: Any) -> Any:
+        started = _clock()
+        try:
+            return await method(*args)
+        finally:
+            observe(operation, _clock() - started)
+
+    return timed
+
+
+def meter_store(store: StoreGauges, meter: StoreMeter) -> None:
+    """Time ``store``'s operations (:data:`STORE_OPERATIONS`) into ``meter``: each is
+    replaced, on this one instance, by a wrapper around its bound method (the class,
+    and every other store, are untouched; with metrics off nothing is wrapped)."""
+    for operation in STORE_OPERATIONS:
+        method = getattr(store, operation, None)
+        if method is not None:
+            setattr(store, operation, _timed(method, operation, meter))
+
+
 class Metrics:
     """The metrics of one gateway, in a registry of its own (see the module doc)."""
 
@@ -600,6 +715,7 @@ class Metrics:
         self.registry.register(self.watches)
         self._engine: _EngineCollector | None = None
         self._tasks: _TaskCollector | None = None
+        self._store: StoreMeter | None = None
 
     def watch_engine(self, engine: EngineGauges) -> None:
         """Report ``engine``'s gauges (one engine per registry)."""
@@ -614,6 +730,14 @@ class Metrics:
             self.registry.unregister(self._tasks)
         self._tasks = _TaskCollector(store)
         self.registry.register(self._tasks)
+
+    def watch_store(self, store: StoreGauges) -> None:
+        """Time ``store``'s operations and report what it counts (one store, once)."""
+        if self._store is not None:
+            raise RuntimeError("this registry already watches a store")
+        self._store = StoreMeter(store)
+        meter_store(store, self._store)
+        self.registry.register(self._store)
 
     async def refresh(self) -> None:
         """Read what is asked for before a scrape renders (the store's task counts;
@@ -653,6 +777,8 @@ __all__ = [
     "OK",
     "OTHER",
     "OUTCOMES",
+    "STORE_GAUGES",
+    "STORE_OPERATIONS",
     "TASK_STATES",
     "UNKNOWN_METHOD",
     "BindingMeter",
@@ -660,6 +786,7 @@ __all__ = [
     "Meter",
     "Metrics",
     "MetricsLike",
+    "StoreMeter",
     "TaskCounts",
     "WatchesMeter",
     "outcome_of",

@@ -503,6 +503,7 @@ class PostgresTaskStore(TaskStore):
     """
 
     durable = True
+    kind = "postgres"
     shares_events = True
     push_rows = True
 
@@ -894,6 +895,18 @@ class PostgresTaskStore(TaskStore):
                 (listed if kind == 0 else named).append(TaskSummary(task_id, context_id, state, ts))
         listed.sort(key=lambda s: s.position, reverse=True)  # UNION ALL keeps no order
         return listed, total, named
+
+    def store_gauges(self) -> Mapping[str, int]:
+        """The pool's connections (open, in use, the most) and the LISTEN reconnects."""
+        pool = self._pool
+        size = pool.get_size() if pool is not None else 0
+        idle = pool.get_idle_size() if pool is not None else 0
+        return {
+            "pool_size": size,
+            "pool_in_use": size - idle,
+            "pool_max": self.pool_size,
+            "listen_reconnects": self.relistens,
+        }
 
     async def count_by_state(self) -> Mapping[int, int] | None:
         """All the database's tasks (every process sharing it), per state."""

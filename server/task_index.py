@@ -261,6 +261,7 @@ class TaskIndex:
         self._closed = False
         self._users = 0
         self.rebuilding = False  # True until the first full pass over a new index ends
+        self.rebuilds = 0  # full passes that (re)built the index, since this process opened it
         self._wanted_at_start = False
         # A reconcile is owed (wanted at open, requested, or a batch failed) and no
         # pass has done it since: the close then leaves the index marked unclean, so
@@ -780,6 +781,7 @@ class TaskIndex:
             pool.submit(scan.close)  # after its current step, on its thread
         if self.rebuilding:
             self.rebuilding = False
+            self.rebuilds += 1
             self._write("INSERT OR REPLACE INTO meta VALUES ('complete', 1)", ())
             log.info("task index %s rebuilt", self.path)
         self._known_until_ns = max(self._known_until_ns or 0, started_ns)

@@ -36,7 +36,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -199,6 +199,8 @@ class TaskStore(abc.ABC):
     """
 
     durable: bool = True
+    #: The ``store`` label of this store's metrics: one value per kind of store.
+    kind: ClassVar[str] = "other"
     #: Whether stream events go through the store to subscribers in other processes.
     shares_events: bool = False
     #: (a store of one process) The tasks' event logs (``event_log``), which the
@@ -426,6 +428,12 @@ class TaskStore(abc.ABC):
         """Open what the store needs (a database: connect and migrate); nothing by
         default. The engine that holds the store starts and closes it."""
 
+    def store_gauges(self) -> Mapping[str, int]:
+        """What this store keeps count of for ``/metrics``, read at scrape time (cheap,
+        on the event loop): names of :data:`a2a_gateway.server.metrics.STORE_GAUGES`.
+        Nothing by default."""
+        return {}
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources (nothing by default)."""
 
@@ -481,6 +489,7 @@ class MemoryTaskStore(TaskStore):
     stored). Listing walks the held tasks (at most ``max_tasks``)."""
 
     durable = False
+    kind = "memory"
 
     def __init__(
         self,
@@ -492,7 +501,9 @@ class MemoryTaskStore(TaskStore):
         event_log_bytes: int = DEFAULT_TASK_LOG_BYTES,
         event_logs_bytes: int = DEFAULT_MEMORY_LOG_BYTES,
     ) -> None:
-        self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes)
+        # Tasks held by state, kept as tasks come and go (a scrape reads it, never a walk).
+        self._states: Counter[int] = Counter()
+        self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes, self._dropped)
         self._retry: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
         self.event_log = MemoryEventLog(task_bytes=event_log_bytes, total_bytes=event_logs_bytes)
 
@@ -511,7 +522,17 @@ class MemoryTaskStore(TaskStore):
         data = task.SerializeToString()
         versions = dict(record.push_versions)
         size = len(data) + sum(len(p) for p in push) + 200  # plus the entry itself
-        self._tasks.put(task.id, _Entry(task, record.owner, data, push, versions), size)
+        entry = _Entry(task, record.owner, data, push, versions)
+        self._states[entry.state] += 1  # before put: its on_drop may take it back
+        self._tasks.put(task.id, entry, size)
+
+    def _dropped(self, entry: _Entry) -> None:
+        """A task left the held ones (replaced, evicted): its state's count goes down."""
+        left = self._states[entry.state] - 1
+        if left:
+            self._states[entry.state] = left
+        else:
+            del self._states[entry.state]
 
     def _of(self, owner: Caller, flt: TaskFilter) -> Iterable[_Entry]:
         return (e for e in self._tasks.values() if e.owner == owner and flt.matches(e))
@@ -529,7 +550,7 @@ class MemoryTaskStore(TaskStore):
         return [e.task_id for e in self._tasks.values() if e.owner == owner and e.state in ACTIVE]
 
     async def count_by_state(self) -> Mapping[int, int] | None:
-        return Counter(e.state for e in self._tasks.values())  # at most max_tasks
+        return dict(self._states)
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self._retry.get((owner, message_id, fingerprint))

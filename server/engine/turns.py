@@ -112,7 +112,7 @@ class Runner:
             self._state.subscribe(task_id, subscriber, record.owner)
         # The run's first step is scheduled before the flusher's wake-up, so a run that
         # finishes without suspending is written once, finished.
-        drive = self._drive(run) if tracing.current_tracer() is None else self._traced(run)
+        drive = self._traced(run) if tracing.sampled_here() else self._drive(run)
         run.aio = asyncio.create_task(drive, name=f"a2a-run-{task_id}")
         self._records.mark_dirty(run)
         return run

@@ -19,7 +19,7 @@ from a2a_gateway.agent.tools.base import ToolError
 from a2a_gateway.client import connect
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.pending import read_pending
-from a2a_gateway.client.results import STILL_RUNNING
+from a2a_gateway.client.results import STILL_RUNNING, STILL_RUNNING_UNWATCHED
 from a2a_gateway.client.watches import WatchRegistry
 from a2a_gateway.serve import Gateway
 
@@ -346,3 +346,35 @@ async def test_a_question_with_a_schema_is_answered_with_data(
         tool, workspace, action="send", agent="assistant-a", taskId=task_id, data={"answer": "Faro"}
     )
     assert answered.splitlines()[1:] == ['{"answer":"Faro"}']
+
+
+async def test_an_inbound_callers_tool_waits_and_hands_nothing_to_a_watch(
+    workspace: Path, clock: ManualClock, registry: WatchRegistry
+) -> None:
+    # The tool of a caller whose callers.json entry says "delegate": true (serve --llm):
+    # it runs with a caller in its context, and a task still running at the wait's end is
+    # reported so, unwatched (no conversation would take a later result), for `wait`.
+    tool = A2ATool(registry, wait_s=60, max_wait_s=600, inbound=True)
+    caller = ctx(workspace, caller="carol", hops=1)
+    pending = asyncio.ensure_future(
+        tool.call(
+            {"action": "send", "agent": "assistant-a", "message": "hold:100", "mode": "background"},
+            caller,
+        )
+    )
+    text = (await pending).text
+    assert text.splitlines()[0].endswith(("is submitted.", "is working."))
+    assert text.split("\n")[1:] == [STILL_RUNNING_UNWATCHED]
+    assert registry.watches() == [] and read_pending(workspace) == []
+    task_id, _ = ids(text)
+    waiting = asyncio.ensure_future(
+        tool.call({"action": "wait", "agent": "assistant-a", "taskId": task_id}, caller)
+    )
+    await eventually(lambda: 600.0 in clock.slept)
+    clock.advance(600)
+    assert (await waiting).text.split("\n")[1:] == [STILL_RUNNING_UNWATCHED]
+    assert registry.watches() == []
+    canceled = await tool.call(
+        {"action": "cancel", "agent": "assistant-a", "taskId": task_id}, caller
+    )
+    assert canceled.text.splitlines()[0].endswith("is canceled.")

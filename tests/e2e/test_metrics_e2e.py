@@ -24,7 +24,14 @@ from a2a_gateway.client.watches import WatchRegistry
 from a2a_gateway.protocol.watch_metering import DELIVERY_OUTCOMES, WATCH_MODES, WATCH_OUTCOMES
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.metrics import BINDINGS as BINDING_LABELS
-from a2a_gateway.server.metrics import METHODS, OUTCOMES, PUSH_OUTCOMES, TASK_STATES, Metrics
+from a2a_gateway.server.metrics import (
+    METHODS,
+    OUTCOMES,
+    PUSH_OUTCOMES,
+    STORE_OPERATIONS,
+    TASK_STATES,
+    Metrics,
+)
 
 from ..agent.fake_llm import Calls, FakeLLM, Say, Stall
 from ..agent.llm_support import llm
@@ -50,6 +57,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tool": frozenset({"read_file", "none", "OTHER"}),
     "direction": frozenset({"in", "out"}),
     "kind": frozenset(PROVIDER_ERRORS),
+    "store": frozenset({"files"}),
+    "operation": frozenset(STORE_OPERATIONS),
     "le": frozenset(),  # bucket bounds: numbers, checked apart
 }
 
@@ -156,6 +165,11 @@ async def test_scripted_mix_on_three_bindings_shows_in_metrics(
     assert value(samples, "a2a_tasks", state=COMPLETED) == 3
     assert value(samples, "a2a_tasks", state="TASK_STATE_CANCELED") == 1
     assert value(samples, "a2a_tasks", state="TASK_STATE_WORKING") == 0
+    # The task store's operations, timed (exact counts: tests/server/test_metrics.py).
+    saves = value(samples, "a2a_store_operation_seconds_count", store="files", operation="save")
+    assert saves >= 4  # every task was saved at least once
+    # Its index's first build may still be under way: the series is there, counted or not.
+    assert ("a2a_store_index_rebuilds_total", frozenset({("store", "files")})) in samples
     assert_bounded(samples, task_ids)
     assert KEY_ALICE not in text
     assert value(watched, "a2a_watches_total", mode="poll", outcome="settled") == 1

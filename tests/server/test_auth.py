@@ -138,17 +138,24 @@ def test_valid_callers_and_every_bad_entry_skipped(
         {"name": "bool-limit", "key": SECRET_IN_BAD_ENTRY + "b", "rate_limit_per_minute": True},
         {"name": "short-secret", "key": SECRET_IN_BAD_ENTRY + "s", "signing_secret": "short"},
         {"name": "note-type", "key": SECRET_IN_BAD_ENTRY + "n", "note": 5},
+        {"name": "bad-delegate", "key": SECRET_IN_BAD_ENTRY + "g", "delegate": "yes"},
         {"name": "alice", "key": SECRET_IN_BAD_ENTRY + "d"},  # duplicate name (second)
     ]
     entries = [{"name": "alice", "key": KEY_A, "mode": "isolated", "note": "Alice"}, *bad]
     entries.append(
-        {"name": "hashed", "key": "sha256:" + hashlib.sha256(KEY_B.encode()).hexdigest()}
+        {
+            "name": "hashed",
+            "key": "sha256:" + hashlib.sha256(KEY_B.encode()).hexdigest(),
+            "delegate": True,
+        }
     )
     write_callers(tmp_path, entries)
     callers = WorkspaceCallers([tmp_path])
     with caplog.at_level(logging.WARNING, logger="a2a_gateway.server.auth"):
         assert admitted(callers, KEY_A) == Caller("alice", str(tmp_path))
         assert admitted(callers, KEY_B) == Caller("hashed", str(tmp_path))
+        # "delegate" rides on the caller (not part of its identity): opt-in per entry.
+        assert admitted(callers, KEY_B).delegate and not admitted(callers, KEY_A).delegate
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == len(bad)
     for warning in warnings:
@@ -158,7 +165,8 @@ def test_valid_callers_and_every_bad_entry_skipped(
     assert any("'typo'" in w and "unknown field 'signing_secrt'" in w for w in warnings)
     assert any("'alice'" in w and "duplicate name" in w for w in warnings)
     assert any("'bad-mode'" in w and "unknown mode" in w for w in warnings)
-    for suffix in ("", "m", "t", "l", "b", "s", "n", "d"):
+    assert any("'bad-delegate'" in w and "delegate must be true or false" in w for w in warnings)
+    for suffix in ("", "m", "t", "l", "b", "s", "n", "g", "d"):
         refused(callers, SECRET_IN_BAD_ENTRY + suffix)
 
 

@@ -570,6 +570,28 @@ async def test_tasks_by_state_from_the_memory_and_file_stores(
         await files.aclose()
 
 
+async def test_the_memory_stores_running_count_follows_replacements_and_evictions() -> None:
+    # Kept as tasks come and go (never a walk at scrape time): a task saved again in
+    # another state moves, an evicted one (past max_tasks, or too big to keep) leaves.
+    store = MemoryTaskStore(max_tasks=3, max_bytes=4000)
+    owner = OWNERS[0]
+    for task_id, state in SAVED.items():  # four tasks into three places: t-1 evicted
+        await store.save(TaskRecord(stored_task(task_id, state), owner))
+    assert await store.count_by_state() == {
+        pb.TASK_STATE_WORKING: 1,
+        pb.TASK_STATE_COMPLETED: 1,
+        pb.TASK_STATE_INPUT_REQUIRED: 1,
+    }
+    await store.save(TaskRecord(stored_task("t-4", pb.TASK_STATE_COMPLETED), owner))
+    assert await store.count_by_state() == {pb.TASK_STATE_WORKING: 1, pb.TASK_STATE_COMPLETED: 2}
+    big = stored_task("t-2", pb.TASK_STATE_FAILED)  # t-2 replaced by one too big to keep
+    big.metadata["blob"] = "x" * 5000
+    await store.save(TaskRecord(big, owner))
+    assert await store.load(owner, "t-2") is None
+    assert await store.count_by_state() == {pb.TASK_STATE_COMPLETED: 2}
+    assert len(store) == 2
+
+
 async def test_tasks_by_state_from_postgres(
     postgres: LocalPostgres,  # noqa: F811 - the fixture
     tmp_path: Path,
@@ -616,3 +638,107 @@ async def test_a_failed_or_slow_count_leaves_the_gauge_out_and_the_scrape_answer
         assert "a2a_tasks{" not in text
     store.answer = "ok"
     assert "a2a_tasks{" in (await scrape(http))[1]
+
+
+def store_series(metrics: Metrics, store: str) -> dict[str, float]:
+    """The store's series of a scrape: each operation's count, and its gauges."""
+    samples = parse(metrics.exposition().decode())
+    found = {
+        dict(labels)["operation"]: v
+        for (name, labels), v in samples.items()
+        if name == "a2a_store_operation_seconds_count" and dict(labels)["store"] == store
+    }
+    for (name, labels), v in samples.items():
+        if name.startswith("a2a_store_") and not name.startswith("a2a_store_operation"):
+            assert dict(labels) == {"store": store}
+            found[name.removeprefix("a2a_store_").removesuffix("_total")] = v
+    return found
+
+
+async def test_the_store_operations_are_timed_by_store_and_operation(metrics: Metrics) -> None:
+    store = MemoryTaskStore()
+    metrics.watch_store(store)
+    for n, (task_id, state) in enumerate(SAVED.items()):
+        await store.save(TaskRecord(stored_task(task_id, state), OWNERS[n % 2]))
+    assert await store.load(OWNERS[0], "t-1") is not None
+    assert await store.load(OWNERS[0], "t-2") is None  # bob's: not found, still timed
+    assert len(await store.summaries(OWNERS[0])) == 2  # one listing
+    assert await store.active_ids(OWNERS[0]) == ["t-1"]
+    assert store_series(metrics, "memory") == {
+        "load": 2,
+        "save": 4,
+        "listing": 1,
+        "active_ids": 1,
+        "lookup_message": 0,
+    }
+    # Only this instance is timed: another memory store reports nothing here.
+    await MemoryTaskStore().save(TaskRecord(stored_task("t-9", pb.TASK_STATE_WORKING), OWNERS[0]))
+    assert store_series(metrics, "memory")["save"] == 4
+    with pytest.raises(RuntimeError):
+        metrics.watch_store(MemoryTaskStore())
+
+
+async def test_the_file_stores_index_rebuilds_are_counted(tmp_path: Path) -> None:
+    metrics = Metrics(process=False)
+    files = WorkspaceTaskStores(tmp_path)
+    metrics.watch_store(files)
+    try:
+        for task_id in ("t-1", "t-2"):
+            await files.save(TaskRecord(stored_task(task_id, pb.TASK_STATE_WORKING), OWNERS[0]))
+        assert len(await files.summaries(OWNERS[0])) == 2
+        await files.default.index.wait_reconciled()
+        # A new index is built from the task files: one rebuild; listing again is none.
+        assert len(await files.summaries(OWNERS[0])) == 2
+        series = store_series(metrics, "files")
+        assert (series["index_rebuilds"], series["save"], series["listing"]) == (1, 2, 2)
+    finally:
+        await files.aclose()
+    # A damaged index is rebuilt at the next start (a new process's count starts at 0).
+    for leftover in (tmp_path / ".a2a").glob("index.sqlite3-*"):  # its WAL would repair it
+        leftover.unlink()
+    (tmp_path / ".a2a" / "index.sqlite3").write_bytes(b"not a database" * 100)
+    metrics = Metrics(process=False)
+    files = WorkspaceTaskStores(tmp_path)
+    metrics.watch_store(files)
+    try:
+        assert len(await files.summaries(OWNERS[0])) == 2
+        await files.default.index.wait_reconciled()
+        assert store_series(metrics, "files")["index_rebuilds"] == 1
+    finally:
+        await files.aclose()
+
+
+async def test_postgres_pool_use_and_listen_reconnects(
+    postgres: LocalPostgres,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    metrics: Metrics,
+) -> None:
+    from .test_pg_ops import listener_killed, until
+
+    store = PostgresTaskStore(await fresh_database(postgres), box=SecretBox(tmp_path))
+    admin = await asyncpg.connect(postgres.url)
+    try:
+        await store.start()
+        metrics.watch_store(store)
+        await store.save(TaskRecord(stored_task("t-1", pb.TASK_STATE_WORKING), OWNERS[0]))
+        assert await store.load(OWNERS[0], "t-1") is not None
+        series = store_series(metrics, "postgres")
+        assert (series["save"], series["load"], series["listing"]) == (1, 1, 0)
+        assert series["pool_max"] == store.pool_size
+        assert series["pool_size"] >= 1
+        assert series["pool_in_use"] == 0
+        assert series["listen_reconnects"] == 0
+        assert store._pool is not None
+        async with store._pool.acquire():
+            assert store_series(metrics, "postgres")["pool_in_use"] == 1
+        async with listener_killed(admin, store):
+            pass
+
+        async def listening() -> bool:
+            return store.listening
+
+        await until(listening)
+        assert store_series(metrics, "postgres")["listen_reconnects"] == 1
+    finally:
+        await store.aclose()
+        await admin.close()

@@ -1,0 +1,179 @@
+"""One gateway served several ways (settings, environment, revisions), side by side:
+server CPU per operation and the rate, in interleaved rounds.
+
+    .venv/bin/python -P tools/bench_modes.py MODE [MODE ...] [--sends 3000] [--rounds 6]
+        [--concurrency 16] [--streams CHUNKS] [--store workspace|memory]
+
+Each MODE is ``NAME=REV [ARG ...]``: ``REV`` is a revision (anything ``git rev-parse``
+takes; its package tree is built as tools/bench_compare.py does) or ``WORK`` for this
+working tree as installed in the venv; each ``ARG`` is added to ``a2a-gateway serve
+--faux --allow-anonymous``, except ``KEY=VALUE`` with an upper-case ``KEY``, which goes
+into the server's environment. ``{otlp}`` in an argument or a value is the URL of an
+OTLP/HTTP receiver this tool starts (tools/otlp_sink.py, its own process), which counts
+the spans it receives: the report gives the spans received per operation, so spans
+dropped by a full queue show up. Example, tracing against off:
+
+    .venv/bin/python -P tools/bench_modes.py off=WORK 'traced=WORK --otlp-endpoint {otlp}'
+
+Rounds rotate the modes' order; every round starts a fresh server on a fresh workspace
+(under ``build/``), warms it up (500 sends, or 100 streams), then measures ``--sends``
+blocking JSON-RPC sends (or streams of the faux agent's ``chunks:CHUNKS``). Prints each
+round, then per mode the medians: server CPU per operation (utime + stime from /proc,
+steadier than the rate on a shared machine), the rate, and both against the first mode.
+A measurement, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
+
+from bench_compare import package_tree, resolve, server_cpu_s  # noqa: E402
+from load import free_port, sends, stream_events, wait_ready  # noqa: E402
+
+WORK = ROOT / "build" / "bench-modes"
+ENV_ARG = re.compile(r"^[A-Z][A-Z0-9_]*=")
+
+
+@dataclass
+class Mode:
+    name: str
+    tree: Path | None  # None: the working tree, as installed in the venv
+    args: list[str]
+    env: dict[str, str]
+    cpus: list[float] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    spans: list[float] = field(default_factory=list)
+
+
+def parse_mode(spec: str, otlp: str) -> Mode:
+    name, _, rest = spec.partition("=")
+    words = [word.replace("{otlp}", otlp) for word in shlex.split(rest)]
+    if not name or not words:
+        raise SystemExit(f"a mode is NAME=REV [ARG ...], not {spec!r}")
+    rev, *more = words
+    tree = None if rev == "WORK" else package_tree(resolve(rev))
+    env = dict(word.split("=", 1) for word in more if ENV_ARG.match(word))
+    args = [word for word in more if not ENV_ARG.match(word)]
+    return Mode(name, tree, args, env)
+
+
+async def spans_received(http: aiohttp.ClientSession, sink: str) -> int:
+    async with http.get(sink + "/count") as response:
+        return int(await response.text())
+
+
+async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str) -> None:
+    workspace = WORK / "workspaces" / f"{mode.name}-{number}"
+    workspace.mkdir(parents=True)
+    os.sync()
+    await asyncio.sleep(1)  # the disk settled (see tools/bench_compare.py)
+    port = free_port()
+    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
+    command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    command += ["--store", args.store, *mode.args]
+    env = {**os.environ, **mode.env}
+    if mode.tree is not None:
+        env["PYTHONPATH"] = str(mode.tree)
+    server = await asyncio.create_subprocess_exec(
+        *command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        url = base + "/a2a"
+        await wait_ready(base + "/.well-known/agent-card.json")
+        if args.streams:
+            await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
+        else:
+            await sends(url, {}, min(500, args.sends), args.concurrency)
+        async with aiohttp.ClientSession() as http:
+            before = await spans_received(http, sink)
+            cpu = server_cpu_s(server.pid)
+            if args.streams:
+                rate, _ = await stream_events(url, {}, args.sends, args.streams, args.concurrency)
+            else:
+                rate = await sends(url, {}, args.sends, args.concurrency)
+            used = server_cpu_s(server.pid) - cpu
+            server.terminate()
+            await asyncio.wait_for(server.wait(), 10)  # exports what is batched
+            spans = await spans_received(http, sink) - before
+    finally:
+        if server.returncode is None:
+            server.terminate()
+            await asyncio.wait_for(server.wait(), 10)
+    mode.cpus.append(used / args.sends * 1e6)
+    mode.rates.append(rate)
+    mode.spans.append(spans / args.sends)
+
+
+async def run(args: argparse.Namespace) -> None:
+    sink_port = free_port()
+    sink_url = f"http://127.0.0.1:{sink_port}"
+    modes = [parse_mode(spec, sink_url) for spec in args.modes]
+    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    sink = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", str(ROOT / "tools" / "otlp_sink.py"), str(sink_port)
+    )
+    try:
+        await wait_ready(sink_url + "/count")
+        for number in range(args.rounds):
+            shift = number % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
+                await one_round(mode, args, number, sink_url)
+            print(
+                f"round {number + 1}: "
+                + ", ".join(
+                    f"{m.name} {m.cpus[-1]:.1f} us {m.rates[-1]:.0f}/s {m.spans[-1]:.2f} spans"
+                    for m in modes
+                ),
+                flush=True,
+            )
+    finally:
+        sink.terminate()
+        await sink.wait()
+        shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    first = modes[0]
+    unit = "stream" if args.streams else "send"
+    for mode in modes:
+        cpu = statistics.median(mode.cpus)
+        rate = statistics.median(mode.rates)
+        summary = {
+            "mode": mode.name,
+            f"cpu_us_per_{unit}": round(cpu, 1),
+            "cpu_min_max": [round(min(mode.cpus), 1), round(max(mode.cpus), 1)],
+            "rate": round(rate),
+            "spans_per_op": round(statistics.median(mode.spans), 2),
+            "cpu_vs_first": round(cpu / statistics.median(first.cpus), 3),
+            "rate_vs_first": round(rate / statistics.median(first.rates), 3),
+        }
+        print(json.dumps(summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modes", nargs="+", metavar="MODE")
+    parser.add_argument("--sends", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
+    parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
