@@ -1,10 +1,11 @@
 """Two revisions of this repository, side by side: blocking sends/s (or stream events/s)
 of each, and the ratio.
 
-    .venv/bin/python -P tools/bench_compare.py BASE [HEAD] [--sends 4000] [--rounds 4]
+    .venv/bin/python -P tools/bench_compare.py BASE [HEAD ...] [--sends 4000] [--rounds 4]
         [--concurrency 32] [--transport jsonrpc|rest] [--streams CHUNKS] [--store memory]
 
-For each revision (anything ``git rev-parse`` takes; HEAD by default for the second),
+For each revision (anything ``git rev-parse`` takes; HEAD by default for the second;
+more than two are each compared with the first, in rounds whose order rotates),
 builds a package tree under ``build/bench-compare/<rev>`` from ``git archive`` laid out
 by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved rounds
 (the order alternating): ``a2a-gateway serve --faux`` of that tree, started from this
@@ -89,6 +90,9 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     await asyncio.sleep(1)
     port = free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
+    out = workspace.parent / f"{name}.callgrind"
+    if args.callgrind:
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
     command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
     command += ["--store", args.store]
     server = await asyncio.create_subprocess_exec(
@@ -99,12 +103,27 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_ready(base + "/.well-known/agent-card.json")
+        await wait_ready(base + "/.well-known/agent-card.json", 120 if args.callgrind else 10)
         if args.streams:
             url = base + "/a2a"
             await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
+            if args.callgrind:
+                await callgrind_control(server.pid, "--zero")
+            if args.strace:
+                traced = workspace.parent / f"{name}.strace"
+                strace = await asyncio.create_subprocess_exec(
+                    *("strace", "-f", "-c", "-q", "-o", str(traced), "-p", str(server.pid))
+                )
+                await asyncio.sleep(1)  # attached to every thread
             cpu = server_cpu_s(server.pid)
             rate, ops = await stream_events(url, {}, args.sends, args.streams, args.concurrency)
+            if args.callgrind:
+                await callgrind_control(server.pid, "--dump")
+                return rate, instructions(out) / ops
+            if args.strace:
+                strace.send_signal(2)
+                await asyncio.wait_for(strace.wait(), 30)
+                return rate, system_calls(traced, name, ops)
         else:
             url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
             rest = args.transport == "rest"
@@ -118,39 +137,76 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
         await asyncio.wait_for(server.wait(), 10)
 
 
+async def callgrind_control(pid: int, action: str) -> None:
+    done = await asyncio.create_subprocess_exec(
+        "callgrind_control", action, str(pid), stdout=subprocess.DEVNULL
+    )
+    await asyncio.wait_for(done.wait(), 120)
+
+
+def instructions(out: Path) -> float:
+    """The instructions counted in the dump asked for (``<out>.1``)."""
+    for line in Path(f"{out}.1").read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return float(line.split()[1])
+    raise SystemExit(f"no totals in {out}.1")
+
+
+def system_calls(traced: Path, name: str, ops: int) -> float:
+    """System calls per operation in ``strace -c``'s table; the main ones printed."""
+    counts: dict[str, int] = {}
+    for line in traced.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[3].isdigit():
+            counts[fields[-1]] = int(fields[3])
+    total = counts.pop("total", sum(counts.values()))
+    main = ", ".join(
+        f"{c} {n / ops:.3f}" for c, n in sorted(counts.items(), key=lambda i: -i[1])[:6]
+    )
+    print(f"{name}: system calls per operation {total / ops:.3f} ({main})", flush=True)
+    return total / ops
+
+
 async def compare(args: argparse.Namespace) -> None:
-    revisions = [resolve(args.base), resolve(args.head)]
+    revisions = [resolve(args.base)] + [resolve(rev) for rev in args.head or ["HEAD"]]
     trees = {rev: package_tree(rev) for rev in revisions}
     rates: dict[str, list[float]] = {rev: [] for rev in revisions}
     cpus: dict[str, list[float]] = {rev: [] for rev in revisions}
     shutil.rmtree(WORK / "workspaces", ignore_errors=True)
     for number in range(args.rounds):
-        order = revisions if number % 2 == 0 else revisions[::-1]
-        for rev in order:
+        # The order rotates (two revisions: alternates), so none always runs first.
+        shift = number % len(revisions)
+        for rev in revisions[shift:] + revisions[:shift]:
             rate, cpu_us = await one_round(trees[rev], args, f"{rev}-{number}")
             rates[rev].append(rate)
             cpus[rev].append(cpu_us)
-        base, head = (rates[rev][-1] for rev in revisions)
-        cpu_base, cpu_head = (cpus[rev][-1] for rev in revisions)
-        print(
-            f"round {number + 1}: {revisions[0]} {base:.0f}/s, {revisions[1]} {head:.0f}/s,"
-            f" ratio {head / base:.3f}; server CPU per operation {cpu_base:.1f} us,"
-            f" {cpu_head:.1f} us"
-        )
-    ratios = [h / b for b, h in zip(*rates.values(), strict=True)]
-    cpu_ratios = [h / b for b, h in zip(*cpus.values(), strict=True)]
-    summary = {
+        base, cpu_base = rates[revisions[0]][-1], cpus[revisions[0]][-1]
+        unit = "instructions" if args.callgrind else "calls" if args.strace else "us"
+        line = f"round {number + 1}: {revisions[0]} {base:.0f}/s, {cpu_base:.1f} {unit}"
+        for rev in revisions[1:]:
+            rate, cpu_us = rates[rev][-1], cpus[rev][-1]
+            line += f"; {rev} {rate:.0f}/s, {cpu_us:.1f} {unit} (ratio {cpu_us / cpu_base:.3f})"
+        what = "instructions" if args.callgrind else "system calls" if args.strace else "CPU"
+        print(f"{line} (server {what} per operation)", flush=True)
+    summary: dict[str, object] = {
         "base": revisions[0],
-        "head": revisions[1],
+        "head": revisions[1] if len(revisions) == 2 else revisions[1:],
         "transport": args.transport,
         "streams": args.streams,
         "store": args.store,
-        "ratio_median": round(statistics.median(ratios), 3),
-        "ratio_min": round(min(ratios), 3),
-        "ratio_max": round(max(ratios), 3),
-        "cpu_us_median": [round(statistics.median(cpus[rev]), 1) for rev in revisions],
-        "cpu_ratio_median": round(statistics.median(cpu_ratios), 3),
     }
+    for rev in revisions[1:]:
+        ratios = [h / b for b, h in zip(rates[revisions[0]], rates[rev], strict=True)]
+        cpu_ratios = [h / b for b, h in zip(cpus[revisions[0]], cpus[rev], strict=True)]
+        suffix = "" if len(revisions) == 2 else f"_{rev}"
+        summary |= {
+            f"ratio_median{suffix}": round(statistics.median(ratios), 3),
+            f"ratio_min{suffix}": round(min(ratios), 3),
+            f"ratio_max{suffix}": round(max(ratios), 3),
+            f"cpu_ratio_median{suffix}": round(statistics.median(cpu_ratios), 3),
+            f"cpu_ratio_range{suffix}": [round(min(cpu_ratios), 3), round(max(cpu_ratios), 3)],
+        }
+    summary["cpu_us_median"] = [round(statistics.median(cpus[rev]), 1) for rev in revisions]
     print(json.dumps(summary))
     shutil.rmtree(WORK / "workspaces", ignore_errors=True)
 
@@ -158,13 +214,25 @@ async def compare(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base")
-    parser.add_argument("head", nargs="?", default="HEAD")
+    parser.add_argument("head", nargs="*", help="one or more (HEAD by default)")
     parser.add_argument("--sends", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--transport", choices=("jsonrpc", "rest"), default="jsonrpc")
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="serve under valgrind's callgrind: instructions per operation (user space"
+        " only, so no system call's cost) instead of CPU time, the same on a busy host",
+    )
+    parser.add_argument(
+        "--strace",
+        action="store_true",
+        help="attach strace -f -c to the server for the timed part: system calls per"
+        " operation (the main ones printed) instead of CPU time",
+    )
     asyncio.run(compare(parser.parse_args()))
 
 

@@ -19,9 +19,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def wait_ready(url: str) -> None:
+async def wait_ready(url: str, timeout_s: float = 10.0) -> None:
     async with aiohttp.ClientSession() as http:
-        for _ in range(200):
+        for _ in range(int(timeout_s / 0.05)):
             try:
                 async with http.get(url) as response:
                     if response.status == 200:
