@@ -3,7 +3,7 @@
 The delegation tests' ``remote`` (a faux gateway in-process) and ``workspace`` (whose
 agents.json lists it as ``assistant-a``) are here too.
 
-Started with the interop suite's helpers (``tests/interop/conftest.py``): the SDK lives in
+Started with the suite's launchers (``tests/support/processes.py``): the SDK lives in
 ``.venv-peer`` and is never imported here (``peers/sdk_server.py`` runs as a subprocess);
 our gateway runs as ``python -P -m a2a_gateway serve --faux`` with one caller key.
 """
@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from a2a_gateway.serve import Gateway
-
-from ..interop.conftest import (
+from tests.support.ports import free_ports
+from tests.support.processes import (
     CARD_PATH,
     ServerProcess,
-    free_ports,
     gateway_command,
     require_peer_venv,
     sdk_server_command,
 )
+
 from .client_support import HOST, OWN_KEY, PEER_KEY, Peer
 from .delegation_support import faux_gateway, workspace_calling
 

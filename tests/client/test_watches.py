@@ -32,10 +32,11 @@ from a2a_gateway.client.pending import (
 from a2a_gateway.client.watches import WatchRegistry, poll_delays
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.push_receiver import build_push_app
+from tests.support.ports import free_port
 
 from ..agent.fake_llm import FakeLLM, Say, Status, user_texts
 from ..agent.llm_support import llm, make_runtime
-from .client_support import closed_port, serving
+from .client_support import serving
 from .delegation_support import (
     REMOTE_KEY,
     Inbox,
@@ -127,7 +128,7 @@ async def test_subscribe_delivers_on_the_stream_and_reopens_after_a_day(
 
 async def test_subscribe_failures_back_off_then_poll(home: Path) -> None:
     workspace = home
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     write_agents(workspace, [{"name": "gone", "url": url, "allow_private": True}])
     clock = ManualClock()
     registry = WatchRegistry(clock=clock)

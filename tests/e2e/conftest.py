@@ -25,16 +25,10 @@ from a2a_gateway.protocol import codec, routes, sse
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv, sdk_server_command
 
 from ..agent.llm_support import llm  # noqa: F401 (the scripted model, a fixture)
-from ..interop.conftest import (
-    CARD_PATH,
-    HOST,
-    ServerProcess,
-    free_ports,
-    require_peer_venv,
-    sdk_server_command,
-)
 from ..telegram.conftest import bot_api  # noqa: F401 (the fake Bot API, a fixture)
 
 KEY_ALICE = "alice-key-0f3e9a7c51d2"

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from a2a_gateway.agent.sessions import Session
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, gateway_command
 
 from ..agent.fake_llm import FakeLLM, Reply, Say, Stall
 from ..agent.fake_llm_thread import fake_llm_in_thread
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports, gateway_command
 
 KEY = "crash-key-5e8d2c7a9b1f"
 CONTEXT = "ctx-crash"

@@ -19,10 +19,10 @@ from aiohttp import web
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.secrets import use_secret
 
 from ..agent.fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from ..agent.llm_support import API_KEY, llm
-from ..conftest import use_secret
 from ..server.test_metrics import parse, value
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
 from .outbound_support import settle, webhook_receiver

@@ -30,9 +30,8 @@ from a2a_gateway.protocol.card_signature import (
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..conftest import use_secret
-from ..interop.conftest import PEER_PYTHON, PEERS, require_peer_venv
+from tests.support.processes import PEER_PYTHON, PEERS, require_peer_venv
+from tests.support.secrets import use_secret
 
 KEY = "signing-carol-key-5a4b3c2d1e0f"
 

@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 
 from a2a_gateway.server.pg_local import LocalPostgres
+from tests.support.ports import free_ports
+from tests.support.postgres import fresh_database
+from tests.support.processes import ServerProcess
 
-from ..interop.conftest import ServerProcess, free_ports
-from ..pg_support import fresh_database
 from .conftest import KEY_ALICE
 from .test_postgres_store import alices_workspace
 

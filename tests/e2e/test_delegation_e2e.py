@@ -25,10 +25,11 @@ import pytest
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.chat_tui import PROMPT
 from a2a_gateway.client import connect
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually, start_remote_task
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 from .conftest import pending_records
 
 LLM_KEY = "sk-delegation-e2e-7c41d09a2b"

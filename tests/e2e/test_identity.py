@@ -33,15 +33,15 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..conftest import use_secret
-from ..idp import (
+from tests.support.idp import (
     AUDIENCE,
     IdentityProvider,
     hs256_with_public_key,
     running_provider,
     unsigned_token,
 )
+from tests.support.secrets import use_secret
+
 from .conftest import BINDINGS, Driver, WireError, as_bearer
 
 KEY_CAROL = "identity-carol-5e1d0c3b2a19"

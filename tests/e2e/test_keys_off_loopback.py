@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -30,8 +29,9 @@ from a2a_gateway.server.config import is_loopback
 from a2a_gateway.settings import SETTINGS, resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 from lf.a2a.v1 import a2a_pb2_grpc
-
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
+from tests.support import ports
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess
 
 KEY = "offloop-key-5e0c2b7a91d4"
 ANY_ADDRESS = "0.0.0.0"
@@ -53,10 +53,8 @@ def _workspace(root: Path, name: str, callers: object | None) -> Path:
 @pytest.fixture
 def held_port() -> Iterator[int]:
     """A port this test listens on: a server that tried to bind it would exit 1."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        sock.listen()
-        yield sock.getsockname()[1]
+    with ports.held_port(listen=True) as port:
+        yield port
 
 
 def _refusal_cases(root: Path) -> dict[str, tuple[list[str], dict[str, str]]]:

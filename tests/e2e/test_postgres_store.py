@@ -35,12 +35,13 @@ import grpc
 import pytest
 
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import LISTENER_NAME, SCHEMA_VERSION
 from a2a_gateway.settings import resolve
+from tests.support.ports import free_port, free_ports
+from tests.support.postgres import fresh_database
+from tests.support.processes import ServerProcess
 
-from ..interop.conftest import ServerProcess, free_ports
-from ..pg_support import fresh_database
 from .conftest import KEY_ALICE, Driver, WireError
 
 KILLED_WAIT_S = 30.0  # bound on waiting for a killed gateway's lease to run out

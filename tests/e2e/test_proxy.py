@@ -21,17 +21,10 @@ import pytest
 from a2a_gateway.protocol import sse
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import SdkClient, ServerProcess, require_peer_venv, sdk_server_command
 
-from ..interop.conftest import (  # noqa: F401 (fixtures)
-    HOST,
-    SdkClient,
-    ServerProcess,
-    free_ports,
-    make_sdk_client,
-    require_peer_venv,
-    sdk_driver,
-    sdk_server_command,
-)
+from ..interop.conftest import make_sdk_client, sdk_driver  # noqa: F401 (fixtures)
 from .conftest import KEY_ALICE, KEY_BOB
 
 ROOT = Path(__file__).resolve().parents[2]

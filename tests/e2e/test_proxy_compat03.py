@@ -12,14 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ..interop.conftest import (
-    CARD_PATH,
-    HOST,
-    ServerProcess,
-    free_ports,
-    require_peer_venv,
-    sdk_server_command,
-)
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv, sdk_server_command
+
 from .conftest import KEY_ALICE, LEGACY_PEER_KEY
 from .test_proxy import message, rpc, rpc_stream
 

@@ -6,21 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.ports import free_ports
+
 ACCESS_KEY = "access-key-5e2a9c0d71bf"
 SECRET_TEXT = "body-text-that-must-not-be-logged"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,7 +35,7 @@ def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
     (workspace / ".a2a" / "callers.json").write_text(
         json.dumps([{"name": "alice", "key": ACCESS_KEY}])
     )
-    port, grpc_port = _free_port(), _free_port()
+    port, grpc_port = free_ports(2)
     log_path = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("A2A_GATEWAY_", "GRPC_"))}
     with log_path.open("w") as log:

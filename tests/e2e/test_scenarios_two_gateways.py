@@ -19,8 +19,8 @@ import pytest
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.settings import resolve
+from tests.support.postgres import fresh_database
 
-from ..pg_support import fresh_database
 from . import test_scenarios
 from .conftest import BINDINGS, KEY_ALICE, KEY_BOB, Driver
 

@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ..interop.conftest import CARD_PATH, HOST, Sdk03Agent, ServerProcess, free_ports
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, Sdk03Agent, ServerProcess
+
 from .conftest import KEY_ALICE
 from .test_cli import cli, summary
 from .test_proxy import message, rpc, rpc_stream

@@ -5,23 +5,14 @@ the TOML file, a flag) exits 2."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-
-@contextlib.contextmanager
-def taken_port() -> Iterator[int]:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        yield taken.getsockname()[1]
+from tests.support.ports import held_port
 
 
 @pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
@@ -30,7 +21,7 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(flag: str, mode:
     # A gRPC port in use exited 1 with a line of gRPC's C core, an HTTP one exited 1.
     # (Subprocesses: a gateway whose start failed in-process left grpc's aio layer to
     # crash a later test of the session.)
-    with taken_port() as port:
+    with held_port(listen=True) as port:
         ports = {"--port": "0", "--grpc-port": "0", flag: str(port)}
         agent = ["--upstream", "http://127.0.0.1:9"] if mode == "proxy" else ["--faux"]
         command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", *agent]

@@ -32,8 +32,8 @@ from tests.agent.fake_llm import (
     tool_results,
     user_texts,
 )
-from tests.interop.conftest import free_ports
-from tests.pg_support import fresh_database
+from tests.support.ports import free_ports
+from tests.support.postgres import fresh_database
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 

@@ -27,9 +27,9 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.certs import Authority, Issued
+from tests.support.secrets import use_secret
 
-from ..certs import Authority, Issued
-from ..conftest import use_secret
 from .conftest import BINDINGS, Driver, WireError, as_bearer
 
 KEY_CAROL = "tls-carol-key-6d5c4b3a2918"

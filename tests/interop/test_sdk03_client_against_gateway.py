@@ -19,21 +19,21 @@ from typing import Any
 
 import pytest
 
-from .conftest import (
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import (
     CARD_PATH,
-    EXTENDED_CARD_JSON,
-    HOST,
     PEER03_PYTHON,
     PEERS,
     SDK03_CLIENT,
     Results,
     ServerProcess,
-    free_ports,
     gateway_command,
     require_peer03_venv,
     run_script,
     scenario_result,
 )
+
+from .conftest import EXTENDED_CARD_JSON
 
 DRIVER_TIMEOUT_S = 120.0  # the whole script; each scenario is bounded at 15 s by the driver
 HOOK_TOKEN = "hook-t0k"  # peers/sdk03_client.py

@@ -15,22 +15,22 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
-from ..agent.fake_llm_thread import fake_llm_in_thread
-from .conftest import (
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import (
     CARD_PATH,
-    HOST,
     PEER03_PYTHON,
     SDK03_CLIENT,
     TRANSPORTS,
     ServerProcess,
-    free_ports,
     gateway_command,
     require_peer03_venv,
     require_peer_venv,
     run_script,
     scenario_result,
 )
+
+from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
+from ..agent.fake_llm_thread import fake_llm_in_thread
 
 SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}}}
 #: A 500-token answer, as the model streams it (newlines inside: the SDK's helper joins

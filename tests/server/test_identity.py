@@ -21,15 +21,15 @@ from a2a_gateway.server.identity import JwtVerifier, TokenRefused, hash_password
 from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.identity.jwt import MIN_REFETCH_INTERVAL_S
 from a2a_gateway.server.outbound import OutboundClient
-
-from ..conftest import FakeClock, use_secret
-from ..idp import (
+from tests.support.clocks import FakeClock
+from tests.support.idp import (
     AUDIENCE,
     IdentityProvider,
     hs256_with_public_key,
     running_provider,
     unsigned_token,
 )
+from tests.support.secrets import use_secret
 
 PASSWORD = "correct horse battery staple"
 #: Test hashes use a small N (the stored parameters say how to check them).

@@ -43,11 +43,11 @@ from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord, TaskStore
-
-from ..pg_support import (
+from tests.support.postgres import (
     fresh_database,
     postgres,  # noqa: F401 - the session's PostgreSQL
 )
+
 from .conftest import KEY, Http, Starter, text_message
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
 

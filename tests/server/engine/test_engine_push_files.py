@@ -29,8 +29,8 @@ from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.secret_box import KEY_FILE
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.secrets import use_secret
 
-from ...conftest import use_secret
 from .engine_helpers import WAIT_S, Scripted, ctx, request, send, state_name, status_text
 
 TOKEN = "engine-push-token-4f1a9c7e2b"
