@@ -40,6 +40,9 @@ from .support.postgres import postgres  # noqa: F401 - the session's PostgreSQL
 from .support.processes import Sdk03Agent, sdk03_agent_running
 from .support.secrets import MIN_SECRET_CHARS, registered_secrets, use_secret
 
+#: The suite-wide fixtures (``workspace``, ``callers``) live in tests/support.
+pytest_plugins = ["tests.support.fixtures"]
+
 #: Keys used by tests that may never be written to a callers.json or agents.json.
 KNOWN_SECRETS = frozenset(
     {

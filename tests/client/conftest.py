@@ -1,7 +1,7 @@
 """Client test fixtures: the official a2a-sdk server and our own gateway, as subprocesses.
 
-The delegation tests' ``remote`` (a faux gateway in-process) and ``workspace`` (whose
-agents.json lists it as ``assistant-a``) are here too.
+The delegation tests' ``remote`` (a faux gateway in-process) and ``calls_remote`` (the
+suite's ``workspace``, its agents.json listing ``remote`` as ``assistant-a``) are here too.
 
 Started with the suite's launchers (``tests/support/processes.py``): the SDK lives in
 ``.venv-peer`` and is never imported here (``peers/sdk_server.py`` runs as a subprocess);
@@ -79,5 +79,8 @@ async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    return workspace_calling(tmp_path / "b", remote)
+def calls_remote(request: pytest.FixtureRequest, workspace: Path, remote: Gateway) -> Path:
+    """Makes the suite's ``workspace`` assistant B: its agents.json lists ``remote`` as
+    ``assistant-a`` (with the members of the test module's ``REMOTE_ENTRY``, if any).
+    Tests take it with ``@pytest.mark.usefixtures("calls_remote")``."""
+    return workspace_calling(workspace, remote, **getattr(request.module, "REMOTE_ENTRY", {}))

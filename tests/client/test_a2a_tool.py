@@ -33,7 +33,6 @@ from .delegation_support import (
     eventually,
     faux_gateway,
     ids,
-    workspace_calling,
     write_agents,
 )
 
@@ -44,9 +43,9 @@ async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
         yield gateway
 
 
-@pytest.fixture
-def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    return workspace_calling(tmp_path / "b", remote, description="The other assistant")
+#: What this module's ``workspace`` says of ``remote`` (``calls_remote``, tests/client/conftest.py).
+REMOTE_ENTRY = {"description": "The other assistant"}
+pytestmark = pytest.mark.usefixtures("calls_remote")
 
 
 @pytest.fixture

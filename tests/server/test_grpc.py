@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +48,8 @@ class Served:
     stub: a2a_pb2_grpc.A2AServiceStub
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / ".a2a").mkdir()
-    callers = [{"name": "alice", "key": KEY}]
-    (tmp_path / ".a2a" / "callers.json").write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: alice may call it.
+pytestmark = pytest.mark.callers({"name": "alice", "key": KEY})
 
 
 async def _serve(authenticator: Authenticator, **config: Any) -> AsyncIterator[Served]:

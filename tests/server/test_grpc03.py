@@ -4,7 +4,6 @@ the generated 0.3 stubs: every rpc, the translations both ways, errors, version,
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,15 +111,11 @@ class Served:
     stub: a2a03_grpc.A2AServiceStub
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / ".a2a").mkdir()
-    callers = [
-        {"name": "alice", "key": KEY},
-        {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
-    ]
-    (tmp_path / ".a2a" / "callers.json").write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: alice, and a caller that signs.
+pytestmark = pytest.mark.callers(
+    {"name": "alice", "key": KEY},
+    {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
+)
 
 
 async def _serve(authenticator: Authenticator) -> AsyncIterator[Served]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -30,6 +29,7 @@ from tests.support.idp import (
     unsigned_token,
 )
 from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
 PASSWORD = "correct horse battery staple"
 #: Test hashes use a small N (the stored parameters say how to check them).
@@ -61,12 +61,6 @@ def bearer(token: str) -> Any:
 def basic(username: str, password: str) -> Any:
     pair = base64.b64encode(f"{username}:{password}".encode()).decode()
     return headers(authorization=f"Basic {pair}")
-
-
-def write_callers(workspace: Path, entries: list[dict[str, Any]]) -> None:
-    path = workspace / CALLERS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries))
 
 
 def jwt_entry(name: str, issuer: str, **rule: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 
 from a2a_gateway.protocol.errors import UnauthenticatedError
 from a2a_gateway.server import signing
-from a2a_gateway.server.auth import CALLERS_FILE, WorkspaceCallers
+from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import build_grpc_server
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -106,16 +106,11 @@ def test_pending_signature_never_shows_its_secret() -> None:
 # --- HTTP ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / CALLERS_FILE
-    path.parent.mkdir(parents=True)
-    callers = [
-        {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
-        {"name": "plain", "key": KEY_PLAIN},
-    ]
-    path.write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: one caller signs, one does not.
+pytestmark = pytest.mark.callers(
+    {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
+    {"name": "plain", "key": KEY_PLAIN},
+)
 
 
 @pytest.fixture
