@@ -30,9 +30,9 @@ from a2a_gateway.server.auth import (
     single_values,
 )
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.limits import CallerLimits
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.grpc_serving import grpc_serving
 from tests.support.workspace import write_callers
 
 from .conftest import TIMEOUT_S, Starter
@@ -341,14 +341,8 @@ async def test_http_undecodable_key_bytes_are_401_not_500(
 @pytest.fixture
 async def grpc_keyed(workspace: Path) -> AsyncIterator[tuple[GrpcEchoService, grpc.aio.Channel]]:
     service = GrpcEchoService()
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(service, config, WorkspaceCallers([workspace]))
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield service, channel
-    finally:
-        await server.stop(None)
+    async with grpc_serving(service, WorkspaceCallers([workspace])) as served:
+        yield service, served.channel
 
 
 def _raw_get_task(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:

@@ -21,14 +21,13 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_grpc
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server import signing
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
-from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc03 import (
     LEGACY_RPCS,
     LEGACY_SERVICE_DESCRIPTOR,
     legacy_card,
     legacy_rpc_handler,
 )
-from a2a_gateway.server.grpc_server import build_grpc_server
+from tests.support.grpc_serving import grpc_serving
 
 from .grpc_conftest_helpers import (
     ECHO_EXTENSION,
@@ -120,14 +119,8 @@ pytestmark = pytest.mark.callers(
 
 async def _serve(authenticator: Authenticator) -> AsyncIterator[Served]:
     service = RecordingService()
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(service, config, authenticator)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Served(service, channel, a2a03_grpc.A2AServiceStub(channel))
-    finally:
-        await server.stop(None)
+    async with grpc_serving(service, authenticator) as served:
+        yield Served(service, served.channel, a2a03_grpc.A2AServiceStub(served.channel))
 
 
 @pytest.fixture

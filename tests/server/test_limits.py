@@ -28,6 +28,7 @@ from a2a_gateway.server.limits import (
 )
 from a2a_gateway.settings import SettingsError, resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.grpc_serving import grpc_serving
 
 from .conftest import TIMEOUT_S, Starter
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
@@ -296,14 +297,8 @@ async def test_http_guessing_keys_is_throttled_per_address(
 @pytest.fixture
 async def grpc_limited(workspace: Path) -> AsyncIterator[grpc.aio.Channel]:
     callers = WorkspaceCallers([workspace], limits=RateLimits(per_caller_per_minute=1))
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(GrpcEchoService(), config, callers)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield channel
-    finally:
-        await server.stop(None)
+    async with grpc_serving(GrpcEchoService(), callers) as served:
+        yield served.channel
 
 
 async def test_grpc_resource_exhausted_with_retry_after(grpc_limited: grpc.aio.Channel) -> None:
