@@ -23,6 +23,7 @@ import pytest
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE
 
@@ -333,8 +334,8 @@ async def test_cancel_on_interrupt_cancels_the_task(url: str) -> None:
 async def signed_gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     workspace = tmp_path / "signed-ws"
     (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "carol", "key": SIGNED_KEY, "signing_secret": SIGNING_SECRET}])
+    write_callers(
+        workspace, [{"name": "carol", "key": SIGNED_KEY, "signing_secret": SIGNING_SECRET}]
     )
     settings = resolve(
         {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True}, environ={}

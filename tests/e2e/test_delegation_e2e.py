@@ -27,6 +27,7 @@ from a2a_gateway.chat_tui import PROMPT
 from a2a_gateway.client import connect
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import CARD_PATH, ServerProcess
+from tests.support.workspace import write_callers
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually, start_remote_task
@@ -52,10 +53,7 @@ def script(body: dict[str, Any]) -> Reply:
 def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Gateway A: the faux agent, caller ``assistant-b``; it may push to loopback."""
     folder = tmp_path_factory.mktemp("gateway-a")
-    (folder / ".a2a").mkdir()
-    (folder / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "assistant-b", "key": REMOTE_KEY}])
-    )
+    write_callers(folder, [{"name": "assistant-b", "key": REMOTE_KEY}])
     (port,) = free_ports(1)
     command = [
         sys.executable,

@@ -41,6 +41,7 @@ from tests.support.idp import (
     unsigned_token,
 )
 from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
 from .conftest import BINDINGS, Driver, WireError, as_bearer
 
@@ -77,7 +78,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
             {"name": "carol", "key": KEY_CAROL},
             {"name": "dave", "introspection": {"client_id": "dave"}},
         ]
-        (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+        write_callers(workspace, callers)
         settings = {
             "workspace": [str(workspace)],
             "port": 0,

@@ -24,7 +24,6 @@ import pytest
 
 from a2a_gateway.cli import build_parser
 from a2a_gateway.serve import keyless_problem, server_config
-from a2a_gateway.server.auth import CALLERS_FILE
 from a2a_gateway.server.config import is_loopback
 from a2a_gateway.settings import SETTINGS, resolve
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -32,6 +31,7 @@ from lf.a2a.v1 import a2a_pb2_grpc
 from tests.support import ports
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import CARD_PATH, ServerProcess
+from tests.support.workspace import write_callers
 
 KEY = "offloop-key-5e0c2b7a91d4"
 ANY_ADDRESS = "0.0.0.0"
@@ -46,7 +46,7 @@ def _workspace(root: Path, name: str, callers: object | None) -> Path:
     folder = root / name
     (folder / ".a2a").mkdir(parents=True)
     if callers is not None:
-        (folder / CALLERS_FILE).write_text(json.dumps(callers))
+        write_callers(folder, callers)
     return folder
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from a2a_gateway.settings import resolve
 from tests.support.ports import free_port, free_ports
 from tests.support.postgres import fresh_database
 from tests.support.processes import ServerProcess
+from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE, Driver, WireError
 
@@ -60,10 +60,7 @@ def send(text: str, message_id: str | None = None) -> dict[str, Any]:
 def alices_workspace(tmp_path: Path) -> Path:
     """A workspace whose one caller is alice."""
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     return workspace
 
 

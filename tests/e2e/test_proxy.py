@@ -23,6 +23,7 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import SdkClient, ServerProcess, require_peer_venv, sdk_server_command
+from tests.support.workspace import write_callers
 
 from ..interop.conftest import make_sdk_client, sdk_driver  # noqa: F401 (fixtures)
 from .conftest import KEY_ALICE, KEY_BOB
@@ -74,10 +75,7 @@ def proxy(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """``a2a-gateway serve --upstream`` with callers alice and bob."""
     root = tmp_path_factory.mktemp("proxy")
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
     port, grpc_port = free_ports(2)
     base_url = f"http://{HOST}:{port}"
     command = [

@@ -3,7 +3,6 @@ key or a body), and no gRPC C-core noise on ``--exec`` turns (real subprocesses)
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.ports import free_ports
+from tests.support.workspace import write_callers
 
 ACCESS_KEY = "access-key-5e2a9c0d71bf"
 SECRET_TEXT = "body-text-that-must-not-be-logged"
@@ -31,10 +31,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": ACCESS_KEY}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": ACCESS_KEY}])
     port, grpc_port = free_ports(2)
     log_path = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("A2A_GATEWAY_", "GRPC_"))}

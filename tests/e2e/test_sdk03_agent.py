@@ -9,7 +9,6 @@ task, which a 1.0 SubscribeToTask through the proxy must still start with.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import CARD_PATH, Sdk03Agent, ServerProcess
+from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE
 from .test_cli import cli, summary
@@ -59,10 +59,7 @@ def proxy_url(
     transport: str = request.param
     root = tmp_path_factory.mktemp(f"proxy-sdk03-{transport}")
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve"]

@@ -34,6 +34,7 @@ from tests.agent.fake_llm import (
 )
 from tests.support.ports import free_ports
 from tests.support.postgres import fresh_database
+from tests.support.workspace import write_callers
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
@@ -290,10 +291,7 @@ def owner_model(body: dict[str, Any]) -> Reply:
 async def remote_gateway(tmp_path: Path) -> AsyncIterator[int]:
     """Gateway A: the faux agent behind a caller key."""
     workspace = tmp_path / "remote"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "assistant-b", "key": REMOTE_KEY}])
-    )
+    write_callers(workspace, [{"name": "assistant-b", "key": REMOTE_KEY}])
     port, grpc_port = free_ports(2)
     command = [
         sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
@@ -437,9 +435,7 @@ async def start_a2a_bot(root: Path, bot_api: FakeBotApi, llm: FakeLLM, **flags: 
     """The bot with ``--a2a`` in-process, its owner's chat taking calls from travel-bot
     (CALLER_KEY); the model says "booked" once."""
     (root / str(OWNER) / ".a2a").mkdir(parents=True)
-    (root / str(OWNER) / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "travel-bot", "key": CALLER_KEY}])
-    )
+    write_callers(root / str(OWNER), [{"name": "travel-bot", "key": CALLER_KEY}])
     llm.script(Say("booked"))
     values: dict[str, Any] = {
         "workspaces_root": str(root),
