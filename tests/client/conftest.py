@@ -10,7 +10,6 @@ our gateway runs as ``python -P -m a2a_gateway serve --faux`` with one caller ke
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from tests.support.processes import (
     require_peer_venv,
     sdk_server_command,
 )
+from tests.support.workspace import write_callers
 
 from .client_support import HOST, OWN_KEY, PEER_KEY, Peer
 from .delegation_support import faux_gateway, workspace_calling
@@ -54,7 +54,7 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
     workspace = tmp_path_factory.mktemp("own-gateway")
     (workspace / ".a2a").mkdir()
     callers = [{"name": "tester", "key": OWN_KEY}]
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+    write_callers(workspace, callers)
     port, grpc_port = free_ports(2)
     # Interop's command without --allow-anonymous: these tests check that a key is needed.
     command = [
