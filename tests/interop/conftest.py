@@ -40,6 +40,7 @@ from tests.support.processes import (
     require_peer_venv,
     sdk_server_command,
 )
+from tests.support.workspace import write_callers
 
 #: The server under test: "gateway" (ours) or "sdk" (the official SDK standing in).
 SERVER_UNDER_TEST = os.environ.get("A2A_INTEROP_SERVER", "gateway")
@@ -88,7 +89,7 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
             "allow_private": True,  # the test identity provider is on 127.0.0.1
         }
         callers = [{"name": "sdk", "key": key}, {"name": "sdk-oidc", "jwt": oidc}]
-        (state / "callers.json").write_text(json.dumps(callers))
+        write_callers(workspace, callers)
         (state / "card.json").write_text(json.dumps(EXTENDED_CARD_JSON))
         extended_name = str(EXTENDED_CARD_JSON["name"])
         command = gateway_command(workspace, port, grpc_port)

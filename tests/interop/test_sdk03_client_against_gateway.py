@@ -32,6 +32,7 @@ from tests.support.processes import (
     run_script,
     scenario_result,
 )
+from tests.support.workspace import write_callers
 
 from .conftest import EXTENDED_CARD_JSON
 
@@ -48,7 +49,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     key = secrets.token_urlsafe(24)
     state = workspace / ".a2a"
     state.mkdir()
-    (state / "callers.json").write_text(json.dumps([{"name": "sdk03", "key": key}]))
+    write_callers(workspace, [{"name": "sdk03", "key": key}])
     (state / "card.json").write_text(json.dumps(EXTENDED_CARD_JSON))
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
