@@ -23,6 +23,7 @@ import pytest
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.processes import GATEWAY
 from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE
@@ -268,7 +269,7 @@ def _pty_run(args: list[str], *, until: bytes, then: bytes, env: dict[str, str])
     pid, fd = pty.fork()
     if pid == 0:  # the child: the pty is its controlling terminal
         os.chdir(ROOT)
-        os.execve(sys.executable, [sys.executable, "-P", "-m", "a2a_gateway", *args], env)
+        os.execve(sys.executable, [*GATEWAY, *args], env)
     output = b""
     sent = False
     deadline = time.monotonic() + CLI_TIMEOUT_S

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.chat_tui import PROMPT
 from a2a_gateway.client import connect
 from tests.support.ports import HOST, free_ports
-from tests.support.processes import CARD_PATH, ServerProcess
+from tests.support.processes import CARD_PATH, GATEWAY, ServerProcess
 from tests.support.workspace import write_callers
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, user_texts
@@ -56,10 +55,7 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_callers(folder, [{"name": "assistant-b", "key": REMOTE_KEY}])
     (port,) = free_ports(1)
     command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--faux",
         "--workspace",
@@ -102,10 +98,7 @@ def workspace_b(tmp_path: Path, remote: str) -> Path:
 
 def chat_command(llm: FakeLLM, workspace: Path, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "chat",
         "--workspace",
         str(workspace),

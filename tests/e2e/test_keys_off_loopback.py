@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from lf.a2a.v1 import a2a_pb2_grpc
 from tests.support import ports
 from tests.support.ports import HOST, free_ports
-from tests.support.processes import CARD_PATH, ServerProcess
+from tests.support.processes import CARD_PATH, GATEWAY, ServerProcess
 from tests.support.workspace import write_callers
 
 KEY = "offloop-key-5e0c2b7a91d4"
@@ -39,7 +38,7 @@ START_TIMEOUT_S = 60.0
 
 
 def _serve(*args: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "a2a_gateway", "serve", *args]
+    return [*GATEWAY, "serve", *args]
 
 
 def _workspace(root: Path, name: str, callers: object | None) -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,13 @@ from a2a_gateway.protocol import sse
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.ports import HOST, free_ports
-from tests.support.processes import SdkClient, ServerProcess, require_peer_venv, sdk_server_command
+from tests.support.processes import (
+    GATEWAY,
+    SdkClient,
+    ServerProcess,
+    require_peer_venv,
+    sdk_server_command,
+)
 from tests.support.workspace import write_callers
 
 from ..interop.conftest import make_sdk_client, sdk_driver  # noqa: F401 (fixtures)
@@ -79,10 +84,7 @@ def proxy(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Itera
     port, grpc_port = free_ports(2)
     base_url = f"http://{HOST}:{port}"
     command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--upstream",
         upstream.base_url,
@@ -296,7 +298,7 @@ def test_our_cli_over_grpc_through_the_proxy(proxy: Proxy) -> None:
     env["A2A_GATEWAY_KEY"] = KEY_ALICE
     argv = ["send", proxy.base_url, "chunks:3", "--stream", "--transport", "grpc"]
     run = subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", *argv],
+        [*GATEWAY, *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,

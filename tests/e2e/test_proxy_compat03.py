@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +11,13 @@ import httpx
 import pytest
 
 from tests.support.ports import HOST, free_ports
-from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv, sdk_server_command
+from tests.support.processes import (
+    CARD_PATH,
+    GATEWAY,
+    ServerProcess,
+    require_peer_venv,
+    sdk_server_command,
+)
 from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE, LEGACY_PEER_KEY
@@ -30,10 +35,7 @@ def proxy_url(legacy_sdk_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
     command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--upstream",
         legacy_sdk_url,
@@ -113,10 +115,7 @@ def grpc_proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     base = f"http://{HOST}:{port}"
     proxy_command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--upstream",
         up_base,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 from tests.support.ports import free_ports
+from tests.support.processes import GATEWAY
 from tests.support.workspace import write_callers
 
 ACCESS_KEY = "access-key-5e2a9c0d71bf"
@@ -21,7 +21,7 @@ SECRET_TEXT = "body-text-that-must-not-be-logged"
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", *args],
+        [*GATEWAY, *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -37,7 +37,7 @@ def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("A2A_GATEWAY_", "GRPC_"))}
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--exec", "cat",
+            [*GATEWAY, "serve", "--exec", "cat",
              "--workspace", str(workspace), "--access-log", "--log-level", "warning",
              "--port", str(port), "--grpc-port", str(grpc_port)],
             stdout=log,

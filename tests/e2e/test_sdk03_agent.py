@@ -9,7 +9,6 @@ task, which a 1.0 SubscribeToTask through the proxy must still start with.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from tests.support.ports import HOST, free_ports
-from tests.support.processes import CARD_PATH, Sdk03Agent, ServerProcess
+from tests.support.processes import CARD_PATH, GATEWAY, Sdk03Agent, ServerProcess
 from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE
@@ -62,7 +61,7 @@ def proxy_url(
     write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
-    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve"]
+    command = [*GATEWAY, "serve"]
     command += ["--upstream", sdk03_agent.base_url, "--upstream-transport", transport]
     command += ["--workspace", str(workspace), "--host", HOST, "--port", str(port)]
     command += ["--grpc-port", str(grpc_port)]

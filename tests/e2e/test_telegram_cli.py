@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tests.agent.fake_llm import (
 )
 from tests.support.ports import free_ports
 from tests.support.postgres import fresh_database
+from tests.support.processes import GATEWAY
 from tests.support.workspace import write_callers
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
@@ -47,10 +47,7 @@ HASHED_CALLER = "sha256:" + "ab" * 32
 
 def telegram_command(root: Path, api: FakeBotApi, llm: FakeLLM, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "telegram",
         "--workspaces-root",
         str(root),
@@ -218,7 +215,7 @@ def test_start_up_mistakes_are_one_line(
 ) -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}
     command = [
-        sys.executable, "-P", "-m", "a2a_gateway", "telegram",
+        *GATEWAY, "telegram",
         "--workspaces-root", str(tmp_path), "--llm-model", "m", *args,
     ]  # fmt: skip
     result = subprocess.run(
@@ -294,7 +291,7 @@ async def remote_gateway(tmp_path: Path) -> AsyncIterator[int]:
     write_callers(workspace, [{"name": "assistant-b", "key": REMOTE_KEY}])
     port, grpc_port = free_ports(2)
     command = [
-        sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+        *GATEWAY, "serve", "--faux",
         "--workspace", str(workspace), "--port", str(port), "--grpc-port", str(grpc_port),
     ]  # fmt: skip
     async with running(command, tmp_path / "remote.log"):

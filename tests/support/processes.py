@@ -48,6 +48,8 @@ SDK_SERVER = PEERS / "sdk_server.py"
 PEER03_PYTHON = ROOT / ".venv-peer03" / "bin" / "python"
 SDK03_SERVER = PEERS / "sdk03_server.py"
 SDK03_CLIENT = PEERS / "sdk03_client.py"
+#: The start of every command line that runs our gateway (``*GATEWAY, "serve", ...``).
+GATEWAY = (sys.executable, "-P", "-m", "a2a_gateway")
 CARD_PATH = "/.well-known/agent-card.json"
 TRANSPORTS = ("jsonrpc", "rest", "grpc")
 
@@ -64,10 +66,7 @@ JSON = dict[str, Any]
 def gateway_command(workspace: Path, port: int, grpc_port: int) -> list[str]:
     """How our gateway is started for interop (the faux agent, anonymous callers allowed)."""
     return [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--faux",
         "--workspace",
