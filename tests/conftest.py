@@ -11,7 +11,8 @@ The secrets are:
   ``key``/``token``-like member of every ``agents.json``, written under the session's
   temp folder (so each new test's keys are covered without registering them);
 - the literal keys of :data:`KNOWN_SECRETS`, for keys that never reach a file;
-- anything a test passes to :func:`use_secret` (or the ``use_secret`` fixture).
+- anything a test passes to :func:`tests.support.secrets.use_secret` (or the
+  ``use_secret`` fixture).
 
 Tests that log a secret on purpose (to test redaction) must use a logger with
 ``propagate = False``.
@@ -21,7 +22,7 @@ traceback fails, unless it is marked ``server_fault`` (it makes our own code fai
 purpose: a crashing agent or service, a store that cannot write). Bad input of any kind
 (malformed HTTP, undecodable bodies, raw HTTP/2 frames, wrong fields) is the caller's
 mistake and must be logged, if at all, without one. Subprocess servers are checked by
-their fixture (``tests/interop/conftest.py``, ``ServerProcess.stop``).
+their fixture (``tests/support/processes.py``, ``ServerProcess.stop``).
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .interop.conftest import Sdk03Agent, sdk03_agent_running
-from .pg_support import postgres  # noqa: F401 - the session's PostgreSQL
+from .support.postgres import postgres  # noqa: F401 - the session's PostgreSQL
+from .support.processes import Sdk03Agent, sdk03_agent_running
+from .support.secrets import MIN_SECRET_CHARS, registered_secrets, use_secret
 
-#: Secrets shorter than this are not scanned for (they would match ordinary words).
-MIN_SECRET_CHARS = 8
+#: The suite-wide fixtures (``workspace``, ``callers``) live in tests/support.
+pytest_plugins = ["tests.support.fixtures"]
+
 #: Keys used by tests that may never be written to a callers.json or agents.json.
 KNOWN_SECRETS = frozenset(
     {
@@ -75,25 +77,6 @@ _SECRET_MEMBERS = frozenset(
 )
 #: Log files of subprocess servers and peers (interop fixtures write ``*.stderr``).
 _LOG_SUFFIXES = (".stderr", ".stdout", ".log")
-
-_registered: set[str] = set()
-_registered_lock = threading.Lock()
-
-
-class FakeClock:
-    """An injectable clock (seconds) that tests move by hand: ``clock.now += 31``."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def use_secret(*secrets: str) -> None:
-    """Declare secrets this test uses that are in no callers.json / agents.json."""
-    with _registered_lock:
-        _registered.update(s for s in secrets if len(s) >= MIN_SECRET_CHARS)
 
 
 @pytest.fixture(name="use_secret")
@@ -167,8 +150,7 @@ def log_files(root: Path) -> list[Path]:
 
 
 def all_secrets(root: Path | None) -> set[str]:
-    with _registered_lock:
-        found = set(KNOWN_SECRETS) | _registered
+    found = set(KNOWN_SECRETS) | registered_secrets()
     if root is not None:
         found |= secrets_in_files(root)
     return {s.strip() for s in found if len(s.strip()) >= MIN_SECRET_CHARS}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from a2a_gateway.assistant_host import build_assistant, build_runtime, llm_api_k
 from a2a_gateway.logs import redact
 from a2a_gateway.settings import BY_NAME, LLM_BASE_URL, SettingsError, resolve
 from a2a_gateway.startup import StartupError
+from tests.support.processes import GATEWAY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,7 @@ def test_startup_mistakes(flags: dict[str, str], needle: str, tmp_path: Path) ->
 
 def test_llm_without_model_exits_2_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--llm", "--workspace", str(tmp_path)],
+        [*GATEWAY, "serve", "--llm", "--workspace", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,

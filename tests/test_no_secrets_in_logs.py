@@ -22,6 +22,7 @@ import pytest
 from a2a_gateway.logs import JsonFormatter, RedactingFilter, register_secret, setup_logging
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.workspace import write_callers
 
 from .conftest import (
     LogCapture,
@@ -54,13 +55,12 @@ def test_leaks_are_found_and_reported_masked() -> None:
 
 def test_secrets_are_discovered_in_callers_and_agents_files(tmp_path: Path) -> None:
     (tmp_path / "a" / ".a2a").mkdir(parents=True)
-    (tmp_path / "a" / ".a2a" / "callers.json").write_text(
-        json.dumps(
-            [
-                {"name": "x", "key": KEY, "signing_secret": SIGNING},
-                {"name": "y", "key": "sha256:" + "0" * 64},
-            ]
-        )
+    write_callers(
+        tmp_path / "a",
+        [
+            {"name": "x", "key": KEY, "signing_secret": SIGNING},
+            {"name": "y", "key": "sha256:" + "0" * 64},
+        ],
     )
     (tmp_path / "a" / ".a2a" / "agents.json").write_text(
         json.dumps({"agents": [{"name": "peer", "url": "https://x", "apiKey": DUPLICATE}]})
@@ -122,8 +122,7 @@ async def test_caller_paths_log_no_secrets(tmp_path: Path) -> None:
         ),
         (two, [{"name": "dup-b", "key": DUPLICATE}]),
     ):
-        (workspace / ".a2a").mkdir(parents=True)
-        (workspace / ".a2a" / "callers.json").write_text(json.dumps(entries))
+        write_callers(workspace, entries)
     use_secret(PRESENTED)
     settings = resolve(
         {
@@ -149,7 +148,7 @@ async def test_caller_paths_log_no_secrets(tmp_path: Path) -> None:
                         text = await r.text()
                     for secret in (KEY, DUPLICATE, PRESENTED, BAD_ENTRY_KEY, SIGNING):
                         assert secret not in text
-            (one / ".a2a" / "callers.json").write_text(f'[{{"name": "x", "key": "{KEY}"')
+            write_callers(one, f'[{{"name": "x", "key": "{KEY}"')
             async with (
                 asyncio.timeout(10),
                 http.post(url, json=body, headers={"X-API-Key": KEY}) as r,

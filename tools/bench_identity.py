@@ -2,7 +2,7 @@
 
     .venv/bin/python -P tools/bench_identity.py [--sends 4000] [--concurrency 32] [--rounds 3]
 
-Starts the test identity provider (``tests/idp.py``) in this process and
+Starts the test identity provider (``tests/support/idp.py``) in this process and
 ``a2a-gateway serve --faux`` on a fresh workspace with two callers: ``keyed`` (a key)
 and ``oidc`` (tokens of the provider, ``sub`` oidc). Each round sends ``--sends``
 blocking JSON-RPC SendMessage calls as each caller in turn (the order alternates by
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder 
 
 from load import free_port, sends, wait_ready  # noqa: E402
 
-from tests.idp import AUDIENCE, provider_in_thread  # noqa: E402
+from tests.support.idp import AUDIENCE, provider_in_thread  # noqa: E402
 
 KEY = "bench-identity-key-0f1e2d3c4b5a"
 

@@ -4,7 +4,7 @@
 
 ``POST /v1/traces`` decodes the protobuf body (``opentelemetry-proto``) and adds its
 spans to a count; ``GET /count`` answers that count. A measurement aid, never a test
-(the tests' receiver is tests/otlp_receiver.py).
+(the tests' receiver is tests/support/otlp_receiver.py).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import pytest
 from a2a_gateway.agent.provider import ChatProvider, ProviderConfig
 from a2a_gateway.agent.runtime import Runtime, RuntimeConfig, TurnEvent
 from a2a_gateway.agent.tools import ToolRegistry
+from tests.support.clocks import FakeClock
 
-from ..conftest import FakeClock
 from .fake_llm import FakeLLM
 
 API_KEY = "sk-test-llm-4f2a9c7e1b3d5a6f"

@@ -31,8 +31,8 @@ from a2a_gateway.agent.sessions import transcript_path
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.agent.tools.interaction import RequestInput, SecretQuestion
+from tests.support.secrets import use_secret
 
-from ..conftest import use_secret
 from .fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from .llm_support import API_KEY, FakeClock, llm, make_runtime, run
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,12 +32,6 @@ PEER_KEY = "peer-key-7c1e9b2a4d"
 #: The caller key our own gateway is started with.
 OWN_KEY = "own-key-3e5d7f9b1a2c"
 TRANSPORTS = ("jsonrpc", "rest", "grpc")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def text_request(
@@ -175,8 +168,3 @@ async def silent_server() -> AsyncIterator[int]:
         for writer in writers:
             writer.close()
         await server.wait_closed()
-
-
-def closed_port() -> int:
-    """A port nothing listens on (bound once, then released)."""
-    return free_port()

@@ -1,31 +1,31 @@
 """Client test fixtures: the official a2a-sdk server and our own gateway, as subprocesses.
 
-The delegation tests' ``remote`` (a faux gateway in-process) and ``workspace`` (whose
-agents.json lists it as ``assistant-a``) are here too.
+The delegation tests' ``remote`` (a faux gateway in-process) and ``calls_remote`` (the
+suite's ``workspace``, its agents.json listing ``remote`` as ``assistant-a``) are here too.
 
-Started with the interop suite's helpers (``tests/interop/conftest.py``): the SDK lives in
+Started with the suite's launchers (``tests/support/processes.py``): the SDK lives in
 ``.venv-peer`` and is never imported here (``peers/sdk_server.py`` runs as a subprocess);
 our gateway runs as ``python -P -m a2a_gateway serve --faux`` with one caller key.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from a2a_gateway.serve import Gateway
-
-from ..interop.conftest import (
+from tests.support.ports import free_ports
+from tests.support.processes import (
     CARD_PATH,
     ServerProcess,
-    free_ports,
     gateway_command,
     require_peer_venv,
     sdk_server_command,
 )
+from tests.support.workspace import write_callers
+
 from .client_support import HOST, OWN_KEY, PEER_KEY, Peer
 from .delegation_support import faux_gateway, workspace_calling
 
@@ -54,7 +54,7 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
     workspace = tmp_path_factory.mktemp("own-gateway")
     (workspace / ".a2a").mkdir()
     callers = [{"name": "tester", "key": OWN_KEY}]
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+    write_callers(workspace, callers)
     port, grpc_port = free_ports(2)
     # Interop's command without --allow-anonymous: these tests check that a key is needed.
     command = [
@@ -79,5 +79,8 @@ async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    return workspace_calling(tmp_path / "b", remote)
+def calls_remote(request: pytest.FixtureRequest, workspace: Path, remote: Gateway) -> Path:
+    """Makes the suite's ``workspace`` assistant B: its agents.json lists ``remote`` as
+    ``assistant-a`` (with the members of the test module's ``REMOTE_ENTRY``, if any).
+    Tests take it with ``@pytest.mark.usefixtures("calls_remote")``."""
+    return workspace_calling(workspace, remote, **getattr(request.module, "REMOTE_ENTRY", {}))

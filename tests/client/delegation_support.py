@@ -20,6 +20,7 @@ from a2a_gateway.client import connect
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.workspace import write_callers
 
 #: The key workspace B presents to gateway A (written to both sides' files).
 REMOTE_KEY = "k_b_0123456789abcdef"
@@ -49,8 +50,7 @@ async def faux_gateway(
     folder: Path, *, key: str = REMOTE_KEY, **settings: Any
 ) -> AsyncIterator[Gateway]:
     """``serve --faux`` in-process on a free port, one caller (``assistant-b``), no gRPC."""
-    (folder / ".a2a").mkdir(parents=True, exist_ok=True)
-    (folder / ".a2a" / "callers.json").write_text(json.dumps([{"name": "assistant-b", "key": key}]))
+    write_callers(folder, [{"name": "assistant-b", "key": key}])
     values = {"workspace": [str(folder)], "port": 0, "grpc_port": -1, "faux": True}
     values.update(settings)
     gateway = Gateway(resolve(values, environ={}))

@@ -19,8 +19,9 @@ from a2a_gateway.client.pending import read_pending
 from a2a_gateway.client.watches import WatchRegistry
 from a2a_gateway.logs import redact
 from a2a_gateway.serve import Gateway
+from tests.support.ports import free_port
 
-from .client_support import closed_port, serving, silent_server
+from .client_support import serving, silent_server
 from .delegation_support import (
     REMOTE_KEY,
     SCOPE,
@@ -32,7 +33,6 @@ from .delegation_support import (
     eventually,
     faux_gateway,
     ids,
-    workspace_calling,
     write_agents,
 )
 
@@ -43,9 +43,9 @@ async def remote(tmp_path: Path) -> AsyncIterator[Gateway]:
         yield gateway
 
 
-@pytest.fixture
-def workspace(tmp_path: Path, remote: Gateway) -> Path:
-    return workspace_calling(tmp_path / "b", remote, description="The other assistant")
+#: What this module's ``workspace`` says of ``remote`` (``calls_remote``, tests/client/conftest.py).
+REMOTE_ENTRY = {"description": "The other assistant"}
+pytestmark = pytest.mark.usefixtures("calls_remote")
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ async def tool() -> AsyncIterator[A2ATool]:
 async def test_agents_lists_cards_and_problems(tool: A2ATool, workspace: Path) -> None:
     path = workspace / ".a2a" / "agents.json"
     entries = json.loads(path.read_text())
-    gone = f"http://127.0.0.1:{closed_port()}"
+    gone = f"http://127.0.0.1:{free_port()}"
     entries += [{"name": "gone", "url": gone, "allow_private": True}, {"name": "BAD"}]
     path.write_text(json.dumps(entries))
     text = await call(tool, workspace, action="agents")
@@ -291,7 +291,7 @@ async def test_cancel_when_unreachable_rearms_the_watch(workspace: Path, tmp_pat
         # sees it settle ends, which is not the case under test.
         write_agents(
             workspace,
-            [{"name": "c", "url": f"http://127.0.0.1:{closed_port()}/", "key": REMOTE_KEY,
+            [{"name": "c", "url": f"http://127.0.0.1:{free_port()}/", "key": REMOTE_KEY,
               "allow_private": True}],
         )  # fmt: skip
         try:
@@ -357,7 +357,7 @@ async def test_errors(tool: A2ATool, workspace: Path, remote: Gateway) -> None:
             workspace,
             [
                 {"name": "wrong", "url": base_url(remote), "key": wrong, "allow_private": True},
-                {"name": "down", "url": f"http://127.0.0.1:{closed_port()}", "allow_private": True},
+                {"name": "down", "url": f"http://127.0.0.1:{free_port()}", "allow_private": True},
                 {"name": "guarded", "url": base_url(remote), "key": REMOTE_KEY},
                 {"name": "silent", "url": f"http://127.0.0.1:{silent_port}", "allow_private": True},
             ],

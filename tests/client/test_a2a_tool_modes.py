@@ -42,6 +42,10 @@ CITY = {
 }
 
 
+#: Every test here is assistant B calling ``remote`` (tests/client/conftest.py).
+pytestmark = pytest.mark.usefixtures("calls_remote")
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

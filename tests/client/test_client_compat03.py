@@ -25,14 +25,14 @@ from a2a_gateway.client import (
 from a2a_gateway.client.cards import parse_card
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.rest import LEGACY_STREAM_CODEC
+from tests.support.ports import free_port, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv
+from tests.support.processes import sdk_server_command as _sdk_server_command
 
-from ..interop.conftest import CARD_PATH, ServerProcess, free_ports, require_peer_venv
-from ..interop.conftest import sdk_server_command as _sdk_server_command
 from .client_support import (
     HOST,
     PEER_KEY,
     Peer,
-    closed_port,
     own_legacy_service,
     serving,
     text_request,
@@ -355,7 +355,7 @@ async def test_wire_has_0_3_methods_and_headers() -> None:
 
 
 async def test_list_tasks_over_0_3_rest_fails_before_any_network_call() -> None:
-    url = f"http://{HOST}:{closed_port()}/rpc"
+    url = f"http://{HOST}:{free_port()}/rpc"
     async with httpx.AsyncClient() as http:
         async with RemoteService(Rest03Transport(url, http)) as agent:
             with pytest.raises(errors.UnsupportedOperationError) as refused:

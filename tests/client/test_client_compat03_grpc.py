@@ -25,10 +25,11 @@ from a2a_gateway.client import (
 from a2a_gateway.client.grpc03 import legacy_grpc_request
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.grpc03 import legacy_status_message
+from tests.support.ports import free_port, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv
+from tests.support.processes import sdk_server_command as _sdk_server_command
 
-from ..interop.conftest import CARD_PATH, ServerProcess, free_ports, require_peer_venv
-from ..interop.conftest import sdk_server_command as _sdk_server_command
-from .client_support import HOST, PEER_KEY, Peer, closed_port, own_legacy_service, text_request
+from .client_support import HOST, PEER_KEY, Peer, own_legacy_service, text_request
 
 BOUND_S = 20.0
 
@@ -128,7 +129,7 @@ async def test_unknown_task_is_task_not_found(agent: RemoteService) -> None:
 
 
 async def test_list_tasks_is_refused_before_any_call() -> None:
-    async with RemoteService(Grpc03Transport(f"grpc://{HOST}:{closed_port()}")) as agent:
+    async with RemoteService(Grpc03Transport(f"grpc://{HOST}:{free_port()}")) as agent:
         with pytest.raises(errors.UnsupportedOperationError, match=r"does not exist in A2A 0\.3"):
             await agent.list_tasks(pb.ListTasksRequest())
 

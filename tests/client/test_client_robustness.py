@@ -14,10 +14,10 @@ import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import Timeout, Unreachable, connect
 from a2a_gateway.protocol import errors
+from tests.support.ports import free_port
 
 from .client_support import (
     HOST,
-    closed_port,
     grpc_serving,
     remote,
     silent_server,
@@ -68,7 +68,7 @@ async def test_opening_a_stream_to_silent_server_times_out(binding: str) -> None
 
 
 async def test_card_from_closed_port_is_unreachable() -> None:
-    port = closed_port()
+    port = free_port()
     async with asyncio.timeout(BOUND_S):
         with pytest.raises(Unreachable) as caught:
             await connect(f"http://{HOST}:{port}", timeout=2)
@@ -78,7 +78,7 @@ async def test_card_from_closed_port_is_unreachable() -> None:
 
 @pytest.mark.parametrize("binding", [*HTTP_BINDINGS, "GRPC"])
 async def test_call_to_closed_port_is_unreachable(binding: str) -> None:
-    port = closed_port()
+    port = free_port()
     url = f"{HOST}:{port}" if binding == "GRPC" else http_url(binding, f"http://{HOST}:{port}")
     async with asyncio.timeout(BOUND_S), remote(binding, url, timeout=3) as service:
         with pytest.raises(Unreachable):

@@ -20,8 +20,8 @@ import pytest
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import RemoteService, connect
 from a2a_gateway.protocol import errors
+from tests.support.processes import Sdk03Agent
 
-from ..interop.conftest import Sdk03Agent
 from .client_support import text_request
 
 BOUND_S = 20.0

@@ -32,10 +32,11 @@ from a2a_gateway.client.pending import (
 from a2a_gateway.client.watches import WatchRegistry, poll_delays
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.push_receiver import build_push_app
+from tests.support.ports import free_port
 
 from ..agent.fake_llm import FakeLLM, Say, Status, user_texts
 from ..agent.llm_support import llm, make_runtime
-from .client_support import closed_port, serving
+from .client_support import serving
 from .delegation_support import (
     REMOTE_KEY,
     Inbox,
@@ -65,6 +66,7 @@ def test_poll_schedule() -> None:
     assert [next(delays) for _ in range(7)] == [15, 30, 60, 120, 300, 300, 300]
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_poll_mode_follows_the_schedule_and_delivers(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -102,6 +104,7 @@ async def test_poll_mode_follows_the_schedule_and_delivers(
         await registry.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_subscribe_delivers_on_the_stream_and_reopens_after_a_day(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -127,7 +130,7 @@ async def test_subscribe_delivers_on_the_stream_and_reopens_after_a_day(
 
 async def test_subscribe_failures_back_off_then_poll(home: Path) -> None:
     workspace = home
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     write_agents(workspace, [{"name": "gone", "url": url, "allow_private": True}])
     clock = ManualClock()
     registry = WatchRegistry(clock=clock)
@@ -194,6 +197,7 @@ async def test_push_wakes_the_watch_and_the_config_is_deleted(tmp_path: Path) ->
                 await registry.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_refused_push_config_falls_back(workspace: Path, remote: Gateway) -> None:
     # The remote refuses a loopback webhook (its guard is on): subscribe instead.
     clock, inbox = ManualClock(), Inbox()
@@ -214,6 +218,7 @@ async def test_refused_push_config_falls_back(workspace: Path, remote: Gateway) 
         await registry.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_timeout_gives_up_with_no_result(workspace: Path, remote: Gateway) -> None:
     clock, inbox = ManualClock(), Inbox()
     registry = WatchRegistry(clock=clock, watch_timeout_s=100)
@@ -244,6 +249,7 @@ def write_in_place(workspace: Path, text: str | None) -> None:
         path.write_text(text)
 
 
+@pytest.mark.usefixtures("calls_remote")
 @pytest.mark.parametrize(
     "half_written",
     ["", "  \n", '[{"name": "assistant-a", "url": "htt', "{being edited", "null", None],
@@ -321,6 +327,7 @@ async def test_a_restored_watch_with_an_unreadable_file_waits_without_checking(
         await registry.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 @pytest.mark.server_fault  # the target fails on purpose: its traceback is logged
 async def test_undelivered_results_are_kept_and_delivered_when_the_target_registers(
     workspace: Path, remote: Gateway
@@ -394,6 +401,7 @@ async def test_a_result_whose_follow_up_turn_failed_is_delivered_again_while_run
         await runtime.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_a_key_the_agent_echoes_never_reaches_the_delivered_text(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -412,6 +420,7 @@ async def test_a_key_the_agent_echoes_never_reaches_the_delivered_text(
         await registry.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_a_timeout_past_the_calendar_never_ends_the_watch(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -429,6 +438,7 @@ async def test_a_timeout_past_the_calendar_never_ends_the_watch(
         await registry.aclose()
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_restore_rearms_and_delivers_and_shutdown_keeps_records(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -468,6 +478,7 @@ async def test_restore_rearms_and_delivers_and_shutdown_keeps_records(
     await cancel_remote_task(base_url(remote), task.id)
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_shutdown_stops_a_delivery_that_waits_on_its_turn(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -493,6 +504,7 @@ async def test_shutdown_stops_a_delivery_that_waits_on_its_turn(
     assert record.watchId == watch.record.watchId and "Which city?" in (record.undelivered or "")
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_stop_removes_the_record_and_rearm_restores_it(
     workspace: Path, remote: Gateway
 ) -> None:
@@ -637,6 +649,7 @@ async def test_serve_without_a_waker_answers_404(remote: Gateway) -> None:
             assert response.status == 404
 
 
+@pytest.mark.usefixtures("calls_remote")
 async def test_watches_are_metered_by_mode_and_outcome(workspace: Path, remote: Gateway) -> None:
     """``telegram --a2a --metrics`` gives its registry the gateway's meter: watches by
     mode and how they ended, each delivery attempt, and those pending now."""

@@ -25,16 +25,11 @@ from a2a_gateway.protocol import codec, routes, sse
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv, sdk_server_command
+from tests.support.workspace import write_callers
 
 from ..agent.llm_support import llm  # noqa: F401 (the scripted model, a fixture)
-from ..interop.conftest import (
-    CARD_PATH,
-    HOST,
-    ServerProcess,
-    free_ports,
-    require_peer_venv,
-    sdk_server_command,
-)
 from ..telegram.conftest import bot_api  # noqa: F401 (the fake Bot API, a fixture)
 
 KEY_ALICE = "alice-key-0f3e9a7c51d2"
@@ -288,10 +283,7 @@ async def running_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[Gate
     """A faux gateway on free ports whose workspace has the callers alice and bob;
     ``settings`` add to or override the defaults."""
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
     defaults = {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True}
     server = Gateway(resolve({**defaults, "keepalive": 0.2, **settings}, environ={}))
     await server.start()

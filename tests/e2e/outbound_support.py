@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.push import PushPolicy
 from a2a_gateway.settings import resolve
+from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE, KEY_BOB, Driver
 
@@ -36,10 +36,7 @@ GRPC_OPTIONS = (
 
 def workspace_with_callers(root: Path) -> Path:
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
     return workspace
 
 

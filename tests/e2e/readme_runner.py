@@ -261,6 +261,8 @@ class Runner:
 
 
 def free_ports(count: int) -> list[int]:
+    """Free ports (the runner is a script of its own, run in a copy of the repository:
+    it cannot import ``tests.support.ports``)."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for sock in sockets:

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from a2a_gateway.agent.sessions import Session
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, ServerProcess, gateway_command
+from tests.support.workspace import write_callers
 
 from ..agent.fake_llm import FakeLLM, Reply, Say, Stall
 from ..agent.fake_llm_thread import fake_llm_in_thread
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports, gateway_command
 
 KEY = "crash-key-5e8d2c7a9b1f"
 CONTEXT = "ctx-crash"
@@ -57,8 +59,7 @@ def send(base: str, text: str, *, immediately: bool) -> dict[str, Any]:
 
 def test_kill_9_mid_turn_leaves_a_transcript_that_loads(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps([{"name": "crash", "key": KEY}]))
+    write_callers(workspace, [{"name": "crash", "key": KEY}])
     stall = Stall(first="half an ans", every=0.02)
     streaming = threading.Event()
     replies: list[Reply] = [stall, Say("after the crash")]

@@ -20,10 +20,12 @@ from aiohttp import web
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
 from ..agent.fake_llm import Calls, FakeLLM, Garbage, Say, Stall, Status, tool_results, user_texts
 from ..agent.llm_support import API_KEY, llm
-from ..conftest import captured_logs, use_secret
+from ..conftest import captured_logs
 from ..server.test_metrics import parse, value
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, files_holding
 from .outbound_support import settle, webhook_receiver
@@ -39,10 +41,7 @@ async def start_gateway(
     routes: Callable[[web.Application], None] | None = None,
     **settings: Any,
 ) -> Gateway:
-    (workspace / ".a2a").mkdir(parents=True, exist_ok=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     use_secret(API_KEY)
     values = {
         "workspace": [str(workspace)],

@@ -21,6 +21,7 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.auth import read_callers
 from a2a_gateway.server.identity import verify_password
 from a2a_gateway.settings import resolve
+from tests.support.processes import GATEWAY
 
 SHORT_KEY = "short-k1"  # under 12 characters: nothing of it may be shown
 LONG_KEY = "listed-key-0a1b2c3d4e5f"
@@ -143,7 +144,7 @@ def test_list_without_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def added_by_the_command(tmp_path: Path) -> tuple[Path, str, str]:
     """Two callers added by the real console program (plain, then hashed)."""
     workspace = tmp_path / "ws"
-    command = [sys.executable, "-P", "-m", "a2a_gateway", "callers", "add"]
+    command = [*GATEWAY, "callers", "add"]
     keys = [
         subprocess.run(
             [*command, name, "--workspace", str(workspace), *extra],
@@ -181,7 +182,7 @@ async def test_added_keys_work_against_a_running_gateway(
 
 def _command(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", *argv],
+        [*GATEWAY, *argv],
         capture_output=True,
         text=True,
         timeout=30,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.workspace import write_callers
 
 from .conftest import BINDINGS, KEY_ALICE, KEY_BOB, Driver
 from .test_scenarios import expect_error, send
@@ -25,7 +25,7 @@ async def capped(tmp_path: Path) -> AsyncIterator[Gateway]:
         {"name": "alice", "key": KEY_ALICE, "max_running_tasks": 1},
         {"name": "bob", "key": KEY_BOB},
     ]
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+    write_callers(workspace, callers)
     settings = resolve(
         {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True}, environ={}
     )

@@ -30,9 +30,9 @@ from a2a_gateway.protocol.card_signature import (
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..conftest import use_secret
-from ..interop.conftest import PEER_PYTHON, PEERS, require_peer_venv
+from tests.support.processes import PEER_PYTHON, PEERS, require_peer_venv
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
 KEY = "signing-carol-key-5a4b3c2d1e0f"
 
@@ -47,8 +47,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     use_secret(*pem.decode().splitlines()[1:-1])
     (tmp_path / "card-key.pem").write_bytes(pem)
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps([{"name": "carol", "key": KEY}]))
+    write_callers(workspace, [{"name": "carol", "key": KEY}])
     (workspace / ".a2a" / "card.json").write_text(json.dumps({"name": "Carol's card"}))
     settings = {
         "workspace": [str(workspace)],

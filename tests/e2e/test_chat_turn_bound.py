@@ -24,11 +24,6 @@ BOUND_S = 0.5
 FAILED = f"[failed: the turn took longer than {BOUND_S:g} s]"
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return tmp_path.resolve()
-
-
 async def test_a_turn_over_the_bound_is_stopped_and_the_next_prompt_runs(
     llm: FakeLLM, workspace: Path
 ) -> None:

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import pty
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from a2a_gateway.agent.faux import FORM_SCHEMA
 from a2a_gateway.serve import Gateway
+from tests.support.ports import held_port
 
 from .conftest import KEY_ALICE, KEY_BOB
 
@@ -317,9 +317,8 @@ async def test_auth_failures_exit_3_and_never_print_the_key(url: str) -> None:
 
 async def test_unreachable_and_timeout_exit_4(url: str) -> None:
     # 3 s, not less: the card and the send must get through within it on a loaded machine.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
+    with held_port() as port:
+        closed = f"http://127.0.0.1:{port}"  # bound, never listening
         unreachable, slow = await asyncio.gather(
             cli("card", closed), cli("send", url, "hold:20", "--timeout", "3")
         )

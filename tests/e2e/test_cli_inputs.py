@@ -23,6 +23,8 @@ import pytest
 
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.processes import GATEWAY
+from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE
 
@@ -267,7 +269,7 @@ def _pty_run(args: list[str], *, until: bytes, then: bytes, env: dict[str, str])
     pid, fd = pty.fork()
     if pid == 0:  # the child: the pty is its controlling terminal
         os.chdir(ROOT)
-        os.execve(sys.executable, [sys.executable, "-P", "-m", "a2a_gateway", *args], env)
+        os.execve(sys.executable, [*GATEWAY, *args], env)
     output = b""
     sent = False
     deadline = time.monotonic() + CLI_TIMEOUT_S
@@ -333,8 +335,8 @@ async def test_cancel_on_interrupt_cancels_the_task(url: str) -> None:
 async def signed_gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     workspace = tmp_path / "signed-ws"
     (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "carol", "key": SIGNED_KEY, "signing_secret": SIGNING_SECRET}])
+    write_callers(
+        workspace, [{"name": "carol", "key": SIGNED_KEY, "signing_secret": SIGNING_SECRET}]
     )
     settings = resolve(
         {"workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True}, environ={}

@@ -17,16 +17,16 @@ import itertools
 import json
 import signal
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from a2a_gateway.server.pg_local import LocalPostgres
+from tests.support.ports import free_ports
+from tests.support.postgres import fresh_database
+from tests.support.processes import GATEWAY, ServerProcess
 
-from ..interop.conftest import ServerProcess, free_ports
-from ..pg_support import fresh_database
 from .conftest import KEY_ALICE
 from .test_postgres_store import alices_workspace
 
@@ -169,7 +169,7 @@ async def test_every_answered_message_id_retried_after_kill_9_finds_its_task(
         args.append("--fsync")
     (port,) = free_ports(1)
     base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+    command = [*GATEWAY, "serve", "--faux",
                "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
                *args]  # fmt: skip
     card = f"{base}/.well-known/agent-card.json"

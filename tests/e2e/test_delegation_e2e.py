@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,13 @@ import pytest
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.chat_tui import PROMPT, SECRET_PROMPT
 from a2a_gateway.client import connect
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, GATEWAY, ServerProcess
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say, Stall, tool_results, user_texts
 from ..client.delegation_support import REMOTE_KEY, eventually, start_remote_task
-from ..conftest import use_secret
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
 from .conftest import files_holding, pending_records
 
 LLM_KEY = "sk-delegation-e2e-7c41d09a2b"
@@ -52,16 +53,10 @@ def script(body: dict[str, Any]) -> Reply:
 def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Gateway A: the faux agent, caller ``assistant-b``; it may push to loopback."""
     folder = tmp_path_factory.mktemp("gateway-a")
-    (folder / ".a2a").mkdir()
-    (folder / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "assistant-b", "key": REMOTE_KEY}])
-    )
+    write_callers(folder, [{"name": "assistant-b", "key": REMOTE_KEY}])
     (port,) = free_ports(1)
     command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--faux",
         "--workspace",
@@ -104,10 +99,7 @@ def workspace_b(tmp_path: Path, remote: str) -> Path:
 
 def chat_command(llm: FakeLLM, workspace: Path, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "chat",
         "--workspace",
         str(workspace),

@@ -11,8 +11,9 @@ import re
 import sys
 from pathlib import Path
 
+from tests.support.ports import free_ports
+
 from ..agent.fake_llm import FakeLLM, Say
-from ..interop.conftest import free_ports
 from .doc_scripts import assert_claims, claims_of, run_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..interop.conftest import free_ports
+from tests.support.ports import free_ports
+
 from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]

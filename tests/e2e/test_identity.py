@@ -33,15 +33,16 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..conftest import use_secret
-from ..idp import (
+from tests.support.idp import (
     AUDIENCE,
     IdentityProvider,
     hs256_with_public_key,
     running_provider,
     unsigned_token,
 )
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
+
 from .conftest import BINDINGS, Driver, WireError, as_bearer
 
 KEY_CAROL = "identity-carol-5e1d0c3b2a19"
@@ -77,7 +78,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
             {"name": "carol", "key": KEY_CAROL},
             {"name": "dave", "introspection": {"client_id": "dave"}},
         ]
-        (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+        write_callers(workspace, callers)
         settings = {
             "workspace": [str(workspace)],
             "port": 0,

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,13 +23,14 @@ import pytest
 
 from a2a_gateway.cli import build_parser
 from a2a_gateway.serve import keyless_problem, server_config
-from a2a_gateway.server.auth import CALLERS_FILE
 from a2a_gateway.server.config import is_loopback
 from a2a_gateway.settings import SETTINGS, resolve
 from lf.a2a.v1 import a2a_pb2 as pb
 from lf.a2a.v1 import a2a_pb2_grpc
-
-from ..interop.conftest import CARD_PATH, HOST, ServerProcess, free_ports
+from tests.support import ports
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, GATEWAY, ServerProcess
+from tests.support.workspace import write_callers
 
 KEY = "offloop-key-5e0c2b7a91d4"
 ANY_ADDRESS = "0.0.0.0"
@@ -39,24 +38,22 @@ START_TIMEOUT_S = 60.0
 
 
 def _serve(*args: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "a2a_gateway", "serve", *args]
+    return [*GATEWAY, "serve", *args]
 
 
 def _workspace(root: Path, name: str, callers: object | None) -> Path:
     folder = root / name
     (folder / ".a2a").mkdir(parents=True)
     if callers is not None:
-        (folder / CALLERS_FILE).write_text(json.dumps(callers))
+        write_callers(folder, callers)
     return folder
 
 
 @pytest.fixture
 def held_port() -> Iterator[int]:
     """A port this test listens on: a server that tried to bind it would exit 1."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        sock.listen()
-        yield sock.getsockname()[1]
+    with ports.held_port(listen=True) as port:
+        yield port
 
 
 def _refusal_cases(root: Path) -> dict[str, tuple[list[str], dict[str, str]]]:

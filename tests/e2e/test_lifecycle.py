@@ -40,9 +40,9 @@ from a2a_gateway.settings import load, resolve
 from a2a_gateway.startup import StartupError
 from a2a_gateway.telegram_cmd import TelegramApp, check
 from a2a_gateway.telegram_settings import TelegramSettings
+from tests.support.ports import free_ports
+from tests.support.postgres import fresh_database
 
-from ..interop.conftest import free_ports
-from ..pg_support import fresh_database
 from ..telegram.conftest import BOT_TOKEN
 
 #: Every start step of the gateway below, in order (test_a_start_goes_through_the_steps).

@@ -12,10 +12,10 @@ import aiohttp
 
 from a2a_gateway.serve import keyless_problem, server_config
 from a2a_gateway.settings import resolve
+from tests.support.idp import running_provider
 
 from ..agent.fake_llm import FakeLLM, Say, user_texts
 from ..agent.llm_support import llm
-from ..idp import running_provider
 from ..server.test_pact import send_request as send
 from .test_assistant_e2e import start_gateway
 

@@ -28,8 +28,8 @@ from a2a_gateway.server.lifecycle import TERMINAL
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.store_outage import RETRY_AFTER_S
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.secrets import use_secret
 
-from ..conftest import use_secret
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, running_gateway
 
 LOAD_WORKERS = 4

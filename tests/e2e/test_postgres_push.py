@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from a2a_gateway.server.pg_local import LocalPostgres
+from tests.support.postgres import fresh_database
+from tests.support.secrets import use_secret
 
-from ..conftest import use_secret
-from ..pg_support import fresh_database
 from .outbound_support import webhook_receiver
 from .test_postgres_store import send, two_processes
 

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,12 +33,14 @@ import grpc
 import pytest
 
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import LISTENER_NAME, SCHEMA_VERSION
 from a2a_gateway.settings import resolve
+from tests.support.ports import free_port, free_ports
+from tests.support.postgres import fresh_database
+from tests.support.processes import GATEWAY, ServerProcess
+from tests.support.workspace import write_callers
 
-from ..interop.conftest import ServerProcess, free_ports
-from ..pg_support import fresh_database
 from .conftest import KEY_ALICE, Driver, WireError
 
 KILLED_WAIT_S = 30.0  # bound on waiting for a killed gateway's lease to run out
@@ -59,10 +59,7 @@ def send(text: str, message_id: str | None = None) -> dict[str, Any]:
 def alices_workspace(tmp_path: Path) -> Path:
     """A workspace whose one caller is alice."""
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     return workspace
 
 
@@ -152,7 +149,7 @@ async def process_and_gateway(
     ports = free_ports(2)
     processes = []
     for name, port in zip("ab", ports, strict=True):
-        command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+        command = [*GATEWAY, "serve", "--faux",
                    "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
                    "--store", "postgres", "--database-url", database,
                    "--database-lease", str(lease_s)]  # fmt: skip
@@ -222,7 +219,7 @@ async def test_a_subscriber_on_one_gateway_sees_the_run_on_the_other_end(
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--port", "0",
+        [*GATEWAY, "serve", "--faux", "--port", "0",
          "--grpc-port", "-1", "--workspace", str(tmp_path / "ws"), "--store", "postgres",
          *args],
         capture_output=True,
@@ -261,7 +258,7 @@ async def two_processes(
     ports = free_ports(4)
 
     def command(http_port: int, grpc_port: int) -> list[str]:
-        return [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+        return [*GATEWAY, "serve", "--faux",
                 "--workspace", str(workspace), "--port", str(http_port),
                 "--grpc-port", str(grpc_port), "--store", "postgres", "--database-url", database,
                 "--database-pool-size", "2", *flags]  # fmt: skip
@@ -483,7 +480,7 @@ async def test_replicas_starting_together_create_the_schema_once(
     (workspace / ".a2a").mkdir(parents=True)
     replicas: list[ServerProcess] = []
     for n, port in enumerate(free_ports(4)):
-        command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+        command = [*GATEWAY, "serve", "--faux",
                    "--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1",
                    "--store", "postgres", "--database-url", database,
                    "--log-level", "info"]  # fmt: skip

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,17 +20,17 @@ import pytest
 from a2a_gateway.protocol import sse
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
-
-from ..interop.conftest import (  # noqa: F401 (fixtures)
-    HOST,
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import (
+    GATEWAY,
     SdkClient,
     ServerProcess,
-    free_ports,
-    make_sdk_client,
     require_peer_venv,
-    sdk_driver,
     sdk_server_command,
 )
+from tests.support.workspace import write_callers
+
+from ..interop.conftest import make_sdk_client, sdk_driver  # noqa: F401 (fixtures)
 from .conftest import KEY_ALICE, KEY_BOB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,17 +80,11 @@ def proxy(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """``a2a-gateway serve --upstream`` with callers alice and bob."""
     root = tmp_path_factory.mktemp("proxy")
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
     port, grpc_port = free_ports(2)
     base_url = f"http://{HOST}:{port}"
     command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--upstream",
         upstream.base_url,
@@ -305,7 +298,7 @@ def test_our_cli_over_grpc_through_the_proxy(proxy: Proxy) -> None:
     env["A2A_GATEWAY_KEY"] = KEY_ALICE
     argv = ["send", proxy.base_url, "chunks:3", "--stream", "--transport", "grpc"]
     run = subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", *argv],
+        [*GATEWAY, *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,

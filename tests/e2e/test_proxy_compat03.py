@@ -4,22 +4,22 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from ..interop.conftest import (
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import (
     CARD_PATH,
-    HOST,
+    GATEWAY,
     ServerProcess,
-    free_ports,
     require_peer_venv,
     sdk_server_command,
 )
+from tests.support.workspace import write_callers
+
 from .conftest import KEY_ALICE, LEGACY_PEER_KEY
 from .test_proxy import message, rpc, rpc_stream
 
@@ -31,17 +31,11 @@ HTTP_TIMEOUT = httpx.Timeout(30.0)
 def proxy_url(legacy_sdk_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("proxy-03")
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
     command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--upstream",
         legacy_sdk_url,
@@ -118,16 +112,10 @@ def grpc_proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         strict_shutdown=False,
     )
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     base = f"http://{HOST}:{port}"
     proxy_command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "serve",
         "--upstream",
         up_base,

@@ -51,14 +51,10 @@ async def upstream() -> AsyncIterator[Gateway]:
         await server.stop()
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    )
-    return workspace
+#: The ``workspace`` of this module's tests: alice and bob may call it.
+pytestmark = pytest.mark.callers(
+    {"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}
+)
 
 
 @pytest.fixture

@@ -13,9 +13,7 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,8 @@ from a2a_gateway.protocol import sse
 from a2a_gateway.proxy import UPSTREAM_CARD, UPSTREAM_TIMEOUT
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
+from tests.support.ports import held_port
+from tests.support.processes import GATEWAY
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -70,9 +70,8 @@ async def start_upstream(start: Start, *, grpc: bool = True) -> Gateway:
 def dead_port() -> Iterator[int]:
     """A port bound but not listening: connections to it are refused, and it is not
     handed to anyone else while the test runs."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        yield int(sock.getsockname()[1])
+    with held_port() as port:
+        yield port
 
 
 @pytest.fixture
@@ -270,7 +269,7 @@ async def test_silent_upstream_stream_ends_with_deadline_exceeded(
 def run_serve(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", "serve", *argv],
+        [*GATEWAY, "serve", *argv],
         cwd=ROOT,
         env={**environ, **(env or {})},
         capture_output=True,

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from a2a_gateway.serve import Gateway
+from tests.support.secrets import use_secret
 
-from ..conftest import captured_logs, use_secret
+from ..conftest import captured_logs
 from .conftest import BINDINGS, Driver, WireError
 from .outbound_support import (
     Receiver,

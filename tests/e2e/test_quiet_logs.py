@@ -3,30 +3,25 @@ key or a body), and no gRPC C-core noise on ``--exec`` turns (real subprocesses)
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from tests.support.ports import free_ports
+from tests.support.processes import GATEWAY
+from tests.support.workspace import write_callers
 
 ACCESS_KEY = "access-key-5e2a9c0d71bf"
 SECRET_TEXT = "body-text-that-must-not-be-logged"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", *args],
+        [*GATEWAY, *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -36,16 +31,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": ACCESS_KEY}])
-    )
-    port, grpc_port = _free_port(), _free_port()
+    write_callers(workspace, [{"name": "alice", "key": ACCESS_KEY}])
+    port, grpc_port = free_ports(2)
     log_path = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("A2A_GATEWAY_", "GRPC_"))}
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--exec", "cat",
+            [*GATEWAY, "serve", "--exec", "cat",
              "--workspace", str(workspace), "--access-log", "--log-level", "warning",
              "--port", str(port), "--grpc-port", str(grpc_port)],
             stdout=log,

@@ -14,7 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..interop.conftest import free_ports
+from tests.support.ports import free_ports
+
 from .conftest import run_bash
 from .walkthrough import wait_for_card
 

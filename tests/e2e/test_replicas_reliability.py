@@ -32,8 +32,8 @@ from a2a_gateway.server.engine.state import RUN_LOST, SHUTDOWN
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.secrets import use_secret
 
-from ..conftest import use_secret
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError
 from .test_postgres_store import alices_workspace, database, settings  # noqa: F401 (a fixture)
 from .test_resume import PAYLOADS, chunk_texts, last_id, resume_from

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ..conftest import use_secret
+from tests.support.secrets import use_secret
+
 from .conftest import KEY_BOB, Driver, WireError
 
 COMPLETED = "TASK_STATE_COMPLETED"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,9 @@ import pytest
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.settings import resolve
+from tests.support.postgres import fresh_database
+from tests.support.workspace import write_callers
 
-from ..pg_support import fresh_database
 from . import test_scenarios
 from .conftest import BINDINGS, KEY_ALICE, KEY_BOB, Driver
 
@@ -46,10 +46,7 @@ async def driver(
 ) -> AsyncIterator[Driver]:
     url = await fresh_database(postgres)
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
     flags = {
         "workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True,
         "keepalive": 0.2, "store": "postgres", "database_url": url, "database_pool_size": 2,

@@ -9,15 +9,16 @@ task, which a 1.0 SubscribeToTask through the proxy must still start with.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from ..interop.conftest import CARD_PATH, HOST, Sdk03Agent, ServerProcess, free_ports
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import CARD_PATH, GATEWAY, Sdk03Agent, ServerProcess
+from tests.support.workspace import write_callers
+
 from .conftest import KEY_ALICE
 from .test_cli import cli, summary
 from .test_proxy import message, rpc, rpc_stream
@@ -57,13 +58,10 @@ def proxy_url(
     transport: str = request.param
     root = tmp_path_factory.mktemp(f"proxy-sdk03-{transport}")
     workspace = root / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "alice", "key": KEY_ALICE}])
-    )
+    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
-    command = [sys.executable, "-P", "-m", "a2a_gateway", "serve"]
+    command = [*GATEWAY, "serve"]
     command += ["--upstream", sdk03_agent.base_url, "--upstream-transport", transport]
     command += ["--workspace", str(workspace), "--host", HOST, "--port", str(port)]
     command += ["--grpc-port", str(grpc_port)]

@@ -25,8 +25,8 @@ from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.serve import Signals
 from a2a_gateway.server.engine import SHUTDOWN
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.ports import free_ports
 
-from ..interop.conftest import free_ports
 from .conftest import BINDINGS, KEY_ALICE, Driver, WireError, running_gateway
 
 DONE = "TASK_STATE_COMPLETED"

@@ -5,23 +5,14 @@ the TOML file, a flag) exits 2."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-
-@contextlib.contextmanager
-def taken_port() -> Iterator[int]:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        yield taken.getsockname()[1]
+from tests.support.ports import held_port
+from tests.support.processes import GATEWAY
 
 
 @pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
@@ -30,10 +21,10 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(flag: str, mode:
     # A gRPC port in use exited 1 with a line of gRPC's C core, an HTTP one exited 1.
     # (Subprocesses: a gateway whose start failed in-process left grpc's aio layer to
     # crash a later test of the session.)
-    with taken_port() as port:
+    with held_port(listen=True) as port:
         ports = {"--port": "0", "--grpc-port": "0", flag: str(port)}
         agent = ["--upstream", "http://127.0.0.1:9"] if mode == "proxy" else ["--faux"]
-        command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", *agent]
+        command = [*GATEWAY, "serve", *agent]
         command += [word for pair in ports.items() for word in pair]
         result = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2, result.stderr
@@ -50,7 +41,7 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(flag: str, mode:
 def _serve(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "a2a_gateway", *args],
+        [*GATEWAY, *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -149,7 +140,7 @@ def test_a_workspace_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
         _one_line_exit_2(result, f"workspace {workspace} is not readable and writable")
         return
     serve = " ".join(
-        [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--workspace", str(workspace),
+        [*GATEWAY, "serve", "--workspace", str(workspace),
          "--port", "0", "--grpc-port", "-1"]
     )  # fmt: skip
     script = (

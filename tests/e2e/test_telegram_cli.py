@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,11 @@ from tests.agent.fake_llm import (
     tool_results,
     user_texts,
 )
-from tests.conftest import use_secret
-from tests.interop.conftest import free_ports
-from tests.pg_support import fresh_database
+from tests.support.ports import free_ports
+from tests.support.postgres import fresh_database
+from tests.support.processes import GATEWAY
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 from tests.telegram.conftest import BOT_TOKEN
 from tests.telegram.fake_bot_api import FakeBotApi
 
@@ -47,10 +48,7 @@ HASHED_CALLER = "sha256:" + "ab" * 32
 
 def telegram_command(root: Path, api: FakeBotApi, llm: FakeLLM, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-P",
-        "-m",
-        "a2a_gateway",
+        *GATEWAY,
         "telegram",
         "--workspaces-root",
         str(root),
@@ -218,7 +216,7 @@ def test_start_up_mistakes_are_one_line(
 ) -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}
     command = [
-        sys.executable, "-P", "-m", "a2a_gateway", "telegram",
+        *GATEWAY, "telegram",
         "--workspaces-root", str(tmp_path), "--llm-model", "m", *args,
     ]  # fmt: skip
     result = subprocess.run(
@@ -291,13 +289,10 @@ def owner_model(body: dict[str, Any]) -> Reply:
 async def remote_gateway(tmp_path: Path) -> AsyncIterator[int]:
     """Gateway A: the faux agent behind a caller key."""
     workspace = tmp_path / "remote"
-    (workspace / ".a2a").mkdir(parents=True)
-    (workspace / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "assistant-b", "key": REMOTE_KEY}])
-    )
+    write_callers(workspace, [{"name": "assistant-b", "key": REMOTE_KEY}])
     port, grpc_port = free_ports(2)
     command = [
-        sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux",
+        *GATEWAY, "serve", "--faux",
         "--workspace", str(workspace), "--port", str(port), "--grpc-port", str(grpc_port),
     ]  # fmt: skip
     async with running(command, tmp_path / "remote.log"):
@@ -444,9 +439,7 @@ async def start_a2a_bot(
     """The bot with ``--a2a`` in-process, its owner's chat taking calls from travel-bot
     (CALLER_KEY); the model's ``replies`` (it says "booked" once)."""
     (root / str(OWNER) / ".a2a").mkdir(parents=True)
-    (root / str(OWNER) / ".a2a" / "callers.json").write_text(
-        json.dumps([{"name": "travel-bot", "key": CALLER_KEY}])
-    )
+    write_callers(root / str(OWNER), [{"name": "travel-bot", "key": CALLER_KEY}])
     llm.script(*replies)
     values: dict[str, Any] = {
         "workspaces_root": str(root),

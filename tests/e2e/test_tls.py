@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
 import ssl
 import uuid
 from collections.abc import AsyncIterator
@@ -27,9 +26,10 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.certs import Authority, Issued
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
-from ..certs import Authority, Issued
-from ..conftest import use_secret
 from .conftest import BINDINGS, Driver, WireError, as_bearer
 
 KEY_CAROL = "tls-carol-key-6d5c4b3a2918"
@@ -69,7 +69,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
             "basic": {"username": "bob", "password_hash": hash_password(PASSWORD, log2_n=10)},
         },
     ]
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+    write_callers(workspace, callers)
     settings = {
         "workspace": [str(workspace)],
         "port": 0,

@@ -34,12 +34,12 @@ from a2a_gateway.chat import run_chat
 from a2a_gateway.chat_settings import ChatSettings
 from a2a_gateway.logs import JsonFormatter
 from a2a_gateway.settings import load
+from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
+from tests.support.secrets import use_secret
 
 from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
 from ..agent.llm_support import API_KEY, llm
 from ..client.delegation_support import REMOTE_KEY, faux_gateway, workspace_calling
-from ..conftest import use_secret
-from ..otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from .conftest import BINDINGS, KEY_ALICE, Driver
 from .outbound_support import webhook_receiver
 from .test_assistant_e2e import start_gateway

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_ports
+
 from ..agent.fake_llm import FakeLLM, Reply
-from ..interop.conftest import free_ports
 from .conftest import run_bash
 
 ROOT = Path(__file__).resolve().parents[2]

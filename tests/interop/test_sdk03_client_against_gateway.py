@@ -19,21 +19,22 @@ from typing import Any
 
 import pytest
 
-from .conftest import (
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import (
     CARD_PATH,
-    EXTENDED_CARD_JSON,
-    HOST,
     PEER03_PYTHON,
     PEERS,
     SDK03_CLIENT,
     Results,
     ServerProcess,
-    free_ports,
     gateway_command,
     require_peer03_venv,
     run_script,
     scenario_result,
 )
+from tests.support.workspace import write_callers
+
+from .conftest import EXTENDED_CARD_JSON
 
 DRIVER_TIMEOUT_S = 120.0  # the whole script; each scenario is bounded at 15 s by the driver
 HOOK_TOKEN = "hook-t0k"  # peers/sdk03_client.py
@@ -48,7 +49,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     key = secrets.token_urlsafe(24)
     state = workspace / ".a2a"
     state.mkdir()
-    (state / "callers.json").write_text(json.dumps([{"name": "sdk03", "key": key}]))
+    write_callers(workspace, [{"name": "sdk03", "key": key}])
     (state / "card.json").write_text(json.dumps(EXTENDED_CARD_JSON))
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..conftest import use_secret
+from tests.support.secrets import use_secret
 
-if TYPE_CHECKING:  # conftest is not importable at run time (tests are not a package)
+if TYPE_CHECKING:  # for annotations only
     from collections.abc import Callable
 
-    from conftest import JSON, InteropServer, OneShot, SdkClient, SdkPeer
+    from tests.support.processes import JSON, OneShot, SdkClient, SdkPeer
+
+    from .conftest import InteropServer
 
 BINDING = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON", "grpc": "GRPC"}
 SDK_TRANSPORT_CLASS = {

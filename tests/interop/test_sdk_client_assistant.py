@@ -15,22 +15,23 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
-from ..agent.fake_llm_thread import fake_llm_in_thread
-from .conftest import (
+from tests.support.ports import HOST, free_ports
+from tests.support.processes import (
     CARD_PATH,
-    HOST,
     PEER03_PYTHON,
     SDK03_CLIENT,
     TRANSPORTS,
     ServerProcess,
-    free_ports,
     gateway_command,
     require_peer03_venv,
     require_peer_venv,
     run_script,
     scenario_result,
 )
+from tests.support.workspace import write_callers
+
+from ..agent.fake_llm import Calls, FakeLLM, Reply, Say
+from ..agent.fake_llm_thread import fake_llm_in_thread
 
 SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}}}
 #: A 500-token answer, as the model streams it (newlines inside: the SDK's helper joins
@@ -68,8 +69,7 @@ def assistant_server(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> 
     port, grpc_port = free_ports(2)
     workspace = tmp_path_factory.mktemp("assistant-ws")
     key = secrets.token_urlsafe(24)
-    (workspace / ".a2a").mkdir()
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps([{"name": "sdk", "key": key}]))
+    write_callers(workspace, [{"name": "sdk", "key": key}])
     command = gateway_command(workspace, port, grpc_port)
     command[command.index("--faux")] = "--llm"
     command += ["--llm-model", "fake-model", "--llm-base-url", llm.base_url]

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-if TYPE_CHECKING:  # conftest is not importable at run time (tests are not a package)
-    from conftest import InteropServer
+if TYPE_CHECKING:  # for annotations only
+    from .conftest import InteropServer
 
-from .conftest import PEER_PYTHON, PEERS, Results, run_script, scenario_result
+from tests.support.processes import PEER_PYTHON, PEERS, Results, run_script, scenario_result
 
 DRIVER = PEERS / "sdk_client03.py"
 DRIVER_TIMEOUT_S = 90.0  # the whole script; each call is bounded at 15 s by the driver

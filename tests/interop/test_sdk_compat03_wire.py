@@ -16,8 +16,7 @@ from a2a_gateway.protocol import codec, compat03
 from a2a_gateway.server import grpc03
 from lf.a2a.v0_3 import a2a_pb2 as pb03
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from .conftest import PEER_PYTHON, PEERS, ROOT, require_peer_venv
+from tests.support.processes import PEER_PYTHON, PEERS, ROOT, require_peer_venv
 
 ORACLE = PEERS / "sdk_wire03.py"
 ORACLE_TIMEOUT_S = 60.0

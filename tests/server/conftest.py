@@ -9,7 +9,6 @@ that error; a message's ``metadata`` steers streams (``chunks``, ``idle``, ``han
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from a2a_gateway.server.health import Readiness
 from a2a_gateway.server.http_app import AppRunner, build_http_app
 from a2a_gateway.server.metrics import NULL_METRICS, MetricsLike
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.workspace import write_callers
 
 KEY = "k-test-6b1f0c9d2e"
 TIMEOUT_S = 5.0
@@ -331,7 +331,7 @@ def keyed_workspace(tmp_path: Path) -> Path:
     workspace = tmp_path / "ws"
     (workspace / ".a2a").mkdir(parents=True)
     callers = [{"name": "alice", "key": KEY}]
-    (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+    write_callers(workspace, callers)
     return workspace
 
 

@@ -32,11 +32,11 @@ from a2a_gateway.server.pact import PACT_FILE
 from a2a_gateway.server.pact.keys import SIGNING_KEY_FILE
 from a2a_gateway.server.pact.oauth import DEVICE_GRANT
 from a2a_gateway.settings import resolve
+from tests.support.idp import IdentityProvider, running_provider
+from tests.support.secrets import use_secret
 
 from ..agent.fake_llm import FakeLLM
 from ..agent.llm_support import API_KEY
-from ..conftest import use_secret
-from ..idp import IdentityProvider, running_provider
 
 AUDIENCE = "acme-support"
 ACCOUNT = "u-1234"

@@ -30,9 +30,10 @@ from a2a_gateway.server.auth import (
     single_values,
 )
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.limits import CallerLimits
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.grpc_serving import grpc_serving
+from tests.support.workspace import write_callers
 
 from .conftest import TIMEOUT_S, Starter
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
@@ -46,13 +47,6 @@ SIGNING = "auth-signing-secret-0a9b8c7d6e"
 def headers(**values: str) -> Any:
     lowered = {k.lower().replace("_", "-"): v for k, v in values.items()}
     return lambda name: lowered.get(name.lower())
-
-
-def write_callers(workspace: Path, entries: Any) -> Path:
-    path = workspace / CALLERS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(entries if isinstance(entries, str) else json.dumps(entries))
-    return path
 
 
 def make_old(path: Path) -> None:
@@ -297,10 +291,8 @@ def test_policy_limits_and_signing_secret(tmp_path: Path) -> None:
 # --- over the wire ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    write_callers(tmp_path, [{"name": "alice", "key": KEY_A}])
-    return tmp_path
+#: The ``workspace`` of this module's tests: alice may call it.
+pytestmark = pytest.mark.callers({"name": "alice", "key": KEY_A})
 
 
 async def test_http_credential_edge_cases(start_http: Starter, workspace: Path) -> None:
@@ -357,14 +349,8 @@ async def test_http_undecodable_key_bytes_are_401_not_500(
 @pytest.fixture
 async def grpc_keyed(workspace: Path) -> AsyncIterator[tuple[GrpcEchoService, grpc.aio.Channel]]:
     service = GrpcEchoService()
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(service, config, WorkspaceCallers([workspace]))
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield service, channel
-    finally:
-        await server.stop(None)
+    async with grpc_serving(service, WorkspaceCallers([workspace])) as served:
+        yield service, served.channel
 
 
 def _raw_get_task(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import build_grpc_server, grpc_address
+from tests.support.grpc_serving import grpc_serving
 
 from .grpc_conftest_helpers import (
     ECHO_EXTENSION,
@@ -49,25 +49,17 @@ class Served:
     stub: a2a_pb2_grpc.A2AServiceStub
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / ".a2a").mkdir()
-    callers = [{"name": "alice", "key": KEY}]
-    (tmp_path / ".a2a" / "callers.json").write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: alice may call it.
+pytestmark = pytest.mark.callers({"name": "alice", "key": KEY})
 
 
 async def _serve(authenticator: Authenticator, **config: Any) -> AsyncIterator[Served]:
     service = EchoService()
-    server, port = await build_grpc_server(
-        service, ServerConfig(host="127.0.0.1", grpc_port=0, **config), authenticator
-    )
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Served(service, server, port, channel, a2a_pb2_grpc.A2AServiceStub(channel))
-    finally:
-        await server.stop(None)
+    async with grpc_serving(service, authenticator, **config) as served:
+        channel = served.channel
+        yield Served(
+            service, served.server, served.port, channel, a2a_pb2_grpc.A2AServiceStub(channel)
+        )
 
 
 @pytest.fixture

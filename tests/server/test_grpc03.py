@@ -4,7 +4,6 @@ the generated 0.3 stubs: every rpc, the translations both ways, errors, version,
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +21,13 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_grpc
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server import signing
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
-from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc03 import (
     LEGACY_RPCS,
     LEGACY_SERVICE_DESCRIPTOR,
     legacy_card,
     legacy_rpc_handler,
 )
-from a2a_gateway.server.grpc_server import build_grpc_server
+from tests.support.grpc_serving import grpc_serving
 
 from .grpc_conftest_helpers import (
     ECHO_EXTENSION,
@@ -112,27 +110,17 @@ class Served:
     stub: a2a03_grpc.A2AServiceStub
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / ".a2a").mkdir()
-    callers = [
-        {"name": "alice", "key": KEY},
-        {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
-    ]
-    (tmp_path / ".a2a" / "callers.json").write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: alice, and a caller that signs.
+pytestmark = pytest.mark.callers(
+    {"name": "alice", "key": KEY},
+    {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
+)
 
 
 async def _serve(authenticator: Authenticator) -> AsyncIterator[Served]:
     service = RecordingService()
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(service, config, authenticator)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Served(service, channel, a2a03_grpc.A2AServiceStub(channel))
-    finally:
-        await server.stop(None)
+    async with grpc_serving(service, authenticator) as served:
+        yield Served(service, served.channel, a2a03_grpc.A2AServiceStub(served.channel))
 
 
 @pytest.fixture

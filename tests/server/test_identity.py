@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -21,15 +20,16 @@ from a2a_gateway.server.identity import JwtVerifier, TokenRefused, hash_password
 from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.identity.jwt import MIN_REFETCH_INTERVAL_S
 from a2a_gateway.server.outbound import OutboundClient
-
-from ..conftest import FakeClock, use_secret
-from ..idp import (
+from tests.support.clocks import FakeClock
+from tests.support.idp import (
     AUDIENCE,
     IdentityProvider,
     hs256_with_public_key,
     running_provider,
     unsigned_token,
 )
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
 PASSWORD = "correct horse battery staple"
 #: Test hashes use a small N (the stored parameters say how to check them).
@@ -61,12 +61,6 @@ def bearer(token: str) -> Any:
 def basic(username: str, password: str) -> Any:
     pair = base64.b64encode(f"{username}:{password}".encode()).decode()
     return headers(authorization=f"Basic {pair}")
-
-
-def write_callers(workspace: Path, entries: list[dict[str, Any]]) -> None:
-    path = workspace / CALLERS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries))
 
 
 def jwt_entry(name: str, issuer: str, **rule: Any) -> dict[str, Any]:

@@ -4,7 +4,6 @@ the arithmetic with a fake clock, then the 429 / RESOURCE_EXHAUSTED path on real
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.errors import RateLimitedError
-from a2a_gateway.server.auth import CALLERS_FILE, AllowAnonymous, WorkspaceCallers
+from a2a_gateway.server.auth import AllowAnonymous, WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_binding import peer_address
 from a2a_gateway.server.grpc_server import build_grpc_server
@@ -29,6 +28,7 @@ from a2a_gateway.server.limits import (
 )
 from a2a_gateway.settings import SettingsError, resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.grpc_serving import grpc_serving
 
 from .conftest import TIMEOUT_S, Starter
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
@@ -229,16 +229,11 @@ def test_settings_for_limits() -> None:
 # --- the 429 path on real servers -------------------------------------------------------------
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / CALLERS_FILE
-    path.parent.mkdir(parents=True)
-    callers = [
-        {"name": "fast", "key": KEY_FAST, "rate_limit_per_minute": 0},
-        {"name": "slow", "key": KEY_SLOW},
-    ]
-    path.write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: one caller without a rate limit, one with.
+pytestmark = pytest.mark.callers(
+    {"name": "fast", "key": KEY_FAST, "rate_limit_per_minute": 0},
+    {"name": "slow", "key": KEY_SLOW},
+)
 
 
 async def test_http_429_with_retry_after_per_caller(start_http: Starter, workspace: Path) -> None:
@@ -302,14 +297,8 @@ async def test_http_guessing_keys_is_throttled_per_address(
 @pytest.fixture
 async def grpc_limited(workspace: Path) -> AsyncIterator[grpc.aio.Channel]:
     callers = WorkspaceCallers([workspace], limits=RateLimits(per_caller_per_minute=1))
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(GrpcEchoService(), config, callers)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield channel
-    finally:
-        await server.stop(None)
+    async with grpc_serving(GrpcEchoService(), callers) as served:
+        yield served.channel
 
 
 async def test_grpc_resource_exhausted_with_retry_after(grpc_limited: grpc.aio.Channel) -> None:

@@ -43,11 +43,12 @@ from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord, TaskStore
-
-from ..pg_support import (
+from tests.support.grpc_serving import grpc_serving
+from tests.support.postgres import (
     fresh_database,
     postgres,  # noqa: F401 - the session's PostgreSQL
 )
+
 from .conftest import KEY, Http, Starter, text_message
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
 
@@ -91,20 +92,8 @@ async def jsonrpc_stream(http: Http, params: dict[str, Any]) -> str:
 
 @pytest.fixture
 async def grpc_channel(metrics: Metrics) -> AsyncIterator[grpc.aio.Channel]:
-    from a2a_gateway.server.auth import AllowAnonymous
-
-    server, port = await build_grpc_server(
-        GrpcEchoService(),
-        ServerConfig(host="127.0.0.1", grpc_port=0),
-        AllowAnonymous(),
-        meter=metrics.grpc,
-    )
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield channel
-    finally:
-        await server.stop(None)
+    async with grpc_serving(GrpcEchoService(), build={"meter": metrics.grpc}) as served:
+        yield served.channel
 
 
 @pytest.fixture

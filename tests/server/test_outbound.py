@@ -29,6 +29,7 @@ from a2a_gateway.server.outbound import (
     normalise_host,
     url_label,
 )
+from tests.support.ports import free_port
 
 TIMEOUT_S = 5.0
 
@@ -531,9 +532,7 @@ async def test_a_slow_server_times_out(serve: Callable[[dict[str, Route]], Await
 
 
 async def test_a_refused_connection_is_retryable() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens there
     async with OutboundClient(allow_private_urls=True) as client, asyncio.timeout(TIMEOUT_S):
         with pytest.raises(OutboundConnectionError, match="could not connect") as failed:
             await client.get(f"http://127.0.0.1:{port}/")

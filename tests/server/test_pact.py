@@ -37,9 +37,14 @@ from a2a_gateway.server.pact import (
 )
 from a2a_gateway.server.pact.config import parse_pact
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.clocks import FakeClock
+from tests.support.idp import (
+    IdentityProvider,
+    hs256_with_public_key,
+    running_provider,
+    unsigned_token,
+)
 
-from ..conftest import FakeClock
-from ..idp import IdentityProvider, hs256_with_public_key, running_provider, unsigned_token
 from .conftest import GatewayTestServer
 
 AUDIENCE = "acme-support"

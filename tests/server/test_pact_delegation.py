@@ -18,11 +18,11 @@ from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pact import PACT_FILE, DelegationServer
 from a2a_gateway.server.pact.config import parse_delegation, parse_pact
 from a2a_gateway.server.pact.keys import SIGNING_KEY_FILE
+from tests.support.idp import running_provider
 
 from ..agent.fake_llm import Calls, FakeLLM, Say, tool_results
 from ..agent.llm_support import llm
 from ..conftest import captured_logs
-from ..idp import running_provider
 from .pact_delegation_support import (
     ACCOUNT,
     AUDIENCE,

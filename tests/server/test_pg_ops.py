@@ -25,9 +25,9 @@ from a2a_gateway.server.pg_store import MIGRATION_LOCK, PostgresTaskStore, Store
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.postgres import fresh_database
+from tests.support.secrets import use_secret
 
-from ..conftest import use_secret
-from ..pg_support import fresh_database
 from .engine.engine_helpers import (
     ALICE,
     WAIT_S,

@@ -11,15 +11,16 @@ import pytest
 
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import RETENTION_LOCK, PostgresTaskStore
 from a2a_gateway.server.retention import Retention
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import TaskFilter, TaskRecord
 from a2a_gateway.settings import resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.ports import free_port
+from tests.support.postgres import fresh_database
 
-from ..pg_support import fresh_database
 from .engine.test_retention import DAY, NOW, aged, with_saved_files
 
 ALICE = Caller(name="alice", workspace="/ws/one")

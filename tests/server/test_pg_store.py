@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from a2a_gateway.protocol.context import Caller
-from a2a_gateway.server.pg_local import LocalPostgres, free_port
+from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -22,8 +22,8 @@ from a2a_gateway.server.pg_store import (
 from a2a_gateway.server.secret_box import SEALED_PREFIX, SecretBox
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..pg_support import Clock, fresh_database
+from tests.support.ports import free_port
+from tests.support.postgres import Clock, fresh_database
 
 ALICE = Caller(name="alice", workspace="/ws/one")
 TOKEN = "push-token-5e2a9c1f7b"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +28,8 @@ from a2a_gateway.server.push import (
     validate_push_config,
 )
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..conftest import use_secret
+from tests.support.ports import free_port
+from tests.support.secrets import use_secret
 
 TIMEOUT_S = 5.0
 TOKEN = "notify-token-7c4e1a9f02b8"
@@ -239,9 +238,7 @@ async def test_retries_are_bounded(receiver: Receiver, push: Push) -> None:
 
 
 async def test_connection_errors_are_retried_then_given_up(push: Push) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens there
     push.dispatcher.notify(task(), [config(f"http://127.0.0.1:{port}/hook")])
     await push.settle()
     (result,) = push.results

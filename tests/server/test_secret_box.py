@@ -20,8 +20,7 @@ from a2a_gateway.server.secret_box import (
     is_sealed,
 )
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from ..conftest import use_secret
+from tests.support.secrets import use_secret
 
 TOKEN = "push-token-4f2a9c81d7e3"
 CREDENTIALS = "hook-credentials-9b7e15c3a0"

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from a2a_gateway.agent.tools.interaction import OWNER_INBOX, SecretQuestion
 from a2a_gateway.server.secret_links import NOT_VALID, SecretLinks
-
-from ..conftest import FakeClock, use_secret
+from tests.support.clocks import FakeClock
+from tests.support.secrets import use_secret
 
 VALUE = "s3cr3t-link-value-9d2e71"
 

@@ -17,10 +17,10 @@ import pytest
 
 from a2a_gateway.protocol.errors import UnauthenticatedError
 from a2a_gateway.server import signing
-from a2a_gateway.server.auth import CALLERS_FILE, WorkspaceCallers
+from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.grpc_serving import grpc_serving
 
 from .conftest import TIMEOUT_S, Http, Starter, text_message
 from .grpc_conftest_helpers import EchoService as GrpcEchoService
@@ -106,16 +106,11 @@ def test_pending_signature_never_shows_its_secret() -> None:
 # --- HTTP ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / CALLERS_FILE
-    path.parent.mkdir(parents=True)
-    callers = [
-        {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
-        {"name": "plain", "key": KEY_PLAIN},
-    ]
-    path.write_text(json.dumps(callers))
-    return tmp_path
+#: The ``workspace`` of this module's tests: one caller signs, one does not.
+pytestmark = pytest.mark.callers(
+    {"name": "signer", "key": KEY_SIGNED, "signing_secret": SECRET},
+    {"name": "plain", "key": KEY_PLAIN},
+)
 
 
 @pytest.fixture
@@ -228,14 +223,8 @@ async def test_rest_stream_signature_is_checked_before_the_service_is_called(
 @pytest.fixture
 async def grpc_signed(workspace: Path) -> AsyncIterator[tuple[GrpcEchoService, grpc.aio.Channel]]:
     service = GrpcEchoService()
-    config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(service, config, WorkspaceCallers([workspace]))
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield service, channel
-    finally:
-        await server.stop(None)
+    async with grpc_serving(service, WorkspaceCallers([workspace])) as served:
+        yield service, served.channel
 
 
 async def test_grpc_signature_covers_the_serialized_request(

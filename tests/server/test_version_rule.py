@@ -22,9 +22,7 @@ import pytest
 import lf.a2a.v0_3.a2a_pb2 as pb03
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.server import rest
-from a2a_gateway.server.auth import AllowAnonymous
-from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
+from tests.support.grpc_serving import grpc_serving
 
 from .conftest import TIMEOUT_S, Http, Starter
 from .grpc_conftest_helpers import error_info, rich_status
@@ -42,15 +40,8 @@ class Both:
 async def both(start_http: Starter) -> AsyncIterator[Both]:
     """One service behind the HTTP app and a gRPC server."""
     http = await start_http()
-    server, port = await build_grpc_server(
-        http.service, ServerConfig(host="127.0.0.1", grpc_port=0), AllowAnonymous()
-    )
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Both(http, channel)
-    finally:
-        await server.stop(None)
+    async with grpc_serving(http.service) as served:
+        yield Both(http, served.channel)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.conftest import use_secret
+from tests.support.secrets import use_secret
 
 BOT_USER = {"id": 4242, "is_bot": True, "first_name": "Gateway", "username": "gateway_bot"}
 

@@ -13,15 +13,15 @@ from a2a_gateway.agent.base import Signal
 from a2a_gateway.agent.tools import ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import FileResult, ListFiles, ReadFile, SendFile, WriteFile
 
+#: The ``workspace`` of this module's tests has a callers.json (a file the tools must
+#: never reach), a file of its own, and a file beside it (outside it).
+pytestmark = pytest.mark.callers({"name": "a", "key": "k"})
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    (root / ".a2a").mkdir(parents=True)
-    (root / ".a2a" / "callers.json").write_text('[{"name": "a", "key": "k"}]')
-    (root / "notes.txt").write_text("hello")
+
+@pytest.fixture(autouse=True)
+def files(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "notes.txt").write_text("hello")
     (tmp_path / "outside.txt").write_text("private")
-    return root
 
 
 def context(workspace: Path) -> ToolContext:

@@ -29,8 +29,9 @@ from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.secret_box import KEY_FILE
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.secrets import use_secret
+from tests.support.workspace import write_callers
 
-from ...conftest import use_secret
 from .engine_helpers import WAIT_S, Scripted, ctx, request, send, state_name, status_text
 
 TOKEN = "engine-push-token-4f1a9c7e2b"
@@ -134,8 +135,7 @@ async def test_files_out_by_path_never_come_from_the_gateways_own_folder(
     new_engine: Callable[..., TaskEngine], tmp_path: Path
 ) -> None:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True, exist_ok=True)
-    (workspace / ".a2a" / "callers.json").write_text('[{"name": "a", "key": "k_plain_key_1"}]')
+    write_callers(workspace, '[{"name": "a", "key": "k_plain_key_1"}]')
     (workspace / "notes.txt").symlink_to(workspace / ".a2a" / "callers.json")
 
     async def script(turn: Turn) -> AsyncIterator[Output]:

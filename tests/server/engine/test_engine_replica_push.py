@@ -29,9 +29,9 @@ from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.postgres import Clock, fresh_database
+from tests.support.secrets import use_secret
 
-from ...conftest import use_secret
-from ...pg_support import Clock, fresh_database
 from .engine_helpers import ALICE, WAIT_S, Scripted, ctx, send, state_name
 
 TOKEN = "replica-push-token-8c1d4e"

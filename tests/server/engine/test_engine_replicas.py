@@ -23,8 +23,8 @@ from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.postgres import Clock, fresh_database
 
-from ...pg_support import Clock, fresh_database
 from .engine_helpers import (
     ALICE,
     WAIT_S,

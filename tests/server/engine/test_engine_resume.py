@@ -15,8 +15,8 @@ from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.task_store import TaskStore
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.postgres import Clock, fresh_database
 
-from ...pg_support import Clock, fresh_database
 from .engine_helpers import WAIT_S, collect, ctx, request, state_name
 from .test_engine_replicas import two_engines
 

@@ -13,6 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .secrets import use_secret
+
 
 @dataclass(frozen=True)
 class Issued:
@@ -88,7 +90,5 @@ class Authority:
             serialization.NoEncryption(),
         )
         key_path.write_bytes(key_pem)
-        from .conftest import use_secret  # here: tests/conftest imports the idp, and so on
-
         use_secret(*key_pem.decode().splitlines()[1:-1])  # the scan looks for its lines
         return Issued(cert_path, key_path)

@@ -18,13 +18,13 @@ import pytest
 
 from a2a_gateway.server.pg_local import LocalPostgres
 
+from .secrets import use_secret
+
 _databases = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[LocalPostgres]:
-    from .conftest import use_secret
-
     with LocalPostgres() as pg:
         use_secret(pg.password)
         yield pg

@@ -33,6 +33,8 @@ from aiohttp.test_utils import TestServer
 from joserfc import jwt
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 
+from .secrets import use_secret
+
 AUDIENCE = "a2a-gateway-tests"
 
 
@@ -68,8 +70,6 @@ class IdentityProvider:
             self.keys.clear()
         key = new_key(alg)
         self.keys[kid] = (alg, key)
-        from .conftest import use_secret  # here: tests/conftest imports this module
-
         private = key.as_dict(private=True)
         use_secret(*(str(private[name]) for name in ("d", "p", "q") if name in private))
         return kid
@@ -121,8 +121,6 @@ class IdentityProvider:
             token = jwt.encode(
                 {"alg": alg, "kid": kid, **(header or {})}, body, key, algorithms=[alg]
             )
-        from .conftest import use_secret  # here: tests/conftest imports this module
-
         use_secret(token)  # the session's scan checks that no log line holds it
         return token
 
@@ -139,8 +137,6 @@ class IdentityProvider:
             "iat": now,
             **claims,
         }
-        from .conftest import use_secret
-
         use_secret(token)
         return token
 
