@@ -72,7 +72,7 @@ from .defaults import (
 from .metering import NULL_RUNTIME_METER, RuntimeMeter
 from .prompt import PROMPT_FILE_CAP, frame, system_prompt
 from .provider import ChatProvider, Delta, ProviderError, Reply, ToolCall, parse_arguments
-from .sessions import Clock, Message, Question, Session, SessionStore
+from .sessions import Clock, Message, Question, Session, SessionStore, TextScrubber
 from .tools.base import Tool, ToolContext, ToolError, ToolRegistry, ToolResult
 from .tools.files import FileResult
 from .tools.interaction import InputNeeded, SecretAsker, SecretQuestion
@@ -333,6 +333,7 @@ class Runtime(Startable):
             reply: Reply | None = None
             separator = "\n\n" if any(turn.texts) else ""
             written: list[str] = []
+            scrubber = TextScrubber(session)  # a secret the model repeats is not shown
             model_call = _ModelCall(self.meter)
             try:
                 with tracing.span(
@@ -344,11 +345,17 @@ class Runtime(Startable):
                         async for item in stream:
                             model_call.arrived()
                             if isinstance(item, Delta):
-                                written.append(item.text)
-                                yield TextDelta(separator + item.text if separator else item.text)
+                                shown = scrubber.feed(item.text)
+                                if not shown:
+                                    continue
+                                written.append(shown)
+                                yield TextDelta(separator + shown if separator else shown)
                                 separator = ""
                             else:
                                 reply = item
+                    if rest := scrubber.flush():
+                        written.append(rest)
+                        yield TextDelta(separator + rest if separator else rest)
             except ProviderError as exc:
                 model_call.ended(exc.kind)
                 if written:  # keep what the caller already saw
@@ -365,8 +372,9 @@ class Runtime(Startable):
                 self.meter.tokens(*reply.usage)
             truncated = reply.finish_reason == "length"
             calls = () if truncated else reply.tool_calls
-            turn.texts.append(reply.text)
-            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+            reply_text = session.scrub(reply.text)
+            turn.texts.append(reply_text)
+            message: dict[str, Any] = {"role": "assistant", "content": reply_text or None}
             if calls:
                 message["tool_calls"] = [call.to_message() for call in calls]
             session.append(message)
@@ -447,6 +455,7 @@ class Runtime(Startable):
             value = None
         if value:
             self.on_secret(value)
+            session.private_values.add(value)
             session.append_private(
                 {**result, "content": SECRET_GIVEN + value}, {**result, "content": SECRET_KEPT_OUT}
             )

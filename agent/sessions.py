@@ -59,6 +59,35 @@ def _size(message: Mapping[str, Any]) -> int:
     return len(orjson.dumps(message))
 
 
+#: What a private value the model writes back becomes in its reply and the transcript.
+SCRUBBED = "[secret]"
+
+
+class TextScrubber:
+    """Takes a session's private values out of streamed text: a value may be split
+    across deltas, so the last ``len(longest) - 1`` characters wait for the next delta
+    (or :meth:`flush`). With no private values it passes deltas through as they are."""
+
+    __slots__ = ("_held", "_keep", "_session")
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._keep = max((len(v) for v in session.private_values), default=1) - 1
+        self._held = ""
+
+    def feed(self, delta: str) -> str:
+        if not self._session.private_values:
+            return delta
+        text = self._session.scrub(self._held + delta)
+        cut = max(0, len(text) - self._keep)
+        self._held = text[cut:]
+        return text[:cut]
+
+    def flush(self) -> str:
+        text, self._held = self._session.scrub(self._held), ""
+        return text
+
+
 class Session:
     """One conversation. Its messages are what the transcript holds (no system
     prompt). Use it under :attr:`lock`: one turn at a time."""
@@ -71,6 +100,7 @@ class Session:
         "lock",
         "messages",
         "path",
+        "private_values",
         "question",
         "scope",
         "workspace",
@@ -82,6 +112,9 @@ class Session:
         self.path = transcript_path(workspace, scope)
         self.messages: list[Message] = []
         self._sizes: list[int] = []
+        #: Values the model was given privately (secrets from the owner): in memory
+        #: only, and taken out of what the model writes (see the runtime's scrubbing).
+        self.private_values: set[str] = set()
         self.question: Question | None = None
         self.lock = asyncio.Lock()
         self.busy = 0
@@ -171,6 +204,12 @@ class Session:
         self.messages.append(dict(message))
         self._sizes.append(_size(message))
         self._write((stored,))
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every private value replaced by :data:`SCRUBBED`."""
+        for value in self.private_values:
+            text = text.replace(value, SCRUBBED)
+        return text
 
     def _write(self, records: tuple[Message, ...]) -> None:
         lines = bytearray()
@@ -282,10 +321,12 @@ class SessionStore:
 
 __all__ = [
     "INTERRUPTED_TOOL",
+    "SCRUBBED",
     "Clock",
     "Message",
     "Question",
     "Session",
     "SessionStore",
+    "TextScrubber",
     "transcript_path",
 ]

@@ -216,6 +216,31 @@ async def test_a_secret_reaches_the_model_but_not_the_transcript(
         assert result == f"Error: {NO_SECRET_ASKER}"
 
 
+async def test_a_secret_the_model_repeats_is_taken_out_of_its_reply(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The model writes the value back, split across deltas, in this turn and the next:
+    what is shown and what the transcript keeps say [secret] instead."""
+    value = "tok-echo-7d21c9b04e"
+    use_secret(value)
+    ask = {"question": "Your API token?", "secret": True}
+    echo = f"Got {value}, thanks."
+    chunks = ["Got tok-ec", "ho-7d21", "c9b04e, th", "anks."]
+    llm.script(Calls([("request_input", ask)]), Say(echo, chunks=chunks), Say(f"It was {value}"))
+    runtime = make_runtime(llm.base_url, secret_wait_s=5)
+    tools = ToolRegistry([RequestInput()])
+    try:
+        first = await run(runtime, tmp_path, "connect", tools=tools, secrets=OwnerAnswers(value))
+        second = await run(runtime, tmp_path, "what was it?", tools=tools)
+    finally:
+        await runtime.aclose()
+    shown = "".join(e.text for e in first if isinstance(e, TextDelta))
+    assert shown == "Got [secret], thanks." and first[-1] == Finished(shown)
+    assert second[-1] == Finished("It was [secret]")
+    assert value not in transcript_path(tmp_path, "local-owner").read_text()
+    assert value in tool_results(llm.requests[1])[0]  # the model itself was given it
+
+
 async def test_idle_session_is_evicted_and_resumes_from_its_transcript(
     llm: FakeLLM, tmp_path: Path
 ) -> None:
