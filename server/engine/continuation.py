@@ -172,6 +172,7 @@ class Intake:
         if busy_key in self._state.busy:
             raise UnsupportedOperationError(CONTEXT_BUSY)
         if hops <= self._state.max_hops and context.message_replies:
+            learned = self._state.keys_learned
             reply = await self._reply(request, caller, context_id, hops)
             if reply is not None:
                 return reply
@@ -180,7 +181,12 @@ class Intake:
             # database: a task another process creates shows its keys there only from
             # its first save, so the round trip (a fifth of a blocking send's
             # statements on PostgreSQL) would close almost none of that window.
-            if (retried := self._state.retried_here(seen_key)) is not None:
+            # (Only when a key was remembered or found here meanwhile: else the answer
+            # is the lookup's above, and a send does not ask the index twice.)
+            if (
+                learned != self._state.keys_learned
+                and (retried := self._state.retried_here(seen_key)) is not None
+            ):
                 existing = await self._existing(retried, caller, subscriber)
                 if existing is not None:
                     return existing

@@ -215,6 +215,10 @@ class EngineState:
         #: (a store of one process) The tasks whose events are logged: those streamed
         #: here while a run or a stream of theirs is (see ``..event_log``).
         self.logged: set[str] = set()
+        #: Bumped whenever :meth:`retried_here` may answer differently: a key remembered
+        #: here, or found (a shared store keeps the keys it read). A send whose agent
+        #: ``reply`` hook ran while this stayed put need not look again.
+        self.keys_learned = 0
         # Streams follow events the database carries: they end when it goes away.
         store.on_outage(lambda: self.end_streams(StoreOutageError()))
 
@@ -368,6 +372,7 @@ class EngineState:
         in the record, so that its next save stores the key with the task (the
         workspace files: a key is durable with the answer that names its task)."""
         workspace, name, message_id, fingerprint = seen_key
+        self.keys_learned += 1
         if (message_id, fingerprint) not in record.retry_keys:
             record.retry_keys.append((message_id, fingerprint))
         self.store.remember_message(
@@ -377,7 +382,10 @@ class EngineState:
     async def retried(self, seen_key: RetryKey) -> str | None:
         """The task a message with this retry key created or continued, if any."""
         workspace, name, message_id, fingerprint = seen_key
-        return await self.store.lookup_message(Caller(name, workspace), message_id, fingerprint)
+        found = await self.store.lookup_message(Caller(name, workspace), message_id, fingerprint)
+        if found is not None:
+            self.keys_learned += 1  # a shared store keeps a key it read (find_message)
+        return found
 
     def retried_here(self, seen_key: RetryKey) -> str | None:
         """:meth:`retried` without asking a shared store's database: the keys this
