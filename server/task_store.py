@@ -49,6 +49,15 @@ from .event_log import (
     MemoryEventLog,
 )
 from .lifecycle import ACTIVE, timestamp_ns, valid_id
+from .store_roles import (
+    CancelSignals,
+    ContextClaims,
+    EventLogs,
+    PushConfigs,
+    RetryKeys,
+    StoreLife,
+    TaskRecords,
+)
 
 #: messageIds longer than this are InvalidParams (they are keys of the retry index).
 MAX_MESSAGE_ID_CHARS = 256
@@ -190,8 +199,18 @@ class TaskFilter:
         )
 
 
-class TaskStore(abc.ABC):
-    """Persistent tasks, scoped by owner (see the module docstring for the contract).
+class TaskStore(
+    TaskRecords,
+    RetryKeys,
+    ContextClaims,
+    EventLogs,
+    PushConfigs,
+    CancelSignals,
+    StoreLife,
+    abc.ABC,
+):
+    """Persistent tasks, scoped by owner (see the module docstring for the contract):
+    the set of the roles of ``store_roles``, each a narrow protocol.
 
     ``durable`` says whether records outlive the process. The engine writes
     intermediate states (for restart recovery) only to durable stores; every store
@@ -232,7 +251,7 @@ class TaskStore(abc.ABC):
 
     # --- listing ---------------------------------------------------------------------
 
-    async def before_listing(self, owner: Caller) -> None:  # noqa: B027 - optional hook
+    async def before_listing(self, owner: Caller) -> None:
         """Called before each ListTasks: notice changes made behind the store's back."""
 
     @abc.abstractmethod
@@ -250,14 +269,12 @@ class TaskStore(abc.ABC):
     async def active_ids(self, owner: Caller) -> list[str]:
         """The owner's stored tasks that are submitted or working (restart recovery)."""
 
-    async def prefetch_for(  # noqa: B027 - optional hook
-        self, owner: Caller, task_ids: Sequence[str], max_bytes: int
-    ) -> None:
+    async def prefetch_for(self, owner: Caller, task_ids: Sequence[str], max_bytes: int) -> None:
         """These tasks of ``owner`` are about to be loaded, in order, until about
         ``max_bytes`` of them (a ListTasks page): a store that reads them from disk may
         read them ahead, concurrently."""
 
-    async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:  # noqa: B027
+    async def refresh(self, owner: Caller, task_ids: Iterable[str]) -> None:
         """These listed tasks did not load: bring what listing knows of them up to date
         (nothing to do for a store whose listing reads the records themselves)."""
 
@@ -281,11 +298,11 @@ class TaskStore(abc.ABC):
 
     # --- several processes on one store ----------------------------------------------
 
-    def on_cancel_request(self, handler: Callable[[str], None]) -> None:  # noqa: B027
+    def on_cancel_request(self, handler: Callable[[str], None]) -> None:
         """A store shared by several processes calls ``handler(task_id)`` when another
         process asks for the cancellation of a run (nothing to do for one process)."""
 
-    def on_outage(self, handler: Callable[[], None]) -> None:  # noqa: B027
+    def on_outage(self, handler: Callable[[], None]) -> None:
         """A store on a database calls ``handler()`` when an outage of it starts (its
         calls raise ``store_outage.StoreOutageError`` meanwhile; nothing to do for a
         store without one)."""
@@ -305,7 +322,7 @@ class TaskStore(abc.ABC):
         store of one process: the engine's own table of busy contexts decides."""
         return True
 
-    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:  # noqa: B027
+    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
         """Give back a claim whose run did not start."""
 
     def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
@@ -314,7 +331,7 @@ class TaskStore(abc.ABC):
         number in the task's log (None when not logged)."""
         return None if self.event_log is None else self.event_log.append(task_id, event)
 
-    def follow(  # noqa: B027
+    def follow(
         self,
         task_id: str,
         after_seq: int,
@@ -424,7 +441,7 @@ class TaskStore(abc.ABC):
         an exception's text, which may quote a database URL). Ready by default."""
         return None
 
-    async def start(self) -> None:  # noqa: B027 - optional hook
+    async def start(self) -> None:
         """Open what the store needs (a database: connect and migrate); nothing by
         default. The engine that holds the store starts and closes it."""
 
@@ -434,7 +451,7 @@ class TaskStore(abc.ABC):
         Nothing by default."""
         return {}
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
+    async def aclose(self) -> None:
         """Release resources (nothing by default)."""
 
 
