@@ -54,6 +54,7 @@ it has seen in a temporary table on disk.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import hashlib
@@ -211,25 +212,17 @@ class _Opened:
     folder_mtime: int | None
 
 
-class TaskIndex:
-    """The index of one tasks folder (see the module docstring).
+class _IndexCore(abc.ABC):
+    """The index's database: its connection, the batched writes (event loop) and the
+    reader threads; the parts below build on it."""
 
-    ``parse(task_id, path)`` reads one task file for a reconcile (called on the
-    maintenance thread; it must not touch the event loop's state). Open it with
-    :meth:`shared`: stores of one workspace in one process share it (two connections
-    writing one database from one event loop would wait for each other's commits).
-    """
+    @abc.abstractmethod
+    def request_reconcile(self) -> asyncio.Task[None] | None:
+        """(:class:`_FolderSync`) Start a reconcile; the task."""
 
-    @classmethod
-    def shared(
-        cls, path: Path, folder: Path, parse: ParseFn, *, reconcile_interval_s: float = 600.0
-    ) -> TaskIndex:
-        index = _OPEN.get(os.path.abspath(path))
-        if index is None or index._closed:
-            index = cls(path, folder, parse, reconcile_interval_s=reconcile_interval_s)
-            _OPEN[index._key] = index
-        index._users += 1
-        return index
+    @abc.abstractmethod
+    async def _every_interval(self) -> None:
+        """(:class:`_FolderSync`) Reconcile every ``reconcile_interval_s``."""
 
     def __init__(
         self,
@@ -487,68 +480,6 @@ class TaskIndex:
         stamps the folder with its coarse clock, never ahead of this reading.)"""
         self._known_until_ns = time.time_ns()
 
-    # --- retry keys (event loop; point lookups) --------------------------------------
-
-    def remember_message(
-        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
-    ) -> None:
-        key = (self.owner_id(owner), message_id, fingerprint)
-        self._pending_retry[key] = task_id  # seen by lookups until committed
-        self._unsent_retry.append(key)
-        self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
-
-    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        owner_id = self._owners.get(owner)
-        if owner_id is None:
-            owner_id = _owner_hash(owner)
-        pending = self._pending_retry.get((owner_id, message_id, fingerprint))
-        if pending is not None or self._db is None:
-            return pending  # not open yet: :meth:`lookup_message` waits for the open
-        try:
-            found = self._db.execute(
-                "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
-                (owner_id, message_id, fingerprint),
-            ).fetchone()
-        except sqlite3.Error:
-            log.exception("task index lookup failed; answered as no retry")
-            return None
-        return None if found is None else str(found[0])
-
-    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        """:meth:`find_message` once the index is open (an open that fails is logged
-        and the lookup answered from the keys queued so far)."""
-        try:
-            await self.opened()
-        except Exception as exc:
-            log.warning("task index %s could not be opened (%s)", self.path, exc)
-        else:
-            if self._keys_behind:
-                await self._keys_recovered()
-        return self.find_message(owner, message_id, fingerprint)
-
-    async def _keys_recovered(self) -> None:
-        """Until the reconcile owed at open has passed over the folder, putting back
-        the retry keys of task files written after the index's last commit (a process
-        killed within ``COMMIT_DELAY_S`` of its last answers), at most
-        :data:`KEYS_RECOVERY_WAIT_S`."""
-        running = self._reconcile
-        if running is None or running.done():
-            running = self.request_reconcile()
-        if running is None:
-            return
-        try:
-            async with asyncio.timeout(KEYS_RECOVERY_WAIT_S):
-                await asyncio.shield(running)
-        except TimeoutError:
-            if self._keys_behind:
-                self._keys_behind = False
-                log.warning(
-                    "task index %s: its reconcile takes over %gs; messageId retries are"
-                    " looked up in the keys indexed so far until it ends",
-                    self.path,
-                    KEYS_RECOVERY_WAIT_S,
-                )
-
     # --- reading (reader thread) -----------------------------------------------------
 
     def _pool(self, which: str) -> ThreadPoolExecutor:
@@ -580,6 +511,18 @@ class TaskIndex:
         """Raise unless the index opens and answers a query on its reader thread (the
         one ListTasks uses), behind the writes already queued."""
         await self._read(lambda db: db.execute("SELECT 1 FROM counts LIMIT 1").fetchall())
+
+    async def in_worker(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the maintenance thread (file work that belongs with the index)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool("worker"), fn)
+
+    def delete_if(self, task_id: str, stamp: Stamp) -> None:
+        """Forget a task unless its file was written since ``stamp`` was indexed."""
+        self._write(_DELETE_IF, (task_id, *stamp))
+
+
+class _IndexQueries(_IndexCore):
+    """ListTasks, restart recovery, retention and the gauges (reader thread)."""
 
     async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
         """In one snapshot: up to ``limit`` of the owner's tasks matching ``flt`` after
@@ -680,13 +623,75 @@ class TaskIndex:
         await self.flushed()
         return await self.in_worker(lambda: run(self._thread_db()))
 
-    async def in_worker(self, fn: Callable[[], _T]) -> _T:
-        """Run ``fn`` on the maintenance thread (file work that belongs with the index)."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool("worker"), fn)
 
-    def delete_if(self, task_id: str, stamp: Stamp) -> None:
-        """Forget a task unless its file was written since ``stamp`` was indexed."""
-        self._write(_DELETE_IF, (task_id, *stamp))
+class _IndexRetryKeys(_IndexCore):
+    """The messageId retry keys (event loop; point lookups)."""
+
+    # --- retry keys (event loop; point lookups) --------------------------------------
+
+    def remember_message(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
+    ) -> None:
+        key = (self.owner_id(owner), message_id, fingerprint)
+        self._pending_retry[key] = task_id  # seen by lookups until committed
+        self._unsent_retry.append(key)
+        self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
+
+    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        owner_id = self._owners.get(owner)
+        if owner_id is None:
+            owner_id = _owner_hash(owner)
+        pending = self._pending_retry.get((owner_id, message_id, fingerprint))
+        if pending is not None or self._db is None:
+            return pending  # not open yet: :meth:`lookup_message` waits for the open
+        try:
+            found = self._db.execute(
+                "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
+                (owner_id, message_id, fingerprint),
+            ).fetchone()
+        except sqlite3.Error:
+            log.exception("task index lookup failed; answered as no retry")
+            return None
+        return None if found is None else str(found[0])
+
+    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        """:meth:`find_message` once the index is open (an open that fails is logged
+        and the lookup answered from the keys queued so far)."""
+        try:
+            await self.opened()
+        except Exception as exc:
+            log.warning("task index %s could not be opened (%s)", self.path, exc)
+        else:
+            if self._keys_behind:
+                await self._keys_recovered()
+        return self.find_message(owner, message_id, fingerprint)
+
+    async def _keys_recovered(self) -> None:
+        """Until the reconcile owed at open has passed over the folder, putting back
+        the retry keys of task files written after the index's last commit (a process
+        killed within ``COMMIT_DELAY_S`` of its last answers), at most
+        :data:`KEYS_RECOVERY_WAIT_S`."""
+        running = self._reconcile
+        if running is None or running.done():
+            running = self.request_reconcile()
+        if running is None:
+            return
+        try:
+            async with asyncio.timeout(KEYS_RECOVERY_WAIT_S):
+                await asyncio.shield(running)
+        except TimeoutError:
+            if self._keys_behind:
+                self._keys_behind = False
+                log.warning(
+                    "task index %s: its reconcile takes over %gs; messageId retries are"
+                    " looked up in the keys indexed so far until it ends",
+                    self.path,
+                    KEYS_RECOVERY_WAIT_S,
+                )
+
+
+class _FolderSync(_IndexCore):
+    """Keeping up with the tasks folder: changes made behind the index's back."""
 
     # --- keeping up with the folder --------------------------------------------------
 
@@ -814,6 +819,27 @@ class TaskIndex:
         if keys:
             self._write(_RECOVER_KEY, keys, many=True)
         self.commit()
+
+
+class TaskIndex(_IndexQueries, _IndexRetryKeys, _FolderSync):
+    """The index of one tasks folder (see the module docstring).
+
+    ``parse(task_id, path)`` reads one task file for a reconcile (called on the
+    maintenance thread; it must not touch the event loop's state). Open it with
+    :meth:`shared`: stores of one workspace in one process share it (two connections
+    writing one database from one event loop would wait for each other's commits).
+    """
+
+    @classmethod
+    def shared(
+        cls, path: Path, folder: Path, parse: ParseFn, *, reconcile_interval_s: float = 600.0
+    ) -> TaskIndex:
+        index = _OPEN.get(os.path.abspath(path))
+        if index is None or index._closed:
+            index = cls(path, folder, parse, reconcile_interval_s=reconcile_interval_s)
+            _OPEN[index._key] = index
+        index._users += 1
+        return index
 
     # --- closing ---------------------------------------------------------------------
 

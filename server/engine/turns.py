@@ -67,7 +67,129 @@ log = logging.getLogger(__name__)
 REMOTE_CANCEL_CHECK_S = 0.05
 
 
-class Runner:
+class _TurnIO:
+    """A run's traffic with the agent: the turn's files in, its text, artifacts and
+    files out (the :class:`Runner` drives it)."""
+
+    _state: EngineState
+    _records: Records
+
+    async def _receive_files(self, run: Run) -> str:
+        """Save the turn's file parts to the owner's inbox and hand their paths to the
+        agent; the reason when a file is refused (``""`` when all were saved). Either
+        way the ``raw`` bytes leave the stored history (the inbox has them)."""
+        record = run.record
+        message = run.turn.message  # the stored history entry itself
+        workspace = self._state.workspace_of(record.owner)
+        saved: list[SavedFile] = []
+        refused = ""
+        try:
+            if workspace is None:  # refused when accepted already; never saved to cwd
+                raise FileRefused("message.parts: files are not accepted without a workspace")
+            saved = await receive_files(
+                message,
+                workspace=workspace,
+                caller=record.owner,
+                client=self._state.outbound,
+                max_file_bytes=self._state.max_file_bytes,
+            )
+        except FileRefused as exc:
+            refused = str(exc)
+            log.info("task %s: a file was refused: %s", record.task.id, refused)
+        finally:
+            _strip_saved_bytes(message, saved)
+        if saved:
+            files = tuple(file.path for file in saved)
+            run.turn = dataclasses.replace(run.turn, files=files)
+        self._records.mark_dirty(run)
+        return refused
+
+    async def _file(self, run: Run, file: File) -> None:
+        """An agent's file as a new artifact, or a note when it is skipped."""
+        workspace = self._state.workspace_of(run.record.owner)
+        if file.data is None and file.path is not None and workspace is None:
+            name = sanitize_filename(file.filename)
+            run.file_notes += (f"Files skipped: {name} (no workspace to read it from).",)
+            return
+        if file.data is None and file.path is not None:  # a read: off the event loop
+            built = await asyncio.to_thread(
+                outgoing_parts,
+                [file],
+                max_file_bytes=self._state.max_file_bytes,
+                workspace=workspace,
+            )
+        else:
+            built = outgoing_parts([file], max_file_bytes=self._state.max_file_bytes)
+        if built.note:
+            run.file_notes += (built.note,)
+        if built.parts:
+            name = built.parts[0].filename
+            artifact = pb.Artifact(name=name, parts=built.parts)
+            self._artifact(run, ArtifactChunk(artifact, last_chunk=True))
+
+    def _text(self, run: Run, chunk: TextChunk) -> None:
+        """The chunk's text into the response artifact (one text part: a run's first
+        chunk replaces the artifact's parts, later ones are appended to its last text
+        part by ``Run.flush_text``); its event carries the chunk alone."""
+        task = run.record.task
+        if run.response_index < 0:
+            append = False
+            for index, existing in enumerate(task.artifacts):
+                if existing.name == RESPONSE_ARTIFACT:
+                    artifact = existing
+                    artifact.ClearField("parts")  # each run replaces the response
+                    run.response_index = index
+                    break
+            else:
+                run.response_index = len(task.artifacts)
+                artifact = task.artifacts.add(artifact_id=new_id(), name=RESPONSE_ARTIFACT)
+            artifact.parts.add(text=chunk.text)
+        else:
+            append = True
+            artifact = task.artifacts[run.response_index]
+            run.pending_text.append(chunk.text)
+        if self._state.listened(task.id):
+            event = pb.StreamResponse()  # built in place: no copies
+            update = event.artifact_update
+            update.task_id = task.id
+            update.context_id = task.context_id
+            update.append = append
+            update.last_chunk = chunk.last
+            update.artifact.artifact_id = artifact.artifact_id
+            update.artifact.name = RESPONSE_ARTIFACT
+            update.artifact.parts.add(text=chunk.text)
+            self._state.emit(task.id, event)
+
+    def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
+        run.flush_text()  # the chunk may go to the response artifact
+        task = run.record.task
+        incoming = pb.Artifact()
+        incoming.CopyFrom(chunk.artifact)
+        if not incoming.artifact_id:
+            incoming.artifact_id = new_id()
+        append = False
+        for existing in task.artifacts:
+            if existing.artifact_id == incoming.artifact_id:
+                if chunk.append:
+                    existing.parts.extend(incoming.parts)
+                    append = True
+                else:
+                    existing.CopyFrom(incoming)
+                break
+        else:
+            task.artifacts.add().CopyFrom(incoming)
+        if self._state.listened(task.id):
+            event = pb.StreamResponse()
+            update = event.artifact_update
+            update.task_id = task.id
+            update.context_id = task.context_id
+            update.artifact.CopyFrom(incoming)
+            update.append = append
+            update.last_chunk = chunk.last_chunk
+            self._state.emit(task.id, event)
+
+
+class Runner(_TurnIO):
     """Starts runs, drives the agent's outputs into the task, finishes and cancels runs."""
 
     def __init__(self, state: EngineState, records: Records) -> None:
@@ -223,59 +345,6 @@ class Runner:
         self._records.mark_dirty(run)
         self._state.publish_status(run.record)
 
-    async def _receive_files(self, run: Run) -> str:
-        """Save the turn's file parts to the owner's inbox and hand their paths to the
-        agent; the reason when a file is refused (``""`` when all were saved). Either
-        way the ``raw`` bytes leave the stored history (the inbox has them)."""
-        record = run.record
-        message = run.turn.message  # the stored history entry itself
-        workspace = self._state.workspace_of(record.owner)
-        saved: list[SavedFile] = []
-        refused = ""
-        try:
-            if workspace is None:  # refused when accepted already; never saved to cwd
-                raise FileRefused("message.parts: files are not accepted without a workspace")
-            saved = await receive_files(
-                message,
-                workspace=workspace,
-                caller=record.owner,
-                client=self._state.outbound,
-                max_file_bytes=self._state.max_file_bytes,
-            )
-        except FileRefused as exc:
-            refused = str(exc)
-            log.info("task %s: a file was refused: %s", record.task.id, refused)
-        finally:
-            _strip_saved_bytes(message, saved)
-        if saved:
-            files = tuple(file.path for file in saved)
-            run.turn = dataclasses.replace(run.turn, files=files)
-        self._records.mark_dirty(run)
-        return refused
-
-    async def _file(self, run: Run, file: File) -> None:
-        """An agent's file as a new artifact, or a note when it is skipped."""
-        workspace = self._state.workspace_of(run.record.owner)
-        if file.data is None and file.path is not None and workspace is None:
-            name = sanitize_filename(file.filename)
-            run.file_notes += (f"Files skipped: {name} (no workspace to read it from).",)
-            return
-        if file.data is None and file.path is not None:  # a read: off the event loop
-            built = await asyncio.to_thread(
-                outgoing_parts,
-                [file],
-                max_file_bytes=self._state.max_file_bytes,
-                workspace=workspace,
-            )
-        else:
-            built = outgoing_parts([file], max_file_bytes=self._state.max_file_bytes)
-        if built.note:
-            run.file_notes += (built.note,)
-        if built.parts:
-            name = built.parts[0].filename
-            artifact = pb.Artifact(name=name, parts=built.parts)
-            self._artifact(run, ArtifactChunk(artifact, last_chunk=True))
-
     def _time_out(self, run: Run) -> None:
         if run.aio is not None and not run.finished:
             run.stopping = f"The run took longer than {self._state.run_timeout_s:g} s."
@@ -286,67 +355,6 @@ class Runner:
     def _unexpected(run: Run) -> tuple[int, str]:
         log.exception("run of task %s failed", run.record.task.id)
         return (pb.TASK_STATE_FAILED, UNEXPECTED)
-
-    def _text(self, run: Run, chunk: TextChunk) -> None:
-        """The chunk's text into the response artifact (one text part: a run's first
-        chunk replaces the artifact's parts, later ones are appended to its last text
-        part by ``Run.flush_text``); its event carries the chunk alone."""
-        task = run.record.task
-        if run.response_index < 0:
-            append = False
-            for index, existing in enumerate(task.artifacts):
-                if existing.name == RESPONSE_ARTIFACT:
-                    artifact = existing
-                    artifact.ClearField("parts")  # each run replaces the response
-                    run.response_index = index
-                    break
-            else:
-                run.response_index = len(task.artifacts)
-                artifact = task.artifacts.add(artifact_id=new_id(), name=RESPONSE_ARTIFACT)
-            artifact.parts.add(text=chunk.text)
-        else:
-            append = True
-            artifact = task.artifacts[run.response_index]
-            run.pending_text.append(chunk.text)
-        if self._state.listened(task.id):
-            event = pb.StreamResponse()  # built in place: no copies
-            update = event.artifact_update
-            update.task_id = task.id
-            update.context_id = task.context_id
-            update.append = append
-            update.last_chunk = chunk.last
-            update.artifact.artifact_id = artifact.artifact_id
-            update.artifact.name = RESPONSE_ARTIFACT
-            update.artifact.parts.add(text=chunk.text)
-            self._state.emit(task.id, event)
-
-    def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
-        run.flush_text()  # the chunk may go to the response artifact
-        task = run.record.task
-        incoming = pb.Artifact()
-        incoming.CopyFrom(chunk.artifact)
-        if not incoming.artifact_id:
-            incoming.artifact_id = new_id()
-        append = False
-        for existing in task.artifacts:
-            if existing.artifact_id == incoming.artifact_id:
-                if chunk.append:
-                    existing.parts.extend(incoming.parts)
-                    append = True
-                else:
-                    existing.CopyFrom(incoming)
-                break
-        else:
-            task.artifacts.add().CopyFrom(incoming)
-        if self._state.listened(task.id):
-            event = pb.StreamResponse()
-            update = event.artifact_update
-            update.task_id = task.id
-            update.context_id = task.context_id
-            update.artifact.CopyFrom(incoming)
-            update.append = append
-            update.last_chunk = chunk.last_chunk
-            self._state.emit(task.id, event)
 
     async def finish(self, run: Run, state: int, text: str) -> None:
         """Store the run's final (terminal or interrupted) state, then show it."""
