@@ -43,12 +43,12 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..lifecycle import timestamp_ns
 from ..push import PushDispatcher
+from ..store_roles import PushConfigs
 from ..task_store import (
     STORE_RETRY_PAUSES_S,
     UNSTORED,
     StoredPush,
     TaskRecord,
-    TaskStore,
     status_key,
 )
 
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 class PushFeed:
     """Hands each status change to the dispatcher with the configs the store holds."""
 
-    def __init__(self, store: TaskStore, push: PushDispatcher) -> None:
+    def __init__(self, store: PushConfigs, push: PushDispatcher) -> None:
         self._store = store
         self._push = push
         self._queues: dict[str, list[pb.Task]] = {}  # per task: changes awaiting a read

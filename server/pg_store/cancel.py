@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from ..lifecycle import valid_id
@@ -10,8 +9,6 @@ from .connection import (
     CANCEL_CHANNEL,
     PgConnection,
 )
-
-log = logging.getLogger(__name__)
 
 # A cancel request is kept on the run's context claim (which ends with the run), so the
 # run's process finds it even when it missed the NOTIFY.

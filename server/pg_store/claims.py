@@ -16,7 +16,7 @@ from .connection import (
     _why,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # one logger for the package, named as before
 
 # Not for a task another process settled since it was read (a CancelTask there), nor,
 # for a task read as ($8 state, $9 ts), one stored otherwise now (a turn of it ran

@@ -30,7 +30,7 @@ from ..task_store import (
     TaskStore,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # one logger for the package, named as before
 
 SCHEMA_VERSION = 9  # 2: leases; 3: context claims; 4: event log; 5: keys; 6: config rows;
 #  7: cancel requests; 8: the retention index; 9: settle times on the database's clock

@@ -26,7 +26,7 @@ from .connection import (
     _why,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # one logger for the package, named as before
 
 _LOG_EVENTS = """
 WITH logged AS (

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -15,8 +13,6 @@ from .connection import (
     _DB_NOW_SQL,
     PgConnection,
 )
-
-log = logging.getLogger(__name__)
 
 _READ_PUSH = """
 SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER BY position

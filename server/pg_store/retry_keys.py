@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 from a2a_gateway.protocol.context import Caller
 
 from .connection import (
     _RETRY_KEY_OVERHEAD,
     PgConnection,
 )
-
-log = logging.getLogger(__name__)
 
 _FIND_MESSAGE = (
     "SELECT task_id FROM a2a_retry_keys"

@@ -40,7 +40,7 @@ from .connection import (
     _why,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # one logger for the package, named as before
 
 # A stored terminal state is final: no save replaces it (say, the run of a process
 # that stalled past its lease settling a task another process already failed "server
