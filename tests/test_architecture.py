@@ -432,3 +432,36 @@ def test_every_module_imports_alone_in_a_fresh_interpreter(tmp_path: Path) -> No
     result = json.loads(run.stdout)
     assert result["errors"] == {}
     assert sorted(set(modules) - set(result["alone"])) == []
+
+
+# --- class size (issue 24: no class over 400 lines in server/) -------------------------
+
+MAX_CLASS_LINES = 400
+
+
+def classes_over(folder: Path, limit: int = MAX_CLASS_LINES) -> list[str]:
+    """``path:line Name (n lines)`` of each class under ``folder`` longer than ``limit``
+    lines (decorators excluded, docstring and nested classes included)."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    where = path.relative_to(folder.parent)
+                    found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_class_in_server_is_over_400_lines() -> None:
+    # A class past this holds several roles: split it by concern (see server/pg_store/).
+    assert classes_over(REPO / "server") == []
+
+
+def test_the_class_size_check_reports_a_long_class(tmp_path: Path) -> None:
+    folder = tmp_path / "server"
+    folder.mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_CLASS_LINES))
+    (folder / "big.py").write_text(f"class Small:\n    pass\n\n\nclass Big:\n{body}")
+    (folder / "edge.py").write_text("class Edge:\n" + body[: body.rindex("    x")])
+    assert classes_over(folder) == [f"server/big.py:5 Big ({MAX_CLASS_LINES + 1} lines)"]
