@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .outbound import _copy
+from .objects_out import _copy
 from .tables import JSON
 from .version import LEGACY_CARD_VERSION, is_legacy_version
 

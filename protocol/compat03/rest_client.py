@@ -1,6 +1,6 @@
 """Client side over 0.3 HTTP+JSON.
 
-The 1.0 request goes to 0.3 JSON-RPC params (:data:`.client.CALLS`), then to the 0.3
+The 1.0 request goes to 0.3 JSON-RPC params (:data:`.calls.CALLS`), then to the 0.3
 REST path and body; the 0.3 REST answer comes back to the 0.3 JSON-RPC shape, then to
 1.0. So both 0.3 bindings share one translation, as on the server side.
 """
@@ -16,10 +16,10 @@ from google.protobuf import message
 
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .client import legacy_call
-from .inbound import _copy_in, _get
-from .outbound import _copy
-from .rest import _REST_STATE_IN, REST_SHAPES, _rest_message_in, _rest_part_in, _rest_push_in
+from .calls import legacy_call
+from .objects_out import _copy
+from .params_in import _copy_in, _get
+from .rest_server import _REST_STATE_IN, REST_SHAPES, _rest_message_in, _rest_part_in, _rest_push_in
 from .results_in import _bad_result, _result_object, stream_response_in
 from .tables import JSON
 

@@ -11,7 +11,7 @@ from google.protobuf import empty_pb2, json_format, message
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..errors import InvalidAgentResponseError
-from .inbound import _copy_in, _get
+from .params_in import _copy_in, _get
 from .tables import DATA_PART_COMPAT, JSON, ROLES, TASK_STATES
 
 

@@ -1,5 +1,5 @@
-"""Server side: 1.0 ProtoJSON written as 0.3 JSON (messages, parts, tasks, stream events,
-push configs).
+"""1.0 ProtoJSON written as 0.3 JSON (messages, parts, tasks, stream events, push
+configs): the server's results and the client's params.
 
 Each function takes the 1.0 ProtoJSON dict (codec.to_dict: camelCase, Z timestamps,
 base64 bytes), so only the shapes that differ are rewritten.

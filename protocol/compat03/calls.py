@@ -17,7 +17,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .. import codec
 from ..errors import UnsupportedOperationError
-from .outbound import message_out, push_config_out
+from .objects_out import message_out, push_config_out
 from .results_in import (
     empty_result_in,
     list_result_in,

@@ -21,9 +21,9 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..errors import A2AError
 from .errors import error_object
-from .inbound import _copy_in, _get, _invalid
 from .methods import METHODS, Method
-from .outbound import Shapes, _copy, stream_event
+from .objects_out import Shapes, _copy, stream_event
+from .params_in import _copy_in, _get, _invalid
 from .tables import JSON, TASK_STATES
 
 #: Prefix of every 0.3 REST path, below the REST mount.
