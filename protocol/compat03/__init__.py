@@ -91,7 +91,6 @@ from .rest_server import (
     rest_set_push_params,
     rest_stream_event,
 )
-from .rest_server import _file_bytes_in as _file_bytes_in  # read by the tests
 from .results_in import (
     empty_result_in,
     message_json_in,

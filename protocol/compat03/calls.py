@@ -26,7 +26,7 @@ from .results_in import (
     send_result_in,
     task_result_in,
 )
-from .tables import _STATE_OUT, JSON
+from .tables import JSON, STATE_OUT
 
 
 def send_params(request: pb.SendMessageRequest) -> JSON:
@@ -94,7 +94,7 @@ def list_tasks_params(request: pb.ListTasksRequest) -> JSON:
     params: JSON = codec.to_dict(request)
     params.pop("tenant", None)
     if "status" in params:
-        params["status"] = _STATE_OUT.get(params["status"], params["status"])
+        params["status"] = STATE_OUT.get(params["status"], params["status"])
     return params
 
 
