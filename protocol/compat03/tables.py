@@ -39,3 +39,15 @@ _TERMINAL_OUT = frozenset({"completed", "failed", "canceled", "rejected"})
 #: Where a 0.3 stream ends, so its status update says ``final: true``: terminal and
 #: interrupted states (a 0.3 client stops reading at the first final event).
 FINAL_OUT = _TERMINAL_OUT | {"input-required", "auth-required"}
+
+
+__all__ = [
+    "DATA_PART_COMPAT",
+    "FINAL_OUT",
+    "JSON",
+    "ROLES",
+    "ROLE_IN",
+    "ROLE_OUT",
+    "STATE_OUT",
+    "TASK_STATES",
+]
