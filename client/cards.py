@@ -40,7 +40,7 @@ TRANSPORT_NAMES: dict[str, str] = {
 }
 SUPPORTED_BINDINGS = (JSONRPC, HTTP_JSON, GRPC)
 #: Bindings we speak A2A 0.3 over, in order of preference (gRPC last: the SDK's 0.3 gRPC
-#: carries file bytes oddly, see compat03._file_bytes_in).
+#: carries file bytes oddly, see compat03.rest_server._file_bytes_in).
 LEGACY_BINDINGS = (JSONRPC, HTTP_JSON, GRPC)
 
 _LEGACY_SCHEME_TYPES = {

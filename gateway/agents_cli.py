@@ -32,7 +32,7 @@ from a2a_gateway.client.agents_file import (
 )
 from a2a_gateway.client.directory import fetch_agent_cards, one_line
 
-from .callers_cli import CallersError, _locked, _read_raw, write_atomically
+from .callers_cli import CallersError, locked, read_json_array, write_atomically
 
 KEY_ENV = "A2A_GATEWAY_AGENT_KEY"
 
@@ -43,7 +43,7 @@ class AgentsError(Exception):
 
 def _read_list(path: Path) -> list[Any]:
     try:
-        return _read_raw(path)
+        return read_json_array(path)
     except CallersError as exc:
         raise AgentsError(str(exc)) from None
 
@@ -75,7 +75,7 @@ def add_agent(
         entry["description"] = description
     if allow_private:
         entry["allow_private"] = True
-    with _locked(path):
+    with locked(path):
         data = _read_list(path)
         if any(isinstance(item, dict) and item.get("name") == name for item in data):
             raise AgentsError(f"an agent named {name!r} already exists in {path}")
@@ -85,7 +85,7 @@ def add_agent(
 
 def remove_agent(workspace: Path, name: str) -> None:
     path = agents_path(workspace)
-    with _locked(path):
+    with locked(path):
         data = _read_list(path)
         kept = [item for item in data if not (isinstance(item, dict) and item.get("name") == name)]
         if len(kept) == len(data):

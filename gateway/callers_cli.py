@@ -101,7 +101,7 @@ def callers_path(workspace: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     """An exclusive lock next to ``path``, so two ``add`` runs cannot lose an entry."""
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -112,7 +112,8 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _read_raw(path: Path) -> list[Any]:
+def read_json_array(path: Path) -> list[Any]:
+    """The JSON array in ``path`` (empty when there is no file), or CallersError."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -197,8 +198,8 @@ def add_caller(
     problem = parse_entry(entry, str(workspace))
     if isinstance(problem, str):
         raise CallersError(problem)
-    with _locked(path):
-        data = _read_raw(path)
+    with locked(path):
+        data = read_json_array(path)
         if any(isinstance(item, dict) and item.get("name") == name for item in data):
             raise CallersError(f"a caller named {name!r} already exists in {path}")
         data.append(entry)
@@ -214,8 +215,8 @@ def rotate_caller(
     path = callers_path(workspace)
     key = generate_key()
     secret = generate_signing_secret() if signing else None
-    with _locked(path):
-        data = _read_raw(path)
+    with locked(path):
+        data = read_json_array(path)
         entry = dict(data[_index(data, name, path)])
         if "jwt" in entry or "basic" in entry:
             raise CallersError(
@@ -234,8 +235,8 @@ def remove_caller(workspace: Path, name: str) -> None:
     """Delete the caller ``name`` (CallersError when there is none)."""
     _check_name(name)
     path = callers_path(workspace)
-    with _locked(path):
-        data = _read_raw(path)
+    with locked(path):
+        data = read_json_array(path)
         del data[_index(data, name, path)]
         _write(path, data)
 
@@ -251,7 +252,7 @@ def set_published(workspace: Path, published: bool) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CallersError(f"cannot create {path.parent}: {exc.strerror}") from None
-    with _locked(path):
+    with locked(path):
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
@@ -443,6 +444,8 @@ __all__ = [
     "add_parser",
     "generate_key",
     "key_hint",
+    "locked",
+    "read_json_array",
     "remove_caller",
     "rotate_caller",
     "run",

@@ -17,7 +17,7 @@ Once a record exists, no later claim changes it, not even one from another gatew
 process sharing the workspace (records are created with ``link``, which never replaces
 a file).
 
-- Only ids matching ``[A-Za-z0-9_-]{1,100}`` (``lifecycle.valid_id``) ever become a
+- Only ids matching ``[A-Za-z0-9_-]{1,100}`` (``ids.valid_id``) ever become a
   path; any other id the upstream uses is owned in memory only, as without a workspace.
 - A record that does not parse (bad JSON, wrong version, no owner, not a regular file,
   unreadable) makes its task TaskNotFound for everyone; it is logged once, with its
@@ -58,7 +58,7 @@ from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError
 from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_file
 from a2a_gateway.server.file_store import owner_from_document
-from a2a_gateway.server.lifecycle import valid_id
+from a2a_gateway.server.ids import valid_id
 from lf.a2a.v1 import a2a_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from a2a_gateway.protocol.errors import A2AError, UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .lifecycle import INTERRUPTED, TERMINAL
+from .task_states import INTERRUPTED, TERMINAL
 
 HIGH_WATER = 64
 MAX_BACKLOG = 1024

@@ -100,7 +100,7 @@ from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
 from .byte_lru import ByteLRU
 from .event_log import DEFAULT_TASK_LOG_BYTES, FileEventLog
 from .files import INBOX_FOLDER
-from .lifecycle import valid_id
+from .ids import valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_index import (
     INDEX_NAME,

@@ -80,7 +80,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from . import signing
 from .auth import Authenticator
-from .http_context import WRITE_TIMEOUT_S
+from .http_sse import WRITE_TIMEOUT_S
 from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
 from .tls import grpc_peer_certificate
 

@@ -33,15 +33,9 @@ from . import health, jsonrpc, push_receiver, rest
 from .auth import Authenticator, single_values
 from .card import CARDS, JWKS_PATH, CardProvider, mount_path
 from .config import ServerConfig
-from .http_context import (
-    AUTHENTICATOR,
-    CONFIG,
-    METRICS,
-    SERVICE,
-    STREAM_WATCH,
-    StreamWatch,
-    unexpected,
-)
+from .http_request import AUTHENTICATOR, CONFIG, METRICS, SERVICE
+from .http_response import unexpected
+from .http_sse import STREAM_WATCH, StreamWatch
 from .icon import icon_path
 from .metrics import CONTENT_TYPE, NULL_METRICS, Metrics, MetricsLike
 from .pact import mount as pact_mount

@@ -1,6 +1,6 @@
 """The version rule (:mod:`a2a_gateway.protocol.versioning`) on the two HTTP bindings.
 
-:func:`~.http_context.call_context` judges ``A2A-Version`` before any body is read, as
+:func:`~.http_request.call_context` judges ``A2A-Version`` before any body is read, as
 for a 1.0 operation; a 0.3 value is set aside first (:func:`set_aside_legacy_version`),
 and judged once the operation is known (:func:`check_version`): JSON-RPC knows it only
 after reading the envelope, HTTP+JSON from the path.

@@ -51,23 +51,25 @@ from a2a_gateway.protocol.errors import (
 )
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .http_context import (
+from .http_request import (
     CONFIG,
-    JSON_CONTENT_TYPE,
     METRICS,
     RPCS,
-    Answer,
     Rpc,
     call_context,
     call_service,
+    read_body,
+    require_json,
+)
+from .http_response import (
+    JSON_CONTENT_TYPE,
+    Answer,
     echo_extensions,
     error_headers,
     json_response,
-    read_body,
-    require_json,
-    serve_stream,
     unexpected,
 )
+from .http_sse import serve_stream
 from .http_version import check_version, set_aside_legacy_version
 from .metrics import INTERNAL, OK, UNKNOWN_METHOD
 

@@ -73,7 +73,8 @@ from typing import Any, TypeVar
 from a2a_gateway.protocol.context import Caller
 
 from .atomic_files import is_stale_temp
-from .lifecycle import ACTIVE, TERMINAL, valid_id
+from .ids import valid_id
+from .task_states import ACTIVE, TERMINAL
 from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
 
 log = logging.getLogger(__name__)

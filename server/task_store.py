@@ -48,7 +48,7 @@ from .event_log import (
     EventLog,
     MemoryEventLog,
 )
-from .lifecycle import ACTIVE, timestamp_ns, valid_id
+from .ids import valid_id
 from .store_roles import (
     CancelSignals,
     ContextClaims,
@@ -58,6 +58,7 @@ from .store_roles import (
     StoreLife,
     TaskRecords,
 )
+from .task_states import ACTIVE, timestamp_ns
 
 #: messageIds longer than this are InvalidParams (they are keys of the retry index).
 MAX_MESSAGE_ID_CHARS = 256

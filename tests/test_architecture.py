@@ -1,11 +1,12 @@
 """The architecture, checked from the source (CONTRIBUTING.md, "The layers").
 
-Three rules over the ``a2a_gateway`` package: every module imports alone in a fresh
-interpreter, module-level imports form no cycle, and no module imports from a layer above
-its own (``protocol ← agent ← server | client ← telegram ← gateway``) beyond the known
-exceptions listed in ``KNOWN_UPWARD``. The import graph is read with ``ast`` from the
-folders ``pyproject.toml`` maps to the package; generated code (``lf.*``) and third-party
-packages are outside the rules.
+Four rules over the ``a2a_gateway`` package: every module imports alone in a fresh
+interpreter, module-level imports form no cycle, no module imports from a layer above its
+own (``protocol ← agent ← server | client ← telegram ← gateway``) beyond the known
+exceptions listed in ``KNOWN_UPWARD``, and no module imports an underscore-prefixed name
+from another (a helper two modules share is public in one of them). The import graph is
+read with ``ast`` from the folders ``pyproject.toml`` maps to the package; generated code
+(``lf.*``) and third-party packages are outside the rules.
 """
 
 from __future__ import annotations
@@ -129,19 +130,48 @@ def _owning_module(dotted: str, modules: Mapping[str, Path]) -> str | None:
     return None
 
 
+def _absolute(statement: ast.ImportFrom, package: str) -> str:
+    """The module a ``from … import`` names, resolved against ``package`` when relative."""
+    base = statement.module or ""
+    if statement.level:
+        anchor = package.split(".")[: len(package.split(".")) - (statement.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
+
+
+def _package_of(module: str, modules: Mapping[str, Path]) -> str:
+    is_package = modules.get(module, Path()).name == "__init__.py"
+    return module if is_package else module.rpartition(".")[0]
+
+
+def private_imports(module: str, source: str, modules: Mapping[str, Path]) -> list[str]:
+    """``module:line name`` for each underscore-prefixed name (dunders aside) that
+    ``source`` imports from another module of ours: a helper shared between modules is
+    public in one of them, not borrowed by its private name."""
+    package = _package_of(module, modules)
+    found = []
+    for statement, _ in _import_statements(ast.parse(source)):
+        if not isinstance(statement, ast.ImportFrom):
+            continue
+        base = _absolute(statement, package)
+        if base.split(".")[0] != PACKAGE:
+            continue
+        for alias in statement.names:
+            private = alias.name.startswith("_") and not alias.name.endswith("__")
+            if private and _owning_module(f"{base}.{alias.name}", modules) != module:
+                found.append(f"{module}:{statement.lineno} {base}.{alias.name}")
+    return found
+
+
 def imports_of(module: str, source: str, modules: Mapping[str, Path]) -> list[Import]:
     """The imports of ours in ``source``, the text of ``module``."""
-    is_package = modules.get(module, Path()).name == "__init__.py"
-    package = module if is_package else module.rpartition(".")[0]
+    package = _package_of(module, modules)
     found = []
     for statement, at_import_time in _import_statements(ast.parse(source)):
         if isinstance(statement, ast.Import):
             targets = [alias.name for alias in statement.names]
         else:
-            base = statement.module or ""
-            if statement.level:
-                anchor = package.split(".")[: len(package.split(".")) - (statement.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _absolute(statement, package)
             # ``from pkg import name``: name is a submodule, or an attribute of pkg.
             targets = [f"{base}.{alias.name}" for alias in statement.names]
         for target in targets:
@@ -284,6 +314,32 @@ def test_the_checks_report_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
     graph = import_time_graph([*package_imports(), *leak])
     graph.setdefault("a2a_gateway.server.files", set()).add("a2a_gateway.protocol.leak")
     assert ["a2a_gateway.protocol.leak", "a2a_gateway.server.files"] in cycles(graph)
+
+
+def test_no_module_imports_a_private_name_from_another() -> None:
+    modules = module_files()
+    found = [
+        hit
+        for module, path in modules.items()
+        for hit in private_imports(module, path.read_text(), modules)
+    ]
+    assert found == [], "make the shared helper public in one module"
+
+
+def test_the_check_reports_a_private_name_imported_from_another_module(tmp_path: Path) -> None:
+    modules = {**module_files(), "a2a_gateway.protocol.compat03.leak": tmp_path / "leak.py"}
+    source = (
+        "from .tables import _TERMINAL_OUT, JSON\n"
+        "from a2a_gateway.server.ids import _random_bits as bits\n"
+        "from . import __all__, tables\n"
+        "from google.protobuf import _message\n"
+        "def later() -> None:\n    from ..errors import _BY_REASON\n"
+    )
+    assert private_imports("a2a_gateway.protocol.compat03.leak", source, modules) == [
+        "a2a_gateway.protocol.compat03.leak:1 a2a_gateway.protocol.compat03.tables._TERMINAL_OUT",
+        "a2a_gateway.protocol.compat03.leak:2 a2a_gateway.server.ids._random_bits",
+        "a2a_gateway.protocol.compat03.leak:6 a2a_gateway.protocol.errors._BY_REASON",
+    ]
 
 
 # Runs in a fresh interpreter: loads the third-party packages ours import (and the

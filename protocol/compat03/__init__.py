@@ -27,17 +27,16 @@ Decisions where 0.3 and 1.0 do not line up:
 Bad 0.3 input raises :class:`InvalidParamsError` naming the field by its 0.3 path.
 
 Modules: :mod:`.version` (the 0.3 version rule), :mod:`.tables` (role/state tables),
-:mod:`.inbound` (0.3 params -> 1.0 requests), :mod:`.outbound` (1.0 -> 0.3 messages,
+:mod:`.params_in` (0.3 params -> 1.0 requests), :mod:`.objects_out` (1.0 -> 0.3 messages,
 tasks, stream events, push configs), :mod:`.methods` (the 0.3 JSON-RPC method table),
 :mod:`.card` (0.3 and hybrid cards), :mod:`.errors` (0.3 error objects both ways),
-:mod:`.rest` (server side of 0.3 HTTP+JSON), :mod:`.client` and :mod:`.results_in`
+:mod:`.rest_server` (server side of 0.3 HTTP+JSON), :mod:`.calls` and :mod:`.results_in`
 (client side over 0.3 JSON-RPC), :mod:`.rest_client` (client side over 0.3 HTTP+JSON).
 """
 
 from __future__ import annotations
 
-from .card import agent_card, hybrid_card
-from .client import (
+from .calls import (
     CALLS,
     Call,
     cancel_task_params,
@@ -50,8 +49,21 @@ from .client import (
     set_push_config_params,
     subscribe_params,
 )
+from .card import agent_card, hybrid_card
 from .errors import V03_ERROR_CODES, V03_FALLBACK_CODE, error_code, error_in, error_object
-from .inbound import (
+from .methods import METHODS, Method
+from .objects_out import (
+    artifact_out,
+    artifact_update_out,
+    message_out,
+    part_out,
+    push_config_out,
+    status_out,
+    status_update_out,
+    stream_event,
+    task_out,
+)
+from .params_in import (
     cancel_task_request,
     delete_push_config_request,
     extended_card_request,
@@ -65,19 +77,8 @@ from .inbound import (
     set_push_config_request,
     subscribe_request,
 )
-from .methods import METHODS, Method
-from .outbound import (
-    artifact_out,
-    artifact_update_out,
-    message_out,
-    part_out,
-    push_config_out,
-    status_out,
-    status_update_out,
-    stream_event,
-    task_out,
-)
-from .rest import (
+from .rest_client import RestCall, rest_call, rest_result_in, rest_stream_response_in
+from .rest_server import (
     REST_PREFIX,
     REST_ROUTES,
     RestMatch,
@@ -90,8 +91,6 @@ from .rest import (
     rest_set_push_params,
     rest_stream_event,
 )
-from .rest import _file_bytes_in as _file_bytes_in  # read by the tests
-from .rest_client import RestCall, rest_call, rest_result_in, rest_stream_response_in
 from .results_in import (
     empty_result_in,
     message_json_in,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .outbound import _copy
+from .shared import copy_fields
 from .tables import JSON
 from .version import LEGACY_CARD_VERSION, is_legacy_version
 
@@ -74,7 +74,7 @@ def agent_card(card: Mapping[str, Any]) -> JSON | None:
         out["additionalInterfaces"] = [
             {"url": i.get("url", ""), "transport": i.get("protocolBinding", "")} for i in legacy[1:]
         ]
-    _copy(card, out, "provider", "documentationUrl", "iconUrl")
+    copy_fields(card, out, "provider", "documentationUrl", "iconUrl")
     capabilities = card.get("capabilities", {})
     out["capabilities"] = {
         k: v for k, v in capabilities.items() if k in ("streaming", "pushNotifications")
@@ -102,7 +102,7 @@ def agent_card(card: Mapping[str, Any]) -> JSON | None:
             item["security"] = _security_out(skill["securityRequirements"])
         skills.append(item)
     out["skills"] = skills
-    _copy(card, out, "signatures")
+    copy_fields(card, out, "signatures")
     return out
 
 

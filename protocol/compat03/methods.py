@@ -12,7 +12,8 @@ from google.protobuf import message
 from .. import codec
 from ..errors import VersionNotSupportedError
 from .card import agent_card
-from .inbound import (
+from .objects_out import message_out, push_config_out, task_out
+from .params_in import (
     cancel_task_request,
     delete_push_config_request,
     extended_card_request,
@@ -24,7 +25,6 @@ from .inbound import (
     set_push_config_request,
     subscribe_request,
 )
-from .outbound import message_out, push_config_out, task_out
 
 
 def _send_result(result: message.Message) -> Any:

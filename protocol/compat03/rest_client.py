@@ -1,6 +1,6 @@
 """Client side over 0.3 HTTP+JSON.
 
-The 1.0 request goes to 0.3 JSON-RPC params (:data:`.client.CALLS`), then to the 0.3
+The 1.0 request goes to 0.3 JSON-RPC params (:data:`.calls.CALLS`), then to the 0.3
 REST path and body; the 0.3 REST answer comes back to the 0.3 JSON-RPC shape, then to
 1.0. So both 0.3 bindings share one translation, as on the server side.
 """
@@ -16,11 +16,10 @@ from google.protobuf import message
 
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .client import legacy_call
-from .inbound import _copy_in, _get
-from .outbound import _copy
-from .rest import _REST_STATE_IN, REST_SHAPES, _rest_message_in, _rest_part_in, _rest_push_in
-from .results_in import _bad_result, _result_object, stream_response_in
+from .calls import legacy_call
+from .rest_server import REST_SHAPES, REST_STATE_IN, rest_message_in, rest_part_in, rest_push_in
+from .results_in import stream_response_in
+from .shared import bad_result, copy_fields, copy_fields_in, get_field, result_object
 from .tables import JSON
 
 
@@ -28,12 +27,12 @@ def _rest_status_in(status: Any) -> Any:
     if not isinstance(status, Mapping):
         return status
     out: JSON = {}
-    state = _get(status, "state")
+    state = get_field(status, "state")
     if state is not None:
-        out["state"] = _REST_STATE_IN.get(state, state)
-    if _get(status, "message") is not None:
-        out["message"] = _rest_message_in(_get(status, "message"))
-    _copy_in(status, out, "timestamp")
+        out["state"] = REST_STATE_IN.get(state, state)
+    if get_field(status, "message") is not None:
+        out["message"] = rest_message_in(get_field(status, "message"))
+    copy_fields_in(status, out, "timestamp")
     return out
 
 
@@ -41,9 +40,9 @@ def _rest_artifact_in(artifact: Any) -> Any:
     if not isinstance(artifact, Mapping):
         return artifact
     out: JSON = {}
-    _copy_in(artifact, out, "artifactId", "name", "description", "metadata", "extensions")
-    parts = _get(artifact, "parts")
-    out["parts"] = [_rest_part_in(p) for p in parts] if isinstance(parts, list) else parts
+    copy_fields_in(artifact, out, "artifactId", "name", "description", "metadata", "extensions")
+    parts = get_field(artifact, "parts")
+    out["parts"] = [rest_part_in(p) for p in parts] if isinstance(parts, list) else parts
     return out
 
 
@@ -51,12 +50,12 @@ def _rest_task_in(task: Any) -> Any:
     if not isinstance(task, Mapping):
         return task
     out: JSON = {"kind": "task"}
-    _copy_in(task, out, "id", "contextId", "metadata")
-    out["status"] = _rest_status_in(_get(task, "status") or {})
-    history = _get(task, "history")
+    copy_fields_in(task, out, "id", "contextId", "metadata")
+    out["status"] = _rest_status_in(get_field(task, "status") or {})
+    history = get_field(task, "history")
     if isinstance(history, list):
-        out["history"] = [_rest_message_in(m) for m in history]
-    artifacts = _get(task, "artifacts")
+        out["history"] = [rest_message_in(m) for m in history]
+    artifacts = get_field(task, "artifacts")
     if isinstance(artifacts, list):
         out["artifacts"] = [_rest_artifact_in(a) for a in artifacts]
     return out
@@ -66,8 +65,8 @@ def _rest_status_update_in(event: Any) -> Any:
     if not isinstance(event, Mapping):
         return event
     out: JSON = {"kind": "status-update"}
-    _copy_in(event, out, "taskId", "contextId", "final", "metadata")
-    out["status"] = _rest_status_in(_get(event, "status") or {})
+    copy_fields_in(event, out, "taskId", "contextId", "final", "metadata")
+    out["status"] = _rest_status_in(get_field(event, "status") or {})
     return out
 
 
@@ -75,15 +74,15 @@ def _rest_artifact_update_in(event: Any) -> Any:
     if not isinstance(event, Mapping):
         return event
     out: JSON = {"kind": "artifact-update"}
-    _copy_in(event, out, "taskId", "contextId", "append", "lastChunk", "metadata")
-    out["artifact"] = _rest_artifact_in(_get(event, "artifact") or {})
+    copy_fields_in(event, out, "taskId", "contextId", "append", "lastChunk", "metadata")
+    out["artifact"] = _rest_artifact_in(get_field(event, "artifact") or {})
     return out
 
 
 _REST_MEMBER_IN: dict[str, Callable[[Any], Any]] = {
     "task": _rest_task_in,
-    "message": _rest_message_in,
-    "msg": _rest_message_in,
+    "message": rest_message_in,
+    "msg": rest_message_in,
     "statusUpdate": _rest_status_update_in,
     "status_update": _rest_status_update_in,
     "artifactUpdate": _rest_artifact_update_in,
@@ -94,40 +93,40 @@ _REST_MEMBER_IN: dict[str, Callable[[Any], Any]] = {
 def _rest_member_in(value: Any, path: str) -> Any:
     """A 0.3 REST SendMessageResponse / StreamResponse (one member) as the bare 0.3
     JSON-RPC object."""
-    obj = _result_object(value, path)
+    obj = result_object(value, path)
     for member, convert in _REST_MEMBER_IN.items():
         if obj.get(member) is not None:
             return convert(obj[member])
-    raise _bad_result(path, "has none of task, message, statusUpdate, artifactUpdate")
+    raise bad_result(path, "has none of task, message, statusUpdate, artifactUpdate")
 
 
 def _rest_push_config_in(value: Any, path: str) -> Any:
     """A 0.3 REST TaskPushNotificationConfig ``{name, pushNotificationConfig}`` as the
     0.3 JSON-RPC ``{taskId, pushNotificationConfig}``. The name is a resource name,
     not a URL path: its ids are not escaped (the SDK writes and reads them raw)."""
-    obj = _result_object(value, path)
-    name = _get(obj, "name")
+    obj = result_object(value, path)
+    name = get_field(obj, "name")
     segments = name.split("/") if isinstance(name, str) else []
     task_id = segments[1] if len(segments) >= 2 and segments[0] == "tasks" else ""
     return {
         "taskId": task_id,
-        "pushNotificationConfig": _rest_push_in(_get(obj, "pushNotificationConfig")),
+        "pushNotificationConfig": rest_push_in(get_field(obj, "pushNotificationConfig")),
     }
 
 
 def _rest_push_list_in(value: Any, path: str) -> Any:
-    obj = _result_object(value, path)
-    configs = _get(obj, "configs") or []
+    obj = result_object(value, path)
+    configs = get_field(obj, "configs") or []
     if not isinstance(configs, list):
-        raise _bad_result(f"{path}.configs", "must be an array")
+        raise bad_result(f"{path}.configs", "must be an array")
     return [_rest_push_config_in(c, f"{path}.configs[{i}]") for i, c in enumerate(configs)]
 
 
 #: How each rpc's 0.3 REST answer becomes its 0.3 JSON-RPC result.
 _REST_RESULT_IN: dict[str, Callable[[Any, str], Any]] = {
     "SendMessage": _rest_member_in,
-    "GetTask": lambda value, path: _rest_task_in(_result_object(value, path)),
-    "CancelTask": lambda value, path: _rest_task_in(_result_object(value, path)),
+    "GetTask": lambda value, path: _rest_task_in(result_object(value, path)),
+    "CancelTask": lambda value, path: _rest_task_in(result_object(value, path)),
     "CreateTaskPushNotificationConfig": _rest_push_config_in,
     "GetTaskPushNotificationConfig": _rest_push_config_in,
     "ListTaskPushNotificationConfigs": _rest_push_list_in,
@@ -157,11 +156,11 @@ def _rest_send_body(params: Mapping[str, Any]) -> JSON:
     config = params.get("configuration")
     if isinstance(config, Mapping):
         out: JSON = {}
-        _copy(config, out, "acceptedOutputModes", "historyLength", "blocking")
+        copy_fields(config, out, "acceptedOutputModes", "historyLength", "blocking")
         if "pushNotificationConfig" in config:
             out["pushNotification"] = config["pushNotificationConfig"]
         body["configuration"] = out
-    _copy(params, body, "metadata")
+    copy_fields(params, body, "metadata")
     return body
 
 

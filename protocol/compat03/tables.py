@@ -18,8 +18,8 @@ ROLES: tuple[tuple[str, pb.Role.ValueType], ...] = (
     ("user", pb.ROLE_USER),
     ("agent", pb.ROLE_AGENT),
 )
-_ROLE_IN = dict(ROLES)
-_ROLE_OUT = {pb.Role.Name(value): name for name, value in ROLES}
+ROLE_IN = dict(ROLES)
+ROLE_OUT = {pb.Role.Name(value): name for name, value in ROLES}
 
 #: 0.3 task state <-> 1.0 task state (``unknown`` is UNSPECIFIED).
 TASK_STATES: tuple[tuple[str, pb.TaskState.ValueType], ...] = (
@@ -34,8 +34,20 @@ TASK_STATES: tuple[tuple[str, pb.TaskState.ValueType], ...] = (
     ("auth-required", pb.TASK_STATE_AUTH_REQUIRED),
 )
 #: 1.0 ProtoJSON state name -> 0.3 state.
-_STATE_OUT = {pb.TaskState.Name(value): name for name, value in TASK_STATES}
+STATE_OUT = {pb.TaskState.Name(value): name for name, value in TASK_STATES}
 _TERMINAL_OUT = frozenset({"completed", "failed", "canceled", "rejected"})
 #: Where a 0.3 stream ends, so its status update says ``final: true``: terminal and
 #: interrupted states (a 0.3 client stops reading at the first final event).
-_FINAL_OUT = _TERMINAL_OUT | {"input-required", "auth-required"}
+FINAL_OUT = _TERMINAL_OUT | {"input-required", "auth-required"}
+
+
+__all__ = [
+    "DATA_PART_COMPAT",
+    "FINAL_OUT",
+    "JSON",
+    "ROLES",
+    "ROLE_IN",
+    "ROLE_OUT",
+    "STATE_OUT",
+    "TASK_STATES",
+]

@@ -25,8 +25,9 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from ..drain import shutting_down
 from ..events import Subscriber
 from ..files import is_file_part
-from ..lifecycle import INTERRUPTED, TERMINAL, agent_message, new_id, set_now, task_view, valid_id
+from ..ids import new_id, valid_id
 from ..limits import RunSlot
+from ..task_states import INTERRUPTED, TERMINAL, agent_message, set_now, task_view
 from ..task_store import UNSTORED, TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records

@@ -35,7 +35,7 @@ from a2a_gateway.protocol.errors import (
 )
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..lifecycle import new_id, valid_id
+from ..ids import new_id, valid_id
 from ..push import check_push_destination, validate_push_config
 from ..task_store import TaskRecord
 from .records import Records

@@ -41,9 +41,9 @@ import logging
 
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..lifecycle import timestamp_ns
 from ..push import PushDispatcher
 from ..store_roles import PushConfigs
+from ..task_states import timestamp_ns
 from ..task_store import (
     STORE_RETRY_PAUSES_S,
     UNSTORED,

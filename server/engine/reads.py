@@ -13,7 +13,8 @@ from a2a_gateway.protocol.resume import RESUME_EXPIRED, RESUME_EXTENSION, resume
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
-from ..lifecycle import KNOWN_STATES, TERMINAL, task_view, timestamp_ns, valid_id
+from ..ids import valid_id
+from ..task_states import KNOWN_STATES, TERMINAL, task_view, timestamp_ns
 from ..task_store import Position, TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
 from .rules import check_not_terminal, read_history_length

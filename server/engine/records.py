@@ -37,8 +37,9 @@ from collections.abc import AsyncIterator
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..lifecycle import ACTIVE, agent_message, valid_id
+from ..ids import valid_id
 from ..store_outage import StoreOutageError
+from ..task_states import ACTIVE, agent_message
 from ..task_store import STORE_RETRY_PAUSES_S, TaskRecord
 from .rules import apply_status
 from .state import (

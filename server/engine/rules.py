@@ -16,7 +16,7 @@ from a2a_gateway.protocol.errors import TaskNotCancelableError, UnsupportedOpera
 from a2a_gateway.protocol.json_schemas import asked_schema, data_parts, part_value, violation
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..lifecycle import TERMINAL, set_now
+from ..task_states import TERMINAL, set_now
 from ..task_store import MAX_MESSAGE_ID_CHARS
 from .state import invalid
 

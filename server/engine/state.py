@@ -24,12 +24,12 @@ from a2a_gateway.protocol.errors import (
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Hub, Subscriber
-from ..lifecycle import TERMINAL
 from ..limits import RunSlot, TaskLimiter
 from ..outbound import OutboundClient
 from ..paging import PageTokens
 from ..push import PushDispatcher
 from ..store_outage import StoreOutageError
+from ..task_states import TERMINAL
 from ..task_store import TaskRecord, TaskStore
 from .push_feed import PushFeed
 from .retries import RetryKey

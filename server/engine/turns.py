@@ -53,8 +53,9 @@ from ..files import (
     receive_files,
     sanitize_filename,
 )
-from ..lifecycle import ACTIVE, INTERRUPTED, agent_message, new_id, task_view, valid_id
+from ..ids import new_id, valid_id
 from ..limits import RunSlot
+from ..task_states import ACTIVE, INTERRUPTED, agent_message, task_view
 from ..task_store import TaskRecord
 from .records import Records
 from .retries import RetryKey

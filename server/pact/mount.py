@@ -25,7 +25,8 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from .. import jsonrpc, rest
 from ..card import CARDS, mount_path
 from ..config import ServerConfig
-from ..http_context import AUTHENTICATOR, CONFIG, METRICS, SERVICE, STREAM_WATCH
+from ..http_request import AUTHENTICATOR, CONFIG, METRICS, SERVICE
+from ..http_sse import STREAM_WATCH
 from .oauth import (
     DEVICE_AUTHORIZATION_PATH,
     METADATA_PATH,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..lifecycle import valid_id
+from ..ids import valid_id
 from .connection import (
     CANCEL_CHANNEL,
     PgConnection,

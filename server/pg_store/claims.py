@@ -8,12 +8,12 @@ import logging
 from a2a_gateway.protocol.context import Caller
 
 from .connection import (
-    _DB_ERRORS,
-    _SETTLED_SQL,
+    DB_ERRORS,
+    SETTLED_SQL,
     PgConnection,
     StoreUnavailable,
-    _outage,
-    _why,
+    outage,
+    why,
 )
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
@@ -27,7 +27,7 @@ log = logging.getLogger(__package__)  # one logger for the package, named as bef
 _CLAIM = f"""
 INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
 SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint
-WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4 AND t.{_SETTLED_SQL})
+WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4 AND t.{SETTLED_SQL})
   AND ($8::smallint IS NULL OR EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = $4
                                        AND t.state = $8 AND t.ts = $9::bigint))
 ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
@@ -104,6 +104,6 @@ class PgContextClaims(PgConnection):
                 self.replica,
                 list(self._leased),
             )
-        except (StoreUnavailable, *_DB_ERRORS) as exc:
-            if not _outage(exc):
-                log.warning("could not renew run leases: %s", _why(exc))
+        except (StoreUnavailable, *DB_ERRORS) as exc:
+            if not outage(exc):
+                log.warning("could not renew run leases: %s", why(exc))

@@ -20,9 +20,9 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..byte_lru import ByteLRU
-from ..lifecycle import ACTIVE, INTERRUPTED, TERMINAL
 from ..secret_box import SecretBox, SecretBoxError
 from ..store_outage import OutageLog, StoreOutageError
+from ..task_states import ACTIVE, INTERRUPTED, TERMINAL
 from ..task_store import (
     DEFAULT_RETRY_BYTES,
     DEFAULT_RETRY_KEYS,
@@ -39,7 +39,7 @@ MIGRATION_LOCK = 0x613261_2D6777
 #: pg_try_advisory_xact_lock key of a retention batch: one replica at a time.
 RETENTION_LOCK = MIGRATION_LOCK + 1
 #: The settled states as SQL, written out so the planner matches the partial index.
-_SETTLED_SQL = f"state IN ({', '.join(str(s) for s in sorted(TERMINAL))})"
+SETTLED_SQL = f"state IN ({', '.join(str(s) for s in sorted(TERMINAL))})"
 DEFAULT_POOL_SIZE = 10
 DEFAULT_LEASE_S = 30.0
 #: NOTIFY channel of cancellation requests (payload: the task id).
@@ -48,7 +48,7 @@ CANCEL_CHANNEL = "a2a_cancel"
 EVENTS_CHANNEL = "a2a_events"
 #: Events of a settled task are kept this long (late subscribers' reads), then pruned.
 DEFAULT_EVENT_KEEP_S = 60.0
-_EVENT_BATCH = 1000
+EVENT_BATCH = 1000
 #: While the database is away, the stream events of this process's runs wait in
 #: memory, up to this many bytes, and are written once it is back (tried every
 #: OUTAGE_EVENTS_RETRY_S), so followers elsewhere read every one of them.
@@ -61,13 +61,13 @@ LISTEN_RETRY_FIRST_S = 0.1
 LISTEN_RETRY_MAX_S = 5.0
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
-_INT64_MAX = (1 << 63) - 1
+INT64_MAX = (1 << 63) - 1
 #: The database's time now, in ns (its own clock, whatever the clocks of the processes).
-_DB_NOW_SQL = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
+DB_NOW_SQL = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
 #: The states whose events are kept (a task in any other is settled: its events are
 #: pruned ``event_keep_s`` after it settled).
-_EVENTS_KEPT = ACTIVE | INTERRUPTED
-_RETRY_KEY_OVERHEAD = 200
+EVENTS_KEPT = ACTIVE | INTERRUPTED
+RETRY_KEY_OVERHEAD = 200
 
 #: Migration n (1-based) takes the schema from version n-1 to n.
 MIGRATIONS: tuple[str, ...] = (
@@ -144,7 +144,7 @@ MIGRATIONS: tuple[str, ...] = (
     # session-level advisory lock, dropping an INVALID leftover of an interrupted
     # build first).
     f"""
-    CREATE INDEX a2a_tasks_settled_by_age ON a2a_tasks(ts) WHERE {_SETTLED_SQL};
+    CREATE INDEX a2a_tasks_settled_by_age ON a2a_tasks(ts) WHERE {SETTLED_SQL};
     """,
     # When a task settled on the database's clock (the events' pruning; ``ts`` is the
     # runner's). Nullable without a default: no rewrite of a2a_tasks, a brief lock only.
@@ -164,7 +164,7 @@ class StoreUnavailable(Exception):
 
 #: What a database call raises when the database is unreachable, slow or refuses
 #: (a call that meets an outage raises StoreOutageError).
-_DB_ERRORS = (
+DB_ERRORS = (
     OSError,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
@@ -189,7 +189,7 @@ _OUTAGE_ERRORS = (
 )
 
 
-def _outage(exc: BaseException) -> bool:
+def outage(exc: BaseException) -> bool:
     """A failure the outage's one WARNING already says (none of its own)."""
     return isinstance(exc, StoreOutageError)
 
@@ -198,11 +198,11 @@ def _outage(exc: BaseException) -> bool:
 _STAMP_NS = 1_000_000
 
 
-def _clamp(value: int) -> int:
-    return max(min(value, _INT64_MAX), -_INT64_MAX)
+def clamp(value: int) -> int:
+    return max(min(value, INT64_MAX), -INT64_MAX)
 
 
-def _where(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
+def filter_conditions(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
     """Append the filter's conditions (``$n`` numbered after ``params``)."""
     if flt.context_id:
         params.append(flt.context_id)
@@ -211,7 +211,7 @@ def _where(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
         params.append(flt.state)
         sql.append(f"AND state = ${len(params)}")
     if flt.after_ns is not None:
-        params.append(_clamp(flt.after_ns))
+        params.append(clamp(flt.after_ns))
         sql.append(f"AND ts >= ${len(params)}")
 
 
@@ -338,8 +338,8 @@ class PgConnection(TaskStore):
                 listener = await self._listen()  # the last step: closes itself on failure
             except BaseException as exc:
                 await self._close(pool)
-                if isinstance(exc, _DB_ERRORS):
-                    raise StoreUnavailable(f"the database is not usable: {_why(exc)}") from None
+                if isinstance(exc, DB_ERRORS):
+                    raise StoreUnavailable(f"the database is not usable: {why(exc)}") from None
                 raise
             self._listener = listener
             self._listener_lost.clear()
@@ -368,8 +368,8 @@ class PgConnection(TaskStore):
         except BaseException as exc:
             if pool is not None:
                 await self._close(pool)
-            if isinstance(exc, _DB_ERRORS):
-                raise StoreUnavailable(f"cannot connect to the database: {_why(exc)}") from None
+            if isinstance(exc, DB_ERRORS):
+                raise StoreUnavailable(f"cannot connect to the database: {why(exc)}") from None
             if isinstance(exc, ValueError):  # say, a port not a number
                 # Not its text: it quotes the URL's pieces, which for a ``/``, ``?`` or
                 # ``#`` left unencoded in the password are pieces of the password.
@@ -389,7 +389,7 @@ class PgConnection(TaskStore):
         # Any failure: a connection the server ended can also raise asyncpg's
         # InternalClientError (not an InterfaceError) on its next use (measured).
         except Exception as exc:
-            if not _outage(exc):  # an outage has its own line (store_outage)
+            if not outage(exc):  # an outage has its own line (store_outage)
                 log.warning("readiness: the database does not answer: %s", type(exc).__name__)
             return "the database does not answer"
         return None
@@ -462,7 +462,7 @@ class PgConnection(TaskStore):
             return
         try:
             await asyncio.wait_for(listener.execute("SELECT 1"), self.command_timeout_s)
-        except _DB_ERRORS:
+        except DB_ERRORS:
             if listener is self._listener:
                 self._listener_lost.set()
 
@@ -483,7 +483,7 @@ class PgConnection(TaskStore):
                 listener = await self._listen()
             except Exception as exc:  # whatever it is, the next attempt may work
                 if not self.outage.down:  # else the outage's line says it
-                    log.warning("could not listen again (retrying in %.1fs): %s", delay, _why(exc))
+                    log.warning("could not listen again (retrying in %.1fs): %s", delay, why(exc))
             else:
                 self._listener = listener
                 self._listener_lost.clear()
@@ -516,9 +516,9 @@ class PgConnection(TaskStore):
                 "SELECT task_id FROM a2a_contexts WHERE runner = $1 AND cancel_requested",
                 self.replica,
             )
-        except _DB_ERRORS as exc:
-            if not _outage(exc):
-                log.warning("could not read the cancel requests missed: %s", _why(exc))
+        except DB_ERRORS as exc:
+            if not outage(exc):
+                log.warning("could not read the cancel requests missed: %s", why(exc))
             self._listener_lost.set()
             return False
         for row in rows:
@@ -530,7 +530,7 @@ class PgConnection(TaskStore):
         (a connection already broken is dropped without a word)."""
         try:
             await asyncio.wait_for(closable.close(), self.command_timeout_s)
-        except (TimeoutError, *_DB_ERRORS):
+        except (TimeoutError, *DB_ERRORS):
             closable.terminate()
 
     async def truncate(self) -> None:
@@ -557,7 +557,7 @@ class PgConnection(TaskStore):
         try:
             yield
         except _OUTAGE_ERRORS as exc:
-            self.outage.failed(_why(exc))
+            self.outage.failed(why(exc))
             raise StoreOutageError() from None
         self.outage.answered(started)
 
@@ -574,7 +574,7 @@ class PgConnection(TaskStore):
         """``wall_ns``, a status time this host's wall clock stamped, on the database's
         clock, where push configs' ``added_ns`` are (so a config added on a replica whose
         clock is off still gets the runner's next status change, and none before it)."""
-        return _clamp(wall_ns + self._status_to_db())
+        return clamp(wall_ns + self._status_to_db())
 
     def _status_to_db(self) -> int:
         """What moves a status time of this host onto the database's clock: the latest
@@ -591,7 +591,7 @@ class PgConnection(TaskStore):
         """Keep the database's time minus this process's ticks (the middle of the round
         trip; its error is half of it, nothing next to a lease)."""
         before = self._ticks()
-        db_ns = await conn.fetchval(f"SELECT {_DB_NOW_SQL}")
+        db_ns = await conn.fetchval(f"SELECT {DB_NOW_SQL}")
         after = self._ticks()
         self._db_offset = int(db_ns) - (before + after) // 2
         self._db_error = (after - before) // 2 + 1
@@ -640,7 +640,7 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     rolls back a transaction left open and drops listeners before calling this."""
 
 
-def _why(exc: BaseException) -> str:
+def why(exc: BaseException) -> str:
     """An error's reason without the URL (asyncpg's messages name host and user at
     most; the text is cut so nothing long is echoed)."""
     text = str(exc).strip() or type(exc).__name__

@@ -10,20 +10,20 @@ from collections.abc import Callable
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..lifecycle import ACTIVE, INTERRUPTED
+from ..task_states import ACTIVE, INTERRUPTED
 from ..task_store import (
     STORE_RETRY_PAUSES_S,
 )
 from .connection import (
-    _DB_ERRORS,
-    _EVENT_BATCH,
-    _EVENTS_KEPT,
-    _INT64_MAX,
+    DB_ERRORS,
+    EVENT_BATCH,
+    EVENTS_KEPT,
+    INT64_MAX,
     OUTAGE_EVENTS_KEPT_BYTES,
     OUTAGE_EVENTS_RETRY_S,
     PgConnection,
-    _outage,
-    _why,
+    outage,
+    why,
 )
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
@@ -69,7 +69,7 @@ class PgEventLogs(PgConnection):
         store is not closing."""
         tries = 0
         while self._outbox:
-            batch = self._outbox[:_EVENT_BATCH]  # new events are only ever appended
+            batch = self._outbox[:EVENT_BATCH]  # new events are only ever appended
             try:
                 await self._fetch(
                     _LOG_EVENTS,
@@ -77,9 +77,9 @@ class PgEventLogs(PgConnection):
                     [b[1] for b in batch],
                     [b[2] for b in batch],
                 )
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 if (
-                    _outage(exc)
+                    outage(exc)
                     and self._writer is asyncio.current_task()  # (aclose takes it)
                     and sum(len(b[2]) for b in self._outbox) <= OUTAGE_EVENTS_KEPT_BYTES
                 ):
@@ -88,16 +88,16 @@ class PgEventLogs(PgConnection):
                 if tries < len(STORE_RETRY_PAUSES_S):
                     pause = STORE_RETRY_PAUSES_S[tries]
                     tries += 1
-                    if not _outage(exc):
+                    if not outage(exc):
                         log.warning(
                             "%d stream events not logged yet (trying again in %gs): %s",
                             len(batch),
                             pause,
-                            _why(exc),
+                            why(exc),
                         )
                     await asyncio.sleep(pause)
                     continue
-                log.warning("%d stream events not logged: %s", len(batch), _why(exc))
+                log.warning("%d stream events not logged: %s", len(batch), why(exc))
             tries = 0
             del self._outbox[: len(batch)]
 
@@ -112,12 +112,12 @@ class PgEventLogs(PgConnection):
             await self._fetch(
                 "DELETE FROM a2a_events e USING a2a_tasks t WHERE e.task_id = t.task_id"
                 " AND t.state <> ALL($1::smallint[]) AND coalesce(t.settled_ns, t.ts) < $2",
-                sorted(_EVENTS_KEPT),
+                sorted(EVENTS_KEPT),
                 cutoff,
             )
-        except _DB_ERRORS as exc:
-            if not _outage(exc):
-                log.warning("could not prune stream events: %s", _why(exc))
+        except DB_ERRORS as exc:
+            if not outage(exc):
+                log.warning("could not prune stream events: %s", why(exc))
 
     def follow(
         self,
@@ -153,7 +153,7 @@ class PgEventLogs(PgConnection):
         try:
             while True:
                 poke.clear()
-                last = self._last.get(task_id, _INT64_MAX)
+                last = self._last.get(task_id, INT64_MAX)
                 if next_seq > last:
                     return
                 rows = await self._fetch(
@@ -161,7 +161,7 @@ class PgEventLogs(PgConnection):
                     " AND seq <= $4 ORDER BY seq LIMIT $3",
                     task_id,
                     next_seq,
-                    _EVENT_BATCH,
+                    EVENT_BATCH,
                     last,
                 )
                 first_seq = next_seq
@@ -175,7 +175,7 @@ class PgEventLogs(PgConnection):
                     self._delivered[task_id] = next_seq - 1
                     if not deliver(events, first_seq):
                         return
-                if len(events) == _EVENT_BATCH or next_seq > self._last.get(task_id, _INT64_MAX):
+                if len(events) == EVENT_BATCH or next_seq > self._last.get(task_id, INT64_MAX):
                     continue
                 try:
                     await asyncio.wait_for(poke.wait(), self.lease_s)
@@ -188,8 +188,8 @@ class PgEventLogs(PgConnection):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if not _outage(exc):  # (an outage ended the streams that followed it)
-                log.warning("following task %s's events failed: %s", task_id, _why(exc))
+            if not outage(exc):  # (an outage ended the streams that followed it)
+                log.warning("following task %s's events failed: %s", task_id, why(exc))
             deliver(None, 0)
         finally:
             followed = self._follows.get(task_id)

@@ -10,7 +10,7 @@ from ..task_store import (
     StoredPush,
 )
 from .connection import (
-    _DB_NOW_SQL,
+    DB_NOW_SQL,
     PgConnection,
 )
 
@@ -20,7 +20,7 @@ SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER 
 
 _PUT_PUSH = f"""
 INSERT INTO a2a_push_configs AS p(task_id, position, config_id, version, config, added_ns)
-VALUES ($1, $2, $3, $4, $5, {_DB_NOW_SQL})
+VALUES ($1, $2, $3, $4, $5, {DB_NOW_SQL})
 ON CONFLICT (task_id, config_id) DO UPDATE SET version = excluded.version,
   config = excluded.config
 """

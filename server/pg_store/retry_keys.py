@@ -5,7 +5,7 @@ from __future__ import annotations
 from a2a_gateway.protocol.context import Caller
 
 from .connection import (
-    _RETRY_KEY_OVERHEAD,
+    RETRY_KEY_OVERHEAD,
     PgConnection,
 )
 
@@ -43,5 +43,5 @@ class PgRetryKeys(PgConnection):
         self._pending.setdefault(task_id, []).append((message_id, fingerprint))
 
     def _keep(self, owner: Caller, message_id: str, fingerprint: str, task_id: str) -> None:
-        size = len(message_id) + len(fingerprint) + len(task_id) + _RETRY_KEY_OVERHEAD
+        size = len(message_id) + len(fingerprint) + len(task_id) + RETRY_KEY_OVERHEAD
         self._recent.put((owner, message_id, fingerprint), task_id, size)

@@ -14,7 +14,8 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..file_store import remove_inbox_files
-from ..lifecycle import ACTIVE, valid_id
+from ..ids import valid_id
+from ..task_states import ACTIVE
 from ..task_store import (
     UNSTORED,
     Listing,
@@ -26,18 +27,18 @@ from ..task_store import (
     status_key,
 )
 from .connection import (
-    _DB_ERRORS,
-    _DB_NOW_SQL,
-    _EVENTS_KEPT,
-    _INT64_MAX,
-    _SETTLED_SQL,
+    DB_ERRORS,
+    DB_NOW_SQL,
+    EVENTS_KEPT,
+    INT64_MAX,
     RETENTION_LOCK,
+    SETTLED_SQL,
     PgConnection,
     StoreUnavailable,
-    _clamp,
-    _outage,
-    _where,
-    _why,
+    clamp,
+    filter_conditions,
+    outage,
+    why,
 )
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
@@ -50,14 +51,14 @@ WITH t AS (
   INSERT INTO a2a_tasks(task_id, workspace, caller, context_id, state, ts, task, runner,
     lease_until, event_seq, settled_ns)
   VALUES ($1, $2, $3, $4, $5, $6, $7, $13, $14, coalesce($17, 0),
-    CASE WHEN $19 THEN {_DB_NOW_SQL} END)
+    CASE WHEN $19 THEN {DB_NOW_SQL} END)
   ON CONFLICT (task_id) DO UPDATE SET workspace = excluded.workspace,
     caller = excluded.caller, context_id = excluded.context_id, state = excluded.state,
     ts = excluded.ts, task = excluded.task,
     runner = CASE WHEN $15 THEN a2a_tasks.runner ELSE excluded.runner END,
     lease_until = CASE WHEN $15 THEN a2a_tasks.lease_until ELSE excluded.lease_until END,
     event_seq = coalesce($17, a2a_tasks.event_seq), settled_ns = excluded.settled_ns
-  WHERE NOT a2a_tasks.{_SETTLED_SQL}
+  WHERE NOT a2a_tasks.{SETTLED_SQL}
   RETURNING task_id),
 push AS (
   INSERT INTO a2a_push_configs(task_id, position, config_id, version, config)
@@ -89,7 +90,7 @@ SELECT NOT EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = $1) AS created,
 _REPLACE = f"""
 WITH t AS (
   UPDATE a2a_tasks SET state = $4, ts = $5, task = $6, runner = '', lease_until = 0,
-    settled_ns = CASE WHEN $15 THEN {_DB_NOW_SQL} END
+    settled_ns = CASE WHEN $15 THEN {DB_NOW_SQL} END
   WHERE task_id = $1 AND workspace = $2 AND caller = $3 AND state = $7 AND ts = $8
     AND (runner = '' OR runner = $9 OR lease_until < $10)
     AND NOT EXISTS (SELECT 1 FROM a2a_contexts c WHERE c.task_id = $1 AND c.runner <> $9
@@ -126,7 +127,7 @@ FROM a2a_tasks t WHERE t.task_id = $1 AND t.workspace = $2 AND t.caller = $3
 # and retry keys go with the task row (ON DELETE CASCADE).
 _EXPIRE = f"""
 WITH doomed AS (
-  SELECT task_id FROM a2a_tasks WHERE {_SETTLED_SQL} AND ts < $1
+  SELECT task_id FROM a2a_tasks WHERE {SETTLED_SQL} AND ts < $1
   ORDER BY ts LIMIT $2 FOR UPDATE SKIP LOCKED),
 events AS (DELETE FROM a2a_events e USING doomed d WHERE e.task_id = d.task_id),
 claims AS (DELETE FROM a2a_contexts c USING doomed d WHERE c.task_id = d.task_id)
@@ -179,13 +180,13 @@ class PgTaskRows(PgConnection):
         cursor, limit, task_ids = window
         params: list[Any] = [owner.workspace, owner.name]
         conditions: list[str] = []
-        _where(flt, conditions, params)
+        filter_conditions(flt, conditions, params)
         where = "workspace = $1 AND caller = $2 " + " ".join(conditions)
         page = [f"SELECT task_id, context_id, state, ts FROM a2a_tasks WHERE {where}"]
         if cursor is not None:
-            params.extend((_clamp(cursor[0]), cursor[1]))
+            params.extend((clamp(cursor[0]), cursor[1]))
             page.append(f"AND (ts, task_id) < (${len(params) - 1}, ${len(params)})")
-        params.append(min(limit, _INT64_MAX))
+        params.append(min(limit, INT64_MAX))
         page.append(f"ORDER BY ts DESC, task_id DESC LIMIT ${len(params)}")
         params.append(list(task_ids))
         sql = (
@@ -273,7 +274,7 @@ class PgTaskRows(PgConnection):
             owner.name,
             summary.context_id,
             summary.state,
-            _clamp(summary.timestamp_ns),
+            clamp(summary.timestamp_ns),
             data,
             [c.id for c in sealed],
             [versions.get(c.id, "") for c in sealed],
@@ -286,7 +287,7 @@ class PgTaskRows(PgConnection):
             summary.state not in ACTIVE,
             event_seq,
             self._db_time(summary.timestamp_ns),  # $18: the configs it answers
-            summary.state not in _EVENTS_KEPT,  # $19: settled (its time noted)
+            summary.state not in EVENTS_KEPT,  # $19: settled (its time noted)
         )
         # Saves of one task are chained: each statement starts once the one before
         # has ended, so they land in call order (on separate pooled connections they
@@ -370,7 +371,7 @@ class PgTaskRows(PgConnection):
                 record.owner.workspace,
                 record.owner.name,
                 summary.state,
-                _clamp(summary.timestamp_ns),
+                clamp(summary.timestamp_ns),
                 task.SerializeToString(),
                 record.loaded_as[0],
                 record.loaded_as[1],
@@ -380,7 +381,7 @@ class PgTaskRows(PgConnection):
                 self._db_time(summary.timestamp_ns),
                 [k[0] for k in keys],
                 [k[1] for k in keys],
-                summary.state not in _EVENTS_KEPT,
+                summary.state not in EVENTS_KEPT,
             )
             row = rows[0]
             replaced = bool(row["replaced"])
@@ -391,7 +392,7 @@ class PgTaskRows(PgConnection):
             return False
         self._answered_configs(record, row)
         record.push_as_of = saved_status
-        record.loaded_as = (summary.state, _clamp(summary.timestamp_ns))
+        record.loaded_as = (summary.state, clamp(summary.timestamp_ns))
         return True
 
     def _answered_configs(self, record: TaskRecord, row: asyncpg.Record) -> None:
@@ -420,10 +421,10 @@ class PgTaskRows(PgConnection):
                     )
                     if not locked:
                         return 0
-                    rows = await conn.fetch(_EXPIRE, _clamp(cutoff_ns), limit, files)
-        except (StoreUnavailable, *_DB_ERRORS) as exc:  # the next pass tries again
-            if not _outage(exc):
-                log.warning("task retention skipped a pass: %s", _why(exc))
+                    rows = await conn.fetch(_EXPIRE, clamp(cutoff_ns), limit, files)
+        except (StoreUnavailable, *DB_ERRORS) as exc:  # the next pass tries again
+            if not outage(exc):
+                log.warning("task retention skipped a pass: %s", why(exc))
             return 0
         if files:
             # A caller without a workspace (anonymous) saved its files in the first one.

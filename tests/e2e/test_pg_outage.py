@@ -24,9 +24,9 @@ import asyncpg
 import grpc
 import pytest
 
-from a2a_gateway.server.lifecycle import TERMINAL
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.store_outage import RETRY_AFTER_S
+from a2a_gateway.server.task_states import TERMINAL
 from lf.a2a.v1 import a2a_pb2 as pb
 from tests.support.secrets import use_secret
 

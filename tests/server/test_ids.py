@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from a2a_gateway.server.lifecycle import new_id, valid_id
+from a2a_gateway.server.ids import new_id, valid_id
 
 
 def test_ids_are_uuid7_and_strictly_increasing() -> None:

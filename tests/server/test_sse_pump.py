@@ -12,7 +12,7 @@ import pytest
 
 from a2a_gateway.protocol import codec, errors, sse
 from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.http_context import (
+from a2a_gateway.server.http_sse import (
     KEEPALIVE,
     MAX_BUFFERED_EVENTS,
     STREAM_WATCH,

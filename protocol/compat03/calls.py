@@ -17,7 +17,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .. import codec
 from ..errors import UnsupportedOperationError
-from .outbound import message_out, push_config_out
+from .objects_out import message_out, push_config_out
 from .results_in import (
     empty_result_in,
     list_result_in,
@@ -26,7 +26,7 @@ from .results_in import (
     send_result_in,
     task_result_in,
 )
-from .tables import _STATE_OUT, JSON
+from .tables import JSON, STATE_OUT
 
 
 def send_params(request: pb.SendMessageRequest) -> JSON:
@@ -94,7 +94,7 @@ def list_tasks_params(request: pb.ListTasksRequest) -> JSON:
     params: JSON = codec.to_dict(request)
     params.pop("tenant", None)
     if "status" in params:
-        params["status"] = _STATE_OUT.get(params["status"], params["status"])
+        params["status"] = STATE_OUT.get(params["status"], params["status"])
     return params
 
 

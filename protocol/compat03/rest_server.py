@@ -21,9 +21,9 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..errors import A2AError
 from .errors import error_object
-from .inbound import _copy_in, _get, _invalid
 from .methods import METHODS, Method
-from .outbound import Shapes, _copy, stream_event
+from .objects_out import Shapes, stream_event
+from .shared import copy_fields, copy_fields_in, get_field, invalid_field
 from .tables import JSON, TASK_STATES
 
 #: Prefix of every 0.3 REST path, below the REST mount.
@@ -33,7 +33,7 @@ _REST_STATE = {
     name: ("TASK_STATE_CANCELLED" if value == pb.TASK_STATE_CANCELED else pb.TaskState.Name(value))
     for name, value in TASK_STATES
 }
-_REST_STATE_IN = {v: k for k, v in _REST_STATE.items()}
+REST_STATE_IN = {v: k for k, v in _REST_STATE.items()}
 _REST_ROLE = {"user": "ROLE_USER", "agent": "ROLE_AGENT"}
 _REST_ROLE_IN: dict[Any, str] = {
     "ROLE_USER": "user",
@@ -74,54 +74,54 @@ def _file_bytes_out(value: str) -> str:
     return base64.b64encode(value.encode("ascii")).decode("ascii")
 
 
-def _rest_part_in(part: Any) -> Any:
+def rest_part_in(part: Any) -> Any:
     """A 0.3 proto Part as a 0.3 JSON-RPC part (unknown shapes pass through, so the
     JSON-RPC parser reports them)."""
     if not isinstance(part, Mapping):
         return part
     out: JSON = {}
-    file = _get(part, "file")
-    data = _get(part, "data")
-    if _get(part, "text") is not None:
-        out = {"kind": "text", "text": _get(part, "text")}
+    file = get_field(part, "file")
+    data = get_field(part, "data")
+    if get_field(part, "text") is not None:
+        out = {"kind": "text", "text": get_field(part, "text")}
     elif isinstance(file, Mapping):
         inner: JSON = {}
-        if _get(file, "fileWithBytes") is not None:
-            inner["bytes"] = _file_bytes_in(_get(file, "fileWithBytes"))
-        if _get(file, "fileWithUri") is not None:
-            inner["uri"] = _get(file, "fileWithUri")
-        _copy_in(file, inner, "mimeType", "name")
+        if get_field(file, "fileWithBytes") is not None:
+            inner["bytes"] = _file_bytes_in(get_field(file, "fileWithBytes"))
+        if get_field(file, "fileWithUri") is not None:
+            inner["uri"] = get_field(file, "fileWithUri")
+        copy_fields_in(file, inner, "mimeType", "name")
         out = {"kind": "file", "file": inner}
     elif isinstance(data, Mapping):
-        out = {"kind": "data", "data": _get(data, "data") or {}}
+        out = {"kind": "data", "data": get_field(data, "data") or {}}
     else:
         out = dict(part)
-    if _get(part, "metadata") is not None:
-        out["metadata"] = _get(part, "metadata")
+    if get_field(part, "metadata") is not None:
+        out["metadata"] = get_field(part, "metadata")
     return out
 
 
-def _rest_message_in(msg: Any) -> Any:
+def rest_message_in(msg: Any) -> Any:
     if not isinstance(msg, Mapping):
         return msg
     out: JSON = {"kind": "message"}
-    _copy_in(msg, out, "messageId", "contextId", "taskId", "metadata", "extensions")
-    role = _get(msg, "role")
+    copy_fields_in(msg, out, "messageId", "contextId", "taskId", "metadata", "extensions")
+    role = get_field(msg, "role")
     out["role"] = _REST_ROLE_IN.get(role, role) if isinstance(role, str | int) else role
-    content = _get(msg, "content")
+    content = get_field(msg, "content")
     if content is None:
-        content = _get(msg, "parts")
-    out["parts"] = [_rest_part_in(p) for p in content] if isinstance(content, list) else content
+        content = get_field(msg, "parts")
+    out["parts"] = [rest_part_in(p) for p in content] if isinstance(content, list) else content
     return out
 
 
-def _rest_push_in(config: Any) -> Any:
+def rest_push_in(config: Any) -> Any:
     """0.3 proto PushNotificationConfig -> JSON-RPC shape (same keys but snake_case)."""
     if not isinstance(config, Mapping):
         return config
     out: JSON = {}
-    _copy_in(config, out, "id", "url", "token")
-    auth = _get(config, "authentication")
+    copy_fields_in(config, out, "id", "url", "token")
+    auth = get_field(config, "authentication")
     if auth is not None:
         out["authentication"] = auth
     return out
@@ -136,26 +136,26 @@ def rest_send_params(body: Any) -> Any:
     if not isinstance(body, Mapping):
         return body
     out: JSON = {}
-    message_value = _get(body, "message")
+    message_value = get_field(body, "message")
     if message_value is None:
         message_value = body.get("request")
     if message_value is not None:
-        out["message"] = _rest_message_in(message_value)
-    config = _get(body, "configuration")
+        out["message"] = rest_message_in(message_value)
+    config = get_field(body, "configuration")
     if isinstance(config, Mapping):
-        blocking = _get(config, "blocking")  # a non-bool stays for the parser to name
+        blocking = get_field(config, "blocking")  # a non-bool stays for the parser to name
         rpc_config: JSON = {"blocking": False if blocking is None else blocking}
-        _copy_in(config, rpc_config, "acceptedOutputModes", "historyLength")
-        push = _get(config, "pushNotification")
+        copy_fields_in(config, rpc_config, "acceptedOutputModes", "historyLength")
+        push = get_field(config, "pushNotification")
         if push is not None:
-            rpc_config["pushNotificationConfig"] = _rest_push_in(push)
+            rpc_config["pushNotificationConfig"] = rest_push_in(push)
         out["configuration"] = rpc_config
     elif config is not None:
         out["configuration"] = config
     else:
         out["configuration"] = {"blocking": False}
-    if _get(body, "metadata") is not None:
-        out["metadata"] = _get(body, "metadata")
+    if get_field(body, "metadata") is not None:
+        out["metadata"] = get_field(body, "metadata")
     return out
 
 
@@ -169,14 +169,14 @@ def rest_set_push_params(task_id: str, body: Any) -> Any:
     config is read the same way, the id, when the config has none, from the name."""
     if not isinstance(body, Mapping):
         return body
-    config = _get(body, "config")
-    if config is None and _get(body, "pushNotificationConfig") is not None:
+    config = get_field(body, "config")
+    if config is None and get_field(body, "pushNotificationConfig") is not None:
         config = body  # the JS client's bare TaskPushNotificationConfig
-    inner = _get(config, "pushNotificationConfig") if isinstance(config, Mapping) else None
-    push = _rest_push_in(inner) if inner is not None else None
+    inner = get_field(config, "pushNotificationConfig") if isinstance(config, Mapping) else None
+    push = rest_push_in(inner) if inner is not None else None
     if isinstance(push, dict) and not push.get("id"):
-        config_id = _get(body, "configId")
-        name = _get(config, "name") if isinstance(config, Mapping) else None
+        config_id = get_field(body, "configId")
+        name = get_field(config, "name") if isinstance(config, Mapping) else None
         if not config_id and isinstance(name, str) and "/pushNotificationConfigs/" in name:
             config_id = name.rsplit("/pushNotificationConfigs/", 1)[1]
         if isinstance(config_id, str) and config_id:
@@ -194,13 +194,13 @@ def _rest_part_out(part: Mapping[str, Any]) -> JSON:
             if "bytes" in file
             else {"fileWithUri": file.get("uri", "")}
         )
-        _copy(file, inner, "mimeType", "name")
+        copy_fields(file, inner, "mimeType", "name")
         out = {"file": inner}
     elif kind == "data":
         out = {"data": {"data": part.get("data", {})}}
     else:
         out = {"text": part.get("text", "")}
-    _copy(part, out, "metadata")
+    copy_fields(part, out, "metadata")
     return out
 
 
@@ -295,7 +295,7 @@ def _history_query(query: Mapping[str, str]) -> Any:
         return None
     if value.isascii() and value.isdigit():
         return int(value)
-    raise _invalid("historyLength", "must be a non-negative integer")
+    raise invalid_field("historyLength", "must be a non-negative integer")
 
 
 REST_ROUTES: tuple[RestRoute, ...] = (
@@ -380,7 +380,7 @@ def _path_param(value: str, name: str) -> str:
     try:
         return unquote(value, errors="strict")
     except UnicodeDecodeError:
-        raise _invalid(name, "path segment is not percent-encoded UTF-8") from None
+        raise invalid_field(name, "path segment is not percent-encoded UTF-8") from None
 
 
 def rest_match(path: str) -> RestMatch | None:

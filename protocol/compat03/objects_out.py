@@ -1,5 +1,5 @@
-"""Server side: 1.0 ProtoJSON written as 0.3 JSON (messages, parts, tasks, stream events,
-push configs).
+"""1.0 ProtoJSON written as 0.3 JSON (messages, parts, tasks, stream events, push
+configs): the server's results and the client's params.
 
 Each function takes the 1.0 ProtoJSON dict (codec.to_dict: camelCase, Z timestamps,
 base64 bytes), so only the shapes that differ are rewritten.
@@ -14,13 +14,8 @@ from typing import Any
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .. import codec
-from .tables import _FINAL_OUT, _ROLE_OUT, _STATE_OUT, DATA_PART_COMPAT, JSON
-
-
-def _copy(source: Mapping[str, Any], target: JSON, *names: str) -> None:
-    for name in names:
-        if name in source:
-            target[name] = source[name]
+from .shared import copy_fields
+from .tables import DATA_PART_COMPAT, FINAL_OUT, JSON, ROLE_OUT, STATE_OUT
 
 
 def part_out(part: Mapping[str, Any]) -> JSON:
@@ -71,14 +66,14 @@ class Shapes:
         out["messageId"] = msg.get("messageId", "")
         out["role"] = self.roles.get(msg.get("role", ""), self.default_role)
         out[self.message_parts] = [self.part(p) for p in msg.get("parts", ())]
-        _copy(msg, out, *self.message_fields)
+        copy_fields(msg, out, *self.message_fields)
         return out
 
     def status(self, status: Mapping[str, Any]) -> JSON:
         out: JSON = {"state": self.states.get(status.get("state", ""), self.default_state)}
         if "message" in status:
             out["message"] = self.message(status["message"])
-        _copy(status, out, "timestamp")
+        copy_fields(status, out, "timestamp")
         return out
 
     def artifact(self, artifact: Mapping[str, Any]) -> JSON:
@@ -86,7 +81,7 @@ class Shapes:
             "artifactId": artifact.get("artifactId", ""),
             "parts": [self.part(p) for p in artifact.get("parts", ())],
         }
-        _copy(artifact, out, "name", "description", "metadata", "extensions")
+        copy_fields(artifact, out, "name", "description", "metadata", "extensions")
         return out
 
     def task(self, task: Mapping[str, Any]) -> JSON:
@@ -98,7 +93,7 @@ class Shapes:
             out["history"] = [self.message(m) for m in task["history"]]
         if task.get("artifacts"):
             out["artifacts"] = [self.artifact(a) for a in task["artifacts"]]
-        _copy(task, out, "metadata")
+        copy_fields(task, out, "metadata")
         return out
 
     def _update(self, kind: str, event: Mapping[str, Any]) -> JSON:
@@ -111,7 +106,7 @@ class Shapes:
         out = self._update("status-update", event)
         out["status"] = self.status(event.get("status", {}))
         out["final"] = final
-        _copy(event, out, "metadata")
+        copy_fields(event, out, "metadata")
         return out
 
     def artifact_update(self, event: Mapping[str, Any]) -> JSON:
@@ -119,16 +114,16 @@ class Shapes:
         out["artifact"] = self.artifact(event.get("artifact", {}))
         out["append"] = bool(event.get("append", False))
         out["lastChunk"] = bool(event.get("lastChunk", False))
-        _copy(event, out, "metadata")
+        copy_fields(event, out, "metadata")
         return out
 
 
 #: 0.3 JSON-RPC, from 1.0 ProtoJSON.
 JSONRPC_SHAPES = Shapes(
     kinds=True,
-    roles=_ROLE_OUT,
+    roles=ROLE_OUT,
     default_role="agent",
-    states=_STATE_OUT,
+    states=STATE_OUT,
     default_state="unknown",
     message_parts="parts",
     message_fields=("contextId", "taskId", "referenceTaskIds", "metadata", "extensions"),
@@ -147,7 +142,7 @@ artifact_update_out = JSONRPC_SHAPES.artifact_update
 def status_update_out(event: Mapping[str, Any]) -> JSON:
     """A 1.0 status update as a 0.3 one; ``final`` where a 0.3 stream ends."""
     state = event.get("status", {}).get("state", "")
-    return JSONRPC_SHAPES.status_update(event, _STATE_OUT.get(state, "unknown") in _FINAL_OUT)
+    return JSONRPC_SHAPES.status_update(event, STATE_OUT.get(state, "unknown") in FINAL_OUT)
 
 
 _STREAM_OUT: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
@@ -170,10 +165,10 @@ def stream_event(event: pb.StreamResponse) -> JSON:
 def push_config_out(config: Mapping[str, Any]) -> JSON:
     """A flat 1.0 TaskPushNotificationConfig as a nested 0.3 TaskPushNotificationConfig."""
     inner: JSON = {"url": config.get("url", "")}
-    _copy(config, inner, "id", "token")
+    copy_fields(config, inner, "id", "token")
     auth = config.get("authentication")
     if auth is not None:
         out_auth: JSON = {"schemes": [auth["scheme"]] if auth.get("scheme") else []}
-        _copy(auth, out_auth, "credentials")
+        copy_fields(auth, out_auth, "credentials")
         inner["authentication"] = out_auth
     return {"taskId": config.get("taskId", ""), "pushNotificationConfig": inner}

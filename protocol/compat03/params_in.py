@@ -12,87 +12,63 @@ from google.protobuf import json_format, message, struct_pb2
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .. import codec
-from ..errors import (
-    FieldViolation,
-    InvalidParamsError,
-)
-from .tables import _ROLE_IN, DATA_PART_COMPAT, TASK_STATES
-
-
-def _invalid(path: str, problem: str) -> InvalidParamsError:
-    return InvalidParamsError(f"{path}: {problem}", violations=[FieldViolation(path, problem)])
-
-
-def _get(obj: Mapping[str, Any], name: str) -> Any:
-    """``obj[name]`` by its camelCase name or its snake_case alias (the SDK accepts
-    both); ``None`` (JSON null) counts as absent."""
-    value = obj.get(name)
-    if value is None and not name.islower():
-        value = obj.get("".join("_" + c.lower() if c.isupper() else c for c in name))
-    return value
-
-
-def _copy_in(source: Mapping[str, Any], target: dict[str, Any], *names: str) -> None:
-    """Copy ``names`` (camelCase, or their snake_case alias) when present."""
-    for name in names:
-        value = _get(source, name)
-        if value is not None:
-            target[name] = value
+from .shared import get_field, invalid_field
+from .tables import DATA_PART_COMPAT, ROLE_IN, TASK_STATES
 
 
 def _object(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _invalid(path, "must be a JSON object")
+        raise invalid_field(path, "must be a JSON object")
     return value
 
 
 def _string(obj: Mapping[str, Any], name: str, path: str, *, required: bool = False) -> str:
-    value = _get(obj, name)
+    value = get_field(obj, name)
     if value is None:
         if required:
-            raise _invalid(f"{path}.{name}", "is required")
+            raise invalid_field(f"{path}.{name}", "is required")
         return ""
     if not isinstance(value, str):
-        raise _invalid(f"{path}.{name}", "must be a string")
+        raise invalid_field(f"{path}.{name}", "must be a string")
     if required and not value:
-        raise _invalid(f"{path}.{name}", "must not be empty")
+        raise invalid_field(f"{path}.{name}", "must not be empty")
     return value
 
 
 def _strings(obj: Mapping[str, Any], name: str, path: str) -> list[str]:
-    value = _get(obj, name)
+    value = get_field(obj, name)
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise _invalid(f"{path}.{name}", "must be an array of strings")
+        raise invalid_field(f"{path}.{name}", "must be an array of strings")
     return value
 
 
 def _bool(obj: Mapping[str, Any], name: str, path: str) -> bool | None:
-    value = _get(obj, name)
+    value = get_field(obj, name)
     if value is not None and not isinstance(value, bool):
-        raise _invalid(f"{path}.{name}", "must be true or false")
+        raise invalid_field(f"{path}.{name}", "must be true or false")
     return value
 
 
 def _history_length(obj: Mapping[str, Any], path: str) -> int | None:
     """``historyLength``: a non-negative int32; 0 (0.3: unlimited) reads as unset."""
-    value = _get(obj, "historyLength")
+    value = get_field(obj, "historyLength")
     if value is None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
-        raise _invalid(f"{path}.historyLength", "must be a non-negative integer")
+        raise invalid_field(f"{path}.historyLength", "must be a non-negative integer")
     return value or None
 
 
 def _struct(obj: Mapping[str, Any], name: str, path: str, target: struct_pb2.Struct) -> None:
-    value = _get(obj, name)
+    value = get_field(obj, name)
     if value is None:
         return
     if not isinstance(value, Mapping):
-        raise _invalid(f"{path}.{name}", "must be a JSON object")
+        raise invalid_field(f"{path}.{name}", "must be a JSON object")
     target.update(value)
 
 
@@ -100,13 +76,13 @@ def _value(value: Any, target: struct_pb2.Value, path: str) -> None:
     try:
         json_format.ParseDict(value, target)
     except json_format.ParseError:
-        raise _invalid(path, "is not a JSON value") from None
+        raise invalid_field(path, "is not a JSON value") from None
 
 
 def _base64(text: Any, path: str) -> bytes:
     """Standard or URL-safe base64, padded or not (digest §8), and nothing else."""
     if not isinstance(text, str):
-        raise _invalid(path, "must be a base64 string")
+        raise invalid_field(path, "must be a base64 string")
     codec.check_base64(text, path)
     return base64.urlsafe_b64decode(text.translate(_TO_URL_SAFE) + "=" * (-len(text) % 4))
 
@@ -120,9 +96,9 @@ def _part_kind(part: Mapping[str, Any], path: str) -> str:
         for candidate in ("text", "file", "data"):
             if candidate in part:
                 return candidate
-        raise _invalid(f"{path}.kind", 'is required ("text", "file" or "data")')
+        raise invalid_field(f"{path}.kind", 'is required ("text", "file" or "data")')
     if kind not in ("text", "file", "data"):
-        raise _invalid(f"{path}.kind", 'must be "text", "file" or "data"')
+        raise invalid_field(f"{path}.kind", 'must be "text", "file" or "data"')
     return str(kind)
 
 
@@ -131,23 +107,23 @@ def part_in(value: Any, path: str) -> pb.Part:
     obj = _object(value, path)
     part = pb.Part()
     kind = _part_kind(obj, path)
-    metadata = _get(obj, "metadata")
+    metadata = get_field(obj, "metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
-        raise _invalid(f"{path}.metadata", "must be a JSON object")
+        raise invalid_field(f"{path}.metadata", "must be a JSON object")
     if kind == "text":
-        text = _get(obj, "text")
+        text = get_field(obj, "text")
         if not isinstance(text, str):
-            raise _invalid(f"{path}.text", "is required and must be a string")
+            raise invalid_field(f"{path}.text", "is required and must be a string")
         part.text = text
     elif kind == "file":
-        file = _object(_get(obj, "file"), f"{path}.file")
+        file = _object(get_field(obj, "file"), f"{path}.file")
         where = f"{path}.file"
-        has_bytes = _get(file, "bytes") is not None
-        has_uri = _get(file, "uri") is not None
+        has_bytes = get_field(file, "bytes") is not None
+        has_uri = get_field(file, "uri") is not None
         if has_bytes == has_uri:
-            raise _invalid(where, 'must have exactly one of "bytes" or "uri"')
+            raise invalid_field(where, 'must have exactly one of "bytes" or "uri"')
         if has_bytes:
-            part.raw = _base64(_get(file, "bytes"), f"{where}.bytes")
+            part.raw = _base64(get_field(file, "bytes"), f"{where}.bytes")
         else:
             part.url = _string(file, "uri", where, required=True)
         media_type = _string(file, "mimeType", where)
@@ -157,12 +133,12 @@ def part_in(value: Any, path: str) -> pb.Part:
         if name:
             part.filename = name
     else:
-        data = _get(obj, "data")
+        data = get_field(obj, "data")
         if not isinstance(data, Mapping):
-            raise _invalid(f"{path}.data", "is required and must be a JSON object")
+            raise invalid_field(f"{path}.data", "is required and must be a JSON object")
         if metadata is not None and metadata.get(DATA_PART_COMPAT) is True:
             if "value" not in data:
-                raise _invalid(f"{path}.data.value", f"is required when {DATA_PART_COMPAT}")
+                raise invalid_field(f"{path}.data.value", f"is required when {DATA_PART_COMPAT}")
             metadata = {k: v for k, v in metadata.items() if k != DATA_PART_COMPAT}
             _value(data["value"], part.data, f"{path}.data.value")
         else:
@@ -177,11 +153,11 @@ def message_in(value: Any, path: str) -> pb.Message:
     obj = _object(value, path)
     kind = obj.get("kind")
     if kind is not None and kind != "message":
-        raise _invalid(f"{path}.kind", 'must be "message"')
-    role_name = _get(obj, "role")
-    role = _ROLE_IN.get(role_name) if isinstance(role_name, str) else None
+        raise invalid_field(f"{path}.kind", 'must be "message"')
+    role_name = get_field(obj, "role")
+    role = ROLE_IN.get(role_name) if isinstance(role_name, str) else None
     if role is None:
-        raise _invalid(f"{path}.role", 'is required and must be "user" or "agent"')
+        raise invalid_field(f"{path}.role", 'is required and must be "user" or "agent"')
     msg = pb.Message(
         message_id=_string(obj, "messageId", path, required=True),
         role=role,
@@ -190,9 +166,9 @@ def message_in(value: Any, path: str) -> pb.Message:
         reference_task_ids=_strings(obj, "referenceTaskIds", path),
         extensions=_strings(obj, "extensions", path),
     )
-    parts = _get(obj, "parts")
+    parts = get_field(obj, "parts")
     if not isinstance(parts, list) or not parts:
-        raise _invalid(f"{path}.parts", "is required and must be a non-empty array")
+        raise invalid_field(f"{path}.parts", "is required and must be a non-empty array")
     msg.parts.extend(part_in(item, f"{path}.parts[{i}]") for i, item in enumerate(parts))
     _struct(obj, "metadata", path, msg.metadata)
     return msg
@@ -209,7 +185,7 @@ def _push_config_in(value: Any, path: str, target: pb.TaskPushNotificationConfig
     token = _string(obj, "token", path)
     if token:
         target.token = token
-    auth = _get(obj, "authentication")
+    auth = get_field(obj, "authentication")
     if auth is not None:
         where = f"{path}.authentication"
         auth = _object(auth, where)
@@ -239,10 +215,10 @@ def send_message_request(value: Any) -> pb.SendMessageRequest:
     """``message/send`` and ``message/stream`` params (MessageSendParams)."""
     params = _params(value)
     request = pb.SendMessageRequest()
-    if _get(params, "message") is None:
-        raise _invalid("params.message", "is required")
-    request.message.CopyFrom(message_in(_get(params, "message"), "params.message"))
-    raw_config = _get(params, "configuration")
+    if get_field(params, "message") is None:
+        raise invalid_field("params.message", "is required")
+    request.message.CopyFrom(message_in(get_field(params, "message"), "params.message"))
+    raw_config = get_field(params, "configuration")
     if raw_config is not None:
         where = "params.configuration"
         config = _object(raw_config, where)
@@ -255,7 +231,7 @@ def send_message_request(value: Any) -> pb.SendMessageRequest:
         history = _history_length(config, where)
         if history is not None:
             target.history_length = history
-        push = _get(config, "pushNotificationConfig")
+        push = get_field(config, "pushNotificationConfig")
         if push is not None:
             _push_config_in(
                 push, f"{where}.pushNotificationConfig", target.task_push_notification_config
@@ -295,9 +271,9 @@ def set_push_config_request(value: Any) -> pb.TaskPushNotificationConfig:
     params = _params(value)
     task_id = _string(params, "taskId", "params", required=True)
     request = pb.TaskPushNotificationConfig(task_id=task_id)
-    config = _get(params, "pushNotificationConfig")
+    config = get_field(params, "pushNotificationConfig")
     if config is None:
-        raise _invalid("params.pushNotificationConfig", "is required")
+        raise invalid_field("params.pushNotificationConfig", "is required")
     _push_config_in(config, "params.pushNotificationConfig", request)
     if not request.id:
         request.id = task_id
@@ -344,13 +320,13 @@ _LIST_STATUS_IN: dict[str, pb.TaskState.ValueType] = {
 
 
 def _int32(obj: Mapping[str, Any], name: str, path: str) -> int | None:
-    value = _get(obj, name)
+    value = get_field(obj, name)
     if value is None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
-        raise _invalid(f"{path}.{name}", "must be a non-negative integer")
+        raise invalid_field(f"{path}.{name}", "must be a non-negative integer")
     return value
 
 
@@ -364,10 +340,10 @@ def list_tasks_request(value: Any) -> pb.ListTasksRequest:
         context_id=_string(params, "contextId", "params"),
         page_token=_string(params, "pageToken", "params"),
     )
-    status = _get(params, "status")
+    status = get_field(params, "status")
     if status is not None:
         if not isinstance(status, str) or status not in _LIST_STATUS_IN:
-            raise _invalid("params.status", 'must be a 0.3 task state such as "working"')
+            raise invalid_field("params.status", 'must be a 0.3 task state such as "working"')
         request.status = _LIST_STATUS_IN[status]
     page_size = _int32(params, "pageSize", "params")
     if page_size is not None:
@@ -375,14 +351,16 @@ def list_tasks_request(value: Any) -> pb.ListTasksRequest:
     history = _history_length(params, "params")
     if history is not None:
         request.history_length = history
-    after = _get(params, "statusTimestampAfter")
+    after = get_field(params, "statusTimestampAfter")
     if after is not None:
         if not isinstance(after, str):
-            raise _invalid("params.statusTimestampAfter", "must be an RFC 3339 timestamp")
+            raise invalid_field("params.statusTimestampAfter", "must be an RFC 3339 timestamp")
         try:
             request.status_timestamp_after.FromJsonString(after)
         except ValueError:
-            raise _invalid("params.statusTimestampAfter", "must be an RFC 3339 timestamp") from None
+            raise invalid_field(
+                "params.statusTimestampAfter", "must be an RFC 3339 timestamp"
+            ) from None
     include = _bool(params, "includeArtifacts", "params")
     if include is not None:
         request.include_artifacts = include

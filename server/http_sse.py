@@ -1,0 +1,394 @@
+"""The SSE writer of the HTTP bindings: the pump that pulls one service stream for one
+request, the one timer of an application's open streams, and serving a stream shaped
+by a binding's codec."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from aiohttp import hdrs, web
+
+from a2a_gateway.protocol import sse
+from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.protocol.errors import A2AError
+from lf.a2a.v1 import a2a_pb2 as pb
+
+from .http_request import CONFIG
+from .http_response import echo_extensions, unexpected
+from .metrics import CLIENT_GONE, INTERNAL, NULL_METER, OK, Meter, outcome_of
+
+log = logging.getLogger(__name__)
+
+#: The timer of the application's open SSE streams (:class:`StreamWatch`).
+STREAM_WATCH: web.AppKey[StreamWatch] = web.AppKey("a2a_stream_watch")
+
+# --- Server-Sent Events ---------------------------------------------------------------
+#
+# Per stream, two tasks: aiohttp's handler task writes, and a producer task owned by the
+# stream's EventPump pulls the service's iterator and encodes each event into a list of
+# chunks. Events the service has ready together (a burst of artifact chunks) are pulled
+# without suspending and leave in one write. Nothing here keeps a timer per stream: one
+# StreamWatch per application ticks every DISCONNECT_POLL_S for all open streams and
+# wakes a stream only when its client has gone, its keep-alive is due or a write has been
+# stuck for WRITE_TIMEOUT_S (then the connection is aborted).
+
+
+class StreamCodec(Protocol):
+    """How a binding shapes a stream: its events, its mid-stream error event, and the
+    plain error response for an error found before the first event."""
+
+    def event(self, event: pb.StreamResponse) -> bytes: ...
+
+    def error(self, error: A2AError) -> bytes: ...
+
+    def error_response(self, error: A2AError) -> web.StreamResponse: ...
+
+
+SSE_HEADERS = {
+    hdrs.CONTENT_TYPE: sse.CONTENT_TYPE,
+    hdrs.CACHE_CONTROL: "no-cache",
+    "X-Accel-Buffering": "no",  # nginx: do not buffer the stream
+}
+
+#: How often open streams are checked for a departed client. aiohttp does not cancel
+#: handlers on disconnect by default, so the watch looks at each transport.
+DISCONNECT_POLL_S = 0.2
+#: How long closing a stream may wait for the service's iterator to finish.
+CLOSE_GRACE_S = 5.0
+#: A single write may wait this long for a slow reader before the stream is dropped.
+WRITE_TIMEOUT_S = 60.0
+#: Encoded events a stream buffers before its producer waits for the writer; the rest
+#: wait in the service's own bounded queue (which drops a consumer that stays behind).
+MAX_BUFFERED_EVENTS = 64
+
+KEEPALIVE = sse.comment("keep-alive")
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected; stop streaming."""
+
+
+class EventPump:
+    """Pulls one service stream for one HTTP request (see the section comment).
+
+    :meth:`aclose` cancels the producer and closes the service's iterator; it always
+    runs, whatever ended the stream.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_context",
+        "_encode",
+        "_events",
+        "_producer",
+        "_room",
+        "_waiter",
+        "ended",
+        "error",
+        "gone",
+        "keepalive_s",
+        "last_write",
+        "ping_due",
+        "prepared",
+        "transport",
+        "writing_since",
+    )
+
+    def __init__(
+        self,
+        transport: asyncio.Transport | None,
+        events: AsyncIterator[pb.StreamResponse],
+        encode: Callable[[pb.StreamResponse], bytes],
+        keepalive_s: float,
+        now: float,
+        context: CallContext | None = None,
+    ) -> None:
+        self.transport = transport
+        self._events = events
+        self._encode = encode
+        self._context = context  # names each event (``event_id``): its SSE ``id:``
+        self.keepalive_s = keepalive_s
+        self._chunks: list[bytes] = []
+        self._producer: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the writer, waiting for work
+        self._room: asyncio.Future[None] | None = None  # the producer, waiting for room
+        self.ended = False  # the service's iterator is finished (``error`` says how)
+        self.error: Exception | None = None
+        self.gone = False  # the client left (set by the watch)
+        self.ping_due = False  # a keep-alive comment is due (set by the watch)
+        self.prepared = False  # headers sent: keep-alives may be written
+        self.last_write = now
+        self.writing_since: float | None = None
+
+    def start(self) -> None:
+        self._producer = asyncio.get_running_loop().create_task(self._produce())
+
+    async def _produce(self) -> None:
+        chunks = self._chunks
+        encode = self._encode
+        context = self._context
+        try:
+            async for event in self._events:
+                if context is not None and context.event_id:
+                    chunks.append(
+                        b"".join((b"id: ", context.event_id.encode(), b"\n", encode(event)))
+                    )
+                else:
+                    chunks.append(encode(event))
+                self.wake()
+                if len(chunks) >= MAX_BUFFERED_EVENTS:
+                    self._room = asyncio.get_running_loop().create_future()
+                    await self._room
+        except Exception as exc:  # ends the stream; the writer reports it
+            self.error = exc
+        finally:
+            self.ended = True
+            self.wake()
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> bytes | None:
+        """Everything encoded so far, in one piece; a keep-alive comment when one is
+        due; None once the service's stream has ended (``error`` says how).
+
+        Raises ClientGone when the client left.
+        """
+        while True:
+            if self.gone:
+                raise ClientGone
+            chunks = self._chunks
+            if chunks:
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                room = self._room
+                if room is not None:
+                    self._room = None
+                    if not room.done():
+                        room.set_result(None)
+                return data
+            if self.ended:
+                return None
+            if self.ping_due:
+                self.ping_due = False
+                return KEEPALIVE
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    async def write(self, response: web.StreamResponse, data: bytes, now: float) -> None:
+        self.writing_since = now
+        try:
+            await response.write(data)
+        except ConnectionError:
+            raise ClientGone from None
+        finally:
+            self.writing_since = None
+        self.last_write = now
+
+    def check(self, now: float) -> None:
+        """The watch's look at this stream."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.gone = True
+        elif self.writing_since is not None:
+            if now - self.writing_since >= WRITE_TIMEOUT_S:
+                transport.abort()  # the pending write returns; the next one fails
+                self.gone = True
+            return  # a write is in progress: nothing to wake
+        elif self.prepared and now - self.last_write >= self.keepalive_s:
+            self.ping_due = True
+            self.last_write = now
+        else:
+            return
+        self.wake()
+
+    async def aclose(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None and not producer.done():
+            producer.cancel()
+            await asyncio.wait({producer}, timeout=CLOSE_GRACE_S)
+            if not producer.done():
+                log.warning("stream iterator ignored cancellation for %.0f s", CLOSE_GRACE_S)
+                return
+        close = getattr(self._events, "aclose", None)
+        if close is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await close()
+        except Exception as exc:  # a misbehaving iterator must not break the handler
+            log.warning("closing a stream iterator failed: %r", exc)
+
+
+class StreamWatch:
+    """The one timer of an application's open streams (see the section comment).
+
+    It runs only while streams are open; :meth:`close` (application cleanup) stops it.
+    ``now`` is the loop time of the last tick: a clock for the streams that costs no
+    call (they need it only to the tick's precision).
+    """
+
+    __slots__ = ("_handle", "_loop", "_pumps", "interval", "now")
+
+    def __init__(self) -> None:
+        self._pumps: set[EventPump] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.interval = DISCONNECT_POLL_S
+        self.now = 0.0
+
+    def add(self, pump: EventPump) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self.now = pump.last_write = loop.time()
+        self._pumps.add(pump)
+        if pump.keepalive_s < self.interval:
+            self.interval = max(pump.keepalive_s, 0.01)
+        if self._handle is None:
+            self._handle = loop.call_at(self.now + self.interval, self._tick)
+
+    def discard(self, pump: EventPump) -> None:
+        self._pumps.discard(pump)
+
+    def _tick(self) -> None:
+        loop = self._loop
+        assert loop is not None  # set by the add() that scheduled this tick
+        now = self.now = loop.time()
+        for pump in self._pumps:
+            pump.check(now)
+        self._handle = loop.call_at(now + self.interval, self._tick) if self._pumps else None
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
+
+    @property
+    def ticking(self) -> bool:
+        """Whether the timer is scheduled (only while streams are open)."""
+        return self._handle is not None
+
+    def __len__(self) -> int:
+        return len(self._pumps)
+
+
+async def stream_events(
+    request: web.Request,
+    events: AsyncIterator[pb.StreamResponse],
+    context: CallContext,
+    *,
+    keepalive_s: float,
+    codec: StreamCodec,
+    meter: Meter = NULL_METER,
+    method: str = "",
+    started: float = 0.0,
+) -> web.StreamResponse:
+    """Serve ``events`` as SSE.
+
+    The first event is awaited before any header is sent, so an error found before the
+    stream starts becomes a plain ``codec.error_response`` (digest §16.17). Later errors
+    are written with ``codec.error`` and end the stream. A disconnect closes ``events``.
+
+    ``meter`` gets the stream's latency (``started`` to its first event or its refusal),
+    its outcome when it ends and its open time (between the headers and the end).
+    """
+    watch = request.app[STREAM_WATCH]
+    pump = EventPump(request.transport, events, codec.event, keepalive_s, 0.0, context)
+    watch.add(pump)  # sets its clock
+    # Until the stream ends one way or another: a cancelled handler (aiohttp cancels
+    # it when its client disconnects) keeps it.
+    outcome = CLIENT_GONE
+    try:
+        try:
+            pump.start()
+            data = await pump.take()
+        except A2AError as exc:
+            outcome = outcome_of(exc)
+            return codec.error_response(exc)
+        except ClientGone:
+            outcome = CLIENT_GONE
+            return web.Response(status=204)  # nobody is listening
+        except Exception as exc:
+            outcome = INTERNAL
+            return codec.error_response(unexpected(exc, "stream start"))
+        finally:
+            meter.observe(method, started)
+        if data is None and pump.error is not None:
+            error = pump.error
+            if not isinstance(error, A2AError):
+                error = unexpected(error, "stream start")
+            outcome = outcome_of(error)
+            return codec.error_response(error)
+        response = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        echo_extensions(response, context)
+        meter.opened()
+        try:
+            await response.prepare(request)
+            pump.prepared = True
+            while data is not None:
+                await pump.write(response, data, watch.now)
+                data = await pump.take()
+            outcome = OK
+            if pump.error is not None:
+                failure = pump.error
+                if not isinstance(failure, A2AError):
+                    failure = unexpected(failure, "stream")
+                outcome = outcome_of(failure)
+                await pump.write(response, codec.error(failure), watch.now)
+            await response.write_eof()
+        except (ClientGone, ConnectionError):
+            pass  # CLIENT_GONE, or the outcome found before the failed write
+        finally:
+            meter.closed()
+        return response
+    finally:
+        meter.count(method, outcome)
+        watch.discard(pump)
+        await pump.aclose()
+
+
+async def serve_stream(
+    request: web.Request,
+    events: AsyncIterator[pb.StreamResponse],
+    context: CallContext,
+    codec: StreamCodec,
+    meter: Meter = NULL_METER,
+    method: str = "",
+    started: float = 0.0,
+) -> web.StreamResponse:
+    """Serve a stream from :func:`call_service` as SSE shaped by ``codec``; ``meter``
+    reports it as ``method`` (see :func:`stream_events`)."""
+    return await stream_events(
+        request,
+        events,
+        context,
+        keepalive_s=request.app[CONFIG].keepalive_interval_s,
+        codec=codec,
+        meter=meter,
+        method=method,
+        started=started,
+    )
+
+
+__all__ = [
+    "CLOSE_GRACE_S",
+    "DISCONNECT_POLL_S",
+    "KEEPALIVE",
+    "MAX_BUFFERED_EVENTS",
+    "SSE_HEADERS",
+    "STREAM_WATCH",
+    "WRITE_TIMEOUT_S",
+    "ClientGone",
+    "EventPump",
+    "StreamCodec",
+    "StreamWatch",
+    "serve_stream",
+    "stream_events",
+]
