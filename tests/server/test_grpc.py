@@ -22,18 +22,10 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import build_grpc_server, grpc_address
+from tests.support.echo import ECHO_EXTENSION, SECRET_DETAIL, STREAM_CHUNKS, EchoService
 from tests.support.grpc_serving import grpc_serving
 
-from .grpc_conftest_helpers import (
-    ECHO_EXTENSION,
-    SECRET_DETAIL,
-    STREAM_CHUNKS,
-    EchoService,
-    error_info,
-    field_violations,
-    rich_status,
-    stream_until_error,
-)
+from .grpc_conftest_helpers import error_info, field_violations, rich_status, stream_until_error
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
 KEY = "k-alice-0123456789"
@@ -54,7 +46,7 @@ pytestmark = pytest.mark.callers({"name": "alice", "key": KEY})
 
 
 async def _serve(authenticator: Authenticator, **config: Any) -> AsyncIterator[Served]:
-    service = EchoService()
+    service = EchoService(stateless=True)
     async with grpc_serving(service, authenticator, **config) as served:
         channel = served.channel
         yield Served(
@@ -442,7 +434,9 @@ async def test_a_taken_port_is_an_error_not_a_shared_port(anon: Served) -> None:
     port = anon.port  # the fixture's server is still serving on it
     with pytest.raises(OSError) as refused:  # checked with a plain socket before grpc binds
         await build_grpc_server(
-            EchoService(), ServerConfig(host="127.0.0.1", grpc_port=port), AllowAnonymous()
+            EchoService(stateless=True),
+            ServerConfig(host="127.0.0.1", grpc_port=port),
+            AllowAnonymous(),
         )
     assert refused.value.errno == errno.EADDRINUSE
 

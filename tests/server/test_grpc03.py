@@ -27,18 +27,10 @@ from a2a_gateway.server.grpc03 import (
     legacy_card,
     legacy_rpc_handler,
 )
+from tests.support.echo import ECHO_EXTENSION, SECRET_DETAIL, STREAM_CHUNKS, EchoService
 from tests.support.grpc_serving import grpc_serving
 
-from .grpc_conftest_helpers import (
-    ECHO_EXTENSION,
-    SECRET_DETAIL,
-    STREAM_CHUNKS,
-    EchoService,
-    error_info,
-    field_violations,
-    rich_status,
-    stream_until_error,
-)
+from .grpc_conftest_helpers import error_info, field_violations, rich_status, stream_until_error
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
 KEY = "k-alice-0123456789"
@@ -52,7 +44,7 @@ class RecordingService(EchoService):
     that lists a 0.3 interface (or none, when ``legacy_interface`` is False)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(stateless=True)
         self.requests: list[message.Message] = []
         self.legacy_interface = True
 
@@ -556,7 +548,7 @@ class FloodService(EchoService):
     """Streams large artifact chunks until the stream is closed."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(stateless=True)
         self.flood_closed = asyncio.Event()
 
     def send_streaming_message(

@@ -21,14 +21,9 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_grpc
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import max_answer_bytes
+from tests.support.echo import EchoService
 
-from .grpc_conftest_helpers import (
-    EchoService,
-    error_info,
-    rich_status,
-    serving,
-    stream_until_error,
-)
+from .grpc_conftest_helpers import error_info, rich_status, serving, stream_until_error
 from .h2_raw import RawH2
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
@@ -78,7 +73,7 @@ class BigAnswers(EchoService):
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[BigAnswers, int]]:
-    service = BigAnswers()
+    service = BigAnswers(stateless=True)
     config = ServerConfig(
         host="127.0.0.1", grpc_port=0, max_body_bytes=BODY_CAP, body_read_timeout_s=2.0
     )

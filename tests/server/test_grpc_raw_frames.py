@@ -27,8 +27,9 @@ from a2a_gateway.server.auth import AllowAnonymous
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.settings import resolve
+from tests.support.echo import EchoService
 
-from .grpc_conftest_helpers import EchoService, serving
+from .grpc_conftest_helpers import serving
 from .h2_raw import RawH2, grpc_frame
 
 REQUEST_S = 0.3  # the request bound these tests configure
@@ -76,7 +77,7 @@ FRAMES: dict[str, tuple[Callable[[RawH2, int], None] | None, str]] = {
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[EchoService, int]]:
-    service = EchoService()
+    service = EchoService(stateless=True)
     config = ServerConfig(host="127.0.0.1", grpc_port=0, body_read_timeout_s=REQUEST_S)
     async with serving(service, config) as port:
         yield service, port
@@ -131,7 +132,7 @@ async def _serve(service: EchoService, **config: Any) -> tuple[grpc.aio.Server, 
 
 
 async def test_a_unary_call_without_a_deadline_gets_the_default() -> None:
-    service = SlowService()
+    service = SlowService(stateless=True)
     server, port = await _serve(service, grpc_default_deadline_s=0.2)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -154,7 +155,7 @@ async def test_a_unary_call_without_a_deadline_gets_the_default() -> None:
 async def test_a_silent_stream_is_ended_after_the_idle_bound(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    service = EchoService()
+    service = EchoService(stateless=True)
     server, port = await _serve(service, grpc_stream_idle_s=0.2)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

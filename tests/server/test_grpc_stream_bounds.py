@@ -18,8 +18,7 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server.auth import AllowAnonymous
 from a2a_gateway.server.grpc_binding import a2a_rpc_handler
-
-from .grpc_conftest_helpers import EchoService
+from tests.support.echo import EchoService
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
 WRITE_TIMEOUT_S = 0.5
@@ -30,7 +29,7 @@ class FloodService(EchoService):
     """Streams large artifact chunks until the stream is closed."""
 
     def __init__(self, *, snapshot_first: bool) -> None:
-        super().__init__()
+        super().__init__(stateless=True)
         self.snapshot_first = snapshot_first
         self.produced = 0
         self.flood_closed = asyncio.Event()
@@ -120,7 +119,7 @@ async def test_a_stream_whose_client_stops_reading_is_ended(
 
 async def test_a_reading_client_gets_every_event() -> None:
     # The bound is per write: a client that keeps reading is never cut off.
-    service = EchoService()
+    service = EchoService(stateless=True)
     server, port = await _served(service)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -137,7 +136,7 @@ class HoldingService(EchoService):
     """A stream that keeps only what it needs of the request, then waits."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(stateless=True)
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 

@@ -21,8 +21,9 @@ import pytest
 
 from a2a_gateway.protocol.context import CallContext
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import EchoService
 
-from .conftest import TIMEOUT_S, EchoService, Http, Starter
+from .conftest import TIMEOUT_S, Http, Starter
 
 BIG = 1024 * 1024  # bytes in the request's file part
 
