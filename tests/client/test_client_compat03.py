@@ -16,6 +16,7 @@ from aiohttp import web
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import (
     AuthRejected,
+    Grpc03Transport,
     JsonRpc03Transport,
     RemoteService,
     Rest03Transport,
@@ -40,35 +41,46 @@ from .client_support import (
 
 BOUND_S = 20.0
 LEGACY_TRANSPORTS = ("jsonrpc", "rest")
+#: The SDK peer's 0.3 bindings; gRPC (``a2a.v1.A2AService``) is the last choice.
+SDK_TRANSPORTS = (*LEGACY_TRANSPORTS, "grpc")
+BINDINGS = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON", "grpc": "GRPC"}
+TRANSPORT_CLASSES = {
+    "JSONRPC": JsonRpc03Transport,
+    "HTTP+JSON": Rest03Transport,
+    "GRPC": Grpc03Transport,
+}
 
 
 @pytest.fixture(scope="module")
 def legacy_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
-    """The official SDK as a 0.3-only agent (JSON-RPC + REST), key required, push on."""
+    """The official SDK as a 0.3-only agent (JSON-RPC, REST and its 0.3 gRPC service), key
+    required, push on."""
     require_peer_venv()
-    (port,) = free_ports(1)
+    port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
     command = _sdk_server_command(
-        port, 0, transports=LEGACY_TRANSPORTS, api_key=PEER_KEY, push=True
+        port, grpc_port, transports=SDK_TRANSPORTS, api_key=PEER_KEY, push=True
     )
     server = ServerProcess(
         "sdk-peer-0.3",
-        [*command, "--only-0.3"],
+        [*command, "--only-0.3", "--grpc-0.3"],
         tmp_path_factory.mktemp("sdk-peer-03"),
         base + CARD_PATH,
-        grpc_port=None,
+        grpc_port=grpc_port,
         strict_shutdown=False,
     )
     with server.running():
         yield Peer(url=base, key=PEER_KEY)
 
 
-@pytest.fixture(params=LEGACY_TRANSPORTS)
+@pytest.fixture(params=SDK_TRANSPORTS)
 async def agent(request: pytest.FixtureRequest, legacy_peer: Peer) -> AsyncIterator[RemoteService]:
     async with asyncio.timeout(BOUND_S):
         service = await connect(
             legacy_peer.url, key=legacy_peer.key, transport=request.param, timeout=10
         )
+    # the forced transport was taken, not another one the card lists
+    assert service.binding == BINDINGS[request.param]
     async with service:
         yield service
 
@@ -78,8 +90,7 @@ async def agent(request: pytest.FixtureRequest, legacy_peer: Peer) -> AsyncItera
 
 async def test_a_0_3_interface_is_chosen(agent: RemoteService) -> None:
     assert agent.interface.protocol_version == "0.3"
-    expected = JsonRpc03Transport if agent.binding == "JSONRPC" else Rest03Transport
-    assert isinstance(agent.transport, expected)
+    assert isinstance(agent.transport, TRANSPORT_CLASSES[agent.binding])
     # the key opened the extended card (over 0.3: agent/getAuthenticatedExtendedCard, /v1/card)
     assert "extended-echo" in [s.id for s in agent.card.skills]
 
@@ -199,6 +210,8 @@ async def test_unknown_task_is_task_not_found(agent: RemoteService) -> None:
             with pytest.raises(errors.TaskNotFoundError):
                 await anext(agent.subscribe_to_task(pb.SubscribeToTaskRequest(id="no-such-task")))
     assert caught.value.spec.jsonrpc_code == -32001
+    # the class prefix of the SDK's message is not repeated in ours
+    assert not caught.value.message.startswith("TaskNotFoundError")
 
 
 async def test_list_tasks_is_unsupported_over_0_3(agent: RemoteService) -> None:
@@ -206,7 +219,7 @@ async def test_list_tasks_is_unsupported_over_0_3(agent: RemoteService) -> None:
         await agent.list_tasks(pb.ListTasksRequest())
 
 
-@pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
+@pytest.mark.parametrize("transport", SDK_TRANSPORTS)
 async def test_wrong_key_is_rejected_and_never_shown(legacy_peer: Peer, transport: str) -> None:
     wrong = "wrong-key-5f3a2b1c9d0e"
     async with asyncio.timeout(BOUND_S):

@@ -1,46 +1,18 @@
-"""A small deterministic A2AService for binding tests, and gRPC wire helpers.
-
-The echo service completes every task at once and echoes text parts. Ids (task ids,
-message task ids, push config task ids) steer it:
-
-- ``error:<ErrorClassName>``: raise that error from ``protocol.errors``;
-- ``crash``: raise a plain RuntimeError (an unexpected failure);
-- ``wrong-type``: return the wrong message type;
-- ``hang`` (streams): send one snapshot, then wait until the stream is closed;
-- ``midstream:<ErrorClassName>`` (streams): one snapshot, then raise that error.
-
-Every call records its CallContext in ``contexts``; every stream that ends sets its
-id's event in ``closed``.
-"""
+"""gRPC wire helpers of the binding tests: reading a stream that must fail, and the
+rich status (``google.rpc.Status``) an error carries. The echo service is
+``tests.support.echo``; our gRPC server in process is ``tests.support.grpc_serving``."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from a2a_gateway.protocol.service import A2AService
-from a2a_gateway.server.auth import AllowAnonymous
-from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
-
 # --- wire helpers ---------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def serving(service: A2AService, config: ServerConfig) -> AsyncIterator[int]:
-    """The gRPC server for ``service`` on ``config``, open to anyone, started; its port."""
-    server, port = await build_grpc_server(service, config, AllowAnonymous())
-    await server.start()
-    try:
-        yield port
-    finally:
-        await server.stop(None)
 
 
 async def stream_until_error(

@@ -22,8 +22,9 @@ from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import max_answer_bytes
 from tests.support.echo import EchoService
+from tests.support.grpc_serving import grpc_serving
 
-from .grpc_conftest_helpers import error_info, rich_status, serving, stream_until_error
+from .grpc_conftest_helpers import error_info, rich_status, stream_until_error
 from .h2_raw import RawH2
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
@@ -78,8 +79,10 @@ async def served() -> AsyncIterator[tuple[BigAnswers, int]]:
         host="127.0.0.1", grpc_port=0, max_body_bytes=BODY_CAP, body_read_timeout_s=2.0
     )
     assert max_answer_bytes(config) == ANSWER_CAP
-    async with serving(service, config) as port:
-        yield service, port
+    async with grpc_serving(
+        service, max_body_bytes=config.max_body_bytes, body_read_timeout_s=2.0
+    ) as served:
+        yield service, served.port
 
 
 async def _failure(call: object) -> grpc.aio.AioRpcError:

@@ -497,6 +497,21 @@ class SdkPeer:
     api_key: str | None
 
 
+# --- one gateway command run to its end ------------------------------------------------
+
+
+def run_gateway(
+    *args: str, cwd: Path = ROOT, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """``python -P -m a2a_gateway *args`` run to its end (bounded by ``timeout``), in
+    ``cwd``, with no ``A2A_GATEWAY_*`` setting inherited from the test's environment;
+    its exit status and text output (e.g. a start-up that must refuse)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    return subprocess.run(
+        [*GATEWAY, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
 # --- fixed-script drivers (one JSON line per scenario) -------------------------------------
 
 #: Every scenario's line of a fixed-script driver, by scenario name.
