@@ -59,31 +59,6 @@ async def test_send_get_and_stream_chunks(agent: RemoteService) -> None:
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
 
 
-async def test_cancel_a_held_task_seen_through_task_subscription(agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        task = (await agent.send_message(text_request("hold:30", return_immediately=True))).task
-        assert task.status.state in (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
-        stream = agent.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id))
-        first = await anext(stream)
-        canceled = await agent.cancel_task(pb.CancelTaskRequest(id=task.id))
-        rest = [e async for e in stream]
-    assert first.WhichOneof("payload") in ("task", "status_update")
-    assert canceled.status.state == pb.TASK_STATE_CANCELED
-    assert rest[-1].status_update.status.state == pb.TASK_STATE_CANCELED
-
-
-async def test_multi_turn_ask_then_answer(agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        asked = (await agent.send_message(text_request("ask:your name?"))).task
-        assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
-        assert asked.status.message.parts[0].text == "your name?"
-        answered = await agent.send_message(
-            text_request("Ada", task_id=asked.id, context_id=asked.context_id)
-        )
-    assert answered.task.id == asked.id
-    assert answered.task.status.state == pb.TASK_STATE_COMPLETED
-
-
 async def test_push_config_set_get_list_delete(agent: RemoteService) -> None:
     # The gateway accepts https webhooks only; the config is deleted before the cancel,
     # so nothing is ever delivered to it.
