@@ -1,6 +1,8 @@
 """Our client calling A2A 0.3-only agents: the official SDK offering only 0.3 interfaces
-(``sdk_server.py --only-0.3``, which refuses any request announcing ``A2A-Version: 1.x``),
-our own gateway's 0.3 surface, and a recording 0.3 peer for the bytes on the wire."""
+(``sdk_server.py --only-0.3 --grpc-0.3``: JSON-RPC, REST and its 0.3 gRPC service; it
+refuses any request announcing ``A2A-Version: 1.x``), scenarios shared with our own
+gateway's 0.3 surface (more of it in ``test_client_compat03_own.py``), and a recording
+0.3 peer for the bytes on the wire."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from aiohttp import web
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import (
     AuthRejected,
-    Grpc03Transport,
     JsonRpc03Transport,
     RemoteService,
     Rest03Transport,
@@ -31,8 +32,10 @@ from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv
 from tests.support.processes import sdk_server_command as _sdk_server_command
 
 from .client_support import (
+    BINDINGS,
     HOST,
     PEER_KEY,
+    TRANSPORTS_03,
     Peer,
     own_legacy_service,
     serving,
@@ -43,12 +46,6 @@ BOUND_S = 20.0
 LEGACY_TRANSPORTS = ("jsonrpc", "rest")
 #: The SDK peer's 0.3 bindings; gRPC (``a2a.v1.A2AService``) is the last choice.
 SDK_TRANSPORTS = (*LEGACY_TRANSPORTS, "grpc")
-BINDINGS = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON", "grpc": "GRPC"}
-TRANSPORT_CLASSES = {
-    "JSONRPC": JsonRpc03Transport,
-    "HTTP+JSON": Rest03Transport,
-    "GRPC": Grpc03Transport,
-}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +107,7 @@ async def any_agent(request: pytest.FixtureRequest) -> AsyncIterator[RemoteServi
 
 async def test_a_0_3_interface_is_chosen(agent: RemoteService) -> None:
     assert agent.interface.protocol_version == "0.3"
-    assert isinstance(agent.transport, TRANSPORT_CLASSES[agent.binding])
+    assert isinstance(agent.transport, TRANSPORTS_03[agent.binding])
     # the key opened the extended card (over 0.3: agent/getAuthenticatedExtendedCard, /v1/card)
     assert "extended-echo" in [s.id for s in agent.card.skills]
 
@@ -256,25 +253,6 @@ async def test_wrong_key_is_rejected_and_never_shown(legacy_peer: Peer, transpor
 
 
 # --- against our own gateway's 0.3 surface ------------------------------------------------
-
-
-@pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
-async def test_own_gateway_over_0_3(own_server: Peer, transport: str) -> None:
-    async with asyncio.timeout(BOUND_S):
-        async with await own_legacy_service(own_server, transport) as agent:
-            assert agent.interface.protocol_version == "0.3"
-            reply = await agent.send_message(text_request("hello"))
-            assert reply.task.status.state == pb.TASK_STATE_COMPLETED
-            events = [e async for e in agent.send_streaming_message(text_request("chunks:3"))]
-            chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
-            assert len(chunks) == 3 and chunks[-1].last_chunk
-            assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
-            got = await agent.get_task(pb.GetTaskRequest(id=reply.task.id))
-            assert got.id == reply.task.id
-            with pytest.raises(errors.TaskNotFoundError):
-                await agent.get_task(pb.GetTaskRequest(id="no-such-task"))
-            with pytest.raises(errors.TaskNotCancelableError):
-                await agent.cancel_task(pb.CancelTaskRequest(id=reply.task.id))
 
 
 async def test_own_gateway_lists_tasks_over_0_3_json_rpc(own_server: Peer) -> None:

@@ -1,8 +1,8 @@
-"""Our client calling A2A 0.3 agents over gRPC (``a2a.v1.A2AService``, the 0.3 schema):
-our own gateway's 0.3 gRPC service, reached through a card cut down to its 0.3
-interfaces, as a 0.3-only agent's would be. The official SDK's 0.3 gRPC server
-(``sdk_server.py --only-0.3 --grpc-0.3``) is one binding of the parametrised tests in
-``test_client_compat03.py``."""
+"""Our client calling our own gateway's A2A 0.3 surface on every binding (JSON-RPC,
+HTTP+JSON and gRPC's ``a2a.v1.A2AService`` with the 0.3 schema), reached through a card
+cut down to its 0.3 interfaces, as a 0.3-only agent's would be; and the 0.3 gRPC wire
+against hand-made servers. The official SDK's 0.3 peer (``sdk_server.py --only-0.3
+--grpc-0.3``) is in ``test_client_compat03.py``."""
 
 from __future__ import annotations
 
@@ -27,22 +27,23 @@ from a2a_gateway.protocol import errors
 from a2a_gateway.server.grpc03 import legacy_status_message
 from tests.support.ports import free_port
 
-from .client_support import HOST, Peer, own_legacy_service, text_request
+from .client_support import BINDINGS, HOST, TRANSPORTS_03, Peer, own_legacy_service, text_request
 
 BOUND_S = 20.0
 
 
-@pytest.fixture
-async def agent(own_server: Peer) -> AsyncIterator[RemoteService]:
+@pytest.fixture(params=("jsonrpc", "rest", "grpc"))
+async def agent(request: pytest.FixtureRequest, own_server: Peer) -> AsyncIterator[RemoteService]:
     async with asyncio.timeout(BOUND_S):
-        service = await own_legacy_service(own_server, "grpc")
+        service = await own_legacy_service(own_server, request.param)
+    assert service.binding == BINDINGS[request.param]
     async with service:
         yield service
 
 
-async def test_a_0_3_grpc_interface_gets_the_0_3_transport(agent: RemoteService) -> None:
-    assert (agent.binding, agent.interface.protocol_version) == ("GRPC", "0.3")
-    assert isinstance(agent.transport, Grpc03Transport)
+async def test_a_0_3_interface_gets_the_0_3_transport(agent: RemoteService) -> None:
+    assert agent.interface.protocol_version == "0.3"
+    assert isinstance(agent.transport, TRANSPORTS_03[agent.binding])
 
 
 async def test_send_get_and_stream_chunks(agent: RemoteService) -> None:
@@ -50,6 +51,8 @@ async def test_send_get_and_stream_chunks(agent: RemoteService) -> None:
         reply = await agent.send_message(text_request("hello there"))
         got = await agent.get_task(pb.GetTaskRequest(id=reply.task.id, history_length=5))
         events = [e async for e in agent.send_streaming_message(text_request("chunks:3"))]
+        with pytest.raises(errors.TaskNotCancelableError):  # it is done
+            await agent.cancel_task(pb.CancelTaskRequest(id=reply.task.id))
     assert reply.task.status.state == pb.TASK_STATE_COMPLETED
     assert got.id == reply.task.id and got.status.state == pb.TASK_STATE_COMPLETED
     assert got.history[0].role == pb.ROLE_USER and got.history[0].parts[0].text == "hello there"
