@@ -17,12 +17,11 @@ import pytest
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import (
     CARD_PATH,
-    GATEWAY,
     ServerProcess,
+    proxy_running,
     require_peer_venv,
     sdk_server_command,
 )
-from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE, LEGACY_PEER_KEY
 from .test_proxy import message, rpc, rpc_stream
@@ -33,29 +32,18 @@ HTTP_TIMEOUT = httpx.Timeout(30.0)
 
 @contextlib.contextmanager
 def _proxy(root: Path, upstream: str, key: str, transport: str) -> Iterator[str]:
-    """Our gateway proxying ``upstream`` over ``transport``; its base URL. On the way
-    out: the upstream key never reached its log, which names the binding it proxies."""
-    workspace = root / "ws"
-    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
-    port, grpc_port = free_ports(2)
-    base = f"http://{HOST}:{port}"
-    command = [*GATEWAY, "serve", "--upstream", upstream, "--upstream-key", key]
-    if transport == "grpc":
-        command += ["--upstream-transport", "grpc"]
-    command += ["--workspace", str(workspace), "--host", HOST, "--port", str(port)]
-    command += ["--grpc-port", str(grpc_port), "--log-level", "debug"]
-    name = "proxy-03" if transport == "jsonrpc" else f"proxy-03-{transport}"
-    server = ServerProcess(name, command, root, base + CARD_PATH, grpc_port=grpc_port)
-    server.start()
-    try:
-        yield base
-    finally:
-        complaint = server.stop()
-    log = server.stderr_path.read_text(errors="replace")
-    assert key not in log, "the upstream key reached the proxy's log"
-    assert f"proxying 'a2a-sdk echo peer' over {transport.upper()}" in log
-    if complaint:
-        pytest.fail(complaint)
+    """Our gateway proxying ``upstream`` over ``transport`` (forced when not JSON-RPC);
+    its base URL."""
+    with proxy_running(
+        root,
+        upstream,
+        key,
+        [{"name": "alice", "key": KEY_ALICE}],
+        binding=transport.upper(),
+        upstream_transport=None if transport == "jsonrpc" else transport,
+        name="proxy-03" if transport == "jsonrpc" else f"proxy-03-{transport}",
+    ) as server:
+        yield server.card_url.removesuffix(CARD_PATH)
 
 
 @pytest.fixture(scope="module", params=["jsonrpc", "grpc"])
