@@ -27,7 +27,13 @@ from a2a_gateway.server.grpc03 import (
     legacy_card,
     legacy_rpc_handler,
 )
-from tests.support.echo import ECHO_EXTENSION, SECRET_DETAIL, STREAM_CHUNKS, EchoService
+from tests.support.echo import (
+    ECHO_EXTENSION,
+    SECRET_DETAIL,
+    STREAM_CHUNKS,
+    EchoService,
+    FloodService,
+)
 from tests.support.grpc_serving import grpc_serving
 
 from .grpc_conftest_helpers import error_info, field_violations, rich_status, stream_until_error
@@ -542,30 +548,6 @@ async def test_health_reports_the_0_3_service(anon: Served) -> None:
 
 
 # --- stream write bound (the 1.0 machinery, on a 0.3 stream) --------------------------------
-
-
-class FloodService(EchoService):
-    """Streams large artifact chunks until the stream is closed."""
-
-    def __init__(self) -> None:
-        super().__init__(stateless=True)
-        self.flood_closed = asyncio.Event()
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._flood()
-
-    async def _flood(self) -> AsyncIterator[pb.StreamResponse]:
-        try:
-            yield pb.StreamResponse(task=pb.Task(id="t-1", context_id="c-1"))
-            big = pb.Artifact(artifact_id="big", parts=[pb.Part(text="x" * 512 * 1024)])
-            while True:
-                yield pb.StreamResponse(
-                    artifact_update=pb.TaskArtifactUpdateEvent(task_id="t-1", artifact=big)
-                )
-        finally:
-            self.flood_closed.set()
 
 
 async def test_a_0_3_stream_whose_client_stops_reading_is_ended() -> None:

@@ -308,3 +308,55 @@ class EchoService(A2AService):
         if self.stateless:
             return pb.AgentCard(name="echo", description="echo agent", version="1.0.0")
         raise errors.ExtendedAgentCardNotConfiguredError()
+
+
+BIG_TEXT = "x" * 512 * 1024  # larger than any HTTP/2 window a client opens
+
+
+@dataclass
+class FloodService(EchoService):
+    """Streams large artifact chunks (:data:`BIG_TEXT`) until the stream is closed, after
+    a small first event as the engine sends (unless ``snapshot_first`` is False);
+    ``produced`` counts the events made, ``flood_closed`` is set when the stream ends."""
+
+    snapshot_first: bool = True
+    produced: int = 0
+    flood_closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._flood()
+
+    async def _flood(self) -> AsyncIterator[pb.StreamResponse]:
+        try:
+            if self.snapshot_first:
+                self.produced += 1
+                yield pb.StreamResponse(task=pb.Task(id="t-1", context_id="c-1"))
+            big = pb.Artifact(artifact_id="big", parts=[pb.Part(text=BIG_TEXT)])
+            while True:
+                self.produced += 1
+                yield pb.StreamResponse(
+                    artifact_update=pb.TaskArtifactUpdateEvent(task_id="t-1", artifact=big)
+                )
+        finally:
+            self.flood_closed.set()
+
+
+@dataclass
+class HoldingService(EchoService):
+    """A stream that keeps only the request's message id, sends one event (a task of that
+    id), sets ``started``, then waits for ``release``."""
+
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def send_streaming_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        return self._hold(request.message.message_id)
+
+    async def _hold(self, message_id: str) -> AsyncIterator[pb.StreamResponse]:
+        yield pb.StreamResponse(task=pb.Task(id=message_id, context_id="c-1"))
+        self.started.set()
+        await self.release.wait()
