@@ -35,6 +35,7 @@ from .client_support import (
     BINDINGS,
     HOST,
     PEER_KEY,
+    TRANSPORTS,
     TRANSPORTS_03,
     Peer,
     own_legacy_service,
@@ -85,13 +86,22 @@ async def agent(request: pytest.FixtureRequest, legacy_peer: Peer) -> AsyncItera
 #: The 0.3 agents the scenarios shared by both run against: the official SDK's peer on
 #: each binding, and our own gateway's 0.3 gRPC service (its card cut to 0.3).
 AGENTS = (*(("sdk", t) for t in SDK_TRANSPORTS), ("own", "grpc"))
+#: The same scenarios over A2A 1.0 too: the official SDK's 1.0 peer on each binding.
+AGENTS_1_0 = tuple(("sdk-1.0", t) for t in TRANSPORTS)
 
 
-@pytest.fixture(params=AGENTS, ids=[f"{who}-{transport}" for who, transport in AGENTS])
+def _agent_ids(agents: tuple[tuple[str, str], ...]) -> list[str]:
+    return [f"{who}-{transport}" for who, transport in agents]
+
+
+@pytest.fixture(params=AGENTS, ids=_agent_ids(AGENTS))
 async def any_agent(request: pytest.FixtureRequest) -> AsyncIterator[RemoteService]:
     who, transport = request.param
     async with asyncio.timeout(BOUND_S):
-        if who == "own":
+        if who == "sdk-1.0":
+            sdk: Peer = request.getfixturevalue("sdk_peer")
+            service = await connect(sdk.url, key=sdk.key, transport=transport, timeout=10)
+        elif who == "own":
             own_server: Peer = request.getfixturevalue("own_server")
             service = await own_legacy_service(own_server, transport)
         else:
@@ -159,6 +169,9 @@ async def test_cancel_a_held_task_seen_through_resubscribe(any_agent: RemoteServ
     assert rest[-1].status_update.status.state == pb.TASK_STATE_CANCELED
 
 
+@pytest.mark.parametrize(
+    "any_agent", AGENTS + AGENTS_1_0, ids=_agent_ids(AGENTS + AGENTS_1_0), indirect=True
+)
 async def test_multi_turn_ask_then_answer(
     any_agent: RemoteService, request: pytest.FixtureRequest
 ) -> None:
@@ -172,7 +185,7 @@ async def test_multi_turn_ask_then_answer(
         )
     assert answered.task.id == asked.id
     assert answered.task.status.state == pb.TASK_STATE_COMPLETED
-    if request.node.callspec.params["any_agent"][0] == "sdk":  # the SDK's peer echoes it
+    if request.node.callspec.params["any_agent"][0] != "own":  # the SDK's peers echo it
         assert answered.task.artifacts[-1].parts[0].text == "Ada"
 
 
