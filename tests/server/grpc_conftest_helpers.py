@@ -14,6 +14,19 @@ from google.rpc import error_details_pb2, status_pb2
 
 # --- wire helpers ---------------------------------------------------------------------
 
+BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
+
+
+async def call_failure(call: Any, bound: float = BOUND) -> grpc.aio.AioRpcError:
+    """The error a call must end in (a stream is read to its end), within ``bound``."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async with asyncio.timeout(bound):
+            if hasattr(call, "__aiter__"):
+                [event async for event in call]
+            else:
+                await call
+    return caught.value
+
 
 async def stream_until_error(
     call: AsyncIterator[Any], bound: float
