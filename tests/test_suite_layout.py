@@ -1,6 +1,6 @@
 """The suite's helpers live in one place, tests/support: no test file (conftest.py
 included) defines a fixture of its own named like a shared one, nor its own free-port
-helper."""
+helper, nor its own echo service."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ SUPPORT = TESTS / "support"
 SHARED_FIXTURES = frozenset({"workspace", "callers"})
 #: Helpers only tests/support defines (tests/support/ports.py).
 SHARED_HELPERS = frozenset({"free_port", "free_ports", "_free_port"})
+#: Services only tests/support defines (tests/support/echo.py); a test subclasses them.
+SHARED_CLASSES = frozenset({"EchoService", "FloodService", "HoldingService"})
 #: A script of its own, run in a copy of the repository: it cannot import tests.support.
 STANDALONE = frozenset({TESTS / "e2e" / "readme_runner.py"})
 
@@ -35,6 +37,8 @@ def misplaced(source: str, where: str) -> list[str]:
     """Every shared fixture or helper that ``source`` defines itself."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name in SHARED_CLASSES:
+            found.append(f"{where}:{node.lineno} defines the class {node.name}")
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         fixture = _fixture_name(node)
@@ -69,11 +73,16 @@ async def my_callers(workspace): return []
 def other(): return 1
 
 def free_ports(count): return []
+
+class EchoService: pass
+
+class SlowService(EchoService): pass
 """
     assert misplaced(source, "t.py") == [
         "t.py:6 defines the fixture 'workspace'",
         "t.py:9 defines the fixture 'callers'",
         "t.py:14 defines free_ports()",
+        "t.py:16 defines the class EchoService",
     ]
 
 

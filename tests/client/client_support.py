@@ -17,8 +17,11 @@ import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import (
     Credentials,
+    Grpc03Transport,
+    JsonRpc03Transport,
     Redactor,
     RemoteService,
+    Rest03Transport,
     choose_interface,
     credentials_for,
     fetch_card,
@@ -32,6 +35,13 @@ PEER_KEY = "peer-key-7c1e9b2a4d"
 #: The caller key our own gateway is started with.
 OWN_KEY = "own-key-3e5d7f9b1a2c"
 TRANSPORTS = ("jsonrpc", "rest", "grpc")
+#: A forced transport's binding name, and the 0.3 transport class our client uses for it.
+BINDINGS = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON", "grpc": "GRPC"}
+TRANSPORTS_03 = {
+    "JSONRPC": JsonRpc03Transport,
+    "HTTP+JSON": Rest03Transport,
+    "GRPC": Grpc03Transport,
+}
 
 
 def text_request(

@@ -1,6 +1,8 @@
 """Our client calling A2A 0.3-only agents: the official SDK offering only 0.3 interfaces
-(``sdk_server.py --only-0.3``, which refuses any request announcing ``A2A-Version: 1.x``),
-our own gateway's 0.3 surface, and a recording 0.3 peer for the bytes on the wire."""
+(``sdk_server.py --only-0.3 --grpc-0.3``: JSON-RPC, REST and its 0.3 gRPC service; it
+refuses any request announcing ``A2A-Version: 1.x``), scenarios shared with our own
+gateway's 0.3 surface (more of it in ``test_client_compat03_own.py``), and a recording
+0.3 peer for the bytes on the wire."""
 
 from __future__ import annotations
 
@@ -30,8 +32,11 @@ from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv
 from tests.support.processes import sdk_server_command as _sdk_server_command
 
 from .client_support import (
+    BINDINGS,
     HOST,
     PEER_KEY,
+    TRANSPORTS,
+    TRANSPORTS_03,
     Peer,
     own_legacy_service,
     serving,
@@ -40,35 +45,69 @@ from .client_support import (
 
 BOUND_S = 20.0
 LEGACY_TRANSPORTS = ("jsonrpc", "rest")
+#: The SDK peer's 0.3 bindings; gRPC (``a2a.v1.A2AService``) is the last choice.
+SDK_TRANSPORTS = (*LEGACY_TRANSPORTS, "grpc")
 
 
 @pytest.fixture(scope="module")
 def legacy_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
-    """The official SDK as a 0.3-only agent (JSON-RPC + REST), key required, push on."""
+    """The official SDK as a 0.3-only agent (JSON-RPC, REST and its 0.3 gRPC service), key
+    required, push on."""
     require_peer_venv()
-    (port,) = free_ports(1)
+    port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
     command = _sdk_server_command(
-        port, 0, transports=LEGACY_TRANSPORTS, api_key=PEER_KEY, push=True
+        port, grpc_port, transports=SDK_TRANSPORTS, api_key=PEER_KEY, push=True
     )
     server = ServerProcess(
         "sdk-peer-0.3",
-        [*command, "--only-0.3"],
+        [*command, "--only-0.3", "--grpc-0.3"],
         tmp_path_factory.mktemp("sdk-peer-03"),
         base + CARD_PATH,
-        grpc_port=None,
+        grpc_port=grpc_port,
         strict_shutdown=False,
     )
     with server.running():
         yield Peer(url=base, key=PEER_KEY)
 
 
-@pytest.fixture(params=LEGACY_TRANSPORTS)
+@pytest.fixture(params=SDK_TRANSPORTS)
 async def agent(request: pytest.FixtureRequest, legacy_peer: Peer) -> AsyncIterator[RemoteService]:
     async with asyncio.timeout(BOUND_S):
         service = await connect(
             legacy_peer.url, key=legacy_peer.key, transport=request.param, timeout=10
         )
+    # the forced transport was taken, not another one the card lists
+    assert service.binding == BINDINGS[request.param]
+    async with service:
+        yield service
+
+
+#: The 0.3 agents the scenarios shared by both run against: the official SDK's peer on
+#: each binding, and our own gateway's 0.3 gRPC service (its card cut to 0.3).
+AGENTS = (*(("sdk", t) for t in SDK_TRANSPORTS), ("own", "grpc"))
+#: The same scenarios over A2A 1.0 too: the official SDK's 1.0 peer on each binding.
+AGENTS_1_0 = tuple(("sdk-1.0", t) for t in TRANSPORTS)
+
+
+def _agent_ids(agents: tuple[tuple[str, str], ...]) -> list[str]:
+    return [f"{who}-{transport}" for who, transport in agents]
+
+
+@pytest.fixture(params=AGENTS, ids=_agent_ids(AGENTS))
+async def any_agent(request: pytest.FixtureRequest) -> AsyncIterator[RemoteService]:
+    who, transport = request.param
+    async with asyncio.timeout(BOUND_S):
+        if who == "sdk-1.0":
+            sdk: Peer = request.getfixturevalue("sdk_peer")
+            service = await connect(sdk.url, key=sdk.key, transport=transport, timeout=10)
+        elif who == "own":
+            own_server: Peer = request.getfixturevalue("own_server")
+            service = await own_legacy_service(own_server, transport)
+        else:
+            peer: Peer = request.getfixturevalue("legacy_peer")
+            service = await connect(peer.url, key=peer.key, transport=transport, timeout=10)
+    assert service.binding == BINDINGS[transport]
     async with service:
         yield service
 
@@ -78,8 +117,7 @@ async def agent(request: pytest.FixtureRequest, legacy_peer: Peer) -> AsyncItera
 
 async def test_a_0_3_interface_is_chosen(agent: RemoteService) -> None:
     assert agent.interface.protocol_version == "0.3"
-    expected = JsonRpc03Transport if agent.binding == "JSONRPC" else Rest03Transport
-    assert isinstance(agent.transport, expected)
+    assert isinstance(agent.transport, TRANSPORTS_03[agent.binding])
     # the key opened the extended card (over 0.3: agent/getAuthenticatedExtendedCard, /v1/card)
     assert "extended-echo" in [s.id for s in agent.card.skills]
 
@@ -117,7 +155,8 @@ async def test_stream_chunks_become_1_0_events(agent: RemoteService) -> None:
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
 
 
-async def test_cancel_a_held_task_seen_through_resubscribe(agent: RemoteService) -> None:
+async def test_cancel_a_held_task_seen_through_resubscribe(any_agent: RemoteService) -> None:
+    agent = any_agent
     async with asyncio.timeout(BOUND_S):
         task = (await agent.send_message(text_request("hold:30", return_immediately=True))).task
         assert task.status.state in (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
@@ -130,7 +169,13 @@ async def test_cancel_a_held_task_seen_through_resubscribe(agent: RemoteService)
     assert rest[-1].status_update.status.state == pb.TASK_STATE_CANCELED
 
 
-async def test_multi_turn_ask_then_answer(agent: RemoteService) -> None:
+@pytest.mark.parametrize(
+    "any_agent", AGENTS + AGENTS_1_0, ids=_agent_ids(AGENTS + AGENTS_1_0), indirect=True
+)
+async def test_multi_turn_ask_then_answer(
+    any_agent: RemoteService, request: pytest.FixtureRequest
+) -> None:
+    agent = any_agent
     async with asyncio.timeout(BOUND_S):
         asked = (await agent.send_message(text_request("ask:your name?"))).task
         assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
@@ -140,7 +185,8 @@ async def test_multi_turn_ask_then_answer(agent: RemoteService) -> None:
         )
     assert answered.task.id == asked.id
     assert answered.task.status.state == pb.TASK_STATE_COMPLETED
-    assert answered.task.artifacts[-1].parts[0].text == "Ada"
+    if request.node.callspec.params["any_agent"][0] != "own":  # the SDK's peers echo it
+        assert answered.task.artifacts[-1].parts[0].text == "Ada"
 
 
 async def test_push_config_set_get_list_delete(agent: RemoteService) -> None:
@@ -199,6 +245,8 @@ async def test_unknown_task_is_task_not_found(agent: RemoteService) -> None:
             with pytest.raises(errors.TaskNotFoundError):
                 await anext(agent.subscribe_to_task(pb.SubscribeToTaskRequest(id="no-such-task")))
     assert caught.value.spec.jsonrpc_code == -32001
+    # the class prefix of the SDK's message is not repeated in ours
+    assert not caught.value.message.startswith("TaskNotFoundError")
 
 
 async def test_list_tasks_is_unsupported_over_0_3(agent: RemoteService) -> None:
@@ -206,7 +254,7 @@ async def test_list_tasks_is_unsupported_over_0_3(agent: RemoteService) -> None:
         await agent.list_tasks(pb.ListTasksRequest())
 
 
-@pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
+@pytest.mark.parametrize("transport", SDK_TRANSPORTS)
 async def test_wrong_key_is_rejected_and_never_shown(legacy_peer: Peer, transport: str) -> None:
     wrong = "wrong-key-5f3a2b1c9d0e"
     async with asyncio.timeout(BOUND_S):
@@ -218,25 +266,6 @@ async def test_wrong_key_is_rejected_and_never_shown(legacy_peer: Peer, transpor
 
 
 # --- against our own gateway's 0.3 surface ------------------------------------------------
-
-
-@pytest.mark.parametrize("transport", LEGACY_TRANSPORTS)
-async def test_own_gateway_over_0_3(own_server: Peer, transport: str) -> None:
-    async with asyncio.timeout(BOUND_S):
-        async with await own_legacy_service(own_server, transport) as agent:
-            assert agent.interface.protocol_version == "0.3"
-            reply = await agent.send_message(text_request("hello"))
-            assert reply.task.status.state == pb.TASK_STATE_COMPLETED
-            events = [e async for e in agent.send_streaming_message(text_request("chunks:3"))]
-            chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
-            assert len(chunks) == 3 and chunks[-1].last_chunk
-            assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
-            got = await agent.get_task(pb.GetTaskRequest(id=reply.task.id))
-            assert got.id == reply.task.id
-            with pytest.raises(errors.TaskNotFoundError):
-                await agent.get_task(pb.GetTaskRequest(id="no-such-task"))
-            with pytest.raises(errors.TaskNotCancelableError):
-                await agent.cancel_task(pb.CancelTaskRequest(id=reply.task.id))
 
 
 async def test_own_gateway_lists_tasks_over_0_3_json_rpc(own_server: Peer) -> None:

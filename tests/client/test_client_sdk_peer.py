@@ -1,4 +1,5 @@
-"""Our client against the official a2a-sdk server, every operation over all three bindings."""
+"""Our client against the official a2a-sdk server, every operation over all three bindings
+(the multi-turn scenario, shared with the 0.3 agents, is in test_client_compat03.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.client import AuthRejected, RemoteService, connect
 from a2a_gateway.protocol import errors
 
-from .client_support import TRANSPORTS, Peer, text_request
+from .client_support import BINDINGS, TRANSPORTS, Peer, text_request
 
 BOUND_S = 20.0
 
@@ -21,6 +22,7 @@ BOUND_S = 20.0
 async def agent(request: pytest.FixtureRequest, sdk_peer: Peer) -> AsyncIterator[RemoteService]:
     async with asyncio.timeout(BOUND_S):
         service = await connect(sdk_peer.url, key=sdk_peer.key, transport=request.param, timeout=10)
+    assert service.binding == BINDINGS[request.param]  # the forced one, not another
     async with service:
         yield service
 
@@ -77,19 +79,6 @@ async def test_get_and_list_tasks(agent: RemoteService) -> None:
     assert len(full.history) >= 1
     assert [t.id for t in listed.tasks] == [task.id]
     assert listed.total_size == 1
-
-
-async def test_multi_turn_input_required(agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        asked = (await agent.send_message(text_request("ask:your name?"))).task
-        assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
-        assert asked.status.message.parts[0].text == "your name?"
-        answered = await agent.send_message(
-            text_request("Ada", task_id=asked.id, context_id=asked.context_id)
-        )
-    assert answered.task.id == asked.id
-    assert answered.task.status.state == pb.TASK_STATE_COMPLETED
-    assert answered.task.artifacts[-1].parts[0].text == "Ada"
 
 
 async def test_failed_task(agent: RemoteService) -> None:

@@ -18,8 +18,9 @@ from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.card import RESUME_DESCRIPTION
 from a2a_gateway.settings import resolve
+from tests.support.processes import run_gateway
 
-from .test_startup import _one_line_exit_2, _serve
+from .test_startup import _one_line_exit_2
 
 SKILLS = [{"id": "plan", "name": "Plan", "description": "Plans weeks.", "tags": ["calendar"]}]
 EXTENSIONS = [{"uri": "https://ext.example/v1", "description": "Traces.", "required": True}]
@@ -177,6 +178,6 @@ def test_card_setting_mistakes_stop_the_start_up(
     (tmp_path / "empty.json").write_text("[]")
     (tmp_path / "typo.json").write_text(json.dumps([{**SKILLS[0], "nmae": "x"}]))
     (tmp_path / "profiled_agent_mod.py").write_text(PROFILED)
-    result = _serve(tmp_path, "serve", *args, "--port", "0", "--grpc-port", "-1")
+    result = run_gateway("serve", *args, "--port", "0", "--grpc-port", "-1", cwd=tmp_path)
     _one_line_exit_2(result, needle)
     assert "secret-detail" not in result.stderr

@@ -37,10 +37,6 @@ ANY_ADDRESS = "0.0.0.0"
 START_TIMEOUT_S = 60.0
 
 
-def _serve(*args: str) -> list[str]:
-    return [*GATEWAY, "serve", *args]
-
-
 def _workspace(root: Path, name: str, callers: object | None) -> Path:
     folder = root / name
     (folder / ".a2a").mkdir(parents=True)
@@ -113,7 +109,7 @@ def test_no_caller_off_loopback_refuses_to_start(tmp_path: Path, held_port: int)
     running = {}
     for name in SUBPROCESS_CASES:
         args, env = cases[name]
-        command = _serve(*args, "--port", str(held_port), "--grpc-port", "-1")
+        command = [*GATEWAY, "serve", *args, "--port", str(held_port), "--grpc-port", "-1"]
         running[name] = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -187,7 +183,7 @@ def _http_status(url: str, body: bytes | None, headers: dict[str, str]) -> int:
 def _server(name: str, log_dir: Path, *args: str) -> ServerProcess:
     """``serve ARGS`` on free ports (HTTP and gRPC), as a managed subprocess."""
     port, grpc_port = free_ports(2)
-    command = _serve(*args, "--port", str(port), "--grpc-port", str(grpc_port))
+    command = [*GATEWAY, "serve", *args, "--port", str(port), "--grpc-port", str(grpc_port)]
     card_url = f"http://{HOST}:{port}{CARD_PATH}"
     return ServerProcess(name, command, log_dir, card_url, grpc_port=grpc_port)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import subprocess
 import time
 import uuid
@@ -38,7 +37,7 @@ from a2a_gateway.server.pg_store import LISTENER_NAME, SCHEMA_VERSION
 from a2a_gateway.settings import resolve
 from tests.support.ports import free_port, free_ports
 from tests.support.postgres import fresh_database
-from tests.support.processes import GATEWAY, ServerProcess
+from tests.support.processes import GATEWAY, ServerProcess, run_gateway
 from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE, Driver, WireError
@@ -217,15 +216,10 @@ async def test_a_subscriber_on_one_gateway_sees_the_run_on_the_other_end(
 
 
 def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-    return subprocess.run(
-        [*GATEWAY, "serve", "--faux", "--port", "0",
-         "--grpc-port", "-1", "--workspace", str(tmp_path / "ws"), "--store", "postgres",
-         *args],
-        capture_output=True,
-        text=True,
+    return run_gateway(
+        "serve", "--faux", "--port", "0", "--grpc-port", "-1",
+        "--workspace", str(tmp_path / "ws"), "--store", "postgres", *args,
         timeout=60,
-        env=env,
     )  # fmt: skip
 
 

@@ -22,13 +22,14 @@ from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import (
+    CARD_PATH,
     GATEWAY,
     SdkClient,
     ServerProcess,
+    proxy_running,
     require_peer_venv,
     sdk_server_command,
 )
-from tests.support.workspace import write_callers
 
 from ..interop.conftest import make_sdk_client, sdk_driver  # noqa: F401 (fixtures)
 from .conftest import KEY_ALICE, KEY_BOB
@@ -78,42 +79,10 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
 @pytest.fixture(scope="module")
 def proxy(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     """``a2a-gateway serve --upstream`` with callers alice and bob."""
+    callers = [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}]
     root = tmp_path_factory.mktemp("proxy")
-    workspace = root / "ws"
-    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}])
-    port, grpc_port = free_ports(2)
-    base_url = f"http://{HOST}:{port}"
-    command = [
-        *GATEWAY,
-        "serve",
-        "--upstream",
-        upstream.base_url,
-        "--upstream-key",
-        UPSTREAM_KEY,
-        "--workspace",
-        str(workspace),
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--grpc-port",
-        str(grpc_port),
-        "--log-level",
-        "debug",
-    ]
-    server = ServerProcess(
-        "proxy", command, root, base_url + "/.well-known/agent-card.json", grpc_port=grpc_port
-    )
-    server.start()
-    try:
-        yield Proxy(base_url, server)
-    finally:
-        complaint = server.stop()
-    log = server.stderr_path.read_text(errors="replace")
-    assert UPSTREAM_KEY not in log, "the upstream key reached the proxy's log"
-    assert "proxying 'a2a-sdk echo peer' over GRPC" in log
-    if complaint:
-        pytest.fail(complaint)
+    with proxy_running(root, upstream.base_url, UPSTREAM_KEY, callers, binding="GRPC") as server:
+        yield Proxy(server.card_url.removesuffix(CARD_PATH), server)
 
 
 # --- raw JSON-RPC over HTTP ---------------------------------------------------------------

@@ -1,10 +1,14 @@
 """Proxy mode in front of an agent that speaks only A2A 0.3: ``a2a-gateway serve
 --upstream URL`` (a real subprocess) before the official SDK started with ``--only-0.3``
-(it refuses any call announcing A2A 1.x). 1.0 callers get 1.0 answers."""
+(it refuses any call announcing A2A 1.x), reached over JSON-RPC, or with
+``--upstream-transport grpc`` before the SDK offering only its 0.3 gRPC service; each
+test runs once per upstream binding. 1.0 callers get 1.0 answers."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,12 +17,11 @@ import pytest
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import (
     CARD_PATH,
-    GATEWAY,
     ServerProcess,
+    proxy_running,
     require_peer_venv,
     sdk_server_command,
 )
-from tests.support.workspace import write_callers
 
 from .conftest import KEY_ALICE, LEGACY_PEER_KEY
 from .test_proxy import message, rpc, rpc_stream
@@ -27,42 +30,49 @@ UPSTREAM_KEY = "legacy-upstream-key-6c2f0a9e17"
 HTTP_TIMEOUT = httpx.Timeout(30.0)
 
 
-@pytest.fixture(scope="module")
-def proxy_url(legacy_sdk_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("proxy-03")
-    workspace = root / "ws"
-    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
-    port, grpc_port = free_ports(2)
-    base = f"http://{HOST}:{port}"
-    command = [
-        *GATEWAY,
-        "serve",
-        "--upstream",
-        legacy_sdk_url,
-        "--upstream-key",
-        LEGACY_PEER_KEY,
-        "--workspace",
-        str(workspace),
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--grpc-port",
-        str(grpc_port),
-        "--log-level",
-        "debug",
-    ]
-    server = ServerProcess("proxy-03", command, root, base + CARD_PATH, grpc_port=grpc_port)
-    server.start()
-    try:
+@contextlib.contextmanager
+def _proxy(root: Path, upstream: str, key: str, transport: str) -> Iterator[str]:
+    """Our gateway proxying ``upstream`` over ``transport`` (forced when not JSON-RPC);
+    its base URL."""
+    with proxy_running(
+        root,
+        upstream,
+        key,
+        [{"name": "alice", "key": KEY_ALICE}],
+        binding=transport.upper(),
+        upstream_transport=None if transport == "jsonrpc" else transport,
+        name="proxy-03" if transport == "jsonrpc" else f"proxy-03-{transport}",
+    ) as server:
+        yield server.card_url.removesuffix(CARD_PATH)
+
+
+@pytest.fixture(scope="module", params=["jsonrpc", "grpc"])
+def proxy_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The proxy before a 0.3-only upstream: the session's JSON-RPC + REST SDK agent
+    (``jsonrpc``), or (``grpc``) the SDK offering only its 0.3 gRPC service
+    (``--only-0.3 --grpc-0.3``, no HTTP binding), key required."""
+    root = tmp_path_factory.mktemp(f"proxy-03-{request.param}")
+    if request.param == "jsonrpc":
+        legacy_sdk_url: str = request.getfixturevalue("legacy_sdk_url")
+        with _proxy(root, legacy_sdk_url, LEGACY_PEER_KEY, "jsonrpc") as base:
+            yield base
+        return
+    require_peer_venv()
+    up_port, up_grpc_port = free_ports(2)
+    up_base = f"http://{HOST}:{up_port}"
+    command = sdk_server_command(up_port, up_grpc_port, transports=("grpc",), api_key=UPSTREAM_KEY)
+    upstream = ServerProcess(
+        "sdk-upstream-0.3-grpc",
+        [*command, "--only-0.3", "--grpc-0.3"],
+        root,
+        up_base + CARD_PATH,
+        grpc_port=up_grpc_port,
+        strict_shutdown=False,
+    )
+    with upstream.running(), _proxy(root, up_base, UPSTREAM_KEY, "grpc") as base:
         yield base
-    finally:
-        complaint = server.stop()
-    log = server.stderr_path.read_text(errors="replace")
-    assert LEGACY_PEER_KEY not in log, "the upstream key reached the proxy's log"
-    assert "proxying 'a2a-sdk echo peer' over JSONRPC" in log
-    if complaint:
-        pytest.fail(complaint)
 
 
 def test_1_0_send_message_through_a_0_3_upstream(proxy_url: str) -> None:
@@ -89,70 +99,3 @@ def test_1_0_stream_through_a_0_3_upstream(proxy_url: str) -> None:
 def test_list_tasks_has_no_0_3_counterpart(proxy_url: str) -> None:
     _, reply = rpc(proxy_url, "ListTasks", {})
     assert reply["error"]["code"] == -32004, reply
-
-
-# --- a 0.3-gRPC-only upstream, reached with --upstream-transport grpc ----------------------
-
-
-@pytest.fixture(scope="module")
-def grpc_proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The proxy with ``--upstream-transport grpc`` before the SDK offering only its 0.3
-    gRPC service (``--only-0.3 --grpc-0.3``, no HTTP binding), key required."""
-    require_peer_venv()
-    root = tmp_path_factory.mktemp("proxy-03-grpc")
-    up_port, up_grpc_port, port, grpc_port = free_ports(4)
-    up_base = f"http://{HOST}:{up_port}"
-    command = sdk_server_command(up_port, up_grpc_port, transports=("grpc",), api_key=UPSTREAM_KEY)
-    upstream = ServerProcess(
-        "sdk-upstream-0.3-grpc",
-        [*command, "--only-0.3", "--grpc-0.3"],
-        root,
-        up_base + CARD_PATH,
-        grpc_port=up_grpc_port,
-        strict_shutdown=False,
-    )
-    workspace = root / "ws"
-    write_callers(workspace, [{"name": "alice", "key": KEY_ALICE}])
-    base = f"http://{HOST}:{port}"
-    proxy_command = [
-        *GATEWAY,
-        "serve",
-        "--upstream",
-        up_base,
-        "--upstream-key",
-        UPSTREAM_KEY,
-        "--upstream-transport",
-        "grpc",
-        "--workspace",
-        str(workspace),
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--grpc-port",
-        str(grpc_port),
-        "--log-level",
-        "debug",
-    ]
-    with upstream.running():
-        server = ServerProcess(
-            "proxy-03-grpc", proxy_command, root, base + CARD_PATH, grpc_port=grpc_port
-        )
-        server.start()
-        try:
-            yield base
-        finally:
-            complaint = server.stop()
-    log = server.stderr_path.read_text(errors="replace")
-    assert UPSTREAM_KEY not in log, "the upstream key reached the proxy's log"
-    assert "proxying 'a2a-sdk echo peer' over GRPC" in log
-    if complaint:
-        pytest.fail(complaint)
-
-
-def test_1_0_send_message_through_a_0_3_grpc_upstream(grpc_proxy_url: str) -> None:
-    status, reply = rpc(grpc_proxy_url, "SendMessage", message("hello legacy grpc"))
-    assert status == 200, reply
-    task: dict[str, Any] = reply["result"]["task"]
-    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert task["artifacts"][0]["parts"] == [{"text": "hello legacy grpc"}]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ports import held_port
-from tests.support.processes import GATEWAY
+from tests.support.processes import GATEWAY, run_gateway
 
 
 @pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
@@ -36,18 +36,6 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(flag: str, mode:
 
 
 # --- start-up mistakes: one line on stderr, exit status 2, no traceback ---------------
-
-
-def _serve(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
-    return subprocess.run(
-        [*GATEWAY, *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=cwd,
-        env=env,
-    )
 
 
 def _one_line_exit_2(result: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -90,7 +78,7 @@ def test_serve_mistakes_are_one_line_and_exit_2(
     (tmp_path / "mine.py").write_text(NOT_AN_AGENT)
     (tmp_path / "broken.py").write_text("def (:\n")
     (tmp_path / "bad.toml").write_text("[serve\nport = 1\n")
-    result = _serve(tmp_path, "serve", *args, "--port", "0", "--grpc-port", "-1")
+    result = run_gateway("serve", *args, "--port", "0", "--grpc-port", "-1", cwd=tmp_path)
     _one_line_exit_2(result, needle)
 
 
@@ -107,17 +95,17 @@ def test_serve_mistakes_are_one_line_and_exit_2(
 def test_usage_mistakes_name_the_closest_flag(
     tmp_path: Path, args: tuple[str, ...], needle: str
 ) -> None:
-    _one_line_exit_2(_serve(tmp_path, *args), needle)
+    _one_line_exit_2(run_gateway(*args, cwd=tmp_path), needle)
 
 
 def test_help_shows_defaults_without_markup(tmp_path: Path) -> None:
-    result = _serve(tmp_path, "serve", "--help")
+    result = run_gateway("serve", "--help", cwd=tmp_path)
     assert result.returncode == 0
     text = " ".join(result.stdout.split())  # argparse wraps lines
     assert "(default: 127.0.0.1)" in text
     assert "(default: 8080)" in text
     assert "(default: off)" in text
-    top = _serve(tmp_path, "--help")
+    top = run_gateway("--help", cwd=tmp_path)
     assert "``" not in result.stdout + top.stdout
 
 
@@ -131,9 +119,9 @@ def test_a_workspace_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         workspace.chmod(0o500)
         try:
-            result = _serve(
-                tmp_path, "serve", "--workspace", str(workspace), "--port", "0",
-                "--grpc-port", "-1",
+            result = run_gateway(
+                "serve", "--workspace", str(workspace), "--port", "0", "--grpc-port", "-1",
+                cwd=tmp_path,
             )  # fmt: skip
         finally:
             workspace.chmod(0o700)

@@ -1,11 +1,13 @@
 """The official SDK's A2A 0.3 compat clients (``CompatJsonRpcTransport``,
-``CompatRestTransport``) against the server under test: the 0.3 bridge end to end, on
-JSON-RPC and on HTTP+JSON (each test runs once per binding).
+``CompatRestTransport``, ``CompatGrpcTransport``) against the server under test: the 0.3
+bridge end to end, on JSON-RPC, HTTP+JSON and gRPC (``a2a.v1.A2AService``, on the port
+that also serves 1.0); each test runs once per binding.
 
-The driver (``peers/sdk_client03.py``, in ``.venv-peer``) runs one fixed script against
-the module's server and prints one line per scenario; the tests below assert on what the
-SDK surfaced (it converts every 0.3 reply back to 1.0 types, so a shape we got wrong
-shows up as a pydantic error or a missing field here).
+The driver (``peers/sdk_client03.py``, in ``.venv-peer``) reads the hybrid card, takes
+its 0.3 interface for the binding, runs one fixed script against the module's server and
+prints one line per scenario; the tests below assert on what the SDK surfaced (it
+converts every 0.3 reply back to 1.0 types, so a shape we got wrong shows up as a
+pydantic error, a failed scenario or a missing field here).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from tests.support.processes import PEER_PYTHON, PEERS, Results, run_script, sce
 DRIVER = PEERS / "sdk_client03.py"
 DRIVER_TIMEOUT_S = 90.0  # the whole script; each call is bounded at 15 s by the driver
 COMPLETED = "TASK_STATE_COMPLETED"
+HOOK = "https://example.com/hook"
 
 
-@pytest.fixture(scope="module", params=["jsonrpc", "rest"])
+@pytest.fixture(scope="module", params=["jsonrpc", "rest", "grpc"])
 def binding(request: pytest.FixtureRequest) -> str:
     value: str = request.param
     return value
@@ -46,9 +49,15 @@ def texts(holder: dict[str, Any]) -> list[str]:
     return [part["text"] for part in holder.get("parts", []) if "text" in part]
 
 
-def test_sdk_1_0_factory_still_picks_1_0(results: Results, interop_server: InteropServer) -> None:
-    assert result(results, "factory") == "JsonRpcTransport"
-    assert result(results, "interface").startswith(interop_server.base_url)
+def test_sdk_1_0_factory_still_picks_1_0_and_the_card_lists_0_3(
+    results: Results, interop_server: InteropServer, binding: str
+) -> None:
+    assert result(results, "factory") == "JsonRpcTransport"  # 1.0 clients keep 1.0
+    address = result(results, "interface")
+    if binding == "grpc":  # the 0.3 GRPC interface: host:port, no scheme
+        assert address.startswith("127.0.0.1:") and "://" not in address
+    else:
+        assert address.startswith(interop_server.base_url)
 
 
 def test_send(results: Results) -> None:
@@ -90,7 +99,7 @@ def test_multi_turn(results: Results) -> None:
 def test_push_config_crud(results: Results, binding: str) -> None:
     task_id = result(results, "send")["task"]["id"]
     created = result(results, "push-set")
-    assert created == {"taskId": task_id, "id": "cfg-1", "url": "https://example.com/hook"}
+    assert created == {"taskId": task_id, "id": "cfg-1", "url": HOOK}
     assert result(results, "push-get") == created
     if binding == "rest":  # the SDK's 0.3 REST client has no list/delete
         assert results["push-list"]["error"]["type"] == "NotImplementedError"

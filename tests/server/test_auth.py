@@ -32,11 +32,11 @@ from a2a_gateway.server.auth import (
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.limits import CallerLimits
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import EchoService
 from tests.support.grpc_serving import grpc_serving
 from tests.support.workspace import write_callers
 
 from .conftest import TIMEOUT_S, Starter
-from .grpc_conftest_helpers import EchoService as GrpcEchoService
 
 KEY_A = "auth-key-a-5c0e7f1d9b"
 KEY_B = "auth-key-b-8e2d4a6c1f"
@@ -347,8 +347,8 @@ async def test_http_undecodable_key_bytes_are_401_not_500(
 
 
 @pytest.fixture
-async def grpc_keyed(workspace: Path) -> AsyncIterator[tuple[GrpcEchoService, grpc.aio.Channel]]:
-    service = GrpcEchoService()
+async def grpc_keyed(workspace: Path) -> AsyncIterator[tuple[EchoService, grpc.aio.Channel]]:
+    service = EchoService(stateless=True)
     async with grpc_serving(service, WorkspaceCallers([workspace])) as served:
         yield service, served.channel
 
@@ -358,7 +358,7 @@ def _raw_get_task(channel: grpc.aio.Channel) -> grpc.aio.UnaryUnaryMultiCallable
 
 
 async def test_grpc_key_is_checked_before_the_message_is_decoded(
-    grpc_keyed: tuple[GrpcEchoService, grpc.aio.Channel],
+    grpc_keyed: tuple[EchoService, grpc.aio.Channel],
 ) -> None:
     service, channel = grpc_keyed
     call = _raw_get_task(channel)
@@ -383,7 +383,7 @@ async def test_grpc_key_is_checked_before_the_message_is_decoded(
     ],
 )
 async def test_grpc_credential_edge_cases(
-    grpc_keyed: tuple[GrpcEchoService, grpc.aio.Channel], metadata: tuple[tuple[str, str], ...]
+    grpc_keyed: tuple[EchoService, grpc.aio.Channel], metadata: tuple[tuple[str, str], ...]
 ) -> None:
     _, channel = grpc_keyed
     request = pb.GetTaskRequest(id="task-1").SerializeToString()
@@ -395,7 +395,7 @@ async def test_grpc_credential_edge_cases(
 
 
 async def test_grpc_bearer_is_accepted(
-    grpc_keyed: tuple[GrpcEchoService, grpc.aio.Channel],
+    grpc_keyed: tuple[EchoService, grpc.aio.Channel],
 ) -> None:
     service, channel = grpc_keyed
     request = pb.GetTaskRequest(id="task-1").SerializeToString()

@@ -17,8 +17,7 @@ from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.server.drain import Drain, shutting_down
 from a2a_gateway.server.health import Readiness
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from .conftest import EchoService
+from tests.support.echo import EchoService
 
 BOUND = 10.0
 CONTEXT = CallContext()

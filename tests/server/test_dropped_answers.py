@@ -21,8 +21,7 @@ from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.http_app import build_http_app
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from .conftest import EchoService
+from tests.support.echo import EchoService
 
 BODY_MIB = 24
 

@@ -22,13 +22,11 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import build_grpc_server, grpc_address
+from tests.support.echo import ECHO_EXTENSION, SECRET_DETAIL, STREAM_CHUNKS, EchoService
 from tests.support.grpc_serving import grpc_serving
 
 from .grpc_conftest_helpers import (
-    ECHO_EXTENSION,
-    SECRET_DETAIL,
-    STREAM_CHUNKS,
-    EchoService,
+    call_failure,
     error_info,
     field_violations,
     rich_status,
@@ -54,7 +52,7 @@ pytestmark = pytest.mark.callers({"name": "alice", "key": KEY})
 
 
 async def _serve(authenticator: Authenticator, **config: Any) -> AsyncIterator[Served]:
-    service = EchoService()
+    service = EchoService(stateless=True)
     async with grpc_serving(service, authenticator, **config) as served:
         channel = served.channel
         yield Served(
@@ -78,13 +76,6 @@ def _send(task_id: str = "", text: str = "hello", **fields: Any) -> pb.SendMessa
     msg = pb.Message(message_id="m-1", role=pb.ROLE_USER, parts=[pb.Part(text=text)])
     msg.task_id = task_id
     return pb.SendMessageRequest(message=msg, **fields)
-
-
-async def _failure(call: Any) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async with asyncio.timeout(BOUND):
-            await call
-    return caught.value
 
 
 def _identity(data: bytes) -> bytes:
@@ -185,7 +176,7 @@ async def test_no_deadline_and_no_version_header(anon: Served) -> None:
 
 async def test_unsupported_version_is_failed_precondition(anon: Served) -> None:
     call = anon.stub.GetTask(pb.GetTaskRequest(id="t-1"), metadata=(("a2a-version", "2.0"),))
-    failure = await _failure(call)
+    failure = await call_failure(call)
     assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert error_info(rich_status(failure)).reason == "VERSION_NOT_SUPPORTED"
     assert anon.service.contexts == []
@@ -207,7 +198,7 @@ async def test_a_valid_key_names_the_caller(
 async def test_missing_or_wrong_key_is_unauthenticated(
     keyed: Served, metadata: tuple[tuple[str, str], ...]
 ) -> None:
-    failure = await _failure(keyed.stub.GetTask(pb.GetTaskRequest(id="t-1"), metadata=metadata))
+    failure = await call_failure(keyed.stub.GetTask(pb.GetTaskRequest(id="t-1"), metadata=metadata))
     assert failure.code() == grpc.StatusCode.UNAUTHENTICATED
     status = rich_status(failure)
     assert error_info(status).reason == "UNAUTHENTICATED"
@@ -218,7 +209,7 @@ async def test_missing_or_wrong_key_is_unauthenticated(
 
 async def test_authentication_comes_before_parsing(keyed: Served) -> None:
     raw = _raw(keyed.channel, "GetTask")
-    failure = await _failure(raw(b"\xff\xff\xff"))
+    failure = await call_failure(raw(b"\xff\xff\xff"))
     assert failure.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -230,7 +221,7 @@ async def test_each_error_class_maps_to_its_status_and_reason(
     anon: Served, error: type[errors.A2AError]
 ) -> None:
     task_id = f"error:{error.__name__}"
-    failure = await _failure(anon.stub.GetTask(pb.GetTaskRequest(id=task_id), metadata=V1))
+    failure = await call_failure(anon.stub.GetTask(pb.GetTaskRequest(id=task_id), metadata=V1))
     assert failure.code() == error.spec.grpc_status
     assert failure.details() == error.spec.default_message
     status = rich_status(failure)
@@ -246,7 +237,7 @@ async def test_each_error_class_maps_to_its_status_and_reason(
 
 @pytest.mark.server_fault
 async def test_unexpected_exception_is_internal_without_details(anon: Served) -> None:
-    failure = await _failure(anon.stub.GetTask(pb.GetTaskRequest(id="crash"), metadata=V1))
+    failure = await call_failure(anon.stub.GetTask(pb.GetTaskRequest(id="crash"), metadata=V1))
     assert failure.code() == grpc.StatusCode.INTERNAL
     assert SECRET_DETAIL not in (failure.details() or "")
     status = rich_status(failure)
@@ -256,13 +247,13 @@ async def test_unexpected_exception_is_internal_without_details(anon: Served) ->
 
 @pytest.mark.server_fault
 async def test_a_response_of_the_wrong_type_is_internal(anon: Served) -> None:
-    failure = await _failure(anon.stub.GetTask(pb.GetTaskRequest(id="wrong-type"), metadata=V1))
+    failure = await call_failure(anon.stub.GetTask(pb.GetTaskRequest(id="wrong-type"), metadata=V1))
     assert failure.code() == grpc.StatusCode.INTERNAL
 
 
 async def test_an_unknown_method_is_unimplemented(anon: Served) -> None:
     raw = _raw(anon.channel, "NoSuchRpc")
-    failure = await _failure(raw(b""))
+    failure = await call_failure(raw(b""))
     assert failure.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -294,7 +285,7 @@ async def test_missing_required_fields_are_invalid_argument_naming_the_field(
     anon: Served, rpc: str, request_msg: message.Message, field: str
 ) -> None:
     call = getattr(anon.stub, rpc)(request_msg, metadata=V1)
-    failure = await _failure(call if rpc != "SendStreamingMessage" else _collect(call))
+    failure = await call_failure(call if rpc != "SendStreamingMessage" else _collect(call))
     assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in (failure.details() or "")
     status = rich_status(failure)
@@ -306,9 +297,9 @@ async def test_missing_required_fields_are_invalid_argument_naming_the_field(
 @pytest.mark.parametrize("rpc", ["GetTask", "SendStreamingMessage"])
 async def test_garbage_bytes_are_invalid_argument(anon: Served, rpc: str) -> None:
     if rpc == "GetTask":
-        failure = await _failure(_raw(anon.channel, rpc)(b"\xff\xff\xff", metadata=V1))
+        failure = await call_failure(_raw(anon.channel, rpc)(b"\xff\xff\xff", metadata=V1))
     else:
-        failure = await _failure(
+        failure = await call_failure(
             _collect(_raw_stream(anon.channel, rpc)(b"\x0a\x05ab", metadata=V1))
         )
     assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -323,7 +314,7 @@ async def test_over_deep_message_is_invalid_argument(anon: Served) -> None:
     request = _send()
     json_format.ParseDict({"data": data}, request.message.parts[0])
     raw = _raw(anon.channel, "SendMessage")
-    failure = await _failure(raw(request.SerializeToString(), metadata=V1))
+    failure = await call_failure(raw(request.SerializeToString(), metadata=V1))
     assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "too deep" in (failure.details() or "")
     assert error_info(rich_status(failure)).reason == "INVALID_PARAMS"
@@ -335,13 +326,13 @@ async def test_messages_over_the_body_limit_are_refused() -> None:
         async with asyncio.timeout(BOUND):
             await small
         # Just over the cap: the binding's size error, with its status details.
-        failure = await _failure(served.stub.SendMessage(_send(text="x" * 8000), metadata=V1))
+        failure = await call_failure(served.stub.SendMessage(_send(text="x" * 8000), metadata=V1))
         assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "larger than 4096 bytes" in str(failure.details())
         assert error_info(rich_status(failure)).reason == "INVALID_REQUEST"
         # Far over (past grpc's own limit, the cap plus its slack): grpc's refusal.
         huge = _send(text="x" * (2 * 1024 * 1024))
-        failure = await _failure(served.stub.SendMessage(huge, metadata=V1))
+        failure = await call_failure(served.stub.SendMessage(huge, metadata=V1))
         assert failure.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert served.service.contexts[-1].caller  # only the small call reached the service
         assert len(served.service.contexts) == 1
@@ -401,7 +392,7 @@ async def test_server_stop_closes_open_streams() -> None:
             await call.read()
             await served.server.stop(0.1)
             await served.service.closed["hang"].wait()
-        failure = await _failure(call.read())
+        failure = await call_failure(call.read())
         assert failure.code() in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
@@ -442,7 +433,9 @@ async def test_a_taken_port_is_an_error_not_a_shared_port(anon: Served) -> None:
     port = anon.port  # the fixture's server is still serving on it
     with pytest.raises(OSError) as refused:  # checked with a plain socket before grpc binds
         await build_grpc_server(
-            EchoService(), ServerConfig(host="127.0.0.1", grpc_port=port), AllowAnonymous()
+            EchoService(stateless=True),
+            ServerConfig(host="127.0.0.1", grpc_port=port),
+            AllowAnonymous(),
         )
     assert refused.value.errno == errno.EADDRINUSE
 

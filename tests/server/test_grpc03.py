@@ -27,13 +27,17 @@ from a2a_gateway.server.grpc03 import (
     legacy_card,
     legacy_rpc_handler,
 )
-from tests.support.grpc_serving import grpc_serving
-
-from .grpc_conftest_helpers import (
+from tests.support.echo import (
     ECHO_EXTENSION,
     SECRET_DETAIL,
     STREAM_CHUNKS,
     EchoService,
+    FloodService,
+)
+from tests.support.grpc_serving import grpc_serving
+
+from .grpc_conftest_helpers import (
+    call_failure,
     error_info,
     field_violations,
     rich_status,
@@ -52,7 +56,7 @@ class RecordingService(EchoService):
     that lists a 0.3 interface (or none, when ``legacy_interface`` is False)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(stateless=True)
         self.requests: list[message.Message] = []
         self.legacy_interface = True
 
@@ -139,16 +143,6 @@ def _send(task_id: str = "", text: str = "hello", **fields: Any) -> pb03.SendMes
     msg = pb03.Message(message_id="m-1", role=pb03.ROLE_USER, content=[pb03.Part(text=text)])
     msg.task_id = task_id
     return pb03.SendMessageRequest(request=msg, **fields)
-
-
-async def _failure(call: Any) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async with asyncio.timeout(BOUND):
-            if hasattr(call, "__aiter__"):
-                [event async for event in call]
-            else:
-                await call
-    return caught.value
 
 
 async def _collect(call: Any) -> list[pb03.StreamResponse]:
@@ -386,7 +380,7 @@ def test_a_1_0_only_oauth_flow_is_dropped_from_the_0_3_card() -> None:
 
 async def test_a_card_without_a_0_3_interface_is_version_not_supported(anon: Served) -> None:
     anon.service.legacy_interface = False
-    failure = await _failure(anon.stub.GetAgentCard(pb03.GetAgentCardRequest()))
+    failure = await call_failure(anon.stub.GetAgentCard(pb03.GetAgentCardRequest()))
     assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert (failure.details() or "").startswith("VersionNotSupportedError: ")
 
@@ -395,7 +389,7 @@ async def test_a_card_without_a_0_3_interface_is_version_not_supported(anon: Ser
 
 
 async def test_a2a_errors_carry_the_class_name_and_the_status_trailer(anon: Served) -> None:
-    failure = await _failure(
+    failure = await call_failure(
         anon.stub.GetTask(pb03.GetTaskRequest(name="tasks/error:TaskNotFoundError"))
     )
     assert failure.code() == grpc.StatusCode.NOT_FOUND
@@ -407,7 +401,7 @@ async def test_a2a_errors_carry_the_class_name_and_the_status_trailer(anon: Serv
 
 
 async def test_errors_before_and_during_a_stream(anon: Served) -> None:
-    before = await _failure(
+    before = await call_failure(
         anon.stub.SendStreamingMessage(_send(task_id="error:TaskNotCancelableError"))
     )
     assert before.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -422,7 +416,7 @@ async def test_errors_before_and_during_a_stream(anon: Served) -> None:
 
 @pytest.mark.server_fault
 async def test_an_unexpected_failure_is_internal_without_details(anon: Served) -> None:
-    failure = await _failure(anon.stub.GetTask(pb03.GetTaskRequest(name="tasks/crash")))
+    failure = await call_failure(anon.stub.GetTask(pb03.GetTaskRequest(name="tasks/crash")))
     assert failure.code() == grpc.StatusCode.INTERNAL
     assert (failure.details() or "").startswith("InternalError: ")
     assert SECRET_DETAIL not in (failure.details() or "")
@@ -452,7 +446,7 @@ async def test_an_unexpected_failure_is_internal_without_details(anon: Served) -
 async def test_bad_requests_are_invalid_params_naming_the_field(
     anon: Served, rpc: str, request_: message.Message, field: str | None
 ) -> None:
-    failure = await _failure(getattr(anon.stub, rpc)(request_))
+    failure = await call_failure(getattr(anon.stub, rpc)(request_))
     assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (failure.details() or "").startswith("InvalidParamsError: ")
     violations = field_violations(rich_status(failure))
@@ -464,7 +458,7 @@ async def test_bad_requests_are_invalid_params_naming_the_field(
 
 async def test_bytes_that_are_not_a_message_are_invalid_request(anon: Served) -> None:
     raw = anon.channel.unary_unary("/a2a.v1.A2AService/GetTask", _identity, _identity)
-    failure = await _failure(raw(b"\xff\xff\xff"))
+    failure = await call_failure(raw(b"\xff\xff\xff"))
     assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (failure.details() or "").startswith("InvalidRequestError: ")
 
@@ -476,7 +470,7 @@ async def test_a_1_0_version_on_the_0_3_service_is_refused(anon: Served) -> None
     call = anon.stub.GetTask(
         pb03.GetTaskRequest(name="tasks/t-1"), metadata=(("a2a-version", "1.0"),)
     )
-    failure = await _failure(call)
+    failure = await call_failure(call)
     assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
     # the one version rule of every binding (versioning.negotiate_legacy_version),
     # answered as the 1.0 service answers it (0.3 has nothing for it)
@@ -507,13 +501,13 @@ async def test_both_extension_keys_reach_the_service(anon: Served) -> None:
 
 
 async def test_a_key_is_required_and_checked_before_decoding(keyed: Served) -> None:
-    missing = await _failure(keyed.stub.GetTask(pb03.GetTaskRequest(name="tasks/t-1")))
+    missing = await call_failure(keyed.stub.GetTask(pb03.GetTaskRequest(name="tasks/t-1")))
     assert missing.code() == grpc.StatusCode.UNAUTHENTICATED
     assert (missing.details() or "").startswith("UnauthenticatedError: ")
     raw = keyed.channel.unary_unary("/a2a.v1.A2AService/GetTask", _identity, _identity)
-    garbage = await _failure(raw(b"\xff\xff\xff"))
+    garbage = await call_failure(raw(b"\xff\xff\xff"))
     assert garbage.code() == grpc.StatusCode.UNAUTHENTICATED
-    wrong = await _failure(
+    wrong = await call_failure(
         keyed.stub.GetTask(pb03.GetTaskRequest(name="tasks/t-1"), metadata=(("x-api-key", "no"),))
     )
     assert wrong.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -538,7 +532,7 @@ async def test_a_signing_caller_signs_the_0_3_bytes(keyed: Served) -> None:
         SECRET, pb03.GetTaskRequest(name="tasks/x").SerializeToString()
     )
     for metadata in (base, (*base, ("x-a2a-signature", other))):
-        failure = await _failure(raw(body, metadata=metadata))
+        failure = await call_failure(raw(body, metadata=metadata))
         assert failure.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -550,30 +544,6 @@ async def test_health_reports_the_0_3_service(anon: Served) -> None:
 
 
 # --- stream write bound (the 1.0 machinery, on a 0.3 stream) --------------------------------
-
-
-class FloodService(EchoService):
-    """Streams large artifact chunks until the stream is closed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.flood_closed = asyncio.Event()
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._flood()
-
-    async def _flood(self) -> AsyncIterator[pb.StreamResponse]:
-        try:
-            yield pb.StreamResponse(task=pb.Task(id="t-1", context_id="c-1"))
-            big = pb.Artifact(artifact_id="big", parts=[pb.Part(text="x" * 512 * 1024)])
-            while True:
-                yield pb.StreamResponse(
-                    artifact_update=pb.TaskArtifactUpdateEvent(task_id="t-1", artifact=big)
-                )
-        finally:
-            self.flood_closed.set()
 
 
 async def test_a_0_3_stream_whose_client_stops_reading_is_ended() -> None:
@@ -591,7 +561,7 @@ async def test_a_0_3_stream_whose_client_stops_reading_is_ended() -> None:
             try:
                 async with asyncio.timeout(BOUND):
                     await service.flood_closed.wait()  # the client read nothing
-                failure = await _failure(call)
+                failure = await call_failure(call)
                 assert failure.code() == grpc.StatusCode.UNAVAILABLE
                 assert (failure.details() or "").startswith("UnavailableError: ")
                 assert "read nothing" in (failure.details() or "")

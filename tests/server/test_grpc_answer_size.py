@@ -5,7 +5,6 @@ broken is refused by grpc core before the binding sees it (see grpc_server.py)."
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import logging
 import struct
@@ -21,14 +20,10 @@ import lf.a2a.v1.a2a_pb2_grpc as a2a_grpc
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.grpc_server import max_answer_bytes
+from tests.support.echo import EchoService
+from tests.support.grpc_serving import grpc_serving
 
-from .grpc_conftest_helpers import (
-    EchoService,
-    error_info,
-    rich_status,
-    serving,
-    stream_until_error,
-)
+from .grpc_conftest_helpers import call_failure, error_info, rich_status, stream_until_error
 from .h2_raw import RawH2
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
@@ -78,20 +73,15 @@ class BigAnswers(EchoService):
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[BigAnswers, int]]:
-    service = BigAnswers()
+    service = BigAnswers(stateless=True)
     config = ServerConfig(
         host="127.0.0.1", grpc_port=0, max_body_bytes=BODY_CAP, body_read_timeout_s=2.0
     )
     assert max_answer_bytes(config) == ANSWER_CAP
-    async with serving(service, config) as port:
-        yield service, port
-
-
-async def _failure(call: object) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async with asyncio.timeout(BOUND):
-            await call  # type: ignore[misc]
-    return caught.value
+    async with grpc_serving(
+        service, max_body_bytes=config.max_body_bytes, body_read_timeout_s=2.0
+    ) as served:
+        yield service, served.port
 
 
 def _assert_refused(error: grpc.aio.AioRpcError, caplog: pytest.LogCaptureFixture) -> None:
@@ -113,7 +103,9 @@ async def test_an_answer_over_the_cap_is_an_internal_error_naming_the_sizes(
         fits = await stub.GetTask(pb.GetTaskRequest(id=f"big:{BODY_CAP * 3 // 2}"), metadata=V1)
         assert len(fits.artifacts[0].parts[0].text) == BODY_CAP * 3 // 2
 
-        error = await _failure(stub.GetTask(pb.GetTaskRequest(id=f"big:{ANSWER_CAP}"), metadata=V1))
+        error = await call_failure(
+            stub.GetTask(pb.GetTaskRequest(id=f"big:{ANSWER_CAP}"), metadata=V1)
+        )
     _assert_refused(error, caplog)
 
 
@@ -138,7 +130,7 @@ async def test_a_0_3_answer_over_the_cap_is_refused_alike(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = a2a03_grpc.A2AServiceStub(channel)
         request = pb03.GetTaskRequest(name=f"tasks/big:{ANSWER_CAP}")
-        error = await _failure(stub.GetTask(request))
+        error = await call_failure(stub.GetTask(request))
     _assert_refused(error, caplog)
 
 

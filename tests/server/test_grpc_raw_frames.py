@@ -14,7 +14,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -23,12 +22,10 @@ import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server.auth import AllowAnonymous
-from a2a_gateway.server.config import ServerConfig
-from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.settings import resolve
+from tests.support.echo import EchoService
+from tests.support.grpc_serving import grpc_serving
 
-from .grpc_conftest_helpers import EchoService, serving
 from .h2_raw import RawH2, grpc_frame
 
 REQUEST_S = 0.3  # the request bound these tests configure
@@ -76,10 +73,9 @@ FRAMES: dict[str, tuple[Callable[[RawH2, int], None] | None, str]] = {
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[EchoService, int]]:
-    service = EchoService()
-    config = ServerConfig(host="127.0.0.1", grpc_port=0, body_read_timeout_s=REQUEST_S)
-    async with serving(service, config) as port:
-        yield service, port
+    service = EchoService(stateless=True)
+    async with grpc_serving(service, body_read_timeout_s=REQUEST_S) as served:
+        yield service, served.port
 
 
 @pytest.mark.parametrize("rpc", RPCS)
@@ -122,61 +118,45 @@ class SlowService(EchoService):
         return await super().get_task(request, context)
 
 
-async def _serve(service: EchoService, **config: Any) -> tuple[grpc.aio.Server, int]:
-    server, port = await build_grpc_server(
-        service, ServerConfig(host="127.0.0.1", grpc_port=0, **config), AllowAnonymous()
-    )
-    await server.start()
-    return server, port
-
-
 async def test_a_unary_call_without_a_deadline_gets_the_default() -> None:
-    service = SlowService()
-    server, port = await _serve(service, grpc_default_deadline_s=0.2)
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            await stub.GetTask(pb.GetTaskRequest(id="t"), metadata=V1)  # no timeout
-            remaining = service.contexts[-1].remaining()
-            assert remaining is not None and remaining <= 0.2
-            await stub.GetTask(pb.GetTaskRequest(id="t"), metadata=V1, timeout=60)
-            remaining = service.contexts[-1].remaining()
-            assert remaining is not None and remaining > 1  # the client's own deadline
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                async with asyncio.timeout(BOUND):
-                    await stub.GetTask(pb.GetTaskRequest(id="hang"), metadata=V1)
-            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            assert "0.2 s" in str(caught.value.details())
-    finally:
-        await server.stop(None)
+    service = SlowService(stateless=True)
+    async with grpc_serving(service, grpc_default_deadline_s=0.2) as served:
+        stub = a2a_pb2_grpc.A2AServiceStub(served.channel)
+        await stub.GetTask(pb.GetTaskRequest(id="t"), metadata=V1)  # no timeout
+        remaining = service.contexts[-1].remaining()
+        assert remaining is not None and remaining <= 0.2
+        await stub.GetTask(pb.GetTaskRequest(id="t"), metadata=V1, timeout=60)
+        remaining = service.contexts[-1].remaining()
+        assert remaining is not None and remaining > 1  # the client's own deadline
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async with asyncio.timeout(BOUND):
+                await stub.GetTask(pb.GetTaskRequest(id="hang"), metadata=V1)
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "0.2 s" in str(caught.value.details())
 
 
 async def test_a_silent_stream_is_ended_after_the_idle_bound(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    service = EchoService()
-    server, port = await _serve(service, grpc_stream_idle_s=0.2)
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            events = []
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                async with asyncio.timeout(BOUND):
-                    async for event in stub.SubscribeToTask(
-                        pb.SubscribeToTaskRequest(id="hang"), metadata=V1
-                    ):
-                        events.append(event)
-            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            assert "no event for 0.2 s" in str(caught.value.details())
-            assert len(events) == 1 and events[0].task.id == "hang"
+    service = EchoService(stateless=True)
+    async with grpc_serving(service, grpc_stream_idle_s=0.2) as served:
+        stub = a2a_pb2_grpc.A2AServiceStub(served.channel)
+        events = []
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
             async with asyncio.timeout(BOUND):
-                await service.closed["hang"].wait()  # the service's stream was closed
-            # A stream that keeps talking is not cut off.
-            async with asyncio.timeout(BOUND):
-                done = [e async for e in stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="ok"))]
-            assert done[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
-    finally:
-        await server.stop(None)
+                async for event in stub.SubscribeToTask(
+                    pb.SubscribeToTaskRequest(id="hang"), metadata=V1
+                ):
+                    events.append(event)
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "no event for 0.2 s" in str(caught.value.details())
+        assert len(events) == 1 and events[0].task.id == "hang"
+        async with asyncio.timeout(BOUND):
+            await service.closed["hang"].wait()  # the service's stream was closed
+        # A stream that keeps talking is not cut off.
+        async with asyncio.timeout(BOUND):
+            done = [e async for e in stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="ok"))]
+        assert done[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 

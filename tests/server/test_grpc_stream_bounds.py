@@ -9,50 +9,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 import lf.a2a.v1.a2a_pb2 as pb
-from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.server.auth import AllowAnonymous
 from a2a_gateway.server.grpc_binding import a2a_rpc_handler
-
-from .grpc_conftest_helpers import EchoService
+from tests.support.echo import EchoService, FloodService, HoldingService
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
 WRITE_TIMEOUT_S = 0.5
-BIG_TEXT = "x" * 512 * 1024  # larger than any HTTP/2 window the client opens
-
-
-class FloodService(EchoService):
-    """Streams large artifact chunks until the stream is closed."""
-
-    def __init__(self, *, snapshot_first: bool) -> None:
-        super().__init__()
-        self.snapshot_first = snapshot_first
-        self.produced = 0
-        self.flood_closed = asyncio.Event()
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._flood()
-
-    async def _flood(self) -> AsyncIterator[pb.StreamResponse]:
-        try:
-            if self.snapshot_first:  # as the engine does: a small first event
-                self.produced += 1
-                yield pb.StreamResponse(task=pb.Task(id="t-1", context_id="c-1"))
-            while True:
-                self.produced += 1
-                artifact = pb.Artifact(artifact_id="big", parts=[pb.Part(text=BIG_TEXT)])
-                yield pb.StreamResponse(
-                    artifact_update=pb.TaskArtifactUpdateEvent(task_id="t-1", artifact=artifact)
-                )
-        finally:
-            self.flood_closed.set()
 
 
 def _identity(data: bytes) -> bytes:
@@ -120,7 +87,7 @@ async def test_a_stream_whose_client_stops_reading_is_ended(
 
 async def test_a_reading_client_gets_every_event() -> None:
     # The bound is per write: a client that keeps reading is never cut off.
-    service = EchoService()
+    service = EchoService(stateless=True)
     server, port = await _served(service)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -131,25 +98,6 @@ async def test_a_reading_client_gets_every_event() -> None:
             assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
     finally:
         await server.stop(None)
-
-
-class HoldingService(EchoService):
-    """A stream that keeps only what it needs of the request, then waits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._hold(request.message.message_id)
-
-    async def _hold(self, message_id: str) -> AsyncIterator[pb.StreamResponse]:
-        yield pb.StreamResponse(task=pb.Task(id=message_id, context_id="c-1"))
-        self.started.set()
-        await self.release.wait()
 
 
 def _live_requests(message_id: str) -> int:

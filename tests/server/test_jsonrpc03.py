@@ -12,8 +12,9 @@ import pytest
 from a2a_gateway.client import cards as client_cards
 from a2a_gateway.protocol import errors
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import make_error
 
-from .conftest import TIMEOUT_S, Http, make_error
+from .conftest import TIMEOUT_S, Http
 
 CARD_PATH = "/.well-known/agent-card.json"
 

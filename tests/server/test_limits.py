@@ -28,10 +28,10 @@ from a2a_gateway.server.limits import (
 )
 from a2a_gateway.settings import SettingsError, resolve
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import EchoService
 from tests.support.grpc_serving import grpc_serving
 
 from .conftest import TIMEOUT_S, Starter
-from .grpc_conftest_helpers import EchoService as GrpcEchoService
 
 KEY_FAST = "limits-key-fast-7a1b2c3d"
 KEY_SLOW = "limits-key-slow-4e5f6a7b"
@@ -297,7 +297,7 @@ async def test_http_guessing_keys_is_throttled_per_address(
 @pytest.fixture
 async def grpc_limited(workspace: Path) -> AsyncIterator[grpc.aio.Channel]:
     callers = WorkspaceCallers([workspace], limits=RateLimits(per_caller_per_minute=1))
-    async with grpc_serving(GrpcEchoService(), callers) as served:
+    async with grpc_serving(EchoService(stateless=True), callers) as served:
         yield served.channel
 
 
@@ -339,7 +339,7 @@ def test_grpc_peer_addresses(peer: str | None, address: str | None) -> None:
 async def test_grpc_per_address_limit() -> None:
     authenticator = AllowAnonymous(limits=RateLimits(per_ip_per_minute=2))
     config = ServerConfig(host="127.0.0.1", grpc_port=0)
-    server, port = await build_grpc_server(GrpcEchoService(), config, authenticator)
+    server, port = await build_grpc_server(EchoService(stateless=True), config, authenticator)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

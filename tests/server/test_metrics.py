@@ -43,6 +43,7 @@ from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord, TaskStore
+from tests.support.echo import EchoService
 from tests.support.grpc_serving import grpc_serving
 from tests.support.postgres import (
     fresh_database,
@@ -50,7 +51,6 @@ from tests.support.postgres import (
 )
 
 from .conftest import KEY, Http, Starter, text_message
-from .grpc_conftest_helpers import EchoService as GrpcEchoService
 
 BOUND = 10.0  # seconds: an upper bound on anything that could hang, never asserted
 V1 = {"A2A-Version": "1.0"}
@@ -92,7 +92,7 @@ async def jsonrpc_stream(http: Http, params: dict[str, Any]) -> str:
 
 @pytest.fixture
 async def grpc_channel(metrics: Metrics) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc_serving(GrpcEchoService(), build={"meter": metrics.grpc}) as served:
+    async with grpc_serving(EchoService(stateless=True), build={"meter": metrics.grpc}) as served:
         yield served.channel
 
 
@@ -327,7 +327,7 @@ async def test_grpc_health_follows_readiness() -> None:
 
     readiness = Readiness({"store": store}, cache_s=0)
     server, port = await build_grpc_server(
-        GrpcEchoService(),
+        EchoService(stateless=True),
         ServerConfig(host="127.0.0.1", grpc_port=0),
         AllowAnonymous(),
         readiness=readiness,
@@ -440,7 +440,7 @@ async def test_gateway_serves_metrics_on_its_metrics_port(tmp_path: Path) -> Non
 async def test_grpc_streams_open_ended_by_the_client_and_failed_midway(metrics: Metrics) -> None:
     from a2a_gateway.server.auth import AllowAnonymous
 
-    service = GrpcEchoService()
+    service = EchoService(stateless=True)
     config = ServerConfig(host="127.0.0.1", grpc_port=0)
     server, port = await build_grpc_server(service, config, AllowAnonymous(), meter=metrics.grpc)
     await server.start()

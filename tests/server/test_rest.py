@@ -10,8 +10,9 @@ from yarl import URL
 
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.config import Mounts, ServerConfig
+from tests.support.echo import Boom, make_error
 
-from .conftest import KEY, TIMEOUT_S, Boom, Http, Starter, make_error, text_message
+from .conftest import KEY, TIMEOUT_S, Http, Starter, text_message
 
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"

@@ -9,8 +9,9 @@ from typing import Any
 
 from a2a_gateway.protocol import errors
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import make_error
 
-from .conftest import TIMEOUT_S, Http, make_error
+from .conftest import TIMEOUT_S, Http
 
 BASE = "/a2a/v1/v1"  # the default REST mount, then the 0.3 prefix
 

@@ -20,10 +20,10 @@ from a2a_gateway.server import signing
 from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import EchoService
 from tests.support.grpc_serving import grpc_serving
 
 from .conftest import TIMEOUT_S, Http, Starter, text_message
-from .grpc_conftest_helpers import EchoService as GrpcEchoService
 
 SECRET = "sign-secret-6f1e2d3c4b5a6978"
 KEY_SIGNED = "sign-key-signed-1a2b3c4d"
@@ -221,14 +221,14 @@ async def test_rest_stream_signature_is_checked_before_the_service_is_called(
 
 
 @pytest.fixture
-async def grpc_signed(workspace: Path) -> AsyncIterator[tuple[GrpcEchoService, grpc.aio.Channel]]:
-    service = GrpcEchoService()
+async def grpc_signed(workspace: Path) -> AsyncIterator[tuple[EchoService, grpc.aio.Channel]]:
+    service = EchoService(stateless=True)
     async with grpc_serving(service, WorkspaceCallers([workspace])) as served:
         yield service, served.channel
 
 
 async def test_grpc_signature_covers_the_serialized_request(
-    grpc_signed: tuple[GrpcEchoService, grpc.aio.Channel],
+    grpc_signed: tuple[EchoService, grpc.aio.Channel],
 ) -> None:
     service, channel = grpc_signed
     raw = channel.unary_unary("/lf.a2a.v1.A2AService/GetTask", lambda b: b, lambda b: b)

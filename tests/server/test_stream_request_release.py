@@ -13,36 +13,16 @@ import base64
 import gc
 import io
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from a2a_gateway.protocol.context import CallContext
 from lf.a2a.v1 import a2a_pb2 as pb
+from tests.support.echo import HoldingService
 
-from .conftest import TIMEOUT_S, EchoService, Http, Starter
+from .conftest import TIMEOUT_S, Http, Starter
 
 BIG = 1024 * 1024  # bytes in the request's file part
-
-
-@dataclass
-class HoldingService(EchoService):
-    """A stream that keeps only the message id, sends one event, then waits."""
-
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return self._hold(request.message.message_id)
-
-    async def _hold(self, message_id: str) -> AsyncIterator[pb.StreamResponse]:
-        yield pb.StreamResponse(task=pb.Task(id=message_id, context_id="c-1"))
-        self.started.set()
-        await self.release.wait()
 
 
 def _file_bytes(marker: str) -> str:

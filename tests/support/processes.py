@@ -38,6 +38,7 @@ from typing import IO, Any
 import pytest
 
 from .ports import HOST, free_ports
+from .workspace import write_callers
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "tests" / "interop" / "peers"
@@ -238,6 +239,43 @@ class ServerProcess:
         if complaint:
             return complaint + stderr[-4000:].decode(errors="replace")
         return None
+
+
+@contextlib.contextmanager
+def proxy_running(
+    root: Path,
+    upstream: str,
+    key: str,
+    callers: Sequence[dict[str, Any]],
+    *,
+    binding: str,
+    upstream_transport: str | None = None,
+    name: str = "proxy",
+) -> Iterator[ServerProcess]:
+    """Our gateway in proxy mode (``serve --upstream``, debug log) before ``upstream``
+    with ``key``, ``callers`` in its workspace under ``root``, started for the ``with``
+    body. On the way out: the key never reached its log, which says it proxied over
+    ``binding``; a complaint from stopping fails the test."""
+    workspace = root / "ws"
+    write_callers(workspace, list(callers))
+    port, grpc_port = free_ports(2)
+    base = f"http://{HOST}:{port}"
+    command = [*GATEWAY, "serve", "--upstream", upstream, "--upstream-key", key]
+    if upstream_transport is not None:
+        command += ["--upstream-transport", upstream_transport]
+    command += ["--workspace", str(workspace), "--host", HOST, "--port", str(port)]
+    command += ["--grpc-port", str(grpc_port), "--log-level", "debug"]
+    server = ServerProcess(name, command, root, base + CARD_PATH, grpc_port=grpc_port)
+    server.start()
+    try:
+        yield server
+    finally:
+        complaint = server.stop()
+    log = server.stderr_path.read_text(errors="replace")
+    assert key not in log, "the upstream key reached the proxy's log"
+    assert f"proxying 'a2a-sdk echo peer' over {binding}" in log
+    if complaint:
+        pytest.fail(complaint)
 
 
 # --- the SDK client driver -------------------------------------------------------------
@@ -495,6 +533,21 @@ class SdkPeer:
     card_url: str
     grpc_port: int
     api_key: str | None
+
+
+# --- one gateway command run to its end ------------------------------------------------
+
+
+def run_gateway(
+    *args: str, cwd: Path = ROOT, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """``python -P -m a2a_gateway *args`` run to its end (bounded by ``timeout``), in
+    ``cwd``, with no ``A2A_GATEWAY_*`` setting inherited from the test's environment;
+    its exit status and text output (e.g. a start-up that must refuse)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_GATEWAY_")}
+    return subprocess.run(
+        [*GATEWAY, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
 
 
 # --- fixed-script drivers (one JSON line per scenario) -------------------------------------

@@ -1,14 +1,15 @@
-"""Our client calling A2A 0.3 agents over gRPC (``a2a.v1.A2AService``, the 0.3 schema):
-our own gateway's 0.3 gRPC service, reached through a card cut down to its 0.3
-interfaces, as a 0.3-only agent's would be; and the official SDK's 0.3 gRPC server
-(``sdk_server.py --only-0.3 --grpc-0.3``)."""
+"""Our client calling our own gateway's A2A 0.3 surface on every binding (JSON-RPC,
+HTTP+JSON and gRPC's ``a2a.v1.A2AService`` with the 0.3 schema), reached through a card
+cut down to its 0.3 interfaces, as a 0.3-only agent's would be; and the 0.3 gRPC wire
+against hand-made servers. The official SDK's 0.3 peer (``sdk_server.py --only-0.3
+--grpc-0.3``) is in ``test_client_compat03.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -20,31 +21,29 @@ from a2a_gateway.client import (
     AuthRejected,
     Grpc03Transport,
     RemoteService,
-    connect,
 )
 from a2a_gateway.client.grpc03 import legacy_grpc_request
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.grpc03 import legacy_status_message
-from tests.support.ports import free_port, free_ports
-from tests.support.processes import CARD_PATH, ServerProcess, require_peer_venv
-from tests.support.processes import sdk_server_command as _sdk_server_command
+from tests.support.ports import free_port
 
-from .client_support import HOST, PEER_KEY, Peer, own_legacy_service, text_request
+from .client_support import BINDINGS, HOST, TRANSPORTS_03, Peer, own_legacy_service, text_request
 
 BOUND_S = 20.0
 
 
-@pytest.fixture
-async def agent(own_server: Peer) -> AsyncIterator[RemoteService]:
+@pytest.fixture(params=("jsonrpc", "rest", "grpc"))
+async def agent(request: pytest.FixtureRequest, own_server: Peer) -> AsyncIterator[RemoteService]:
     async with asyncio.timeout(BOUND_S):
-        service = await own_legacy_service(own_server, "grpc")
+        service = await own_legacy_service(own_server, request.param)
+    assert service.binding == BINDINGS[request.param]
     async with service:
         yield service
 
 
-async def test_a_0_3_grpc_interface_gets_the_0_3_transport(agent: RemoteService) -> None:
-    assert (agent.binding, agent.interface.protocol_version) == ("GRPC", "0.3")
-    assert isinstance(agent.transport, Grpc03Transport)
+async def test_a_0_3_interface_gets_the_0_3_transport(agent: RemoteService) -> None:
+    assert agent.interface.protocol_version == "0.3"
+    assert isinstance(agent.transport, TRANSPORTS_03[agent.binding])
 
 
 async def test_send_get_and_stream_chunks(agent: RemoteService) -> None:
@@ -52,6 +51,8 @@ async def test_send_get_and_stream_chunks(agent: RemoteService) -> None:
         reply = await agent.send_message(text_request("hello there"))
         got = await agent.get_task(pb.GetTaskRequest(id=reply.task.id, history_length=5))
         events = [e async for e in agent.send_streaming_message(text_request("chunks:3"))]
+        with pytest.raises(errors.TaskNotCancelableError):  # it is done
+            await agent.cancel_task(pb.CancelTaskRequest(id=reply.task.id))
     assert reply.task.status.state == pb.TASK_STATE_COMPLETED
     assert got.id == reply.task.id and got.status.state == pb.TASK_STATE_COMPLETED
     assert got.history[0].role == pb.ROLE_USER and got.history[0].parts[0].text == "hello there"
@@ -59,31 +60,6 @@ async def test_send_get_and_stream_chunks(agent: RemoteService) -> None:
     assert [c.artifact.parts[0].text for c in chunks] == ["chunk-0", "chunk-1", "chunk-2"]
     assert chunks[-1].last_chunk
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
-
-
-async def test_cancel_a_held_task_seen_through_task_subscription(agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        task = (await agent.send_message(text_request("hold:30", return_immediately=True))).task
-        assert task.status.state in (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
-        stream = agent.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id))
-        first = await anext(stream)
-        canceled = await agent.cancel_task(pb.CancelTaskRequest(id=task.id))
-        rest = [e async for e in stream]
-    assert first.WhichOneof("payload") in ("task", "status_update")
-    assert canceled.status.state == pb.TASK_STATE_CANCELED
-    assert rest[-1].status_update.status.state == pb.TASK_STATE_CANCELED
-
-
-async def test_multi_turn_ask_then_answer(agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        asked = (await agent.send_message(text_request("ask:your name?"))).task
-        assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
-        assert asked.status.message.parts[0].text == "your name?"
-        answered = await agent.send_message(
-            text_request("Ada", task_id=asked.id, context_id=asked.context_id)
-        )
-    assert answered.task.id == asked.id
-    assert answered.task.status.state == pb.TASK_STATE_COMPLETED
 
 
 async def test_push_config_set_get_list_delete(agent: RemoteService) -> None:
@@ -240,106 +216,3 @@ async def test_extended_card_over_get_agent_card(agent: RemoteService) -> None:
     # the 0.3 proto's security shapes are 1.0's: they survive the trip
     assert set(card.security_schemes) == set(agent.card.security_schemes) != set()
     assert card.security_requirements == agent.card.security_requirements
-
-
-# --- against the official SDK's 0.3 gRPC server -------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sdk_grpc_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
-    """The official SDK as a 0.3-only agent with its 0.3 gRPC service, key required."""
-    require_peer_venv()
-    port, grpc_port = free_ports(2)
-    base = f"http://{HOST}:{port}"
-    command = _sdk_server_command(port, grpc_port, api_key=PEER_KEY, push=True)
-    server = ServerProcess(
-        "sdk-peer-0.3-grpc",
-        [*command, "--only-0.3", "--grpc-0.3"],
-        tmp_path_factory.mktemp("sdk-peer-03-grpc"),
-        base + CARD_PATH,
-        grpc_port=grpc_port,
-        strict_shutdown=False,
-    )
-    with server.running():
-        yield Peer(url=base, key=PEER_KEY)
-
-
-@pytest.fixture
-async def sdk_agent(sdk_grpc_peer: Peer) -> AsyncIterator[RemoteService]:
-    async with asyncio.timeout(BOUND_S):
-        service = await connect(
-            sdk_grpc_peer.url, key=sdk_grpc_peer.key, transport="grpc", timeout=10
-        )
-    async with service:
-        yield service
-
-
-async def test_sdk_0_3_grpc_is_chosen_and_opens_the_extended_card(
-    sdk_agent: RemoteService,
-) -> None:
-    assert (sdk_agent.binding, sdk_agent.interface.protocol_version) == ("GRPC", "0.3")
-    assert isinstance(sdk_agent.transport, Grpc03Transport)
-    assert "extended-echo" in [s.id for s in sdk_agent.card.skills]
-
-
-async def test_sdk_0_3_grpc_is_the_last_choice(sdk_grpc_peer: Peer) -> None:
-    async with asyncio.timeout(BOUND_S):
-        async with await connect(sdk_grpc_peer.url, key=sdk_grpc_peer.key) as service:
-            assert (service.binding, service.interface.protocol_version) == ("JSONRPC", "0.3")
-
-
-async def test_sdk_send_stream_get_cancel(sdk_agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        reply = await sdk_agent.send_message(text_request("hello there"))
-        got = await sdk_agent.get_task(pb.GetTaskRequest(id=reply.task.id))
-        events = [e async for e in sdk_agent.send_streaming_message(text_request("chunks:3"))]
-        held = await sdk_agent.send_message(text_request("hold:30", return_immediately=True))
-        canceled = await sdk_agent.cancel_task(pb.CancelTaskRequest(id=held.task.id))
-    assert [p.text for a in reply.task.artifacts for p in a.parts] == ["hello there"]
-    assert got.id == reply.task.id and got.status.state == pb.TASK_STATE_COMPLETED
-    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
-    assert [c.artifact.parts[0].text for c in chunks] == ["chunk-0", "chunk-1", "chunk-2"]
-    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
-    assert canceled.status.state == pb.TASK_STATE_CANCELED
-
-
-async def test_sdk_multi_turn_and_push_configs(sdk_agent: RemoteService) -> None:
-    async with asyncio.timeout(BOUND_S):
-        asked = (await sdk_agent.send_message(text_request("ask:your name?"))).task
-        assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
-        hook = "https://hooks.example/a2a"
-        created = await sdk_agent.create_task_push_notification_config(
-            pb.TaskPushNotificationConfig(task_id=asked.id, id="hook-1", url=hook, token="tok")
-        )
-        assert (created.task_id, created.id) == (asked.id, "hook-1")
-        got = await sdk_agent.get_task_push_notification_config(
-            pb.GetTaskPushNotificationConfigRequest(task_id=asked.id, id="hook-1")
-        )
-        assert got.url == hook
-        listed = await sdk_agent.list_task_push_notification_configs(
-            pb.ListTaskPushNotificationConfigsRequest(task_id=asked.id)
-        )
-        assert [c.id for c in listed.configs] == ["hook-1"]
-        await sdk_agent.delete_task_push_notification_config(
-            pb.DeleteTaskPushNotificationConfigRequest(task_id=asked.id, id="hook-1")
-        )
-        answered = await sdk_agent.send_message(
-            text_request("Ada", task_id=asked.id, context_id=asked.context_id)
-        )
-    assert answered.task.status.state == pb.TASK_STATE_COMPLETED
-
-
-async def test_sdk_unknown_task_and_wrong_key(
-    sdk_agent: RemoteService, sdk_grpc_peer: Peer
-) -> None:
-    wrong = "wrong-key-5f3a2b1c9d0e"
-    async with asyncio.timeout(BOUND_S):
-        with pytest.raises(errors.TaskNotFoundError) as caught:
-            await sdk_agent.get_task(pb.GetTaskRequest(id="no-such-task"))
-        async with await connect(
-            sdk_grpc_peer.url, key=wrong, transport="grpc", timeout=10
-        ) as service:
-            with pytest.raises(AuthRejected) as rejected:
-                await service.send_message(text_request("hi"))
-    assert not caught.value.message.startswith("TaskNotFoundError")
-    assert "rejected the key" in str(rejected.value) and wrong not in str(rejected.value)
