@@ -4,6 +4,7 @@ travel as lower-case metadata, errors as ``google.rpc.Status`` in the trailers."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
@@ -21,6 +22,7 @@ from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
 from .errors import Redactor, Timeout, Unreachable, explain_auth, from_grpc_status, quote
+from .messages import SETTLED_STATES
 from .transport import GRPC, CallOptions, M, Transport, service_headers
 
 #: Largest answer read (as on HTTP: twice a server's body cap) and largest request sent
@@ -32,6 +34,8 @@ _CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_SEND_BYTES),
 )
 #: How grpc reports a message over a size limit (RESOURCE_EXHAUSTED, no details).
+#: How long a stream whose caller stopped at the final event may take to end by itself.
+END_GRACE_S = 1.0
 _TOO_LARGE = re.compile(r"(Received|Sent) message larger than max \((\d+) vs\. (\d+)\)")
 _SECURE_SCHEMES = ("grpcs://", "https://")
 _PLAIN_SCHEMES = ("grpc://", "http://")
@@ -197,6 +201,7 @@ class GrpcTransport(Transport):
     ) -> AsyncGenerator[pb.StreamResponse, None]:
         call = getattr(self._stub, rpc)(request, metadata=self._metadata(options, request))
         first = True
+        settled = False  # the last event yielded ended the task's stream (the spec's rule)
         try:
             while True:
                 bound = options.timeout if first else options.idle_timeout
@@ -220,10 +225,20 @@ class GrpcTransport(Transport):
                         event_id = getattr(item, kind).metadata.fields.get(EVENT_ID_KEY)
                         if event_id is not None and event_id.string_value:
                             options.on_event_id(event_id.string_value)
+                    settled = _settles(item)
                     yield item
         finally:
-            if not call.done():
-                call.cancel()
+            try:
+                if settled and not call.done():
+                    # The caller stopped at the final event: read the server's end of the
+                    # call (it follows at once) rather than cancel a call that succeeded.
+                    with contextlib.suppress(TimeoutError, grpc.aio.AioRpcError):
+                        async with asyncio.timeout(END_GRACE_S):
+                            while self._stream_event(await call.read()) is not None:
+                                pass
+            finally:
+                if not call.done():
+                    call.cancel()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -231,3 +246,14 @@ class GrpcTransport(Transport):
         self._closed = True
         if self._owns_channel:
             await self._channel.close(grace=None)
+
+
+def _settles(item: pb.StreamResponse) -> bool:
+    """The event ends the task's stream: a task or status update in a terminal or
+    interrupted state (the server ends the call right after it)."""
+    kind = item.WhichOneof("payload")
+    if kind == "task":
+        return item.task.status.state in SETTLED_STATES
+    if kind == "status_update":
+        return item.status_update.status.state in SETTLED_STATES
+    return False
