@@ -461,8 +461,15 @@ async def test_a_final_write_failing_while_the_engine_closes_is_not_tried_again(
                         await asyncio.sleep(0.01)
                 closing = asyncio.create_task(a.aclose())
                 await asyncio.sleep(0)  # the engine is closing now
-                await admin.execute(f"SELECT pg_cancel_backend(pid) FROM ({blocked}) b", database)
+                # Every statement stuck behind the held row fails: the final write, and any
+                # other that queued there meanwhile (a lease renewal on a busy machine),
+                # which would otherwise hold the close until the row is released.
                 async with asyncio.timeout(WAIT_S):
+                    while not closing.done():
+                        await admin.execute(
+                            f"SELECT pg_cancel_backend(pid) FROM ({blocked}) b", database
+                        )
+                        await asyncio.wait({closing}, timeout=0.05)
                     await closing
         finally:
             await holder.close()
