@@ -21,16 +21,13 @@ from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier, Se
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.watches import WatchRegistry
 
-from .chat_settings import ChatSettings
 from .logs import register_secret
-from .settings import ServeSettings
+from .settings import ModelSettings, ServeSettings
 from .startup import StartupError
-from .telegram_settings import TelegramSettings
 
 log = logging.getLogger("a2a_gateway.serve")
 
 #: The settings a model runtime is built from: every verb that hosts the assistant.
-ModelSettings = ServeSettings | ChatSettings | TelegramSettings
 
 KEY_VARIABLES = ("A2A_GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
 #: Without a model (chat, telegram; serve says "--llm needs ...").

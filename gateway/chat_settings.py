@@ -9,7 +9,7 @@ from typing import ClassVar
 from a2a_gateway.agent.defaults import TURN_TIMEOUT_S
 from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S, DEFAULT_WATCH_TIMEOUT_S
 
-from .settings import SETTINGS, LlmStream, LogFormat, LogLevel, Setting, VerbSettings
+from .settings import SETTINGS, LogFormat, LogLevel, ModelSettings, Setting
 
 DELEGATION_SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -88,7 +88,7 @@ CHAT_SETTINGS: tuple[Setting, ...] = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChatSettings(VerbSettings):
+class ChatSettings(ModelSettings):
     """``chat``'s settings, resolved: one field per setting of :data:`CHAT_SETTINGS`."""
 
     TABLE: ClassVar[tuple[Setting, ...]] = CHAT_SETTINGS
@@ -102,18 +102,6 @@ class ChatSettings(VerbSettings):
     host: str
     port: int
     public_url: str
-    llm_base_url: str
-    llm_model: str
-    llm_demo: bool
-    llm_timeout: float
-    llm_max_tokens: int
-    llm_temperature: float | None
-    llm_max_retries: int
-    llm_stream: LlmStream
-    llm_max_tool_rounds: int
-    llm_context_budget: int
-    llm_secret_wait: float
-    session_idle_timeout: float
     allow_private_urls: bool
     max_file_bytes: int
     otlp_endpoint: str

@@ -758,7 +758,26 @@ def resolve(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ServeSettings(VerbSettings):
+class ModelSettings(VerbSettings):
+    """The assistant's model and runtime settings, the same in every verb that runs it
+    (serve, chat, telegram): one set of typed fields for the three tables' rows."""
+
+    llm_base_url: str
+    llm_model: str
+    llm_demo: bool
+    llm_timeout: float
+    llm_max_tokens: int
+    llm_temperature: float | None
+    llm_max_retries: int
+    llm_stream: LlmStream
+    llm_max_tool_rounds: int
+    llm_context_budget: int
+    llm_secret_wait: float
+    session_idle_timeout: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings(ModelSettings):
     """``serve``'s settings, resolved: one field per setting of :data:`SETTINGS`."""
 
     TABLE: ClassVar[tuple[Setting, ...]] = SETTINGS
@@ -774,18 +793,6 @@ class ServeSettings(VerbSettings):
     exec: str
     faux: bool
     llm: bool
-    llm_base_url: str
-    llm_model: str
-    llm_demo: bool
-    llm_timeout: float
-    llm_max_tokens: int
-    llm_temperature: float | None
-    llm_max_retries: int
-    llm_stream: LlmStream
-    llm_max_tool_rounds: int
-    llm_context_budget: int
-    llm_secret_wait: float
-    session_idle_timeout: float
     session_mode: SessionMode
     message_template: str
     upstream: str

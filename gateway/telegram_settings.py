@@ -10,13 +10,12 @@ from .chat_settings import DELEGATION_SETTINGS, LLM_MODEL_HELP, TURN_TIMEOUT_SET
 from .settings import (
     SETTINGS,
     CardFormat,
-    LlmStream,
     LogFormat,
     LogLevel,
+    ModelSettings,
     SessionMode,
     Setting,
     StoreKind,
-    VerbSettings,
 )
 
 #: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
@@ -86,7 +85,7 @@ TELEGRAM_SETTINGS = TELEGRAM_SETTINGS + tuple(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TelegramSettings(VerbSettings):
+class TelegramSettings(ModelSettings):
     """``telegram``'s settings, resolved: one field per setting of :data:`TELEGRAM_SETTINGS`."""
 
     TABLE: ClassVar[tuple[Setting, ...]] = TELEGRAM_SETTINGS
@@ -107,18 +106,6 @@ class TelegramSettings(VerbSettings):
     grpc_port: int
     public_url: str
     workspaces_root: str
-    llm_base_url: str
-    llm_model: str
-    llm_demo: bool
-    llm_timeout: float
-    llm_max_tokens: int
-    llm_temperature: float | None
-    llm_max_retries: int
-    llm_stream: LlmStream
-    llm_max_tool_rounds: int
-    llm_context_budget: int
-    llm_secret_wait: float
-    session_idle_timeout: float
     session_mode: SessionMode
     message_template: str
     grpc_default_deadline: float
