@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from a2a_gateway.server.atomic_files import fsync_folder, temp_path, write_all
+from a2a_gateway.local.atomic_files import fsync_folder, temp_path, write_all
 
 from .agents_file import NAME_PATTERN, read_raw
 

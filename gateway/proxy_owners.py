@@ -54,9 +54,9 @@ from typing import Final
 
 import orjson
 
+from a2a_gateway.local.atomic_files import fsync_folder, remove_temp_files, temp_path, write_file
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError
-from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_file
 from a2a_gateway.server.file_store import owner_from_document
 from a2a_gateway.server.ids import valid_id
 from lf.a2a.v1 import a2a_pb2 as pb

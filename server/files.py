@@ -40,10 +40,10 @@ from typing import Protocol
 from yarl import URL
 
 from a2a_gateway.agent.tools.files import PRIVATE
+from a2a_gateway.local.atomic_files import write_all
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .atomic_files import write_all
 from .outbound import OutboundClient, OutboundError, ResponseTooLarge, url_label
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024

@@ -41,9 +41,8 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from a2a_gateway.local.atomic_files import fsync_folder, write_all
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from .atomic_files import fsync_folder, write_all
 
 log = logging.getLogger(__name__)
 

@@ -70,9 +70,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from a2a_gateway.local.atomic_files import is_stale_temp
 from a2a_gateway.protocol.context import Caller
 
-from .atomic_files import is_stale_temp
 from .ids import valid_id
 from .task_states import ACTIVE, TERMINAL
 from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window

@@ -2,7 +2,7 @@
 
 Four rules over the ``a2a_gateway`` package: every module imports alone in a fresh
 interpreter, module-level imports form no cycle, no module imports from a layer above its
-own (``protocol ← agent ← server | client ← telegram ← gateway``) beyond the known
+own (``protocol ← local ← agent ← server | client ← telegram ← gateway``) beyond the known
 exceptions listed in ``KNOWN_UPWARD``, and no module imports an underscore-prefixed name
 from another (a helper two modules share is public in one of them). The import graph is
 read with ``ast`` from the folders ``pyproject.toml`` maps to the package; generated code
@@ -29,11 +29,12 @@ PACKAGE = "a2a_gateway"
 # by side: neither imports the other.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "protocol": frozenset({"protocol"}),
-    "agent": frozenset({"protocol", "agent"}),
-    "server": frozenset({"protocol", "agent", "server"}),
-    "client": frozenset({"protocol", "agent", "client"}),
-    "telegram": frozenset({"protocol", "agent", "server", "client", "telegram"}),
-    "gateway": frozenset({"protocol", "agent", "server", "client", "telegram", "gateway"}),
+    "local": frozenset({"protocol", "local"}),
+    "agent": frozenset({"protocol", "local", "agent"}),
+    "server": frozenset({"protocol", "local", "agent", "server"}),
+    "client": frozenset({"protocol", "local", "agent", "client"}),
+    "telegram": frozenset({"protocol", "local", "agent", "server", "client", "telegram"}),
+    "gateway": frozenset({"protocol", "local", "agent", "server", "client", "telegram", "gateway"}),
 }
 
 # Today's upward imports, each removed by the workspace layer of issue 24 (utilities below
@@ -44,8 +45,6 @@ KNOWN_UPWARD: Mapping[tuple[str, str], str] = {
     ("a2a_gateway.client.a2a_tool", "a2a_gateway.server.files"): "file helpers",
     ("a2a_gateway.client.results", "a2a_gateway.server.files"): "file helpers",
     ("a2a_gateway.client.watches", "a2a_gateway.server.files"): "file helpers",
-    # client/ writes its pending-watch files with server/'s atomic write.
-    ("a2a_gateway.client.pending", "a2a_gateway.server.atomic_files"): "atomic write",
     # client/ signs outbound requests with server/'s signing helpers.
     ("a2a_gateway.client.credentials", "a2a_gateway.server.signing"): "request signing",
     # client/ applies server/'s outbound address policy (no private addresses).
