@@ -16,7 +16,7 @@ in constant time and never logged or echoed.
      "rate_limit_per_minute": 60,       # optional overrides (0 = unlimited)
      "max_running_tasks": 4,
      "max_open_contexts": 20,
-     "signing_secret": "...",           # optional: requests must be signed (signing.py)
+     "signing_secret": "...",           # optional: requests must be signed (local/signing.py)
      "delegate": true}                  # optional: its assistant turns get the a2a tool
 
 An entry names exactly one identity: a ``key``, a ``jwt`` rule (tokens of an OpenID

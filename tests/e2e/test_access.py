@@ -21,10 +21,10 @@ import grpc
 import pytest
 from google.protobuf import json_format, message_factory
 
+from a2a_gateway.local import signing
 from a2a_gateway.protocol import codec, routes
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server import signing
 from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.limits import RateLimits
 from a2a_gateway.settings import resolve
