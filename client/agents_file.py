@@ -25,8 +25,8 @@ A missing (or blank) file is no agents. A file that is not JSON, or not an array
 duplicate name, wrong types) is skipped and listed in :attr:`AgentsFile.skipped`; the
 others still work. Nothing here ever puts a key in a message, and every read registers
 each entry's ``key`` (of skipped entries too) with the log redaction
-(:func:`a2a_gateway.logs.register_secret`), so a key an agent echoes back cannot reach a
-log line whole.
+(:func:`a2a_gateway.local.redaction.register_secret`), so a key an agent echoes back
+cannot reach a log line whole.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 
 from joserfc.jwk import KeySet
 
-from a2a_gateway.logs import register_secret
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.card_signature import trusted_keys
 
 from .credentials import ClientAuth

@@ -31,8 +31,8 @@ import grpc
 import httpx
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.local.signing import SIGNATURE_HEADER, signature_header
-from a2a_gateway.logs import register_secret
 
 from .errors import AuthRejected
 

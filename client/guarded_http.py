@@ -25,10 +25,11 @@ import httpcore
 import httpx
 from httpcore._backends.auto import AutoBackend
 
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.server.outbound import forbidden_reason, normalise_host
 
 from .agents_file import AgentEntry
-from .errors import Redactor, Unreachable
+from .errors import Unreachable
 from .remote import RemoteService, connect
 from .transport import DEFAULT_TIMEOUT, GRPC
 

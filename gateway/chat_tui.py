@@ -46,10 +46,11 @@ from rich.text import Text
 from a2a_gateway.agent.tools.interaction import SecretQuestion
 from a2a_gateway.client.agents_file import read_agents
 from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.local.redaction import RedactingFilter
 from a2a_gateway.server.auth import CALLERS_FILE, read_callers
 
 from .chat import ChatHost
-from .logs import RedactingFilter, log_to_file
+from .logs import log_to_file
 
 log = logging.getLogger("a2a_gateway.chat")
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from a2a_gateway.logs import register_secret
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.errors import UnauthenticatedError

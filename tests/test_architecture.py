@@ -47,11 +47,6 @@ KNOWN_UPWARD: Mapping[tuple[str, str], str] = {
     ("a2a_gateway.client.watches", "a2a_gateway.server.files"): "file helpers",
     # client/ applies server/'s outbound address policy (no private addresses).
     ("a2a_gateway.client.guarded_http", "a2a_gateway.server.outbound"): "address policy",
-    # register_secret: the redaction registry lives in the root package's logs module.
-    ("a2a_gateway.client.agents_file", "a2a_gateway.logs"): "register_secret",
-    ("a2a_gateway.client.credentials", "a2a_gateway.logs"): "register_secret",
-    ("a2a_gateway.server.auth", "a2a_gateway.logs"): "register_secret",
-    ("a2a_gateway.server.card", "a2a_gateway.logs"): "register_secret",
 }
 
 

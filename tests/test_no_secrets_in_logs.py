@@ -19,7 +19,8 @@ import aiohttp
 import orjson
 import pytest
 
-from a2a_gateway.logs import JsonFormatter, RedactingFilter, register_secret, setup_logging
+from a2a_gateway.local.redaction import RedactingFilter, register_secret
+from a2a_gateway.logs import JsonFormatter, setup_logging
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.workspace import write_callers

@@ -17,7 +17,7 @@ from a2a_gateway.agent.tools.base import ToolError
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.pending import read_pending
 from a2a_gateway.client.watches import WatchRegistry
-from a2a_gateway.logs import redact
+from a2a_gateway.local.redaction import redact
 from a2a_gateway.serve import Gateway
 from tests.support.ports import free_port
 

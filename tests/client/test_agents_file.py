@@ -16,7 +16,7 @@ from a2a_gateway.client.directory import (
     fetch_agent_cards,
 )
 from a2a_gateway.client.guarded_http import open_agent
-from a2a_gateway.logs import redact
+from a2a_gateway.local.redaction import redact
 
 from .delegation_support import REMOTE_KEY, base_url, faux_gateway, write_agents
 
