@@ -45,8 +45,6 @@ KNOWN_UPWARD: Mapping[tuple[str, str], str] = {
     ("a2a_gateway.client.a2a_tool", "a2a_gateway.server.files"): "file helpers",
     ("a2a_gateway.client.results", "a2a_gateway.server.files"): "file helpers",
     ("a2a_gateway.client.watches", "a2a_gateway.server.files"): "file helpers",
-    # client/ applies server/'s outbound address policy (no private addresses).
-    ("a2a_gateway.client.guarded_http", "a2a_gateway.server.outbound"): "address policy",
 }
 
 
