@@ -1,7 +1,7 @@
 """The guarded HTTP client for the a2a tool's calls to the agents of agents.json.
 
-The address policy the server's outbound client (``server/outbound.py``) applies too
-:func:`~a2a_gateway.local.addresses.forbidden_reason`) applied to httpx, which the A2A
+The address policy of the server's outbound client (``server/outbound.py``),
+:func:`~a2a_gateway.local.addresses.forbidden_reason`, applied to httpx, which the A2A
 transports use: every connection resolves the host itself and connects only to an
 address the policy allows, so the address checked is the address connected to (a DNS
 answer that changes between a check and the connect cannot reach an internal host).
