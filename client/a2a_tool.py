@@ -49,10 +49,10 @@ from google.protobuf import json_format
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import confine
+from a2a_gateway.local.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.json_schemas import data_part, schema_problem
-from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 
 from .agents_file import AgentEntry, read_agents, read_raw
 from .clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S

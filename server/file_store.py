@@ -93,13 +93,13 @@ import orjson
 from google.protobuf import json_format
 
 from a2a_gateway.local.atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
+from a2a_gateway.local.files import INBOX_FOLDER
 from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .byte_lru import ByteLRU
 from .event_log import DEFAULT_TASK_LOG_BYTES, FileEventLog
-from .files import INBOX_FOLDER
 from .ids import valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_index import (

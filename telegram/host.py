@@ -49,9 +49,9 @@ from a2a_gateway.agent.runtime import (
 )
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import SEND_CAP
+from a2a_gateway.local.files import INBOX_FOLDER as INBOX
+from a2a_gateway.local.files import sanitize_filename, save_new_file
 from a2a_gateway.protocol.closing import Startable
-from a2a_gateway.server.files import INBOX_FOLDER as INBOX
-from a2a_gateway.server.files import sanitize_filename, save_new_file
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError

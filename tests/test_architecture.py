@@ -40,12 +40,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
 # Today's upward imports, each removed by the workspace layer of issue 24 (utilities below
 # server/ and client/, one redaction registry). A pair leaves this table when its import
 # goes; nothing joins it.
-KNOWN_UPWARD: Mapping[tuple[str, str], str] = {
-    # client/ borrows server/'s file helpers (size cap, media types, saving results).
-    ("a2a_gateway.client.a2a_tool", "a2a_gateway.server.files"): "file helpers",
-    ("a2a_gateway.client.results", "a2a_gateway.server.files"): "file helpers",
-    ("a2a_gateway.client.watches", "a2a_gateway.server.files"): "file helpers",
-}
+KNOWN_UPWARD: Mapping[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

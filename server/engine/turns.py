@@ -37,6 +37,7 @@ from a2a_gateway.agent.base import (
     Signal,
     TextChunk,
 )
+from a2a_gateway.local.files import sanitize_filename
 from a2a_gateway.local.redaction import redact_error
 from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -51,7 +52,6 @@ from ..files import (
     is_file_part,
     outgoing_parts,
     receive_files,
-    sanitize_filename,
 )
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
