@@ -54,7 +54,7 @@ from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.json_schemas import data_part, schema_problem
 
-from .agents_file import AgentEntry, read_agents, read_raw
+from .agents_file import AGENTS_FILE, AgentEntry, read_agents, read_raw
 from .clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S
 from .directory import describe, fetch_agent_cards
 from .errors import AuthRejected, CardError, Timeout, Unreachable
@@ -182,7 +182,7 @@ class A2ATool(Tool):
         if agents.error:
             lines.append(agents.error)
         elif not agents.agents:
-            lines.append("No agents are configured (.a2a/agents.json lists none).")
+            lines.append(f"No agents are configured ({AGENTS_FILE} lists none).")
         results = await fetch_agent_cards(
             list(agents.agents.values()), allow_private_urls=self.allow_private_urls
         )

@@ -42,12 +42,13 @@ from typing import Any
 
 from joserfc.jwk import KeySet
 
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.card_signature import trusted_keys
 
 from .credentials import ClientAuth
 
-AGENTS_FILE = Path(".a2a") / "agents.json"
+AGENTS_FILE = RELATIVE.agents
 NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 #: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
 HINT_CHARS = 4

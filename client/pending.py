@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from a2a_gateway.local.atomic_files import fsync_folder, temp_path, write_all
+from a2a_gateway.local.layout import RELATIVE
 
 from .agents_file import NAME_PATTERN, read_raw
 
 log = logging.getLogger(__name__)
 
-PENDING_FILE = Path(".a2a") / "pending.json"
+PENDING_FILE = RELATIVE.pending
 SOURCES = ("push", "subscribe", "poll")
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 _T = TypeVar("_T")

@@ -34,6 +34,7 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
 from a2a_gateway.agent.tools.base import Tool
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.codec import MAX_BODY_BYTES
@@ -324,7 +325,7 @@ def build_postgres_store(settings: ServeSettings, config: ServerConfig) -> Postg
         raise StartupError("--database-url must be a postgresql:// URL")
     if not config.workspaces:
         raise StartupError(
-            "--store postgres needs a --workspace (its .a2a/secret.key seals push secrets)"
+            f"--store postgres needs a --workspace (its {RELATIVE.secret_key} seals push secrets)"
         )
     mib = 1024 * 1024
     return PostgresTaskStore(

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
@@ -86,7 +87,7 @@ HeaderListGetter = Callable[[str], Iterable[str]]
 
 API_KEY_HEADER = "X-API-Key"
 AUTHORIZATION_HEADER = "Authorization"
-CALLERS_FILE = Path(".a2a") / "callers.json"
+CALLERS_FILE = RELATIVE.callers
 MAX_KEY_CHARS = 4096
 MIN_SIGNING_SECRET_CHARS = 16
 HASH_PREFIX = "sha256:"

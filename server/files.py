@@ -37,7 +37,6 @@ from typing import Protocol
 
 from yarl import URL
 
-from a2a_gateway.agent.tools.files import PRIVATE
 from a2a_gateway.local.files import (
     DEFAULT_MAX_FILE_BYTES,
     INBOX_FOLDER,
@@ -47,6 +46,7 @@ from a2a_gateway.local.files import (
     sanitize_filename,
     save_new_file,
 )
+from a2a_gateway.local.layout import STATE_FOLDER
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -290,8 +290,8 @@ def _read_outgoing(
         if not target.is_relative_to(root):
             return None, "outside the workspace"
         inside = target.relative_to(root).parts
-        if inside and inside[0] == PRIVATE:  # keys, secret.key, tasks: never a caller's
-            return None, f"in the gateway's own folder {PRIVATE}"
+        if inside and inside[0] == STATE_FOLDER:  # keys, secret.key, tasks: never a caller's
+            return None, f"in the gateway's own folder {STATE_FOLDER}"
         path = target
     try:
         # O_NONBLOCK: opening a FIFO must not block; it is refused as not a file below.

@@ -42,11 +42,12 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from a2a_gateway.local.atomic_files import fsync_folder, write_all
+from a2a_gateway.local.layout import RELATIVE
 from lf.a2a.v1 import a2a_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-KEY_FILE = Path(".a2a") / "secret.key"
+KEY_FILE = RELATIVE.secret_key
 SEALED_PREFIX = "enc:v1:"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12

@@ -51,6 +51,7 @@ from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import SEND_CAP
 from a2a_gateway.local.files import INBOX_FOLDER as INBOX
 from a2a_gateway.local.files import sanitize_filename, save_new_file
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.closing import Startable
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction
@@ -75,7 +76,7 @@ CALL_TIMEOUT_S = 30.0
 #: Longest wait the host accepts from a "retry after" answer before giving up on a write.
 MAX_RETRY_AFTER_S = 30.0
 #: A chat's own settings (its time zone), in its workspace.
-CHAT_SETTINGS_FILE = Path(".a2a") / "telegram.json"
+CHAT_SETTINGS_FILE = RELATIVE.telegram_settings
 #: The header python-telegram-bot's webhook (and Telegram) carry the secret token in.
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 #: The owner's chat, for a secret question (the caller's name and the question follow).
