@@ -49,6 +49,7 @@ from a2a_gateway.agent.runtime import (
 )
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import SEND_CAP
+from a2a_gateway.local.atomic_files import replace_file
 from a2a_gateway.local.files import INBOX_FOLDER as INBOX
 from a2a_gateway.local.files import sanitize_filename, save_new_file
 from a2a_gateway.local.layout import RELATIVE
@@ -576,9 +577,8 @@ def valid_zone(name: str) -> bool:
 
 def _write_json(path: Path, value: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps(value), encoding="utf-8")
-    temporary.replace(path)
+    # 0o666 before the umask: the mode Path.write_text gives a new file.
+    replace_file(path, json.dumps(value).encode("utf-8"), fsync=False, mode=0o666)
 
 
 class _FileProblem(Exception):

@@ -15,12 +15,12 @@ import asyncio
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from a2a_gateway.local.atomic_files import replace_file
 from a2a_gateway.local.layout import STATE_FOLDER
 
 from .base import Tool, ToolContext, ToolError, ToolResult
@@ -88,15 +88,7 @@ def _write_regular(path: Path, data: bytes) -> None:
             raise ToolError("path: exists and is not a regular file")
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    replace_file(path, data, fsync=False)
 
 
 def _list(path: Path, root: Path) -> list[str]:
