@@ -6,16 +6,18 @@ guarded :class:`~.outbound.OutboundClient`) is saved as
 
 - the name comes from the part's ``filename`` (else the URL's last path segment, else
   ``file`` plus an extension for its media type), sanitised by
-  :func:`sanitize_filename`; a clash gets ``-2``, ``-3``, ... before the extension;
+  :func:`~a2a_gateway.local.files.sanitize_filename`; a clash gets ``-2``, ``-3``, ...
+  before the extension;
 - each part is capped at ``max_file_bytes`` (10 MB by default) and a message at
   ``max_files`` file parts; the first part that is too large, not downloadable or
   not storable raises :class:`FileRefused` (the task fails with its message) and the
   files already saved for that message are removed again;
 - a file is written whole to a temp file in the caller's folder and then linked to
-  its final name, which never replaces an existing file; folders are opened
-  component by component without following symlinks, so a symlinked ``inbox`` or
-  caller folder cannot redirect the write. New folders are 0700 and files 0600:
-  strangers' files are for the agent (the same user), nobody else.
+  its final name (:func:`~a2a_gateway.local.files.save_new_file`), which never
+  replaces an existing file; folders are opened component by component without
+  following symlinks, so a symlinked ``inbox`` or caller folder cannot redirect the
+  write. New folders are 0700 and files 0600: strangers' files are for the agent (the
+  same user), nobody else.
 
 Out: :func:`outgoing_parts` turns files an agent returns (bytes, or a path inside the
 workspace, never under its ``.a2a/``, where keys and tasks live: the same rule as the
