@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from a2a_gateway.agent.base import Completed, File, Output, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
-from a2a_gateway.local.layout import WorkspaceLayout
+from a2a_gateway.local.layout import RELATIVE, WorkspaceLayout
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import ANONYMOUS
 from a2a_gateway.server.engine import SAVED_AS_KEY, TaskEngine
@@ -140,7 +140,7 @@ async def test_files_out_by_path_never_come_from_the_gateways_own_folder(
     (workspace / "notes.txt").symlink_to(WorkspaceLayout(workspace).callers)
 
     async def script(turn: Turn) -> AsyncIterator[Output]:
-        yield File("callers.json", path=Path(".a2a/callers.json"))
+        yield File("callers.json", path=RELATIVE.callers)
         yield File("callers2.json", path=WorkspaceLayout(workspace / "out" / "..").callers)
         yield File("notes.txt", path=Path("notes.txt"))  # a symlink into .a2a/
         yield TextChunk("done", last=True)
