@@ -56,7 +56,7 @@ run: dev
 
 # The project's packages and tests only: a file a reader drops in the clone (an example
 # agent, say) is not ours to lint.
-LINT_PATHS := agent client gateway protocol server telegram tests tools
+LINT_PATHS := agent client gateway local protocol server telegram tests tools
 lint: dev
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)

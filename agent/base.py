@@ -55,8 +55,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
-import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -284,7 +283,7 @@ ENDINGS: tuple[type, ...] = (Completed, InputRequired, AuthRequired, Failed, Rej
 
 class AgentError(Exception):
     """A known failure of a run (a provider error, a bad file, ...). The task fails
-    with ``redact(str(error))`` as its status message."""
+    with ``redact_error(str(error))`` as its status message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,42 +324,6 @@ class Agent(abc.ABC):
         """Run one turn (an async generator yielding outputs)."""
 
 
-# --- redaction ------------------------------------------------------------------------
-
-_MAX_ERROR_CHARS = 500
-_UUID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
-_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # Authorization header values and "Bearer <token>" in messages.
-    re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"),
-    # key=value / "key": "value" pairs whose name says secret.
-    re.compile(
-        r"(?i)\b([A-Za-z0-9_-]*(?:api[_-]?key|secret|token|password|passwd|credential)s?)"
-        r"(\"?\s*[:=]\s*\"?)[^\s\"'&,;]+"
-    ),
-    # Well-known key prefixes (OpenAI/Anthropic sk-, GitHub ghp_, Slack xox*, AWS AKIA).
-    re.compile(
-        r"\b(?:sk-[A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|xox[abpr]-[A-Za-z0-9-]{8,}|AKIA[0-9A-Z]{16})"
-    ),
-)
-_LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=]{32,}")
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with secrets replaced by ``[redacted]``: the given ``secrets`` values,
-    bearer/basic tokens, ``api_key=...``-style pairs, well-known key prefixes and
-    long opaque tokens (32+ characters; UUIDs are kept). Capped at 500 characters."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    text = _SECRET_PATTERNS[0].sub(lambda m: f"{m.group(1)} [redacted]", text)
-    text = _SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
-    text = _SECRET_PATTERNS[2].sub("[redacted]", text)
-    text = _LONG_TOKEN.sub(lambda m: m.group(0) if _UUID.match(m.group(0)) else "[redacted]", text)
-    if len(text) > _MAX_ERROR_CHARS:
-        text = text[: _MAX_ERROR_CHARS - 1] + "…"
-    return text
-
-
 __all__ = [
     "DELEGATION_ARTIFACT",
     "ENDINGS",
@@ -381,5 +344,4 @@ __all__ = [
     "Signal",
     "TextChunk",
     "Turn",
-    "redact",
 ]

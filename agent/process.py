@@ -33,7 +33,9 @@ import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 
-from .base import Agent, Completed, Failed, Output, TextChunk, Turn, redact
+from a2a_gateway.local.redaction import redact_error
+
+from .base import Agent, Completed, Failed, Output, TextChunk, Turn
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +159,7 @@ class ProcessAgent(Agent):
         reason = f"The command exited with status {status}."
         last_line = _last_line(tail)
         if last_line:
-            reason += " " + redact(last_line)
+            reason += " " + redact_error(last_line)
         log.info("exec agent: command exited with status %s", status)
         yield Failed(reason)
 

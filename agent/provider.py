@@ -32,9 +32,9 @@ import openai
 import orjson
 from yarl import URL
 
+from a2a_gateway.local.redaction import redact_error
 from a2a_gateway.protocol import tracing
 
-from .base import redact
 from .defaults import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRIES,
@@ -153,7 +153,7 @@ class ChatProvider:
         self, text: str, kind: str = "malformed", *, stream_refused: bool = False
     ) -> ProviderError:
         secrets = [self.config.api_key] if self.config.api_key else []
-        return ProviderError(redact(text, secrets), kind, stream_refused=stream_refused)
+        return ProviderError(redact_error(text, secrets), kind, stream_refused=stream_refused)
 
     def _translate(self, exc: BaseException) -> ProviderError:
         where = self.config.public_url()

@@ -29,12 +29,14 @@ from typing import Any
 
 import orjson
 
+from a2a_gateway.local.layout import RELATIVE
+
 log = logging.getLogger("a2a_gateway.agent.sessions")
 
 Clock = Callable[[], float]
 Message = dict[str, Any]
 
-SESSIONS_DIR = Path(".a2a") / "sessions"
+SESSIONS_DIR = RELATIVE.sessions
 _SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 INTERRUPTED_TOOL = "The run was interrupted before this tool finished."
 

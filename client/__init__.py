@@ -9,9 +9,11 @@ Errors are the protocol's typed :class:`~a2a_gateway.protocol.errors.A2AError` c
 subclass them and should be caught first.
 """
 
+from a2a_gateway.local.redaction import Redactor
+
 from .cards import WELL_KNOWN_PATH, binding_for, card_url, choose_interface, fetch_card, parse_card
 from .credentials import ClientAuth, Credentials, credentials_for
-from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
+from .errors import AuthRejected, CardError, Timeout, Unreachable
 from .grpc03 import Grpc03Transport
 from .grpc_transport import GrpcTransport
 from .jsonrpc import JsonRpcTransport

@@ -49,14 +49,15 @@ from google.protobuf import json_format
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import confine
+from a2a_gateway.local.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.json_schemas import data_part, schema_problem
-from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES, guess_media_type
 
-from .agents_file import AgentEntry, read_agents, read_raw
+from .agents_file import AGENTS_FILE, AgentEntry, read_agents, read_raw
 from .clock import DEFAULT_MAX_WAIT_S, DEFAULT_WAIT_S
 from .directory import describe, fetch_agent_cards
-from .errors import AuthRejected, CardError, Redactor, Timeout, Unreachable
+from .errors import AuthRejected, CardError, Timeout, Unreachable
 from .guarded_http import open_agent
 from .messages import send_request
 from .pending import PendingRecord
@@ -181,7 +182,7 @@ class A2ATool(Tool):
         if agents.error:
             lines.append(agents.error)
         elif not agents.agents:
-            lines.append("No agents are configured (.a2a/agents.json lists none).")
+            lines.append(f"No agents are configured ({AGENTS_FILE} lists none).")
         results = await fetch_agent_cards(
             list(agents.agents.values()), allow_private_urls=self.allow_private_urls
         )

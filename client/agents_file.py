@@ -25,8 +25,8 @@ A missing (or blank) file is no agents. A file that is not JSON, or not an array
 duplicate name, wrong types) is skipped and listed in :attr:`AgentsFile.skipped`; the
 others still work. Nothing here ever puts a key in a message, and every read registers
 each entry's ``key`` (of skipped entries too) with the log redaction
-(:func:`a2a_gateway.logs.register_secret`), so a key an agent echoes back cannot reach a
-log line whole.
+(:func:`a2a_gateway.local.redaction.register_secret`), so a key an agent echoes back
+cannot reach a log line whole.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ from typing import Any
 
 from joserfc.jwk import KeySet
 
-from a2a_gateway.logs import register_secret
+from a2a_gateway.local.layout import RELATIVE
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.card_signature import trusted_keys
 
 from .credentials import ClientAuth
 
-AGENTS_FILE = Path(".a2a") / "agents.json"
+AGENTS_FILE = RELATIVE.agents
 NAME_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 #: Key hints show this many trailing characters, and only of keys at least HINT_MIN long.
 HINT_CHARS = 4

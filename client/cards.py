@@ -19,12 +19,13 @@ import httpx
 from google.protobuf import json_format
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.compat03 import is_legacy_version
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.versioning import VERSION_HEADER
 
 from . import http_calls
-from .errors import AuthRejected, CardError, Redactor, quote
+from .errors import AuthRejected, CardError, quote
 from .transport import GRPC, HTTP_JSON, JSONRPC
 
 WELL_KNOWN_PATH = "/.well-known/agent-card.json"

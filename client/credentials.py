@@ -3,7 +3,7 @@
 A key: ``Authorization: Bearer <key>`` when every scheme the card declares is HTTP
 bearer; otherwise the header the card's API-key scheme names (``X-API-Key`` when it names
 none). With a signing secret every request also carries ``X-A2A-Signature`` over its body
-(``x-a2a-signature`` metadata on gRPC), as :mod:`a2a_gateway.server.signing` checks.
+(``x-a2a-signature`` metadata on gRPC), as :mod:`a2a_gateway.local.signing` checks.
 
 Beyond a key (:class:`ClientAuth`): HTTP Basic; an OAuth 2.0 access token from the client
 credentials grant (RFC 6749 §4.4; the token URL from the settings or from the card's
@@ -31,8 +31,8 @@ import grpc
 import httpx
 
 import lf.a2a.v1.a2a_pb2 as pb
-from a2a_gateway.logs import register_secret
-from a2a_gateway.server.signing import SIGNATURE_HEADER, signature_header
+from a2a_gateway.local.redaction import register_secret
+from a2a_gateway.local.signing import SIGNATURE_HEADER, signature_header
 
 from .errors import AuthRejected
 

@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import dataclass
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.errors import A2AError
 
 from .agents_file import AgentEntry
-from .errors import Redactor
 from .guarded_http import open_agent
 
 #: Seconds allowed for one agent's card (and extended card).

@@ -12,7 +12,6 @@ remote never reaches an exception text or a log line.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ import orjson
 from google.protobuf import message as pb_message
 from google.rpc import status_pb2
 
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.errors import (
     A2AError,
     DeadlineExceededError,
@@ -63,35 +63,6 @@ class AuthRejected(UnauthenticatedError):
 
 class CardError(InvalidAgentResponseError):
     """The agent card could not be fetched or used (bad JSON, no usable interface, ...)."""
-
-
-class Redactor:
-    """Replaces every known secret in a text with ``[redacted]``.
-
-    Keys shorter than 6 characters are only replaced where they stand alone, so a
-    one-letter test key does not shred every word that contains the letter.
-    """
-
-    REPLACEMENT = "[redacted]"
-
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        self._patterns: list[re.Pattern[str]] = []
-        for secret in secrets:
-            if secret:
-                self.add(secret)
-
-    def add(self, secret: str) -> None:
-        if not secret:
-            return
-        escaped = re.escape(secret)
-        if len(secret) < 6:
-            escaped = rf"(?<![A-Za-z0-9]){escaped}(?![A-Za-z0-9])"
-        self._patterns.append(re.compile(escaped))
-
-    def __call__(self, text: str) -> str:
-        for pattern in self._patterns:
-            text = pattern.sub(self.REPLACEMENT, text)
-        return text
 
 
 def quote(text: str, redact: Redactor) -> str:
@@ -302,7 +273,6 @@ def _status_detail(trailing: Iterable[tuple[str, str | bytes]]) -> status_pb2.St
 __all__ = [
     "AuthRejected",
     "CardError",
-    "Redactor",
     "Timeout",
     "Unreachable",
     "build",

@@ -14,6 +14,7 @@ from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.codec import GRPC_LIMIT_SLACK_BYTES, MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError, InvalidRequestError
@@ -21,7 +22,7 @@ from a2a_gateway.protocol.resume import EVENT_ID_KEY, GRPC_RESUME_KEY, LAST_EVEN
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
-from .errors import Redactor, Timeout, Unreachable, explain_auth, from_grpc_status, quote
+from .errors import Timeout, Unreachable, explain_auth, from_grpc_status, quote
 from .messages import SETTLED_STATES
 from .transport import GRPC, CallOptions, M, Transport, service_headers
 

@@ -1,7 +1,7 @@
 """The guarded HTTP client for the a2a tool's calls to the agents of agents.json.
 
-The same address policy as the server's outbound client (``server/outbound.py``:
-:func:`~a2a_gateway.server.outbound.forbidden_reason`) applied to httpx, which the A2A
+The address policy of the server's outbound client (``server/outbound.py``),
+:func:`~a2a_gateway.local.addresses.forbidden_reason`, applied to httpx, which the A2A
 transports use: every connection resolves the host itself and connects only to an
 address the policy allows, so the address checked is the address connected to (a DNS
 answer that changes between a check and the connect cannot reach an internal host).
@@ -25,10 +25,11 @@ import httpcore
 import httpx
 from httpcore._backends.auto import AutoBackend
 
-from a2a_gateway.server.outbound import forbidden_reason, normalise_host
+from a2a_gateway.local.addresses import forbidden_reason, normalise_host
+from a2a_gateway.local.redaction import Redactor
 
 from .agents_file import AgentEntry
-from .errors import Redactor, Unreachable
+from .errors import Unreachable
 from .remote import RemoteService, connect
 from .transport import DEFAULT_TIMEOUT, GRPC
 

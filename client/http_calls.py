@@ -15,13 +15,14 @@ import httpx
 import orjson
 from google.protobuf import json_format, message
 
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol import sse
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, dumps
 from a2a_gateway.protocol.errors import A2AError, InvalidAgentResponseError
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, parse_extensions
 
 from .credentials import Credentials
-from .errors import Redactor, Timeout, Unreachable, build, explain_auth, quote
+from .errors import Timeout, Unreachable, build, explain_auth, quote
 from .transport import CallOptions, Transport
 
 M = TypeVar("M", bound=message.Message)

@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from a2a_gateway.server.atomic_files import fsync_folder, temp_path, write_all
+from a2a_gateway.local.atomic_files import replace_file
+from a2a_gateway.local.layout import RELATIVE
 
 from .agents_file import NAME_PATTERN, read_raw
 
 log = logging.getLogger(__name__)
 
-PENDING_FILE = Path(".a2a") / "pending.json"
+PENDING_FILE = RELATIVE.pending
 SOURCES = ("push", "subscribe", "poll")
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 _T = TypeVar("_T")
@@ -126,27 +127,13 @@ def read_pending(workspace: Path) -> list[PendingRecord]:
 def write_pending(workspace: Path, records: list[PendingRecord]) -> None:
     """Replace the file atomically (blocking). An empty list removes the file."""
     path = pending_path(workspace)
-    folder = str(path.parent)
     if not records:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps([asdict(r) for r in records], indent=2, ensure_ascii=False).encode()
-    temp = temp_path(folder, path.name)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            write_all(fd, data + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_folder(folder)
+    replace_file(path, data + b"\n", fsync=True)
 
 
 class PendingFiles:

@@ -17,6 +17,7 @@ from google.protobuf import empty_pb2, message
 from joserfc.jwk import KeySet
 from opentelemetry.trace import SpanKind
 
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol import codec, tracing
 from a2a_gateway.protocol.card_signature import CardSignatureError, verify_card
 from a2a_gateway.protocol.closing import AsyncCloseable
@@ -29,7 +30,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from .cards import card_url, choose_interface, fetch_card, speaks_03
 from .credentials import ClientAuth, Credentials, TokenSource, credentials_for
-from .errors import AuthRejected, CardError, Redactor
+from .errors import AuthRejected, CardError
 from .grpc03 import Grpc03Transport
 from .grpc_transport import GrpcTransport
 from .http_calls import new_http_client

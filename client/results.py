@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lf.a2a.v1.a2a_pb2 as pb
-from a2a_gateway.protocol.json_schemas import asked_schema
-from a2a_gateway.server.files import (
+from a2a_gateway.local.files import (
     DEFAULT_MAX_FILE_BYTES,
     INBOX_FOLDER,
     clash_names,
     sanitize_filename,
     save_new_file,
 )
+from a2a_gateway.protocol.json_schemas import asked_schema
 
 from .agents_file import read_raw
 from .messages import INTERRUPTED_STATES, SETTLED_STATES

@@ -13,13 +13,13 @@ from typing import ClassVar, TypeVar
 from google.protobuf import message
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import PROTOCOL_VERSION
 from a2a_gateway.protocol.resume import LAST_EVENT_ID_HEADER
 from a2a_gateway.protocol.versioning import EXTENSIONS_HEADER, VERSION_HEADER, format_extensions
 
 from .credentials import Credentials
-from .errors import Redactor
 
 M = TypeVar("M", bound=message.Message)
 

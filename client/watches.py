@@ -56,14 +56,14 @@ from pathlib import Path
 from typing import Any
 
 import lf.a2a.v1.a2a_pb2 as pb
+from a2a_gateway.local.files import DEFAULT_MAX_FILE_BYTES
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.errors import A2AError
 from a2a_gateway.protocol.watch_metering import NULL_WATCH_METER, WatchMeter
-from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
 
 from .agents_file import AgentEntry, read_agents
 from .clock import DEFAULT_WATCH_TIMEOUT_S, SYSTEM_CLOCK, Clock
-from .errors import Redactor
 from .guarded_http import open_agent
 from .pending import PendingFiles, PendingRecord
 from .remote import RemoteService

@@ -5,8 +5,8 @@ alike): before each call it writes the rpc, the binding and URL, the service par
 the transport sends (:meth:`~.transport.Transport.sent_headers`, credentials included) and the
 request as ProtoJSON; then each answer (the response, every stream event, or the
 error). Credentials never show: a credential header's value is ``***``, and the
-transport's :class:`~.errors.Redactor` (every secret the caller holds) runs over every
-line.
+transport's :class:`~a2a_gateway.local.redaction.Redactor` (every secret the caller
+holds) runs over every line.
 """
 
 from __future__ import annotations

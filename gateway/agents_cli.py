@@ -31,8 +31,9 @@ from a2a_gateway.client.agents_file import (
     url_problem,
 )
 from a2a_gateway.client.directory import fetch_agent_cards, one_line
+from a2a_gateway.local.atomic_files import replace_file
 
-from .callers_cli import CallersError, locked, read_json_array, write_atomically
+from .callers_cli import CallersError, locked, read_json_array
 
 KEY_ENV = "A2A_GATEWAY_AGENT_KEY"
 
@@ -49,7 +50,7 @@ def _read_list(path: Path) -> list[Any]:
 
 
 def _write(path: Path, data: list[Any]) -> None:
-    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+    replace_file(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n", fsync=True)
 
 
 def add_agent(

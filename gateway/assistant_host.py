@@ -20,8 +20,8 @@ from a2a_gateway.agent.tools.base import Tool
 from a2a_gateway.agent.tools.interaction import InboxNotifier, OwnerNotifier, SecretAsker
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.local.redaction import register_secret
 
-from .logs import register_secret
 from .settings import ModelSettings, ServeSettings
 from .startup import StartupError
 

@@ -35,11 +35,11 @@ import os
 import re
 import secrets
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from a2a_gateway.local.atomic_files import replace_file
 from a2a_gateway.server.auth import (
     CALLERS_FILE,
     HASH_PREFIX,
@@ -129,26 +129,6 @@ def read_json_array(path: Path) -> list[Any]:
     return data
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Temp file in the same folder (mode 0600), fsync, rename, fsync the folder."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-
-
 def _key_fields(key: str, *, hash_key: bool) -> dict[str, str]:
     if not hash_key:
         return {"key": key}
@@ -156,7 +136,7 @@ def _key_fields(key: str, *, hash_key: bool) -> dict[str, str]:
 
 
 def _write(path: Path, data: list[Any]) -> None:
-    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+    replace_file(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n", fsync=True)
 
 
 def _check_name(name: str) -> None:
@@ -268,7 +248,9 @@ def set_published(workspace: Path, published: bool) -> Path:
         if not isinstance(data, dict):
             raise CallersError(f"{path} is not a JSON object; fix it first (it was not changed)")
         data[PUBLISHED_KEY] = published
-        write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n")
+        replace_file(
+            path, json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n", fsync=True
+        )
     return path
 
 
@@ -449,5 +431,4 @@ __all__ = [
     "remove_caller",
     "rotate_caller",
     "run",
-    "write_atomically",
 ]

@@ -51,8 +51,8 @@ from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.agent.tools.interaction import RequestInput, SecretAsker
 from a2a_gateway.client.agents_file import agents_path
 from a2a_gateway.client.watches import CALL_TIMEOUT_S
+from a2a_gateway.local.files import sanitize_filename, save_new_file
 from a2a_gateway.protocol.tracing import traced_by
-from a2a_gateway.server.files import sanitize_filename, save_new_file
 from a2a_gateway.server.tracing import Tracing, tracing_wanted
 
 from .assistant_host import MODEL_REQUIRED

@@ -46,17 +46,17 @@ from rich.text import Text
 from a2a_gateway.agent.tools.interaction import SecretQuestion
 from a2a_gateway.client.agents_file import read_agents
 from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.local.layout import WorkspaceLayout
+from a2a_gateway.local.redaction import RedactingFilter
 from a2a_gateway.server.auth import CALLERS_FILE, read_callers
 
 from .chat import ChatHost
-from .logs import RedactingFilter, log_to_file
+from .logs import log_to_file
 
 log = logging.getLogger("a2a_gateway.chat")
 
 PROMPT: Final = "you> "
 SECRET_PROMPT: Final = "secret> "
-HISTORY_FILE: Final = ("chat_history",)
-LOG_FILE: Final = ("logs", "chat.log")
 LOG_FILE_BYTES: Final = 1_000_000
 LOG_FILE_BACKUPS: Final = 3
 HELP: Final = """\
@@ -234,7 +234,7 @@ class TerminalView:
 def log_to_workspace(workspace: Path, *, verbose: bool) -> Path:
     """Send the process's log lines to ``.a2a/logs/chat.log`` (rotated) instead of the
     conversation; ``verbose`` keeps them on stderr too. Returns the file's path."""
-    path = workspace.joinpath(".a2a", *LOG_FILE)
+    path = WorkspaceLayout(workspace).chat_log
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = RotatingFileHandler(
         path, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
@@ -270,7 +270,7 @@ class Terminal:
         self.console = view.console
         self.watches = watches
         self.workspace = workspace
-        path = history or workspace.joinpath(".a2a", *HISTORY_FILE)
+        path = history or WorkspaceLayout(workspace).chat_history
         self.session: PromptSession[str] = PromptSession(history=FileHistory(str(path)))
         self._quit = asyncio.Event()
         self._commands: dict[str, Callable[[], Awaitable[None]]] = {

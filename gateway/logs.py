@@ -1,62 +1,22 @@
-"""Logging setup: plain or JSON lines, with a redaction filter for known secrets.
+"""Logging setup: plain or JSON lines, through the redaction filter for known secrets.
 
-Code that learns a secret (a caller key or signing secret read from callers.json, the
-upstream key, a key given to a CLI verb) registers it with :func:`register_secret`;
-every log record passing the installed handler has each registered secret replaced by
-``***``. This is the safety net behind the rule that secrets are never logged in the
-first place (push tokens and credentials are never logged at all: tests scan for them).
+Code that learns a secret registers it with
+:func:`a2a_gateway.local.redaction.register_secret`; every log record passing the
+installed handler has each registered secret replaced by ``***``
+(:class:`~a2a_gateway.local.redaction.RedactingFilter`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from typing import Any
 
 import orjson
 from opentelemetry import trace
 
-_MIN_SECRET_LEN = 6
-_lock = threading.Lock()
-_secrets: set[str] = set()
-# Longest first, so a secret containing another is replaced whole; rebuilt on change
-# (registration is rare, redaction runs for every record).
-_ordered: tuple[str, ...] = ()
-
-
-def register_secret(secret: str) -> None:
-    """Redact ``secret`` from every log line from now on (short values are ignored)."""
-    global _ordered
-    if len(secret) < _MIN_SECRET_LEN or secret in _secrets:
-        return
-    with _lock:
-        _secrets.add(secret)
-        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
-
-
-def redact(text: str) -> str:
-    for secret in _ordered:
-        if secret in text:
-            text = text.replace(secret, "***")
-    return text
-
-
-class RedactingFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        if _secrets:
-            message = record.getMessage()
-            cleaned = redact(message)
-            if cleaned != message:
-                record.msg, record.args = cleaned, None
-            if record.exc_info and not record.exc_text:
-                record.exc_text = logging.Formatter().formatException(record.exc_info)
-            if record.exc_text:
-                record.exc_text = redact(record.exc_text)
-            if record.stack_info:
-                record.stack_info = redact(record.stack_info)
-        return True
+from a2a_gateway.local.redaction import RedactingFilter
 
 
 class JsonFormatter(logging.Formatter):

@@ -68,6 +68,7 @@ from a2a_gateway.client import (
 from a2a_gateway.client.cards import binding_for
 from a2a_gateway.client.resumable import resumable_stream
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import (
@@ -88,7 +89,6 @@ from a2a_gateway.server.paging import PageTokens
 from a2a_gateway.server.push import check_push_destination, validate_push_config
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .logs import register_secret
 from .proxy_listing import list_own_tasks
 from .proxy_owners import TaskOwners, event_task_id
 from .settings import BY_NAME, ServeSettings

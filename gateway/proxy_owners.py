@@ -54,9 +54,10 @@ from typing import Final
 
 import orjson
 
+from a2a_gateway.local.atomic_files import fsync_folder, remove_temp_files, temp_path, write_file
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError
-from a2a_gateway.server.atomic_files import fsync_folder, remove_temp_files, temp_path, write_file
 from a2a_gateway.server.file_store import owner_from_document
 from a2a_gateway.server.ids import valid_id
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 #: Task ids remembered in memory per proxy (least recently used dropped first).
 MAX_OWNED_TASKS = 100_000
-RECORDS_FOLDER = Path(".a2a") / "proxy-tasks"
+RECORDS_FOLDER = RELATIVE.proxy_tasks
 FORMAT_VERSION = 1
 #: A record is ~80 bytes; anything much larger is not one of ours.
 MAX_RECORD_BYTES = 64 * 1024

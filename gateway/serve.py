@@ -34,6 +34,8 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.loader import AgentLoadError, load_agent
 from a2a_gateway.agent.process import ProcessAgent
 from a2a_gateway.agent.tools.base import Tool
+from a2a_gateway.local.layout import RELATIVE
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.codec import MAX_BODY_BYTES
 from a2a_gateway.protocol.service import A2AService
@@ -84,7 +86,6 @@ from a2a_gateway.server.tracing import Traced, Tracing, tracing_wanted
 
 from .access_log import AccessLogged
 from .listeners import STOP_GRACE_S, GrpcListener, HttpListener
-from .logs import register_secret
 from .proxy import UpstreamProxy, build_proxy, ignored_settings
 from .settings import ServeSettings
 from .startup import StartupError
@@ -324,7 +325,7 @@ def build_postgres_store(settings: ServeSettings, config: ServerConfig) -> Postg
         raise StartupError("--database-url must be a postgresql:// URL")
     if not config.workspaces:
         raise StartupError(
-            "--store postgres needs a --workspace (its .a2a/secret.key seals push secrets)"
+            f"--store postgres needs a --workspace (its {RELATIVE.secret_key} seals push secrets)"
         )
     mib = 1024 * 1024
     return PostgresTaskStore(

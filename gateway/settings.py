@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from a2a_gateway.agent import defaults as assistant
 from a2a_gateway.agent.prompt import DEFAULT_TEMPLATE
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
+from a2a_gateway.local.files import DEFAULT_MAX_FILE_BYTES
 from a2a_gateway.server.config import (
     CARD_FORMATS,
     DEFAULT_PACT_MAX_LIFETIME_S,
@@ -32,7 +33,6 @@ from a2a_gateway.server.config import (
 )
 from a2a_gateway.server.engine.state import DEFAULT_LIST_MAX_BYTES
 from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
-from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
 from a2a_gateway.server.limits import TaskCaps
 from a2a_gateway.server.task_store import (
     DEFAULT_MEMORY_BYTES,

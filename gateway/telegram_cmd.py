@@ -30,6 +30,7 @@ from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
 from a2a_gateway.agent.tools.interaction import SecretQuestion
 from a2a_gateway.client.watches import Deliver
+from a2a_gateway.local.redaction import redact, register_secret
 from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.server.metrics import Metrics
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
@@ -39,7 +40,6 @@ from a2a_gateway.telegram.status import recent_tasks, status_report
 
 from .assistant_host import MODEL_REQUIRED, build_assistant
 from .listeners import HttpListener
-from .logs import redact, register_secret
 from .owner_kit import OwnerKit
 from .serve import Gateway, until_signalled
 from .settings import ServeSettings, build

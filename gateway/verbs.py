@@ -48,12 +48,12 @@ from a2a_gateway.client import (
     send_request,
 )
 from a2a_gateway.client.cards import fetch_card_value
-from a2a_gateway.client.errors import Redactor
 from a2a_gateway.client.http_calls import new_http_client
 from a2a_gateway.client.messages import INTERRUPTED_STATES, TERMINAL_STATES
 from a2a_gateway.client.resumable import resumable_stream
 from a2a_gateway.client.transport import DEFAULT_TIMEOUT
 from a2a_gateway.client.wire_log import is_credential_header
+from a2a_gateway.local.redaction import Redactor, register_secret
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.card_rules import card_problems
 from a2a_gateway.protocol.card_signature import trusted_keys
@@ -62,7 +62,7 @@ from a2a_gateway.protocol.errors import A2AError, PermissionDeniedError, Unauthe
 from a2a_gateway.protocol.json_schemas import ASK_USER_TAG, is_ask_user
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .logs import register_secret, setup_logging
+from .logs import setup_logging
 from .saving import save_file
 from .targets import CallExtras, Target, agent_card, open_agent, parse_target
 

@@ -16,7 +16,7 @@ in constant time and never logged or echoed.
      "rate_limit_per_minute": 60,       # optional overrides (0 = unlimited)
      "max_running_tasks": 4,
      "max_open_contexts": 20,
-     "signing_secret": "...",           # optional: requests must be signed (signing.py)
+     "signing_secret": "...",           # optional: requests must be signed (local/signing.py)
      "delegate": true}                  # optional: its assistant turns get the a2a tool
 
 An entry names exactly one identity: a ``key``, a ``jwt`` rule (tokens of an OpenID
@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from a2a_gateway.logs import register_secret
+from a2a_gateway.local.layout import RELATIVE
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol.closing import AsyncCloseable
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.errors import UnauthenticatedError
@@ -86,7 +87,7 @@ HeaderListGetter = Callable[[str], Iterable[str]]
 
 API_KEY_HEADER = "X-API-Key"
 AUTHORIZATION_HEADER = "Authorization"
-CALLERS_FILE = Path(".a2a") / "callers.json"
+CALLERS_FILE = RELATIVE.callers
 MAX_KEY_CHARS = 4096
 MIN_SIGNING_SECRET_CHARS = 16
 HASH_PREFIX = "sha256:"

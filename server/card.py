@@ -50,7 +50,7 @@ from aiohttp import hdrs, web
 from joserfc.jwk import Key
 
 from a2a_gateway.agent.base import AgentProfile
-from a2a_gateway.logs import register_secret
+from a2a_gateway.local.redaction import register_secret
 from a2a_gateway.protocol import codec, compat03, versioning
 from a2a_gateway.protocol.card_signature import load_signing_key, public_jwks, sign_card
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext

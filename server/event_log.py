@@ -27,9 +27,8 @@ import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 
+from a2a_gateway.local.atomic_files import fsync_folder, removed_on_failure, temp_path, write_file
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_file
 
 log = logging.getLogger(__name__)
 

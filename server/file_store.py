@@ -92,18 +92,18 @@ from typing import Any, NamedTuple
 import orjson
 from google.protobuf import json_format
 
+from a2a_gateway.local.atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
+from a2a_gateway.local.files import INBOX_FOLDER
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
 from .byte_lru import ByteLRU
 from .event_log import DEFAULT_TASK_LOG_BYTES, FileEventLog
-from .files import INBOX_FOLDER
 from .ids import valid_id
 from .secret_box import SecretBox, SecretBoxError
 from .task_index import (
-    INDEX_NAME,
     RECONCILE_WAIT_ROWS,
     Parsed,
     TaskIndex,
@@ -121,7 +121,7 @@ from .task_store import (
 
 log = logging.getLogger(__name__)
 
-TASKS_FOLDER = Path(".a2a") / "tasks"
+TASKS_FOLDER = RELATIVE.tasks
 FORMAT_VERSION = 1
 CACHE_ENTRIES = 4096
 CACHE_BYTES = 64 * 1024 * 1024
@@ -376,7 +376,7 @@ class _TaskFiles(TaskStore):
         # whose file it may have read before the change (it keeps none of those).
         self._changed_during: list[set[str]] = []
         self.index = TaskIndex.shared(
-            self.workspace / ".a2a" / INDEX_NAME,
+            self.workspace / RELATIVE.task_index,
             self.folder,
             self._parse_summary,
             reconcile_interval_s=reconcile_interval_s,

@@ -6,16 +6,18 @@ guarded :class:`~.outbound.OutboundClient`) is saved as
 
 - the name comes from the part's ``filename`` (else the URL's last path segment, else
   ``file`` plus an extension for its media type), sanitised by
-  :func:`sanitize_filename`; a clash gets ``-2``, ``-3``, ... before the extension;
+  :func:`~a2a_gateway.local.files.sanitize_filename`; a clash gets ``-2``, ``-3``, ...
+  before the extension;
 - each part is capped at ``max_file_bytes`` (10 MB by default) and a message at
   ``max_files`` file parts; the first part that is too large, not downloadable or
   not storable raises :class:`FileRefused` (the task fails with its message) and the
   files already saved for that message are removed again;
 - a file is written whole to a temp file in the caller's folder and then linked to
-  its final name, which never replaces an existing file; folders are opened
-  component by component without following symlinks, so a symlinked ``inbox`` or
-  caller folder cannot redirect the write. New folders are 0700 and files 0600:
-  strangers' files are for the agent (the same user), nobody else.
+  its final name (:func:`~a2a_gateway.local.files.save_new_file`), which never
+  replaces an existing file; folders are opened component by component without
+  following symlinks, so a symlinked ``inbox`` or caller folder cannot redirect the
+  write. New folders are 0700 and files 0600: strangers' files are for the agent (the
+  same user), nobody else.
 
 Out: :func:`outgoing_parts` turns files an agent returns (bytes, or a path inside the
 workspace, never under its ``.a2a/``, where keys and tasks live: the same rule as the
@@ -29,107 +31,36 @@ from __future__ import annotations
 import contextlib
 import mimetypes
 import os
-import re
 import stat
-import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from yarl import URL
 
-from a2a_gateway.agent.tools.files import PRIVATE
+from a2a_gateway.local.files import (
+    DEFAULT_MAX_FILE_BYTES,
+    INBOX_FOLDER,
+    OCTET_STREAM,
+    clean_media_type,
+    guess_media_type,
+    sanitize_filename,
+    save_new_file,
+)
+from a2a_gateway.local.layout import STATE_FOLDER
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .atomic_files import write_all
 from .outbound import OutboundClient, OutboundError, ResponseTooLarge, url_label
 
-DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_FILES = 20
 DOWNLOAD_TIMEOUT_S = 60.0
-INBOX_FOLDER = "inbox"
-OCTET_STREAM = "application/octet-stream"
-#: Longest file name we write, in UTF-8 bytes (file systems allow 255; room for "-NNNN").
-MAX_NAME_BYTES = 200
-_MAX_SUFFIX_BYTES = 16
-_CLASH_TRIES = 9999
-
-_WINDOWS_FORBIDDEN = frozenset('<>:"|?*')
-_RESERVED = frozenset(
-    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
-    | {f"{device}{n}" for device in ("COM", "LPT") for n in "123456789¹²³"}
-)
-_MEDIA_TYPE = re.compile(r"[a-z0-9!#$&^_.+-]{1,64}/[a-z0-9!#$&^_.+-]{1,64}")
-_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,15}")
 
 
 class FileRefused(Exception):
     """A file part was not accepted. The message names the part (``message.parts[2]``)
     and the reason, never the URL's path or query: fit for the task's status."""
-
-
-# --- names -----------------------------------------------------------------------------
-
-
-def sanitize_filename(name: str, *, fallback: str = "file") -> str:
-    """A safe file name for ``name``: its last path component (``/`` and ``\\``),
-    without control, format or Windows-forbidden characters, leading dots (no
-    dotfiles, no ``..``), leading dashes, trailing dots and spaces; Windows device
-    names (``CON``, ``nul.txt``, ``COM1``) get a ``_`` prefix; at most
-    :data:`MAX_NAME_BYTES` UTF-8 bytes (the extension is kept). Empty: ``fallback``."""
-    name = unicodedata.normalize("NFC", name)
-    components = [c for c in re.split(r"[/\\]", name) if c.strip(" .")]
-    name = components[-1] if components else ""
-    name = "".join(c if c.isprintable() and c not in _WINDOWS_FORBIDDEN else "_" for c in name)
-    name = name.strip(" ").lstrip(".-").rstrip(" .")
-    if not name:
-        return fallback
-    stem = name.split(".", 1)[0].rstrip(" ").upper()
-    if stem in _RESERVED:
-        name = "_" + name
-    return _truncate(name)
-
-
-def _split_suffix(name: str) -> tuple[str, str]:
-    stem, dot, suffix = name.rpartition(".")
-    if dot and stem and _SUFFIX.fullmatch(f".{suffix}"):
-        return stem, f".{suffix}"
-    return name, ""
-
-
-def _truncate(name: str) -> str:
-    if len(name.encode()) <= MAX_NAME_BYTES:
-        return name
-    stem, suffix = _split_suffix(name)
-    if len(suffix) > _MAX_SUFFIX_BYTES:
-        stem, suffix = name, ""
-    budget = MAX_NAME_BYTES - len(suffix.encode())
-    cut = stem.encode()[:budget].decode(errors="ignore").rstrip(" .")
-    return (cut or "file") + suffix
-
-
-def clash_names(name: str) -> Iterator[str]:
-    """``name``, then ``stem-2.ext``, ``stem-3.ext``, ... and a random last resort."""
-    yield name
-    stem, suffix = _split_suffix(name)
-    for n in range(2, _CLASH_TRIES + 1):
-        yield f"{stem}-{n}{suffix}"
-    yield f"{stem}-{os.urandom(6).hex()}{suffix}"
-
-
-def clean_media_type(value: str) -> str:
-    """``value`` without parameters, lower-cased, if it looks like ``type/subtype``;
-    else ``""``."""
-    media_type = value.split(";", 1)[0].strip().lower()
-    return media_type if _MEDIA_TYPE.fullmatch(media_type) else ""
-
-
-def guess_media_type(filename: str) -> str:
-    """The media type for ``filename``'s extension, or ``application/octet-stream``."""
-    guessed, _ = mimetypes.guess_type(filename, strict=False)
-    return clean_media_type(guessed or "") or OCTET_STREAM
 
 
 # --- files in --------------------------------------------------------------------------
@@ -250,16 +181,6 @@ async def _download(
     return response.body, name, media_type
 
 
-def _open_folder(parent_fd: int, name: str) -> int:
-    """Open (creating it 0700 if needed) the folder ``name`` in ``parent_fd``,
-    refusing a symlink."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    return os.open(
-        name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd
-    )
-
-
 def _save(
     workspace: Path,
     caller: Caller,
@@ -276,49 +197,6 @@ def _save(
         reason = exc.strerror or type(exc).__name__
         raise FileRefused(f"{field}[{index}]: the file could not be saved: {reason}") from None
     return SavedFile(path, relative, path.name, media_type, len(data), index)
-
-
-def save_new_file(
-    workspace: Path, folders: Sequence[str], filename: str, data: bytes
-) -> tuple[Path, str]:
-    """Save ``data`` as a new file ``filename`` (already sanitised) in the sub-folders
-    ``folders`` of ``workspace`` (created 0700, never through a symlink), as ``-2``,
-    ``-3``, ... on a clash. Returns its absolute path and its workspace-relative path
-    (``/`` separators). Raises OSError."""
-    fds: list[int] = []
-    try:
-        fds.append(os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-        for name in folders:
-            fds.append(_open_folder(fds[-1], name))
-        final = _write_new(fds[-1], filename, data)
-    finally:
-        for fd in fds:
-            os.close(fd)
-    relative = "/".join([*folders, final])
-    return Path(workspace).resolve().joinpath(*folders, final), relative
-
-
-def _write_new(folder: int, filename: str, data: bytes) -> str:
-    """Write ``data`` to a temp file in ``folder``, link it under the first free
-    candidate name and return that name."""
-    tmp = f".incoming-{os.urandom(8).hex()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600, dir_fd=folder)
-    try:
-        try:
-            write_all(fd, data)
-        finally:
-            os.close(fd)
-        for candidate in clash_names(filename):
-            try:
-                os.link(tmp, candidate, src_dir_fd=folder, dst_dir_fd=folder)
-            except FileExistsError:
-                continue
-            return candidate
-        raise FileExistsError(f"no free name for {filename}")
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=folder)
 
 
 def received_note(files: Sequence[SavedFile]) -> str:
@@ -414,8 +292,8 @@ def _read_outgoing(
         if not target.is_relative_to(root):
             return None, "outside the workspace"
         inside = target.relative_to(root).parts
-        if inside and inside[0] == PRIVATE:  # keys, secret.key, tasks: never a caller's
-            return None, f"in the gateway's own folder {PRIVATE}"
+        if inside and inside[0] == STATE_FOLDER:  # keys, secret.key, tasks: never a caller's
+            return None, f"in the gateway's own folder {STATE_FOLDER}"
         path = target
     try:
         # O_NONBLOCK: opening a FIFO must not block; it is refused as not a file below.
@@ -468,22 +346,16 @@ def demo_file(name: str, size: int | None = None) -> OutgoingFile:
 
 __all__ = [
     "DEFAULT_MAX_FILES",
-    "DEFAULT_MAX_FILE_BYTES",
-    "INBOX_FOLDER",
     "FileLike",
     "FileRefused",
     "OutgoingFile",
     "OutgoingParts",
     "SavedFile",
-    "clash_names",
-    "clean_media_type",
     "demo_file",
     "files_artifact",
-    "guess_media_type",
     "inbox_folder",
     "is_file_part",
     "outgoing_parts",
     "receive_files",
     "received_note",
-    "sanitize_filename",
 ]

@@ -61,6 +61,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf import descriptor, message, message_factory
 
+from a2a_gateway.local import signing
 from a2a_gateway.protocol import codec, tracing, versioning
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
@@ -78,7 +79,6 @@ from a2a_gateway.protocol.resume import EVENT_ID_KEY, GRPC_RESUME_KEY, RESUME_EX
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from . import signing
 from .auth import Authenticator
 from .http_sse import WRITE_TIMEOUT_S
 from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of

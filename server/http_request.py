@@ -20,6 +20,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import descriptor, message, message_factory
 
+from a2a_gateway.local import signing
 from a2a_gateway.protocol import codec, tracing, versioning
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import InvalidRequestError, JSONParseError
@@ -27,7 +28,7 @@ from a2a_gateway.protocol.resume import LAST_EVENT_ID_HEADER
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from . import card, content_coding, signing
+from . import card, content_coding
 from .auth import Authenticator, Identity, single_values
 from .config import ServerConfig
 from .http_response import A2A_JSON_CONTENT_TYPE, JSON_CONTENT_TYPE

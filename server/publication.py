@@ -23,11 +23,13 @@ from typing import Any
 
 import orjson
 
+from a2a_gateway.local.layout import RELATIVE
+
 from .fresh_file import FreshFile
 
 log = logging.getLogger(__name__)
 
-CARD_FILE = Path(".a2a") / "card.json"
+CARD_FILE = RELATIVE.card
 PUBLISHED_KEY = "published"
 _MAX_FILE_BYTES = 1024 * 1024
 

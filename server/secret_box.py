@@ -41,13 +41,13 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from a2a_gateway.local.atomic_files import fsync_folder, write_file
+from a2a_gateway.local.layout import RELATIVE
 from lf.a2a.v1 import a2a_pb2 as pb
-
-from .atomic_files import fsync_folder, write_all
 
 log = logging.getLogger(__name__)
 
-KEY_FILE = Path(".a2a") / "secret.key"
+KEY_FILE = RELATIVE.secret_key
 SEALED_PREFIX = "enc:v1:"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
@@ -218,13 +218,8 @@ class SecretBox:
         key = os.urandom(_KEY_BYTES)
         tmp = folder / f".secret.key.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(tmp, flags, 0o600)
         try:
-            try:
-                write_all(fd, base64.urlsafe_b64encode(key) + b"\n")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_file(str(tmp), base64.urlsafe_b64encode(key) + b"\n", flags, fsync=True)
             try:
                 os.link(tmp, self.key_path)  # fails if another process was first
             except FileExistsError:

@@ -70,9 +70,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from a2a_gateway.local.atomic_files import is_stale_temp
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.context import Caller
 
-from .atomic_files import is_stale_temp
 from .ids import valid_id
 from .task_states import ACTIVE, TERMINAL
 from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
@@ -80,7 +81,7 @@ from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 3  # 2: retry keys carry the fingerprint (engine.retries); 3: hashed owner ids
-INDEX_NAME = "index.sqlite3"
+INDEX_NAME = RELATIVE.task_index.name
 CACHE_KIB = 4096  # SQLite page cache per connection
 BATCH = 500  # files per reconcile batch, rows per applied batch
 COMMIT_DELAY_S = 0.01  # how long index writes may wait for their commit

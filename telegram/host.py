@@ -49,9 +49,11 @@ from a2a_gateway.agent.runtime import (
 )
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import SEND_CAP
+from a2a_gateway.local.atomic_files import replace_file
+from a2a_gateway.local.files import INBOX_FOLDER as INBOX
+from a2a_gateway.local.files import sanitize_filename, save_new_file
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.closing import Startable
-from a2a_gateway.server.files import INBOX_FOLDER as INBOX
-from a2a_gateway.server.files import sanitize_filename, save_new_file
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
@@ -75,7 +77,7 @@ CALL_TIMEOUT_S = 30.0
 #: Longest wait the host accepts from a "retry after" answer before giving up on a write.
 MAX_RETRY_AFTER_S = 30.0
 #: A chat's own settings (its time zone), in its workspace.
-CHAT_SETTINGS_FILE = Path(".a2a") / "telegram.json"
+CHAT_SETTINGS_FILE = RELATIVE.telegram_settings
 #: The header python-telegram-bot's webhook (and Telegram) carry the secret token in.
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 #: The owner's chat, for a secret question (the caller's name and the question follow).
@@ -575,9 +577,8 @@ def valid_zone(name: str) -> bool:
 
 def _write_json(path: Path, value: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps(value), encoding="utf-8")
-    temporary.replace(path)
+    # 0o666 before the umask: the mode Path.write_text gives a new file.
+    replace_file(path, json.dumps(value).encode("utf-8"), fsync=False, mode=0o666)
 
 
 class _FileProblem(Exception):

@@ -19,6 +19,7 @@ from pathlib import Path
 from a2a_gateway.client.agents_file import key_hint as agent_key_hint
 from a2a_gateway.client.agents_file import read_agents
 from a2a_gateway.client.pending import read_pending
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.server.auth import CALLERS_FILE, read_callers
 from a2a_gateway.server.task_store import TaskFilter, TaskStore, Window
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -94,7 +95,7 @@ def status_report(
     """The text of ``/a2a`` for the chat whose workspace is ``workspace`` (blocking:
     run it in a worker thread)."""
     now = now or datetime.now(UTC)
-    lines = [f"A2A client: {'on' if client_on else 'off'}", "", "Agents (.a2a/agents.json):"]
+    lines = [f"A2A client: {'on' if client_on else 'off'}", "", f"Agents ({RELATIVE.agents}):"]
     agents = read_agents(workspace)
     if agents.error:
         lines.append(f"  {agents.error}")
@@ -115,7 +116,7 @@ def status_report(
         )
     if not records:
         lines.append("  none")
-    lines += ["", "Callers (.a2a/callers.json):"]
+    lines += ["", f"Callers ({RELATIVE.callers}):"]
     callers, problems = read_callers(workspace / CALLERS_FILE, str(workspace))
     recent = recent or {}
     for caller in callers:

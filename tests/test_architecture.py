@@ -2,11 +2,11 @@
 
 Four rules over the ``a2a_gateway`` package: every module imports alone in a fresh
 interpreter, module-level imports form no cycle, no module imports from a layer above its
-own (``protocol ← agent ← server | client ← telegram ← gateway``) beyond the known
-exceptions listed in ``KNOWN_UPWARD``, and no module imports an underscore-prefixed name
-from another (a helper two modules share is public in one of them). The import graph is
-read with ``ast`` from the folders ``pyproject.toml`` maps to the package; generated code
-(``lf.*``) and third-party packages are outside the rules.
+own (``protocol ← local ← agent ← server | client ← telegram ← gateway``), and no module
+imports an underscore-prefixed name from another (a helper two modules share is public in
+one of them). The import graph is read with ``ast`` from the folders ``pyproject.toml``
+maps to the package; generated code (``lf.*``) and third-party packages are outside the
+rules.
 """
 
 from __future__ import annotations
@@ -22,39 +22,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "a2a_gateway"
 
 # What each layer may import from (its own layer included). server/ and client/ sit side
-# by side: neither imports the other.
+# by side: neither imports the other; what both need (the workspace layout, atomic writes,
+# redaction, file names, signing, the address policy) is in local/, below them.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "protocol": frozenset({"protocol"}),
-    "agent": frozenset({"protocol", "agent"}),
-    "server": frozenset({"protocol", "agent", "server"}),
-    "client": frozenset({"protocol", "agent", "client"}),
-    "telegram": frozenset({"protocol", "agent", "server", "client", "telegram"}),
-    "gateway": frozenset({"protocol", "agent", "server", "client", "telegram", "gateway"}),
-}
-
-# Today's upward imports, each removed by the workspace layer of issue 24 (utilities below
-# server/ and client/, one redaction registry). A pair leaves this table when its import
-# goes; nothing joins it.
-KNOWN_UPWARD: Mapping[tuple[str, str], str] = {
-    # client/ borrows server/'s file helpers (size cap, media types, saving results).
-    ("a2a_gateway.client.a2a_tool", "a2a_gateway.server.files"): "file helpers",
-    ("a2a_gateway.client.results", "a2a_gateway.server.files"): "file helpers",
-    ("a2a_gateway.client.watches", "a2a_gateway.server.files"): "file helpers",
-    # client/ writes its pending-watch files with server/'s atomic write.
-    ("a2a_gateway.client.pending", "a2a_gateway.server.atomic_files"): "atomic write",
-    # client/ signs outbound requests with server/'s signing helpers.
-    ("a2a_gateway.client.credentials", "a2a_gateway.server.signing"): "request signing",
-    # client/ applies server/'s outbound address policy (no private addresses).
-    ("a2a_gateway.client.guarded_http", "a2a_gateway.server.outbound"): "address policy",
-    # register_secret: the redaction registry lives in the root package's logs module.
-    ("a2a_gateway.client.agents_file", "a2a_gateway.logs"): "register_secret",
-    ("a2a_gateway.client.credentials", "a2a_gateway.logs"): "register_secret",
-    ("a2a_gateway.server.auth", "a2a_gateway.logs"): "register_secret",
-    ("a2a_gateway.server.card", "a2a_gateway.logs"): "register_secret",
+    "local": frozenset({"protocol", "local"}),
+    "agent": frozenset({"protocol", "local", "agent"}),
+    "server": frozenset({"protocol", "local", "agent", "server"}),
+    "client": frozenset({"protocol", "local", "agent", "client"}),
+    "telegram": frozenset({"protocol", "local", "agent", "server", "client", "telegram"}),
+    "gateway": frozenset({"protocol", "local", "agent", "server", "client", "telegram", "gateway"}),
 }
 
 
@@ -271,26 +254,20 @@ def test_no_import_cycles() -> None:
 
 
 def test_no_module_imports_from_a_layer_above() -> None:
-    new = [
+    found = [
         f"{found.source}:{found.line} imports {found.target}"
         for found in upward_imports(package_imports())
-        if (found.source, found.target) not in KNOWN_UPWARD
     ]
-    assert new == [], "an upward import (CONTRIBUTING.md, 'The layers')"
+    assert found == [], "an upward import (CONTRIBUTING.md, 'The layers')"
 
 
-def test_known_upward_imports_still_exist() -> None:
-    """An exception whose import has gone leaves the table, so it cannot come back unseen."""
-    present = {(found.source, found.target) for found in upward_imports(package_imports())}
-    assert sorted(set(KNOWN_UPWARD) - present) == []
-
-
-def test_the_client_package_loads_no_server_machinery() -> None:
-    """server/'s public names load on first use (server/__init__.py), so the client's
-    borrowed utilities do not bring the bindings, the engine and the stores along."""
+def test_the_client_package_loads_nothing_of_the_server() -> None:
+    """What client/ shares with server/ is in local/: importing the client loads no module
+    of server/ (nor of the layers above; the root package itself runs first, as Python
+    runs every package before its modules)."""
     loaded = _loads(["a2a_gateway.client"], import_time_graph(package_imports()))
-    borrowed = {"a2a_gateway.server", *(target for _, target in KNOWN_UPWARD)}
-    assert [name for name in loaded if layer_of(name) == "server" and name not in borrowed] == []
+    above = ("server", "telegram", "gateway")
+    assert [name for name in loaded if layer_of(name) in above and name != PACKAGE] == []
 
 
 def test_the_checks_report_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
@@ -314,6 +291,42 @@ def test_the_checks_report_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
     graph = import_time_graph([*package_imports(), *leak])
     graph.setdefault("a2a_gateway.server.files", set()).add("a2a_gateway.protocol.leak")
     assert ["a2a_gateway.protocol.leak", "a2a_gateway.server.files"] in cycles(graph)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "upward"),
+    [
+        # local/ stands on protocol/ only.
+        (
+            "a2a_gateway.local.leak",
+            "from a2a_gateway.protocol.errors import A2AError\n"
+            "from .atomic_files import write_all\nfrom a2a_gateway.agent.base import Turn\n",
+            ["a2a_gateway.agent.base"],
+        ),
+        # client/ takes what it shares with server/ from local/, never from server/.
+        (
+            "a2a_gateway.client.leak",
+            "from a2a_gateway.local.addresses import forbidden_reason\n"
+            "from a2a_gateway.server.outbound import check_url\n",
+            ["a2a_gateway.server.outbound"],
+        ),
+        # server/ takes the redaction registry from local/, never from the root package.
+        (
+            "a2a_gateway.server.leak",
+            "from a2a_gateway.local.redaction import register_secret\n"
+            "from a2a_gateway.logs import setup_logging\n",
+            ["a2a_gateway.logs"],
+        ),
+        # agent/ may use local/ (a relative import too).
+        ("a2a_gateway.agent.leak", "from ..local import files\n", []),
+    ],
+)
+def test_the_layer_check_reports_an_import_from_above_local(
+    module: str, source: str, upward: list[str], tmp_path: Path
+) -> None:
+    modules = {**module_files(), module: tmp_path / "leak.py"}
+    found = upward_imports(imports_of(module, source, modules))
+    assert [imported.target for imported in found] == upward
 
 
 def test_no_module_imports_a_private_name_from_another() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from a2a_gateway.agent.provider import DEFAULT_BASE_URL, ProviderConfig
 from a2a_gateway.assistant_host import build_assistant, build_runtime, llm_api_key
-from a2a_gateway.logs import redact
+from a2a_gateway.local.redaction import redact
 from a2a_gateway.settings import BY_NAME, LLM_BASE_URL, SettingsError, resolve
 from a2a_gateway.startup import StartupError
 from tests.support.processes import GATEWAY
@@ -117,7 +117,7 @@ def test_docs_model_section_names_real_settings() -> None:
 
 
 def test_the_key_is_registered_with_the_log_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every other secret the process learns is (logs.register_secret): a log line that
+    # Every other secret the process learns is (local/redaction.register_secret): a log line that
     # would carry the model provider's key, whatever logs it, leaves without it.
     key = "sk-registered-llm-key-5d2e8f"
     monkeypatch.setenv("A2A_GATEWAY_LLM_API_KEY", key)

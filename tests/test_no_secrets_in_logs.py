@@ -19,7 +19,9 @@ import aiohttp
 import orjson
 import pytest
 
-from a2a_gateway.logs import JsonFormatter, RedactingFilter, register_secret, setup_logging
+from a2a_gateway.local.layout import WorkspaceLayout
+from a2a_gateway.local.redaction import RedactingFilter, register_secret
+from a2a_gateway.logs import JsonFormatter, setup_logging
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.workspace import write_callers
@@ -54,7 +56,7 @@ def test_leaks_are_found_and_reported_masked() -> None:
 
 
 def test_secrets_are_discovered_in_callers_and_agents_files(tmp_path: Path) -> None:
-    (tmp_path / "a" / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(tmp_path / "a").state.mkdir(parents=True)
     write_callers(
         tmp_path / "a",
         [
@@ -62,7 +64,7 @@ def test_secrets_are_discovered_in_callers_and_agents_files(tmp_path: Path) -> N
             {"name": "y", "key": "sha256:" + "0" * 64},
         ],
     )
-    (tmp_path / "a" / ".a2a" / "agents.json").write_text(
+    WorkspaceLayout(tmp_path / "a").agents.write_text(
         json.dumps({"agents": [{"name": "peer", "url": "https://x", "apiKey": DUPLICATE}]})
     )
     (tmp_path / "b.json").write_text("{broken")

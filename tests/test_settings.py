@@ -21,6 +21,7 @@ from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.clock import DEFAULT_MAX_WAIT_S
 from a2a_gateway.client.transport import DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT
 from a2a_gateway.client.watches import WatchRegistry
+from a2a_gateway.local.files import DEFAULT_MAX_FILE_BYTES
 from a2a_gateway.proxy import ignored_settings
 from a2a_gateway.server import pg_store
 from a2a_gateway.server.config import (
@@ -33,7 +34,6 @@ from a2a_gateway.server.config import (
 from a2a_gateway.server.engine.state import DEFAULT_LIST_MAX_BYTES
 from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
 from a2a_gateway.server.file_store import WorkspaceTaskStore
-from a2a_gateway.server.files import DEFAULT_MAX_FILE_BYTES
 from a2a_gateway.server.limits import TaskCaps
 from a2a_gateway.server.task_store import (
     DEFAULT_MEMORY_BYTES,

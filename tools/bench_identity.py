@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder 
 
 from load import free_port, sends, wait_ready  # noqa: E402
 
+from a2a_gateway.local.layout import WorkspaceLayout  # noqa: E402
 from tests.support.idp import AUDIENCE, provider_in_thread  # noqa: E402
 
 KEY = "bench-identity-key-0f1e2d3c4b5a"
@@ -35,12 +36,13 @@ KEY = "bench-identity-key-0f1e2d3c4b5a"
 async def bench(args: argparse.Namespace) -> None:
     with provider_in_thread() as idp, tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
         workspace = Path(tmp) / "ws"
-        (workspace / ".a2a").mkdir(parents=True)
+        layout = WorkspaceLayout(workspace)
+        layout.state.mkdir(parents=True)
         callers = [
             {"name": "keyed", "key": KEY},
             {"name": "oidc", "jwt": {"issuer": idp.issuer, "audience": AUDIENCE, "sub": "oidc"}},
         ]
-        (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+        layout.callers.write_text(json.dumps(callers))
         port = free_port()
         command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux"]
         command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]

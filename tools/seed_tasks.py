@@ -23,6 +23,9 @@ import os
 import secrets
 import sys
 import time
+from pathlib import Path
+
+from a2a_gateway.local.layout import WorkspaceLayout
 
 STATES = (
     ("TASK_STATE_COMPLETED", 90),
@@ -97,7 +100,7 @@ def state_table() -> list[str]:
 def seed(
     workspace: str, count: int, *, contexts: int, days: float, owner: str, owner_ws: str
 ) -> float:
-    folder = os.path.join(workspace, ".a2a", "tasks")
+    folder = str(WorkspaceLayout(Path(workspace)).tasks)
     os.makedirs(folder, exist_ok=True)
     states = state_table()
     now_ms = time.time_ns() // 1_000_000

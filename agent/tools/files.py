@@ -15,11 +15,13 @@ import asyncio
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from a2a_gateway.local.atomic_files import replace_file
+from a2a_gateway.local.layout import STATE_FOLDER
 
 from .base import Tool, ToolContext, ToolError, ToolResult
 
@@ -27,7 +29,6 @@ READ_CAP = 256 * 1024
 WRITE_CAP = 1024 * 1024
 LIST_CAP = 500
 SEND_CAP = 10 * 1024 * 1024
-PRIVATE = ".a2a"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +51,17 @@ def confine(workspace: Path, relative: object) -> Path:
         raise ToolError("path: absolute paths are refused; give one relative to the workspace")
     if ".." in lexical.parts:
         raise ToolError("path: '..' is refused; the path must stay inside the workspace")
-    if lexical.parts and lexical.parts[0] == PRIVATE:
-        raise ToolError("path: .a2a/ is the gateway's own folder and is refused")
+    if lexical.parts and lexical.parts[0] == STATE_FOLDER:
+        raise ToolError(f"path: {STATE_FOLDER}/ is the gateway's own folder and is refused")
     root = workspace.resolve()
     real = (root / lexical).resolve()
     if real != root and not real.is_relative_to(root):
         raise ToolError("path: it leads outside the workspace (through a symlink)")
     inside = real.relative_to(root).parts
-    if inside and inside[0] == PRIVATE:
-        raise ToolError("path: it leads into .a2a/ (through a symlink), which is refused")
+    if inside and inside[0] == STATE_FOLDER:
+        raise ToolError(
+            f"path: it leads into {STATE_FOLDER}/ (through a symlink), which is refused"
+        )
     return real
 
 
@@ -85,15 +88,7 @@ def _write_regular(path: Path, data: bytes) -> None:
             raise ToolError("path: exists and is not a regular file")
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    replace_file(path, data, fsync=False)
 
 
 def _list(path: Path, root: Path) -> list[str]:
@@ -101,7 +96,7 @@ def _list(path: Path, root: Path) -> list[str]:
         raise ToolError("path: not a folder")
     entries: list[str] = []
     for entry in sorted(path.iterdir()):
-        if path == root and entry.name == PRIVATE:
+        if path == root and entry.name == STATE_FOLDER:
             continue
         if len(entries) >= LIST_CAP:
             entries.append(f"... (more than {LIST_CAP} entries)")

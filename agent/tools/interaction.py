@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.json_schemas import schema_problem
 
 from .base import Tool, ToolContext, ToolError, ToolResult
@@ -34,7 +35,7 @@ log = logging.getLogger("a2a_gateway.agent.tools")
 
 QUESTION_CAP = 4000
 NOTE_CAP = 4000
-OWNER_INBOX = Path(".a2a") / "owner-inbox.jsonl"
+OWNER_INBOX = RELATIVE.owner_inbox
 
 
 class InputNeeded(Exception):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, overload
 from google.protobuf import empty_pb2
 
 from a2a_gateway.agent.base import Agent
+from a2a_gateway.local.files import DEFAULT_MAX_FILE_BYTES
 from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import ExtendedAgentCardNotConfiguredError
@@ -17,7 +18,6 @@ from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
-from ..files import DEFAULT_MAX_FILE_BYTES
 from ..limits import TaskLimiter
 from ..outbound import OutboundClient
 from ..push import PushDispatcher

@@ -36,8 +36,9 @@ from a2a_gateway.agent.base import (
     Rejected,
     Signal,
     TextChunk,
-    redact,
 )
+from a2a_gateway.local.files import sanitize_filename
+from a2a_gateway.local.redaction import redact_error
 from a2a_gateway.protocol import tracing
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
@@ -51,7 +52,6 @@ from ..files import (
     is_file_part,
     outgoing_parts,
     receive_files,
-    sanitize_filename,
 )
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
@@ -276,7 +276,7 @@ class Runner(_TurnIO):
                 return  # CancelTask already stored the outcome
             run.stopping = run.stopping or SHUTDOWN
         except AgentError as exc:
-            ending = (pb.TASK_STATE_FAILED, redact(str(exc)) or UNEXPECTED)
+            ending = (pb.TASK_STATE_FAILED, redact_error(str(exc)) or UNEXPECTED)
         except Exception:
             ending = self._unexpected(run)
         finally:

@@ -39,10 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from a2a_gateway.local.layout import RELATIVE
+
 from ..fresh_file import FreshFile
 from ..identity.jwt import KeySource, inline_keys
 
-PACT_FILE = Path(".a2a") / "pact.json"
+PACT_FILE = RELATIVE.pact
 MAX_TEXT_CHARS = 1024
 MAX_AGENTS = 256
 MAX_SCOPES = 64

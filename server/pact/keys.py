@@ -17,11 +17,11 @@ from typing import Any
 from joserfc import jws
 from joserfc.jwk import ECKey, Key
 
+from a2a_gateway.local.atomic_files import removed_on_failure, temp_path, write_file
+from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.card_signature import load_signing_key
 
-from ..atomic_files import removed_on_failure, temp_path, write_file
-
-SIGNING_KEY_FILE = Path(".a2a") / "pact-signing-key.json"
+SIGNING_KEY_FILE = RELATIVE.pact_signing_key
 ALGORITHM = "ES256"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from a2a_gateway.agent.base import redact
+from a2a_gateway.local.redaction import redact_error
 
 
 @pytest.mark.parametrize(
@@ -19,14 +19,15 @@ from a2a_gateway.agent.base import redact
     ],
 )
 def test_patterns_are_redacted(text: str, secret: str) -> None:
-    assert secret not in redact(text)
-    assert "[redacted]" in redact(text)
+    assert secret not in redact_error(text)
+    assert "[redacted]" in redact_error(text)
 
 
 def test_known_secrets_uuids_and_length() -> None:
     assert (
-        redact("the key is plain-secret-value", ["plain-secret-value"]) == "the key is [redacted]"
+        redact_error("the key is plain-secret-value", ["plain-secret-value"])
+        == "the key is [redacted]"
     )
     task_id = "3f2b8c1e-9a4d-4e7f-8b6a-1c2d3e4f5a6b"
-    assert redact(f"task {task_id} failed") == f"task {task_id} failed"
-    assert len(redact("x " * 1000)) <= 500
+    assert redact_error(f"task {task_id} failed") == f"task {task_id} failed"
+    assert len(redact_error("x " * 1000)) <= 500

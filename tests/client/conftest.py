@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from tests.support.ports import free_ports
 from tests.support.processes import (
@@ -52,7 +53,7 @@ def sdk_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
     """Our own gateway (``a2a-gateway serve --faux``) with one caller, all bindings."""
     workspace = tmp_path_factory.mktemp("own-gateway")
-    (workspace / ".a2a").mkdir()
+    WorkspaceLayout(workspace).state.mkdir()
     callers = [{"name": "tester", "key": OWN_KEY}]
     write_callers(workspace, callers)
     port, grpc_port = free_ports(2)

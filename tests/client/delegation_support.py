@@ -18,6 +18,7 @@ from a2a_gateway.agent.base import Signal
 from a2a_gateway.agent.tools.base import ToolContext
 from a2a_gateway.client import connect
 from a2a_gateway.client.a2a_tool import A2ATool
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.workspace import write_callers
@@ -75,7 +76,7 @@ def workspace_calling(folder: Path, gateway: Gateway, **entry: Any) -> Path:
 
 
 def write_agents(workspace: Path, entries: list[dict[str, Any]] | str) -> Path:
-    path = workspace / ".a2a" / "agents.json"
+    path = WorkspaceLayout(workspace).agents
     path.parent.mkdir(parents=True, exist_ok=True)
     # Replaced whole (as an editor saving atomically would): a watch reading it in a
     # worker thread never sees it half-way (test_watches.write_in_place does that).

@@ -17,7 +17,8 @@ from a2a_gateway.agent.tools.base import ToolError
 from a2a_gateway.client.a2a_tool import A2ATool
 from a2a_gateway.client.pending import read_pending
 from a2a_gateway.client.watches import WatchRegistry
-from a2a_gateway.logs import redact
+from a2a_gateway.local.layout import WorkspaceLayout
+from a2a_gateway.local.redaction import redact
 from a2a_gateway.serve import Gateway
 from tests.support.ports import free_port
 
@@ -58,7 +59,7 @@ async def tool() -> AsyncIterator[A2ATool]:
 
 
 async def test_agents_lists_cards_and_problems(tool: A2ATool, workspace: Path) -> None:
-    path = workspace / ".a2a" / "agents.json"
+    path = WorkspaceLayout(workspace).agents
     entries = json.loads(path.read_text())
     gone = f"http://127.0.0.1:{free_port()}"
     entries += [{"name": "gone", "url": gone, "allow_private": True}, {"name": "BAD"}]

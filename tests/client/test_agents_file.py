@@ -16,7 +16,8 @@ from a2a_gateway.client.directory import (
     fetch_agent_cards,
 )
 from a2a_gateway.client.guarded_http import open_agent
-from a2a_gateway.logs import redact
+from a2a_gateway.local.layout import WorkspaceLayout
+from a2a_gateway.local.redaction import redact
 
 from .delegation_support import REMOTE_KEY, base_url, faux_gateway, write_agents
 
@@ -35,7 +36,7 @@ def test_malformed_or_not_an_array_is_no_agents_and_says_so(tmp_path: Path, text
 
 
 def test_fifo_is_not_read(tmp_path: Path) -> None:
-    path = tmp_path / ".a2a" / "agents.json"
+    path = WorkspaceLayout(tmp_path).agents
     path.parent.mkdir()
     os.mkfifo(path)
     agents = read_agents(tmp_path)  # would block forever if opened for a blocking read

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from a2a_gateway.client.errors import Redactor, from_grpc_status
+from a2a_gateway.client.errors import from_grpc_status
+from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol import errors
 
 

@@ -30,6 +30,7 @@ from a2a_gateway.client.pending import (
     write_pending,
 )
 from a2a_gateway.client.watches import WatchRegistry, poll_delays
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.push_receiver import build_push_app
 from tests.support.ports import free_port
@@ -242,7 +243,7 @@ async def test_timeout_gives_up_with_no_result(workspace: Path, remote: Gateway)
 def write_in_place(workspace: Path, text: str | None) -> None:
     """agents.json as an editor that truncates, then writes, leaves it half-way (None:
     the file is gone for a moment, as between an unlink and a create)."""
-    path = workspace / ".a2a" / "agents.json"
+    path = WorkspaceLayout(workspace).agents
     if text is None:
         path.unlink()
     else:
@@ -583,7 +584,7 @@ async def test_a_cancelled_write_keeps_the_lock_until_its_thread_has_written(
 
 
 def test_malformed_pending_file_reads_as_no_records(tmp_path: Path) -> None:
-    path = tmp_path / ".a2a" / "pending.json"
+    path = WorkspaceLayout(tmp_path).pending
     path.parent.mkdir()
     path.write_text("{nope")
     assert read_pending(tmp_path) == []

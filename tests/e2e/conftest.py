@@ -21,6 +21,7 @@ import pytest
 from google.protobuf import json_format, message_factory
 from google.rpc import error_details_pb2, status_pb2
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol import codec, routes, sse
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
@@ -208,9 +209,7 @@ def pending_records(workspace: Path) -> list[dict[str, Any]]:
     exists() first: the file is removed once its last record goes, which can fall between
     a check and the read (a test failed once that way)."""
     try:
-        records: list[dict[str, Any]] = json.loads(
-            (workspace / ".a2a" / "pending.json").read_text()
-        )
+        records: list[dict[str, Any]] = json.loads(WorkspaceLayout(workspace).pending.read_text())
     except FileNotFoundError:
         return []
     return records

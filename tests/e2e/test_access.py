@@ -21,10 +21,11 @@ import grpc
 import pytest
 from google.protobuf import json_format, message_factory
 
+from a2a_gateway.local import signing
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol import codec, routes
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR
 from a2a_gateway.serve import Gateway
-from a2a_gateway.server import signing
 from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.limits import RateLimits
 from a2a_gateway.settings import resolve
@@ -59,7 +60,7 @@ class Site:
     gateway: Gateway
 
     def callers(self, workspace: Path) -> Path:
-        return workspace / ".a2a" / "callers.json"
+        return WorkspaceLayout(workspace).callers
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -90,12 +91,12 @@ async def expect(coro: Any, reason: str, codes: set[Any] | None = None) -> WireE
 async def start_site(tmp_path: Path, limits: RateLimits | None = None) -> Site:
     team, solo = tmp_path / "team", tmp_path / "solo"
     write_json(
-        team / ".a2a" / "callers.json",
+        WorkspaceLayout(team).callers,
         [{"name": "alice", "key": KEY_ALICE}, {"name": "bob", "key": KEY_BOB}],
     )
-    write_json(team / ".a2a" / "card.json", TEAM_CARD)
+    write_json(WorkspaceLayout(team).card, TEAM_CARD)
     write_json(
-        solo / ".a2a" / "callers.json",
+        WorkspaceLayout(solo).callers,
         [
             {"name": "carol", "key": KEY_CAROL},
             {"name": "signer", "key": KEY_SIGNER, "signing_secret": SIGNING_SECRET},
@@ -275,7 +276,7 @@ async def test_extended_card_comes_from_the_callers_workspace(driver: Driver) ->
 async def test_malformed_card_json_falls_back_with_a_warning(
     driver: Driver, site: Site, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = site.team / ".a2a" / "card.json"
+    path = WorkspaceLayout(site.team).card
     path.write_text('{"name": 5}')
     with caplog.at_level(logging.WARNING, logger="a2a_gateway.server.card"):
         card = await driver.call("GetExtendedAgentCard", {})

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from a2a_gateway.cli import main
+from a2a_gateway.local.layout import WorkspaceLayout
 
 from ..client.delegation_support import REMOTE_KEY, base_url, faux_gateway
 
 
 def agents_of(workspace: Path) -> list[dict[str, object]]:
-    data = json.loads((workspace / ".a2a" / "agents.json").read_text())
+    data = json.loads(WorkspaceLayout(workspace).agents.read_text())
     assert isinstance(data, list)
     return data
 
@@ -77,7 +78,7 @@ def test_add_and_remove(
     assert main(["agents", "remove", "travel-bot", "--workspace", ws]) == 0
     assert main(["agents", "remove", "travel-bot", "--workspace", ws]) == 1
     assert [a["name"] for a in agents_of(tmp_path)] == ["other"]
-    assert not [p for p in (tmp_path / ".a2a").iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in WorkspaceLayout(tmp_path).state.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_no_key_flag_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,11 +87,11 @@ def test_no_key_flag_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     _, err = capsys.readouterr()
     assert "unrecognized arguments: --key" in err
     assert REMOTE_KEY not in err  # the refused key is not echoed back
-    assert not (tmp_path / ".a2a" / "agents.json").exists()
+    assert not WorkspaceLayout(tmp_path).agents.exists()
 
 
 def test_malformed_file_is_left_alone(tmp_path: Path) -> None:
-    path = tmp_path / ".a2a" / "agents.json"
+    path = WorkspaceLayout(tmp_path).agents
     path.parent.mkdir()
     path.write_text("{broken")
     assert main(["agents", "add", "a", "https://a.example/", "--workspace", str(tmp_path)]) == 1
@@ -100,8 +101,8 @@ def test_malformed_file_is_left_alone(tmp_path: Path) -> None:
 async def test_list_fetches_cards_in_a_subprocess(tmp_path: Path) -> None:
     async with faux_gateway(tmp_path / "a") as gateway:
         ws = tmp_path / "b"
-        (ws / ".a2a").mkdir(parents=True)
-        (ws / ".a2a" / "agents.json").write_text(
+        WorkspaceLayout(ws).state.mkdir(parents=True)
+        WorkspaceLayout(ws).agents.write_text(
             json.dumps(
                 [
                     {

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.secrets import use_secret
@@ -210,7 +211,7 @@ async def test_a_secret_is_asked_of_the_owner_on_a_one_time_link(
     )
     assert "comes from its owner" in refused.message
     workspace = workspace_of(assistant)
-    inbox = workspace / ".a2a" / "owner-inbox.jsonl"
+    inbox = WorkspaceLayout(workspace).owner_inbox
     entry = await next_inbox_entry(inbox, 0)
     assert entry["caller"] == "alice" and entry["text"].endswith("Your API token?")
     url = entry["url"]
@@ -229,7 +230,7 @@ async def test_a_secret_is_asked_of_the_owner_on_a_one_time_link(
     assert secret not in json.dumps(done)  # ...the task, its history and the files did not
     assert files_holding(workspace, secret) == []
     assert not [line for line in captured_logs() if secret in line]
-    transcript = "".join(p.read_text() for p in (workspace / ".a2a" / "sessions").iterdir())
+    transcript = "".join(p.read_text() for p in WorkspaceLayout(workspace).sessions.iterdir())
     assert "The owner gave a secret here" in transcript
 
     # An expired link is refused, and the turn goes on without the value.
@@ -263,7 +264,7 @@ async def test_second_task_in_a_context_sees_the_first(
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[2]["content"] == "first answer"
     scope = f"serve-a2a-alice_{first['contextId']}"
-    transcript = workspace_of(assistant) / ".a2a" / "sessions" / f"{scope}.jsonl"
+    transcript = WorkspaceLayout(workspace_of(assistant)).sessions / f"{scope}.jsonl"
     assert len(transcript.read_bytes().splitlines()) == 4
 
 
@@ -309,7 +310,7 @@ async def test_notify_owner_and_send_file(
     assert task["status"]["state"] == COMPLETED
     files = [p for a in task["artifacts"] for p in a["parts"] if "raw" in p]
     assert len(files) == 1 and files[0]["filename"] == "report.txt"
-    inbox = (workspace / ".a2a" / "owner-inbox.jsonl").read_bytes().splitlines()
+    inbox = WorkspaceLayout(workspace).owner_inbox.read_bytes().splitlines()
     record = orjson.loads(inbox[-1])
     assert record["caller"] == "alice" and record["text"] == "travel-bot asked for the report"
     notes = [r.getMessage() for r in caplog.records if "owner notified" in r.getMessage()]

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from a2a_gateway.cli import main
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.auth import read_callers
 from a2a_gateway.server.identity import verify_password
@@ -28,7 +29,7 @@ LONG_KEY = "listed-key-0a1b2c3d4e5f"
 
 
 def callers_file(workspace: Path) -> Path:
-    return workspace / ".a2a" / "callers.json"
+    return WorkspaceLayout(workspace).callers
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

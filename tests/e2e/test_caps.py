@@ -9,6 +9,7 @@ import aiohttp
 import grpc
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.workspace import write_callers
@@ -20,7 +21,7 @@ from .test_scenarios import expect_error, send
 @pytest.fixture
 async def capped(tmp_path: Path) -> AsyncIterator[Gateway]:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(workspace).state.mkdir(parents=True)
     callers = [
         {"name": "alice", "key": KEY_ALICE, "max_running_tasks": 1},
         {"name": "bob", "key": KEY_BOB},

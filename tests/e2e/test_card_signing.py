@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from joserfc.jwk import ECKey, KeySet, OKPKey, RSAKey
 
 from a2a_gateway.client import CardError, connect
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.card_signature import (
     CardSignatureError,
     public_jwks,
@@ -48,7 +49,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     (tmp_path / "card-key.pem").write_bytes(pem)
     workspace = tmp_path / "ws"
     write_callers(workspace, [{"name": "carol", "key": KEY}])
-    (workspace / ".a2a" / "card.json").write_text(json.dumps({"name": "Carol's card"}))
+    WorkspaceLayout(workspace).card.write_text(json.dumps({"name": "Carol's card"}))
     settings = {
         "workspace": [str(workspace)],
         "port": 0,

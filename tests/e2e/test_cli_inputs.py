@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.settings import resolve
 from tests.support.processes import GATEWAY
@@ -334,7 +335,7 @@ async def test_cancel_on_interrupt_cancels_the_task(url: str) -> None:
 @pytest.fixture
 async def signed_gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     workspace = tmp_path / "signed-ws"
-    (workspace / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(workspace).state.mkdir(parents=True)
     write_callers(
         workspace, [{"name": "carol", "key": SIGNED_KEY, "signing_secret": SIGNING_SECRET}]
     )

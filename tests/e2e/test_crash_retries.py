@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.server.pg_local import LocalPostgres
 from tests.support.ports import free_ports
 from tests.support.postgres import fresh_database
@@ -176,7 +177,7 @@ async def test_every_answered_message_id_retried_after_kill_9_finds_its_task(
     first = ServerProcess(f"crash-{store}-1", command, tmp_path, card, grpc_port=None)
     first.start()
     try:
-        index = None if store == "postgres" else workspace / ".a2a" / "index.sqlite3"
+        index = None if store == "postgres" else WorkspaceLayout(workspace).task_index
         answered = await _burst_then_kill(first, port, index)
     finally:
         first.stop()

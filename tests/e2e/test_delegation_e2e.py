@@ -24,6 +24,7 @@ import pytest
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.chat_tui import PROMPT, SECRET_PROMPT
 from a2a_gateway.client import connect
+from a2a_gateway.local.layout import WorkspaceLayout
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import CARD_PATH, GATEWAY, ServerProcess
 from tests.support.secrets import use_secret
@@ -88,8 +89,8 @@ async def llm() -> AsyncIterator[FakeLLM]:
 @pytest.fixture
 def workspace_b(tmp_path: Path, remote: str) -> Path:
     ws = tmp_path / "b"
-    (ws / ".a2a").mkdir(parents=True)
-    (ws / ".a2a" / "agents.json").write_text(
+    WorkspaceLayout(ws).state.mkdir(parents=True)
+    WorkspaceLayout(ws).agents.write_text(
         json.dumps(
             [{"name": "assistant-a", "url": remote, "key": REMOTE_KEY, "allow_private": True}]
         )
@@ -464,7 +465,7 @@ async def test_chat_in_a_terminal_shows_tools_stops_a_turn_and_names_running_wat
     assert child.exitstatus == 0
     text = ANSI.sub("", "".join(screen))
     assert not LOG_LINE.search(text)  # log lines go to the file, never the conversation
-    logged = (workspace_b / ".a2a" / "logs" / "chat.log").read_text()
+    logged = WorkspaceLayout(workspace_b).chat_log.read_text()
     assert "a2a client: agents in" in logged
     assert LLM_KEY not in text + logged and REMOTE_KEY not in text + logged
 
@@ -509,7 +510,7 @@ async def test_chat_in_a_terminal_asks_a_secret_with_a_hidden_prompt(
     (result,) = tool_results(llm.requests[1])
     assert result.endswith(secret)
     assert files_holding(workspace, secret) == []
-    assert (workspace / ".a2a" / "logs" / "chat.log").is_file()
+    assert WorkspaceLayout(workspace).chat_log.is_file()
 
 
 class _Collect:

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from a2a_gateway.local.layout import WorkspaceLayout
+
 from ..agent.fake_llm import Calls, Reply, Say
 from .walkthrough import ROOT, run_walkthrough, sh_blocks
 
@@ -49,4 +51,4 @@ async def test_delegation_doc_examples(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == [".scratch"]
     assert 'Result (matches resultSchema):\n{"city":"Lisbon"}' in out
     # The background task was waited for: nothing is left for a watch to deliver.
-    assert not (tmp_path / ".scratch" / "b-ws" / ".a2a" / "pending.json").exists()
+    assert not WorkspaceLayout(tmp_path / ".scratch" / "b-ws").pending.exists()

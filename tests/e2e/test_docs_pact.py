@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from tests.support.ports import free_ports
 
 from .conftest import run_bash
@@ -106,7 +107,9 @@ async def test_the_pact_walkthrough(tmp_path: Path) -> None:
     # The retry got the same reply: one task for alice's m-1, one for m-2, one for m-4.
     answers = [json.loads(line) for line in out.splitlines() if line.startswith('{"jsonrpc"')]
     assert answers[0] == answers[1]
-    assert len(list((tmp_path / ".scratch" / "pact-ws" / ".a2a" / "tasks").glob("**/*.json"))) == 3
+    assert (
+        len(list(WorkspaceLayout(tmp_path / ".scratch" / "pact-ws").tasks.glob("**/*.json"))) == 3
+    )
     assert "Traceback" not in log
     # What the examples leave is under .scratch/ (git-ignored); gateway.log is this test's.
     assert sorted(os.listdir(tmp_path)) == [".scratch", "gateway.log"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 
 from .conftest import BINDINGS, Driver
@@ -154,7 +155,7 @@ async def test_over_the_cap_in_fails_and_out_is_skipped(
 
 
 async def test_hostile_file_names(driver: Driver, tmp_path: Path, inbox: Path) -> None:
-    callers = tmp_path / "ws" / ".a2a" / "callers.json"
+    callers = WorkspaceLayout(tmp_path / "ws").callers
     before = callers.read_bytes()
     task = await send_parts(
         driver,

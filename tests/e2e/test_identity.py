@@ -29,6 +29,7 @@ import pytest
 from a2a_gateway.client import AuthRejected, ClientAuth, connect, user_message
 from a2a_gateway.client.agents_file import parse_agents
 from a2a_gateway.client.guarded_http import open_agent
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
@@ -68,7 +69,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     async with running_provider() as idp:
         idp.introspectors["gateway"] = INTROSPECTION_SECRET
         workspace = tmp_path / "ws"
-        (workspace / ".a2a").mkdir(parents=True)
+        WorkspaceLayout(workspace).state.mkdir(parents=True)
         callers = [
             {"name": "alice", "jwt": {"issuer": idp.issuer, "audience": AUDIENCE, "sub": "alice"}},
             {

@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from a2a_gateway.cli import build_parser
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import keyless_problem, server_config
 from a2a_gateway.server.config import is_loopback
 from a2a_gateway.settings import SETTINGS, resolve
@@ -39,7 +40,7 @@ START_TIMEOUT_S = 60.0
 
 def _workspace(root: Path, name: str, callers: object | None) -> Path:
     folder = root / name
-    (folder / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(folder).state.mkdir(parents=True)
     if callers is not None:
         write_callers(folder, callers)
     return folder

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import keyless_problem, server_config
 from a2a_gateway.settings import resolve
 from tests.support.idp import running_provider
@@ -28,8 +29,8 @@ async def test_the_assistant_hears_the_personal_agent_and_its_user(
 ) -> None:
     workspace = tmp_path / "ws"
     async with running_provider() as idp:
-        (workspace / ".a2a").mkdir(parents=True)
-        (workspace / ".a2a" / "pact.json").write_text(
+        WorkspaceLayout(workspace).state.mkdir(parents=True)
+        WorkspaceLayout(workspace).pact.write_text(
             json.dumps({"audience": AUDIENCE, "personalAgents": [idp.personal_agent()]})
         )
         gateway = await start_gateway(workspace, llm, pact_token_max_lifetime=120)
@@ -67,7 +68,7 @@ async def test_the_assistant_hears_the_personal_agent_and_its_user(
 
 
 def test_an_enabled_personal_agent_is_a_caller_off_loopback(tmp_path: Path) -> None:
-    pact = tmp_path / ".a2a" / "pact.json"
+    pact = WorkspaceLayout(tmp_path).pact
     pact.parent.mkdir(parents=True)
     agent = {"issuer": "https://pa.example", "jwksUri": "https://pa.example/jwks"}
     flags = {"host": "0.0.0.0", "workspace": [str(tmp_path)]}

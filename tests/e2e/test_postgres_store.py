@@ -31,6 +31,7 @@ import asyncpg
 import grpc
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import LISTENER_NAME, SCHEMA_VERSION
@@ -118,7 +119,7 @@ async def test_a_task_sent_to_one_gateway_is_read_listed_and_retried_on_the_othe
     # The same message again, on the other gateway: the same task, no second run.
     again = (await b.call("SendMessage", send("hello", message_id)))["task"]
     assert again["id"] == task["id"]
-    assert not (tmp_path / "ws" / ".a2a" / "tasks").exists()
+    assert not WorkspaceLayout(tmp_path / "ws").tasks.exists()
     conn = await asyncpg.connect(database)
     try:
         assert await conn.fetchval("SELECT count(*) FROM a2a_tasks") == 2
@@ -471,7 +472,7 @@ async def test_replicas_starting_together_create_the_schema_once(
     tmp_path: Path, database: str
 ) -> None:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(workspace).state.mkdir(parents=True)
     replicas: list[ServerProcess] = []
     for n, port in enumerate(free_ports(4)):
         command = [*GATEWAY, "serve", "--faux",

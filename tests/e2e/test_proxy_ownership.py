@@ -19,6 +19,7 @@ import grpc
 import pytest
 
 from a2a_gateway import proxy_listing
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.errors import TaskNotFoundError, UnavailableError
 from a2a_gateway.proxy_owners import RECORDS_FOLDER, TaskOwners
@@ -306,7 +307,7 @@ async def test_path_like_task_ids_through_the_proxy_touch_no_file(
     """Files the ids would reach do not parse as records: reading one would log it."""
     proxy = await start_proxy()
     await create_task(proxy, KEY_ALICE)  # the records folder exists, so ".." resolves
-    (workspace / ".a2a" / "planted.json").write_bytes(b"not a record")
+    (WorkspaceLayout(workspace).state / "planted.json").write_bytes(b"not a record")
     before = tree(tmp_path)
     caplog.set_level(logging.WARNING, logger=LOGGER)
     for task_id in ("../callers", "../planted", "../../.a2a/planted", "a/b", "/etc/passwd"):
@@ -390,7 +391,7 @@ def test_stale_temp_files_are_removed_when_the_folder_is_opened(tmp_path: Path) 
 def test_a_record_that_cannot_be_written_is_kept_in_memory(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    blocker = tmp_path / ".a2a"
+    blocker = WorkspaceLayout(tmp_path).state
     blocker.write_text("a file where the folder should be")
     owners = TaskOwners.in_workspace(tmp_path)
     caplog.set_level(logging.ERROR, logger=LOGGER)

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from a2a_gateway.cli import main
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 
 from .conftest import KEY_ALICE, Driver, WireError
@@ -34,7 +35,7 @@ async def test_unpublished_is_404_and_401_until_published_again(
     driver: Driver, gateway: Gateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workspace = gateway.config.workspaces[0]
-    card_file = workspace / ".a2a" / "card.json"
+    card_file = WorkspaceLayout(workspace).card
     card_file.write_text(json.dumps({"name": "Trip planner"}))
     assert await _card_status(driver) == 200
 
@@ -84,7 +85,7 @@ async def test_unpublished_http_answers_carry_the_statuses(
 def test_publish_refuses_a_card_file_that_is_not_an_object(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    card_file = tmp_path / ".a2a" / "card.json"
+    card_file = WorkspaceLayout(tmp_path).card
     card_file.parent.mkdir()
     card_file.write_text("[1]")
     assert main(["callers", "unpublish", "--workspace", str(tmp_path)]) == 1

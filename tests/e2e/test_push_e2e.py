@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from tests.support.secrets import use_secret
 
@@ -183,7 +184,7 @@ async def test_secrets_never_come_back_nor_rest_in_plaintext(
     assert TOKEN not in seen and CREDENTIALS not in seen
 
     # At rest: sealed in the task file (the key is in .a2a/secret.key).
-    task_file = tmp_path / "ws" / ".a2a" / "tasks" / f"{task['id']}.json"
+    task_file = WorkspaceLayout(tmp_path / "ws").tasks / f"{task['id']}.json"
     stored = json.loads(task_file.read_bytes())["pushConfigs"]
     assert [c["id"] for c in stored] == ["c1"]
     assert stored[0]["token"].startswith("enc:v1:")

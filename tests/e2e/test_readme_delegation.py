@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from tests.support.ports import free_ports
 
 from .conftest import run_bash
@@ -53,11 +54,11 @@ async def test_two_gateways_walkthrough_on_the_demo_model(tmp_path: Path) -> Non
             assert fragment.strip() in out, (fragment, out[-3000:])
     assert "k_b_0123456789abcdef" not in out
     # On A the message was a task of caller assistant-b, answered by A's demo model.
-    (task_file,) = (tmp_path / ".scratch" / "a-ws" / ".a2a" / "tasks").rglob("*.json")
+    (task_file,) = WorkspaceLayout(tmp_path / ".scratch" / "a-ws").tasks.rglob("*.json")
     stored = task_file.read_text()
     assert "assistant-b" in stored and "what it can do" in stored
     assert "Traceback" not in (tmp_path / "a.log").read_text()
     # What the examples leave is under .scratch/ (git-ignored); a.log is this test's.
     assert sorted(os.listdir(tmp_path)) == [".scratch", "a.log"]
-    agents = json.loads((tmp_path / ".scratch" / "b-ws" / ".a2a" / "agents.json").read_text())
+    agents = json.loads(WorkspaceLayout(tmp_path / ".scratch" / "b-ws").agents.read_text())
     assert agents[0]["name"] == "assistant-a"

@@ -20,6 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.serve import Signals
@@ -214,7 +215,7 @@ async def test_sigterm_drains_every_binding(tmp_path: Path) -> None:
     # The streams' runs were still going at the end: stopped, stored failed, files whole.
     tasks = [
         json.loads(path.read_text())["task"]
-        for path in (served.workspace / ".a2a" / "tasks").glob("*.json")
+        for path in WorkspaceLayout(served.workspace).tasks.glob("*.json")
     ]
     held = [task for task in tasks if task["contextId"].startswith("hold-")]
     assert sorted(task["status"]["state"] for task in held) == [DONE] * 3
@@ -223,7 +224,7 @@ async def test_sigterm_drains_every_binding(tmp_path: Path) -> None:
     for task in stopped:
         assert task["status"]["state"] == FAILED
         assert task["status"]["message"]["parts"][0]["text"] == SHUTDOWN
-    assert not list((served.workspace / ".a2a" / "tasks").glob(".*"))  # no temp files
+    assert not list(WorkspaceLayout(served.workspace).tasks.glob(".*"))  # no temp files
 
 
 @pytest.mark.parametrize(

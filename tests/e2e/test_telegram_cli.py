@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from a2a_gateway.client.pending import PendingRecord, write_pending
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.settings import load
 from a2a_gateway.telegram_cmd import TelegramApp, check
 from a2a_gateway.telegram_settings import TelegramSettings
@@ -117,7 +118,7 @@ async def test_the_bot_answers_its_owner_and_relays_an_inbound_callers_notice(
     bot_api: FakeBotApi, llm: FakeLLM, tmp_path: Path
 ) -> None:
     root = tmp_path / "chats"
-    a2a_folder = root / str(OWNER) / ".a2a"
+    a2a_folder = WorkspaceLayout(root / str(OWNER)).state
     a2a_folder.mkdir(parents=True)
     callers = [
         {"name": "travel-bot", "key": CALLER_KEY, "note": "Alice's trip planner"},
@@ -308,12 +309,12 @@ async def test_a_delegated_task_comes_back_as_a_follow_up_even_across_a_restart(
     bot_api: FakeBotApi, tmp_path: Path
 ) -> None:
     root = tmp_path / "chats"
-    (root / str(OWNER) / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(root / str(OWNER)).state.mkdir(parents=True)
     llm = FakeLLM(owner_model)
     await llm.start()
     try:
         async with remote_gateway(tmp_path) as remote_port:
-            (root / str(OWNER) / ".a2a" / "agents.json").write_text(
+            WorkspaceLayout(root / str(OWNER)).agents.write_text(
                 json.dumps(
                     [
                         {
@@ -438,7 +439,7 @@ async def start_a2a_bot(
 ) -> TelegramApp:
     """The bot with ``--a2a`` in-process, its owner's chat taking calls from travel-bot
     (CALLER_KEY); the model's ``replies`` (it says "booked" once)."""
-    (root / str(OWNER) / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(root / str(OWNER)).state.mkdir(parents=True)
     write_callers(root / str(OWNER), [{"name": "travel-bot", "key": CALLER_KEY}])
     llm.script(*replies)
     values: dict[str, Any] = {
@@ -541,7 +542,7 @@ async def test_a2a_lists_a_callers_tasks_from_the_task_store(
         await app.stop()
     report = bot_api.chat_text(OWNER)[-1]
     assert f"    task {task['id']}: completed" in report.splitlines()
-    assert not list((root / str(OWNER) / ".a2a").glob("tasks/*.json"))  # not from files
+    assert not list(WorkspaceLayout(root / str(OWNER)).state.glob("tasks/*.json"))  # not from files
 
 
 async def test_the_bot_runs_on_the_demo_model(bot_api: FakeBotApi, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import pytest
 from a2a_gateway.client import ClientAuth, connect, user_message
 from a2a_gateway.client.agents_file import parse_agents
 from a2a_gateway.client.guarded_http import open_agent
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.identity import hash_password
 from a2a_gateway.settings import resolve
@@ -58,7 +59,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     robot, scanner = ca.issue("robot"), ca.issue("scanner", san="scanner.example")
     intruder = other.issue("robot")
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(workspace).state.mkdir(parents=True)
     fingerprint = ":".join(f"{b:02X}" for b in hashlib.sha256(robot.der).digest())
     callers = [
         {"name": "robot", "mtls": {"sha256": fingerprint}},

@@ -32,6 +32,7 @@ import pytest
 
 from a2a_gateway.chat import run_chat
 from a2a_gateway.chat_settings import ChatSettings
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.logs import JsonFormatter
 from a2a_gateway.settings import load
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
@@ -214,7 +215,7 @@ async def test_a_message_to_a_whose_assistant_delegates_to_b_is_one_trace(
         try:
             # alice may have A's assistant call A's agents (opt-in, for her alone).
             callers = [{"name": "alice", "key": KEY_ALICE, "delegate": True}]
-            (workspace / ".a2a" / "callers.json").write_text(json.dumps(callers))
+            WorkspaceLayout(workspace).callers.write_text(json.dumps(callers))
             async with (
                 aiohttp.ClientSession() as http,
                 grpc.aio.insecure_channel(f"127.0.0.1:{a.grpc_port}") as channel,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from tests.support.idp import AUDIENCE as OIDC_AUDIENCE
 from tests.support.idp import IdentityProvider, provider_in_thread
 from tests.support.ports import HOST, free_ports
@@ -79,7 +80,7 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
     stack = contextlib.ExitStack()
     if SERVER_UNDER_TEST == "gateway":
         workspace = tmp_path_factory.mktemp("workspace")
-        state = workspace / ".a2a"
+        state = WorkspaceLayout(workspace).state
         state.mkdir()
         idp = stack.enter_context(provider_in_thread())
         oidc = {

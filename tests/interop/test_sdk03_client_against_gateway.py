@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from tests.support.ports import HOST, free_ports
 from tests.support.processes import (
     CARD_PATH,
@@ -47,7 +48,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     require_peer03_venv()
     workspace = tmp_path_factory.mktemp("workspace")
     key = secrets.token_urlsafe(24)
-    state = workspace / ".a2a"
+    state = WorkspaceLayout(workspace).state
     state.mkdir()
     write_callers(workspace, [{"name": "sdk03", "key": key}])
     (state / "card.json").write_text(json.dumps(EXTENDED_CARD_JSON))

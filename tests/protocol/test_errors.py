@@ -135,7 +135,8 @@ def test_the_shared_invalid_request_reason_reads_back_as_what_was_sent(
     """JSONParseError and InvalidRequestError share the reason INVALID_REQUEST: the reason
     alone (gRPC, HTTP+JSON) is the general InvalidRequest (a request too large is not a
     parse error); on JSON-RPC the code tells them apart."""
-    from a2a_gateway.client.errors import Redactor, from_jsonrpc_error
+    from a2a_gateway.client.errors import from_jsonrpc_error
+    from a2a_gateway.local.redaction import Redactor
 
     status = errors.status_proto(errors.InvalidRequestError("request message is too large"))
     assert type(errors.error_from_status(status)) is errors.InvalidRequestError

@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Middleware
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.card import CardProvider
 from a2a_gateway.server.config import ServerConfig
@@ -132,7 +133,7 @@ async def http(start_http: Starter) -> Http:
 @pytest.fixture
 def keyed_workspace(tmp_path: Path) -> Path:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(workspace).state.mkdir(parents=True)
     callers = [{"name": "alice", "key": KEY}]
     write_callers(workspace, callers)
     return workspace

@@ -26,6 +26,7 @@ from joserfc import jwt
 from joserfc.jwk import KeySet
 
 from a2a_gateway.account_api import AccountApiTool
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pact import PACT_FILE
@@ -290,7 +291,7 @@ async def delegation_stack(tmp_path: Path, llm: FakeLLM) -> AsyncIterator[Stack]
         stack.push_async_callback(site.close)
         company.base = str(site.make_url("")).rstrip("/")
         workspace = tmp_path / "ws"
-        (workspace / ".a2a").mkdir(parents=True)
+        WorkspaceLayout(workspace).state.mkdir(parents=True)
         (workspace / PACT_FILE).write_text(json.dumps(pact_json(pa, company, login)))
         outbound = OutboundClient(allow_private_urls=True, timeout_s=10)
         stack.push_async_callback(outbound.aclose)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import ANONYMOUS, CallContext, Caller
 from a2a_gateway.server.auth import WorkspaceCallers
@@ -273,7 +274,7 @@ def caller_in(workspace: Path) -> CallContext:
 
 
 def write_card(workspace: Path, content: Any) -> Path:
-    path = workspace / ".a2a" / "card.json"
+    path = WorkspaceLayout(workspace).card
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content if isinstance(content, str) else json.dumps(content))
     return path

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from a2a_gateway.agent.base import AgentProfile
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.server.card import CardProvider
@@ -235,9 +236,9 @@ async def test_public_card_shows_nothing_of_the_workspaces(
 ) -> None:
     workspaces = [tmp_path / "a", tmp_path / "b"]
     for workspace in workspaces:
-        (workspace / ".a2a").mkdir(parents=True)
+        WorkspaceLayout(workspace).state.mkdir(parents=True)
         (workspace / "PERSONA.md").write_text(f"# {PRIVATE}\n")
-        (workspace / ".a2a" / "card.json").write_text(
+        WorkspaceLayout(workspace).card.write_text(
             json.dumps({"name": PRIVATE_CARD, "description": PRIVATE})
         )
     http = await start_http(config=ServerConfig(workspaces=workspaces))

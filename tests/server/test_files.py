@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from a2a_gateway.local.files import MAX_NAME_BYTES, sanitize_filename
 from a2a_gateway.protocol import proto_dict
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.server.files import (
-    MAX_NAME_BYTES,
     FileRefused,
     OutgoingFile,
     SavedFile,
@@ -27,7 +27,6 @@ from a2a_gateway.server.files import (
     outgoing_parts,
     receive_files,
     received_note,
-    sanitize_filename,
 )
 from a2a_gateway.server.outbound import OutboundClient
 from lf.a2a.v1 import a2a_pb2 as pb

@@ -18,8 +18,8 @@ import lf.a2a.v0_3.a2a_pb2 as pb03
 import lf.a2a.v0_3.a2a_pb2_grpc as a2a03_grpc
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_grpc
+from a2a_gateway.local import signing
 from a2a_gateway.protocol.context import CallContext
-from a2a_gateway.server import signing
 from a2a_gateway.server.auth import AllowAnonymous, Authenticator, WorkspaceCallers
 from a2a_gateway.server.grpc03 import (
     LEGACY_RPCS,

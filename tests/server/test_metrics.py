@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
@@ -683,9 +684,11 @@ async def test_the_file_stores_index_rebuilds_are_counted(tmp_path: Path) -> Non
     finally:
         await files.aclose()
     # A damaged index is rebuilt at the next start (a new process's count starts at 0).
-    for leftover in (tmp_path / ".a2a").glob("index.sqlite3-*"):  # its WAL would repair it
+    for leftover in WorkspaceLayout(tmp_path).state.glob(
+        "index.sqlite3-*"
+    ):  # its WAL would repair it
         leftover.unlink()
-    (tmp_path / ".a2a" / "index.sqlite3").write_bytes(b"not a database" * 100)
+    WorkspaceLayout(tmp_path).task_index.write_bytes(b"not a database" * 100)
     metrics = Metrics(process=False)
     files = WorkspaceTaskStores(tmp_path)
     metrics.watch_store(files)

@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 
+from a2a_gateway.local.addresses import forbidden_reason, host_address, normalise_host
 from a2a_gateway.server.outbound import (
     OutboundClient,
     OutboundConnectionError,
@@ -23,10 +24,7 @@ from a2a_gateway.server.outbound import (
     ResponseTooLarge,
     UrlRefused,
     check_url,
-    forbidden_reason,
     guarded_socket_factory,
-    host_address,
-    normalise_host,
     url_label,
 )
 from tests.support.ports import free_port

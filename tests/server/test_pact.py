@@ -18,6 +18,7 @@ import pytest
 from a2a_gateway.agent.base import Output, Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.agent.prompt import framing_header
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.context import Caller, OnBehalf
 from a2a_gateway.server.auth import CALLERS_FILE, WorkspaceCallers
 from a2a_gateway.server.card import CardProvider
@@ -128,7 +129,7 @@ class Stack:
             return got.status, dict(got.headers), answer.get("error", answer)
 
     def task_files(self) -> list[Path]:
-        return sorted((self.workspace / ".a2a" / "tasks").glob("**/*.json"))
+        return sorted(WorkspaceLayout(self.workspace).tasks.glob("**/*.json"))
 
 
 REST_ROUTES = {
@@ -529,11 +530,11 @@ async def test_an_unpublished_workspace_refuses_personal_agents_too(
     start: Start, idp: IdentityProvider
 ) -> None:
     stack = await start()
-    write_json(stack.workspace / ".a2a" / "card.json", {"published": False})
+    write_json(WorkspaceLayout(stack.workspace).card, {"published": False})
     token = idp.token("alice", audience=AUDIENCE)
     status, headers, _ = await stack.send("JSONRPC", token)
     assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
-    write_json(stack.workspace / ".a2a" / "card.json", {"published": True})
+    write_json(WorkspaceLayout(stack.workspace).card, {"published": True})
     fresh = idp.token("alice", audience=AUDIENCE)  # the first one's jti was never spent
     assert (await stack.send("JSONRPC", fresh, message_id="m-2"))[0] == 200
     assert stack.agent.runs == 1

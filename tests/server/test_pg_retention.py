@@ -9,6 +9,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.serve import Gateway
 from a2a_gateway.server.pg_local import LocalPostgres
@@ -140,7 +141,7 @@ async def test_inbox_files_go_only_when_asked(
 
 async def test_serve_applies_task_retention_to_the_postgres_store(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
-    (workspace / ".a2a").mkdir(parents=True)
+    WorkspaceLayout(workspace).state.mkdir(parents=True)
     flags = {
         "workspace": [str(workspace)], "port": 0, "grpc_port": 0, "faux": True,
         "store": "postgres", "database_url": "postgresql://a2a@127.0.0.1:9/none",

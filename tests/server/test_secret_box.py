@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol import proto_dict
 from a2a_gateway.server.secret_box import (
     KEY_FILE,
@@ -154,7 +155,7 @@ def test_racing_creators_agree_on_one_key(tmp_path: Path) -> None:
     # fails and it adopts the key that won.
     assert late._create_key() == base64.urlsafe_b64decode((tmp_path / KEY_FILE).read_bytes())
     assert late.open(sealed, "ctx") == "value"
-    assert sorted(p.name for p in (tmp_path / ".a2a").iterdir()) == ["secret.key"]
+    assert sorted(p.name for p in WorkspaceLayout(tmp_path).state.iterdir()) == ["secret.key"]
 
 
 def test_a_fifo_key_file_is_refused_without_hanging(tmp_path: Path) -> None:

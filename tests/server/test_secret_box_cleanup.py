@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.server.secret_box import STALE_TEMP_AGE_S, SecretBox
 
 
@@ -18,7 +19,7 @@ def _plant(folder: Path, name: str, age_s: float) -> Path:
 
 
 def test_stale_temp_files_are_removed_when_the_box_opens(tmp_path: Path) -> None:
-    folder = tmp_path / ".a2a"
+    folder = WorkspaceLayout(tmp_path).state
     folder.mkdir()
     stale = _plant(folder, ".secret.key.4242.deadbeef.tmp", STALE_TEMP_AGE_S + 60)
     fresh = _plant(folder, ".secret.key.4243.cafef00d.tmp", 0)  # maybe being written now
@@ -35,14 +36,14 @@ def test_stale_temp_files_are_removed_when_the_box_opens(tmp_path: Path) -> None
 
 def test_stale_temp_files_are_removed_when_an_existing_key_is_read(tmp_path: Path) -> None:
     sealed = SecretBox(tmp_path).seal("token", "ctx")
-    folder = tmp_path / ".a2a"
+    folder = WorkspaceLayout(tmp_path).state
     stale = _plant(folder, ".secret.key.1.00000000.tmp", STALE_TEMP_AGE_S + 1)
     assert SecretBox(tmp_path).open(sealed, "ctx") == "token"
     assert not stale.exists()
 
 
 def test_a_stale_symlink_is_removed_not_followed(tmp_path: Path) -> None:
-    folder = tmp_path / ".a2a"
+    folder = WorkspaceLayout(tmp_path).state
     folder.mkdir()
     target = tmp_path / "precious"
     target.write_text("keep me")

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
+from a2a_gateway.local import signing
 from a2a_gateway.protocol.errors import UnauthenticatedError
-from a2a_gateway.server import signing
 from a2a_gateway.server.auth import WorkspaceCallers
 from a2a_gateway.server.config import ServerConfig
 from lf.a2a.v1 import a2a_pb2 as pb

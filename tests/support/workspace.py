@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from a2a_gateway.local.layout import RELATIVE, WorkspaceLayout
+
 #: Where a workspace keeps its callers (relative to the workspace folder).
-CALLERS_FILE = Path(".a2a") / "callers.json"
+CALLERS_FILE = RELATIVE.callers
 
 #: Entries, or any JSON value or text on purpose (a malformed file).
 Callers = Sequence[Mapping[str, Any]] | str | Any
@@ -38,7 +40,7 @@ def make_workspace(root: Path, callers: Callers | None = None) -> Path:
     """The folder ``root`` (resolved) with its ``.a2a/`` folder and, when ``callers`` is
     given, its callers.json."""
     root = root.resolve()
-    (root / ".a2a").mkdir(parents=True, exist_ok=True)
+    WorkspaceLayout(root).state.mkdir(parents=True, exist_ok=True)
     if callers is not None:
         write_callers(root, callers)
     return root

@@ -20,6 +20,7 @@ from aiohttp import web
 from a2a_gateway.agent.runtime import Runtime
 from a2a_gateway.agent.tools import ToolRegistry
 from a2a_gateway.agent.tools.files import workspace_tools
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.telegram import TelegramConfig, TelegramHost
 from a2a_gateway.telegram.host import SECRET_HEADER
 from tests.agent.fake_llm import Calls, FakeLLM, Say, Stall, user_texts
@@ -87,7 +88,7 @@ async def test_an_allowed_user_gets_an_answer_and_a_stranger_nothing(
     assert len(llm.requests) == 1
     assert user_texts(llm.requests[0])[-1].endswith("hi there")
     assert {t["function"]["name"] for t in llm.requests[0]["tools"]} >= {"read_file", "send_file"}
-    assert (tmp_path / str(OWNER) / ".a2a" / "sessions" / "telegram-111.jsonl").is_file()
+    assert (WorkspaceLayout(tmp_path / str(OWNER)).sessions / "telegram-111.jsonl").is_file()
     strangers = [r for r in caplog.records if str(STRANGER) in r.getMessage()]
     assert len(strangers) == 1  # one line per user, not per message
     assert bot_api.sent("getMe") and bot_api.sent("deleteWebhook") and bot_api.polls > 0
@@ -263,7 +264,7 @@ async def test_tz_sets_the_chats_own_time_zone_for_follow_ups(
     assert "Unknown time zone 'Mars/Olympus'" in unknown
     assert chosen == "Time zone set to Asia/Tokyo." and shown.startswith("Time zone: Asia/Tokyo.")
     assert "local time 2026-12-01 21:30 (Asia/Tokyo)" in user_texts(llm.requests[0])[-1]
-    saved = json.loads((tmp_path / str(OWNER) / ".a2a" / "telegram.json").read_text())
+    saved = json.loads(WorkspaceLayout(tmp_path / str(OWNER)).telegram_settings.read_text())
     assert saved == {"time_zone": "Asia/Tokyo"}
 
 

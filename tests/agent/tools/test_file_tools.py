@@ -12,6 +12,7 @@ import pytest
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.agent.tools import ToolContext, ToolError, ToolResult
 from a2a_gateway.agent.tools.files import FileResult, ListFiles, ReadFile, SendFile, WriteFile
+from a2a_gateway.local.layout import WorkspaceLayout
 
 #: The ``workspace`` of this module's tests has a callers.json (a file the tools must
 #: never reach), a file of its own, and a file beside it (outside it).
@@ -48,14 +49,14 @@ async def test_escapes_are_refused(tool: Any, workspace: Path, tmp_path: Path) -
     await refused(tool, workspace, ".a2a/", path="./.a2a/callers.json", **extra)
     os.symlink(tmp_path / "outside.txt", workspace / "link.txt")
     await refused(tool, workspace, "outside the workspace", path="link.txt", **extra)
-    os.symlink(workspace / ".a2a", workspace / "keys")
+    os.symlink(WorkspaceLayout(workspace).state, workspace / "keys")
     await refused(tool, workspace, "into .a2a/", path="keys/callers.json", **extra)
     os.symlink(tmp_path, workspace / "up")
     await refused(tool, workspace, "outside the workspace", path="up/outside.txt", **extra)
     await refused(tool, workspace, "path:", path="", **extra)
     await refused(tool, workspace, "path:", path=7, **extra)
     assert (tmp_path / "outside.txt").read_text() == "private"
-    assert "callers.json" in os.listdir(workspace / ".a2a")
+    assert "callers.json" in os.listdir(WorkspaceLayout(workspace).state)
 
 
 async def test_fifos_and_folders_are_not_regular_files(workspace: Path) -> None:

@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from a2a_gateway.agent.base import Completed, File, Output, TextChunk, Turn
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.local.layout import RELATIVE, WorkspaceLayout
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import ANONYMOUS
 from a2a_gateway.server.engine import SAVED_AS_KEY, TaskEngine
@@ -136,11 +137,11 @@ async def test_files_out_by_path_never_come_from_the_gateways_own_folder(
 ) -> None:
     workspace = tmp_path / "ws"
     write_callers(workspace, '[{"name": "a", "key": "k_plain_key_1"}]')
-    (workspace / "notes.txt").symlink_to(workspace / ".a2a" / "callers.json")
+    (workspace / "notes.txt").symlink_to(WorkspaceLayout(workspace).callers)
 
     async def script(turn: Turn) -> AsyncIterator[Output]:
-        yield File("callers.json", path=Path(".a2a/callers.json"))
-        yield File("callers2.json", path=workspace / "out" / ".." / ".a2a" / "callers.json")
+        yield File("callers.json", path=RELATIVE.callers)
+        yield File("callers2.json", path=WorkspaceLayout(workspace / "out" / "..").callers)
         yield File("notes.txt", path=Path("notes.txt"))  # a symlink into .a2a/
         yield TextChunk("done", last=True)
 
@@ -189,7 +190,7 @@ async def test_push_secrets_are_sealed_at_rest(
     config.authentication.scheme = "Bearer"
     config.authentication.credentials = CREDENTIALS
     await store.save(TaskRecord(task, ANONYMOUS, [config]))
-    path = tmp_path / ".a2a" / "tasks" / "t1.json"
+    path = WorkspaceLayout(tmp_path).tasks / "t1.json"
     text = path.read_text()
     assert TOKEN not in text and CREDENTIALS not in text
     assert (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
@@ -290,7 +291,7 @@ async def test_a_config_registered_over_0_3_gets_0_3_deliveries_after_a_restart(
                 config, ctx(ANONYMOUS, version=version)
             )
         await first.aclose()
-        path = tmp_path / ".a2a" / "tasks" / f"{asked.id}.json"
+        path = WorkspaceLayout(tmp_path).tasks / f"{asked.id}.json"
         assert json.loads(path.read_text())["pushConfigVersions"] == {"legacy": "0.3"}
 
         second = TaskEngine(  # a restart: the versions come from the file

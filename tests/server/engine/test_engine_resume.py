@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.resume import RESUME_EXPIRED
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.event_log import LOG_SUFFIX, RECORD_HEAD, parse_records
@@ -130,7 +131,7 @@ async def test_the_file_log_numbers_on_after_a_restart_and_cuts_a_torn_record(
     events = await collect(engine.send_streaming_message(request("ask:name?"), context))
     task_id, asked = events[0].task.id, context.event_id
     await engine.aclose()
-    log_file = workspace / ".a2a" / "tasks" / f"{task_id}{LOG_SUFFIX}"
+    log_file = WorkspaceLayout(workspace).tasks / f"{task_id}{LOG_SUFFIX}"
     records, _ = parse_records(log_file.read_bytes())
     assert [seq for seq, _ in records] == list(range(1, len(records) + 1))
     with log_file.open("ab") as torn:  # a crash in the middle of an append

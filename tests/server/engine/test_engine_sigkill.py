@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStore, decode_record
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -81,7 +82,7 @@ async def test_sigkill_with_runs_in_flight_leaves_every_file_valid(tmp_path: Pat
             await proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
-    folder = workspace / ".a2a" / "tasks"
+    folder = WorkspaceLayout(workspace).tasks
     files = [p for p in folder.iterdir() if not p.name.startswith(".")]
     assert len(files) > 200
     for path in files:  # every task file is whole and parses
@@ -106,7 +107,7 @@ async def test_sigkill_with_runs_in_flight_leaves_every_file_valid(tmp_path: Pat
         assert not list(folder.glob(".*.tmp"))  # the new store removed leftovers
         # The index (rows committed up to ~10 ms before the kill, then reconciled at
         # the start after the unclean stop) matches the files exactly.
-        with sqlite3.connect(workspace / ".a2a" / "index.sqlite3") as db:
+        with sqlite3.connect(WorkspaceLayout(workspace).task_index) as db:
             rows = dict(
                 (r[0], (r[1], r[2], r[3]))
                 for r in db.execute("SELECT task_id, mtime, size, ino FROM tasks")

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.server import file_store
@@ -44,7 +45,7 @@ async def files(tmp_path: Path) -> AsyncIterator[TaskEngine]:
 
 
 def task_file(workspace: Path, task_id: str) -> Path:
-    return workspace / ".a2a" / "tasks" / f"{task_id}.json"
+    return WorkspaceLayout(workspace).tasks / f"{task_id}.json"
 
 
 async def get(engine: TaskEngine, task_id: str) -> pb.Task:
@@ -138,7 +139,7 @@ async def test_task_ids_are_validated_before_they_touch_a_path(
     task = await send(files, "hello")
     record = json.loads(task_file(tmp_path, task.id).read_bytes())
     # Valid records placed where a crafted id would reach them.
-    (tmp_path / ".a2a" / "outside.json").write_text(json.dumps(record))
+    (WorkspaceLayout(tmp_path).state / "outside.json").write_text(json.dumps(record))
     (tmp_path / "outside.json").write_text(json.dumps(record))
     link = task_file(tmp_path, "linked")
     link.symlink_to(tmp_path / "outside.json")
@@ -180,7 +181,7 @@ async def test_a_listed_task_unread_for_lack_of_file_descriptors_keeps_its_row(
 
 
 async def test_stale_temp_files_are_removed_by_the_first_reconcile(tmp_path: Path) -> None:
-    folder = tmp_path / ".a2a" / "tasks"
+    folder = WorkspaceLayout(tmp_path).tasks
     folder.mkdir(parents=True)
     (folder / ".abc.123.4.tmp").write_text("half a record")  # another (killed) process's
     ours = folder / f".abc.{os.getpid()}.5.tmp"
@@ -297,7 +298,7 @@ async def test_an_fsync_save_asked_while_the_store_closes_lands_in_order(
     on_disk, _, _ = decode_record(task_file(tmp_path, "t-1").read_bytes(), "t-1")
     assert on_disk.status.state == pb.TASK_STATE_COMPLETED  # the save asked last won
     st = task_file(tmp_path, "t-1").stat()
-    with sqlite3.connect(tmp_path / ".a2a" / "index.sqlite3") as db:
+    with sqlite3.connect(WorkspaceLayout(tmp_path).task_index) as db:
         rows = db.execute("SELECT task_id, state, mtime, size, ino FROM tasks").fetchall()
     assert rows == [("t-1", pb.TASK_STATE_COMPLETED, st.st_mtime_ns, st.st_size, st.st_ino)]
     with pytest.raises(RuntimeError, match="closed"):
@@ -493,7 +494,7 @@ async def test_both_write_paths_replace_files_and_leave_no_temp_files(
     try:
         asked = await send(engine, "ask:Q?")  # written, then replaced twice
         done = await send(engine, "A", task_id=asked.id)
-        folder = tmp_path / ".a2a" / "tasks"
+        folder = WorkspaceLayout(tmp_path).tasks
         assert sorted(p.name for p in folder.iterdir()) == [f"{asked.id}.json"]
         decoded, _, _ = decode_record(task_file(tmp_path, asked.id).read_bytes(), asked.id)
         assert decoded == done
@@ -531,7 +532,7 @@ async def _folder_of(tmp_path: Path, count: int, state: int) -> list[str]:
     for task_id in ids:
         await store.save(_record(task_id, state))
     await store.aclose()
-    (tmp_path / ".a2a" / "index.sqlite3").unlink()
+    WorkspaceLayout(tmp_path).task_index.unlink()
     return ids
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.server.file_store import SAVED_AS_KEY, WorkspaceTaskStore, encode_record
 from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.task_store import TaskFilter, TaskRecord
@@ -40,7 +41,7 @@ def with_saved_files(rec: TaskRecord, *relatives: str) -> TaskRecord:
 
 
 def task_path(workspace: Path, task_id: str) -> Path:
-    return workspace / ".a2a" / "tasks" / f"{task_id}.json"
+    return WorkspaceLayout(workspace).tasks / f"{task_id}.json"
 
 
 async def test_only_settled_tasks_older_than_the_age_are_removed(tmp_path: Path) -> None:
@@ -133,7 +134,7 @@ async def test_an_owner_whose_index_write_failed_still_has_its_tasks_expired(
     try:
         await store.before_listing(ALICE)
         await store.index.wait_reconciled()  # the first pass over the new, empty index
-        index = tmp_path / ".a2a" / "index.sqlite3"
+        index = WorkspaceLayout(tmp_path).task_index
         with contextlib.closing(sqlite3.connect(index)) as db:
             db.execute(
                 "CREATE TRIGGER refuse BEFORE INSERT ON owners"
@@ -178,7 +179,7 @@ async def test_a_removed_tasks_event_log_goes_with_it(tmp_path: Path) -> None:
         await store.event_log.flush()
         retention = Retention(lambda: [store], 30 * DAY, clock=lambda: NOW)
         assert await retention.run_once() == 1
-        tasks = tmp_path / ".a2a" / "tasks"
+        tasks = WorkspaceLayout(tmp_path).tasks
         assert not (tasks / "old-streamed.events").exists()
         assert (tasks / "new-streamed.events").exists()
         assert await store.event_bounds(ALICE, "old-streamed") is None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server import task_index
 from a2a_gateway.server.byte_lru import ByteLRU
@@ -137,14 +138,14 @@ async def test_live_runs_override_their_stored_rows(store: WorkspaceTaskStore) -
 
 
 def index_rows(workspace: Path) -> dict[str, tuple[int, int, int, int]]:
-    with sqlite3.connect(workspace / ".a2a" / "index.sqlite3") as db:
+    with sqlite3.connect(WorkspaceLayout(workspace).task_index) as db:
         rows = db.execute("SELECT task_id, state, mtime, size, ino FROM tasks").fetchall()
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
 def file_stamps(workspace: Path) -> dict[str, tuple[int, int, int]]:
     stamps = {}
-    for entry in os.scandir(workspace / ".a2a" / "tasks"):
+    for entry in os.scandir(WorkspaceLayout(workspace).tasks):
         st = entry.stat()
         stamps[entry.name[:-5]] = (st.st_mtime_ns, st.st_size, st.st_ino)
     return stamps
@@ -157,7 +158,7 @@ async def test_a_missing_or_corrupt_index_is_rebuilt_and_lists_the_same(
     first = WorkspaceTaskStore(tmp_path)
     records = await fill(first, 30)
     await first.aclose()
-    db = tmp_path / ".a2a" / "index.sqlite3"
+    db = WorkspaceLayout(tmp_path).task_index
     if damage == "deleted":
         db.unlink()
     elif damage == "corrupt":
@@ -183,7 +184,7 @@ def write_by_hand(workspace: Path, rec: TaskRecord) -> Path:
     """A task file written by someone else (an editor, a restore), as ProtoJSON."""
     from a2a_gateway.server.file_store import encode_record
 
-    path = workspace / ".a2a" / "tasks" / f"{rec.task.id}.json"
+    path = WorkspaceLayout(workspace).tasks / f"{rec.task.id}.json"
     path.write_bytes(encode_record(rec))
     return path
 
@@ -192,7 +193,7 @@ def touch_folder(workspace: Path) -> None:
     """Give the folder an mtime after the server's last write (file-system timestamps
     are coarse: a hand change within a clock tick of the server's last write may look
     like the server's own, and only the periodic reconcile sees it)."""
-    folder = workspace / ".a2a" / "tasks"
+    folder = WorkspaceLayout(workspace).tasks
     st = folder.stat()
     os.utime(folder, ns=(st.st_atime_ns, time.time_ns() + 1_000_000_000))
 
@@ -206,7 +207,7 @@ async def test_files_added_changed_or_removed_by_hand_are_noticed(
     added = record(100, ms=500, state=pb.TASK_STATE_COMPLETED)
     write_by_hand(tmp_path, added)
     removed = records[3]
-    (tmp_path / ".a2a" / "tasks" / f"{removed.task.id}.json").unlink()
+    (WorkspaceLayout(tmp_path).tasks / f"{removed.task.id}.json").unlink()
     touch_folder(tmp_path)
     await store.before_listing(ALICE)  # the cheap check: a small index waits for it
     assert RECONCILE_WAIT_ROWS > 8
@@ -221,7 +222,7 @@ async def test_files_added_changed_or_removed_by_hand_are_noticed(
     await store.index.wait_reconciled()
     assert await store.count(ALICE, TaskFilter(state=pb.TASK_STATE_REJECTED)) == 1
     # A file that became malformed is no longer listed.
-    (tmp_path / ".a2a" / "tasks" / f"{records[1].task.id}.json").write_text("{oops")
+    (WorkspaceLayout(tmp_path).tasks / f"{records[1].task.id}.json").write_text("{oops")
     store.index.request_reconcile()
     await store.index.wait_reconciled()
     assert await store.count(ALICE, TaskFilter()) == len(now) - 1
@@ -316,7 +317,7 @@ async def test_a_file_that_cannot_be_read_for_now_keeps_its_row_and_retry_keys(
         first.remember_message(ALICE, f"m-{rec.task.id}", "fp", rec.task.id)
     await first.index.wait_reconciled()
     await first.aclose()
-    folder = tmp_path / ".a2a" / "tasks"
+    folder = WorkspaceLayout(tmp_path).tasks
     path = folder / f"{kept.task.id}.json"
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # read again
@@ -325,7 +326,9 @@ async def test_a_file_that_cannot_be_read_for_now_keeps_its_row_and_retry_keys(
     def cannot_read_now(task_id: str, path: str) -> task_index.Parsed:
         return None  # "cannot be opened or read" (ParseFn)
 
-    index = task_index.TaskIndex.shared(tmp_path / ".a2a" / INDEX_NAME, folder, cannot_read_now)
+    index = task_index.TaskIndex.shared(
+        WorkspaceLayout(tmp_path).state / INDEX_NAME, folder, cannot_read_now
+    )
     try:
         await index.reconcile()
         assert set(index_rows(tmp_path)) == {kept.task.id}
@@ -351,7 +354,7 @@ async def test_a_scan_never_overwrites_a_newer_write(tmp_path: Path) -> None:
     first = WorkspaceTaskStore(tmp_path)
     records = await fill(first, 1200, owner=ALICE)
     await first.aclose()
-    (tmp_path / ".a2a" / "index.sqlite3").unlink()
+    WorkspaceLayout(tmp_path).task_index.unlink()
     store = WorkspaceTaskStore(tmp_path)  # rebuilding from the files
     try:
         await store.listing(ALICE, TaskFilter(), Window(None, 1))  # starts the rebuild
@@ -377,7 +380,7 @@ async def test_retry_keys_survive_a_restart_and_leave_with_their_task(tmp_path: 
         assert await store.lookup_message(ALICE, "m-1", "fp") == rec.task.id
         assert store.find_message(ALICE, "m-1", "other") is None
         assert store.find_message(BOB, "m-1", "fp") is None
-        (tmp_path / ".a2a" / "tasks" / f"{rec.task.id}.json").unlink()
+        (WorkspaceLayout(tmp_path).tasks / f"{rec.task.id}.json").unlink()
         store.index.request_reconcile()
         await store.index.wait_reconciled()
         assert store.find_message(ALICE, "m-1", "fp") is None
@@ -400,7 +403,7 @@ async def test_retry_keys_the_index_lost_come_back_from_the_task_files(
     later.retry_keys += [("m-2", "fp"), ("m-3", "fp")]  # created, then continued
     await first.save(later)
     await first.aclose()
-    db_path = tmp_path / ".a2a" / INDEX_NAME
+    db_path = WorkspaceLayout(tmp_path).state / INDEX_NAME
     if index_lost == "deleted":
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
@@ -439,7 +442,9 @@ async def test_an_index_held_locked_by_another_process_never_stalls_the_loop(
     locked, release = threading.Event(), threading.Event()
 
     def hold_locked() -> None:  # as another process would, with its own connection
-        conn = sqlite3.connect(tmp_path / "a" / ".a2a" / INDEX_NAME, isolation_level=None)
+        conn = sqlite3.connect(
+            WorkspaceLayout(tmp_path / "a").state / INDEX_NAME, isolation_level=None
+        )
         try:
             conn.execute("BEGIN EXCLUSIVE")
             locked.set()
@@ -535,20 +540,20 @@ async def test_the_record_cache_has_a_byte_budget(tmp_path: Path) -> None:
 async def test_index_file_is_wal_and_in_the_workspace(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path)
     await store.index.opened()  # on the index's writer thread
-    with sqlite3.connect(tmp_path / ".a2a" / "index.sqlite3") as db:
+    with sqlite3.connect(WorkspaceLayout(tmp_path).task_index) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     await store.aclose()
 
 
 async def _wal_frames_after_a_rebuild(workspace: Path) -> int:
     """Rebuild the index of ``workspace`` from its files; the frames its WAL then holds."""
-    (workspace / ".a2a" / "index.sqlite3").unlink()
+    WorkspaceLayout(workspace).task_index.unlink()
     store = WorkspaceTaskStore(workspace)
     try:
         await store.listing(ALICE, TaskFilter(), Window(None, 1))
         await store.index.wait_reconciled()
         await store.index.flushed()
-        with contextlib.closing(sqlite3.connect(workspace / ".a2a" / "index.sqlite3")) as db:
+        with contextlib.closing(sqlite3.connect(WorkspaceLayout(workspace).task_index)) as db:
             _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         assert (await store.listing(ALICE, TaskFilter(), Window(None, 1)))[1] == 3000
     finally:

@@ -1,7 +1,8 @@
-"""The small file-system steps every atomic writer here shares (task files, proxy
-ownership records, inbox files): write a buffer whole, name a temp file next to its
-target, remove it when publishing fails, fsync a folder, and sweep the temp files a
-killed process left behind.
+"""The one atomic write (:func:`replace_file`: a file replaced whole or not at all) and
+the small file-system steps every atomic writer here shares (task files, proxy ownership
+records, inbox files, keys): write a buffer whole, name a temp file next to its target,
+remove it when publishing fails, fsync a folder, and sweep the temp files a killed
+process left behind.
 
 A temp file is named ``.<name>.<pid>.<n>.tmp`` in the folder of its target (same file
 system, so a rename or link publishes it atomically); the leading dot keeps it out of
@@ -25,10 +26,10 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def write_file(path: str, data: bytes, flags: int, *, fsync: bool) -> None:
-    """Open ``path`` with ``flags`` (mode 0o600 if created), write ``data`` whole, fsync
-    it when asked, close it."""
-    fd = os.open(path, flags, 0o600)
+def write_file(path: str, data: bytes, flags: int, *, fsync: bool, mode: int = 0o600) -> None:
+    """Open ``path`` with ``flags`` (``mode`` if created, 0o600 unless told), write
+    ``data`` whole, fsync it when asked, close it."""
+    fd = os.open(path, flags, mode)
     try:
         write_all(fd, data)
         if fsync:
@@ -61,6 +62,30 @@ def fsync_folder(folder: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: Longest target name a temp file's name repeats, in UTF-8 bytes (file systems allow 255).
+_MAX_TEMP_STEM_BYTES = 200
+
+
+def replace_file(
+    path: str | os.PathLike[str], data: bytes, *, fsync: bool, mode: int = 0o600
+) -> None:
+    """Replace ``path`` with ``data`` atomically: written whole to a temp file next to it
+    (``mode`` if new, 0o600 unless told; fsync'd when asked), then renamed over it; with
+    ``fsync`` the folder is fsync'd too, so the new name survives a power cut. A reader
+    sees the old file or the new one, never a part; a failure leaves no temp file."""
+    folder, name = os.path.split(os.fspath(path))
+    folder = folder or "."
+    stem = name.encode()[:_MAX_TEMP_STEM_BYTES].decode(errors="ignore")
+    tmp = temp_path(folder, stem)
+    with removed_on_failure(tmp):
+        write_file(
+            tmp, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, fsync=fsync, mode=mode
+        )
+        os.replace(tmp, path)
+    if fsync:
+        fsync_folder(folder)
 
 
 def is_stale_temp(name: str) -> bool:
