@@ -32,23 +32,35 @@ async def wait_ready(url: str, timeout_s: float = 10.0) -> None:
     raise SystemExit(f"the gateway did not answer at {url}")
 
 
-def _message() -> dict[str, object]:
-    return {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": "hi"}]}
+def _message(message_id: str = "") -> dict[str, object]:
+    return {
+        "role": "ROLE_USER",
+        "messageId": message_id or uuid.uuid4().hex,
+        "parts": [{"text": "hi"}],
+    }
 
 
 async def sends(
-    url: str, headers: dict[str, str], count: int, concurrency: int, *, rest: bool = False
+    url: str,
+    headers: dict[str, str],
+    count: int,
+    concurrency: int,
+    *,
+    rest: bool = False,
+    retries: bool = False,
 ) -> float:
     """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
-    with a new messageId; every answer must be a completed task."""
+    with a new messageId (``retries``: messageIds ``retry-0`` .. ``retry-<count-1>``,
+    so a second call with the same count repeats the first's messages: retries
+    answered from the stored tasks); every answer must be a completed task."""
     counter = itertools.count()
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
 
         async def worker() -> None:
-            while next(counter) < count:
-                params = {"message": _message()}
+            while (number := next(counter)) < count:
+                params = {"message": _message(f"retry-{number}" if retries else "")}
                 body = (
                     params
                     if rest
@@ -94,3 +106,36 @@ async def stream_events(
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return events / (time.perf_counter() - started), events
+
+
+async def grpc_sends(
+    target: str, count: int, concurrency: int, *, retries: bool = False
+) -> float:
+    """:func:`sends` over gRPC (``host:port``, one channel, unary SendMessage)."""
+    import grpc  # noqa: PLC0415 - only this load needs it
+
+    from lf.a2a.v1 import a2a_pb2 as pb  # noqa: PLC0415
+
+    counter = itertools.count()
+    metadata = (("a2a-version", "1.0"),)
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(
+            "/lf.a2a.v1.A2AService/SendMessage",
+            request_serializer=pb.SendMessageRequest.SerializeToString,
+            response_deserializer=pb.SendMessageResponse.FromString,
+        )
+
+        async def worker() -> None:
+            while (number := next(counter)) < count:
+                message_id = f"retry-{number}" if retries else uuid.uuid4().hex
+                request = pb.SendMessageRequest(
+                    message=pb.Message(
+                        role=pb.ROLE_USER, message_id=message_id, parts=[pb.Part(text="hi")]
+                    )
+                )
+                answer = await call(request, metadata=metadata, timeout=60)
+                assert answer.task.status.state == pb.TASK_STATE_COMPLETED, answer
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return count / (time.perf_counter() - started)
