@@ -226,6 +226,11 @@ async def compare(args: argparse.Namespace) -> None:
         }
     summary["cpu_us_median"] = [round(statistics.median(cpus[rev]), 1) for rev in revisions]
     print(json.dumps(summary))
+    if args.callgrind:  # kept for callgrind_annotate: build/bench-compare/callgrind/
+        kept = WORK / "callgrind"
+        kept.mkdir(exist_ok=True)
+        for dump in (WORK / "workspaces").glob("*.callgrind.1"):
+            shutil.move(dump, kept / dump.name)
     shutil.rmtree(WORK / "workspaces", ignore_errors=True)
 
 
