@@ -12,9 +12,10 @@ by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved
 (the order alternating): ``a2a-gateway serve --faux`` of that tree, started from this
 venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/``, not
 /tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
-after each round (``--retries``: the measured sends repeat the warm-up's messageIds,
-i.e. retries answered from the stored tasks, as in the side-by-side bench's gRPC
-scenario; ``--transport grpc``: unary SendMessage over one grpc.aio channel). Prints sends/s per round and HEAD ÷ BASE per round and in the median,
+after each round (``--retries``: every send has the same messageId, as in the
+side-by-side bench's gRPC scenario, so the measured ones are retries answered from the
+stored task; ``--transport grpc``: unary SendMessage over one grpc.aio channel).
+Prints sends/s per round and HEAD ÷ BASE per round and in the median,
 and the server's CPU time per send (steadier than the rate on a shared machine).
 With ``--streams CHUNKS`` each send is a JSON-RPC SendStreamingMessage of the faux
 agent's ``chunks:CHUNKS`` and the rate is stream events/s; ``--store memory`` serves
@@ -135,11 +136,11 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
             async def load(count: int) -> float:
                 if args.transport == "grpc":
                     target = f"127.0.0.1:{grpc_port}"
-                    return await grpc_sends(target, count, args.concurrency, retries=args.retries)
-                return await sends(url, {}, count, args.concurrency, rest=rest, retries=args.retries)
+                    return await grpc_sends(target, count, args.concurrency, same_id=args.retries)
+                same_id = args.retries
+                return await sends(url, {}, count, args.concurrency, rest=rest, same_id=same_id)
 
-            # Warm up (with --retries: the messages the measured sends repeat).
-            await load(args.sends if args.retries else min(500, args.sends))
+            await load(min(500, args.sends))  # warm up (--retries: the message is stored)
             if args.callgrind:
                 await callgrind_control(server.pid, "--zero")
             cpu = server_cpu_s(server.pid)
@@ -245,8 +246,8 @@ def main() -> None:
     parser.add_argument(
         "--retries",
         action="store_true",
-        help="the measured sends repeat the warm-up's messages (same messageIds): retries"
-        " answered from the stored tasks (the warm-up sends as many as --sends)",
+        help="every send has the same messageId (as the side-by-side bench's gRPC sends):"
+        " after the first, retries answered from the stored task",
     )
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")

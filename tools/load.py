@@ -11,6 +11,9 @@ import time
 import uuid
 
 import aiohttp
+import grpc
+
+from lf.a2a.v1 import a2a_pb2 as pb
 
 
 def free_port() -> int:
@@ -47,20 +50,20 @@ async def sends(
     concurrency: int,
     *,
     rest: bool = False,
-    retries: bool = False,
+    same_id: bool = False,
 ) -> float:
     """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
-    with a new messageId (``retries``: messageIds ``retry-0`` .. ``retry-<count-1>``,
-    so a second call with the same count repeats the first's messages: retries
-    answered from the stored tasks); every answer must be a completed task."""
+    with a new messageId (``same_id``: all with messageId ``retried``, as the
+    side-by-side bench's gRPC scenario sends: after the first, each is a retry answered
+    from the stored task); every answer must be a completed task."""
     counter = itertools.count()
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
 
         async def worker() -> None:
-            while (number := next(counter)) < count:
-                params = {"message": _message(f"retry-{number}" if retries else "")}
+            while next(counter) < count:
+                params = {"message": _message("retried" if same_id else "")}
                 body = (
                     params
                     if rest
@@ -108,14 +111,8 @@ async def stream_events(
         return events / (time.perf_counter() - started), events
 
 
-async def grpc_sends(
-    target: str, count: int, concurrency: int, *, retries: bool = False
-) -> float:
+async def grpc_sends(target: str, count: int, concurrency: int, *, same_id: bool = False) -> float:
     """:func:`sends` over gRPC (``host:port``, one channel, unary SendMessage)."""
-    import grpc  # noqa: PLC0415 - only this load needs it
-
-    from lf.a2a.v1 import a2a_pb2 as pb  # noqa: PLC0415
-
     counter = itertools.count()
     metadata = (("a2a-version", "1.0"),)
     async with grpc.aio.insecure_channel(target) as channel:
@@ -126,8 +123,8 @@ async def grpc_sends(
         )
 
         async def worker() -> None:
-            while (number := next(counter)) < count:
-                message_id = f"retry-{number}" if retries else uuid.uuid4().hex
+            while next(counter) < count:
+                message_id = "retried" if same_id else uuid.uuid4().hex
                 request = pb.SendMessageRequest(
                     message=pb.Message(
                         role=pb.ROLE_USER, message_id=message_id, parts=[pb.Part(text="hi")]
