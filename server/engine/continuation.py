@@ -394,6 +394,8 @@ class Intake:
 
     @staticmethod
     def _send_history_length(request: pb.SendMessageRequest) -> int | None:
+        if not request.HasField("configuration"):
+            return None
         configuration = request.configuration
         if not configuration.HasField("history_length"):
             return None
