@@ -694,6 +694,8 @@ class _IndexRetryKeys(_IndexCore):
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """:meth:`find_message` once the index is open (an open that fails is logged
         and the lookup answered from the keys queued so far)."""
+        if self._db is not None and not self._keys_behind:
+            return self.find_message(owner, message_id, fingerprint)  # the common case
         try:
             await self.opened()
         except Exception as exc:
