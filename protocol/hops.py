@@ -26,7 +26,9 @@ def read_hops(request: pb.SendMessageRequest) -> int:
     the larger of the keys; 0 when none is set. A value that is not a non-negative
     integer (a JSON number or a string of ASCII digits) is InvalidParams naming where
     it was found."""
-    return max((_read(request, key) for key in HOPS_KEYS), default=0)
+    if not request.HasField("metadata") and not request.message.HasField("metadata"):
+        return 0  # the common send: nothing to read (no Struct views built)
+    return max(_read(request, HOPS_KEY), _read(request, VOLCANIC_HOPS_KEY))
 
 
 def has_hops(request: pb.SendMessageRequest) -> bool:

@@ -82,6 +82,15 @@ class ByteLRU(Generic[K, V]):
             self.on_drop(found[0])
         return found[0]
 
+    def clear(self) -> None:
+        """Drop every entry (each one passed to ``on_drop``)."""
+        if self.on_drop is None:
+            self._data.clear()
+            self.bytes = 0
+            return
+        while self._data:
+            self.pop(next(iter(self._data)))
+
     def __len__(self) -> int:
         return len(self._data)
 

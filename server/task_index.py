@@ -74,6 +74,7 @@ from a2a_gateway.local.atomic_files import is_stale_temp
 from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.context import Caller
 
+from .byte_lru import ByteLRU
 from .ids import valid_id
 from .task_states import ACTIVE, TERMINAL
 from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
@@ -96,6 +97,14 @@ RECONCILE_WAIT_ROWS = 20_000
 #: unclean stop, or a rebuild), which puts back the keys of the task files written
 #: after the index's last commit; past it, lookups answer from what is indexed.
 KEYS_RECOVERY_WAIT_S = 30.0
+#: Retry keys found in the database are kept in memory, at most this many (and
+#: :data:`FOUND_KEY_BYTES`), so a message retried again is answered without a
+#: ``SELECT`` on the event loop (the side-by-side bench's gRPC sends all repeat one
+#: message). Only keys the database holds now: every task row deleted (a removal, a
+#: retention pass, a reconcile) empties them, as its keys leave the database with it.
+FOUND_KEYS = 4096
+FOUND_KEY_BYTES = 1 << 20
+_FOUND_KEY_OVERHEAD = 200  # bytes an entry costs beyond its strings
 
 _INT64_MAX = (1 << 63) - 1
 Stamp = tuple[int, int, int]  # (mtime_ns, size, inode) of a task file
@@ -244,6 +253,9 @@ class _IndexCore(abc.ABC):
         self._flush_timer: asyncio.TimerHandle | None = None
         self._inflight: Future[bool] | None = None  # the last batch sent to the writer
         self._pending_retry: dict[_RetryKey, str] = {}  # retry keys not yet committed
+        # Keys a lookup found committed (see FOUND_KEYS); dropped with any task row.
+        self._found_retry: ByteLRU[_RetryKey, str] = ByteLRU(FOUND_KEYS, FOUND_KEY_BYTES)
+        self._deletes_unsent = False  # a queued write deletes task rows (and their keys)
         self._unsent_retry: list[_RetryKey] = []
         self._writer: ThreadPoolExecutor | None = None
         self._local = threading.local()
@@ -386,19 +398,31 @@ class _IndexCore(abc.ABC):
             return
         batch = self._take_batch()
         retry_keys, self._unsent_retry = self._unsent_retry, []
+        deletes, self._deletes_unsent = self._deletes_unsent, False
         future = self._pool("writer").submit(self._run_batch, batch)
         self._inflight = future
         loop = asyncio.get_running_loop()
 
         def done(_: object) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._batch_done, future, retry_keys)
+                loop.call_soon_threadsafe(self._batch_done, future, retry_keys, deletes)
 
         future.add_done_callback(done)
 
-    def _batch_done(self, future: Future[bool], retry_keys: list[_RetryKey]) -> None:
+    def _rows_deleted(self) -> None:
+        """A task row's delete is queued: the keys found so far may leave with it. They
+        are dropped now and again once it is committed (a lookup in between reads the
+        database as it still is)."""
+        self._found_retry.clear()
+        self._deletes_unsent = True
+
+    def _batch_done(
+        self, future: Future[bool], retry_keys: list[_RetryKey], deletes: bool = False
+    ) -> None:
         for key in retry_keys:
             self._pending_retry.pop(key, None)
+        if deletes:
+            self._found_retry.clear()
         if future.cancelled() or future.exception() is not None or not future.result():
             # The owners rows it carried are not in: the next write naming each owner
             # queues its row again (retention finds owners there).
@@ -474,6 +498,7 @@ class _IndexCore(abc.ABC):
 
     def remove(self, task_id: str) -> None:
         """Forget a task (its file is gone)."""
+        self._rows_deleted()
         self._write("DELETE FROM tasks WHERE task_id = ?", (task_id,))
 
     def wrote_folder(self) -> None:
@@ -520,6 +545,7 @@ class _IndexCore(abc.ABC):
 
     def delete_if(self, task_id: str, stamp: Stamp) -> None:
         """Forget a task unless its file was written since ``stamp`` was indexed."""
+        self._rows_deleted()
         self._write(_DELETE_IF, (task_id, *stamp))
 
 
@@ -636,6 +662,7 @@ class _IndexRetryKeys(_IndexCore):
     ) -> None:
         key = (self.owner_id(owner), message_id, fingerprint)
         self._pending_retry[key] = task_id  # seen by lookups until committed
+        self._found_retry.pop(key)  # (INSERT OR REPLACE) the next lookup reads it anew
         self._unsent_retry.append(key)
         self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
@@ -643,22 +670,33 @@ class _IndexRetryKeys(_IndexCore):
         owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
-        pending = self._pending_retry.get((owner_id, message_id, fingerprint))
+        key = (owner_id, message_id, fingerprint)
+        pending = self._pending_retry.get(key)
         if pending is not None or self._db is None:
             return pending  # not open yet: :meth:`lookup_message` waits for the open
+        known = self._found_retry.get(key)
+        if known is not None:
+            return known
         try:
             found = self._db.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
-                (owner_id, message_id, fingerprint),
+                key,
             ).fetchone()
         except sqlite3.Error:
             log.exception("task index lookup failed; answered as no retry")
             return None
-        return None if found is None else str(found[0])
+        if found is None:
+            return None
+        task_id = str(found[0])
+        size = len(message_id) + len(fingerprint) + len(task_id) + _FOUND_KEY_OVERHEAD
+        self._found_retry.put(key, task_id, size)
+        return task_id
 
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """:meth:`find_message` once the index is open (an open that fails is logged
         and the lookup answered from the keys queued so far)."""
+        if self._db is not None and not self._keys_behind:
+            return self.find_message(owner, message_id, fingerprint)  # the common case
         try:
             await self.opened()
         except Exception as exc:
@@ -801,6 +839,7 @@ class _FolderSync(_IndexCore):
             expect, row = change.expect, change.row
             if row is None:
                 if expect is not None:
+                    self._rows_deleted()
                     self._write(_DELETE_IF, (change.task_id, *expect))
                 continue
             owner, summary, stamp = row

@@ -2,7 +2,8 @@
 of each, and the ratio.
 
     .venv/bin/python -P tools/bench_compare.py BASE [HEAD ...] [--sends 4000] [--rounds 4]
-        [--concurrency 32] [--transport jsonrpc|rest] [--streams CHUNKS] [--store memory]
+        [--concurrency 32] [--transport jsonrpc|rest|grpc] [--retries] [--streams CHUNKS]
+        [--store memory] [--callgrind | --strace]
 
 For each revision (anything ``git rev-parse`` takes; HEAD by default for the second;
 more than two are each compared with the first, in rounds whose order rotates),
@@ -11,7 +12,10 @@ by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved
 (the order alternating): ``a2a-gateway serve --faux`` of that tree, started from this
 venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/``, not
 /tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
-after each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median,
+after each round (``--retries``: every send has the same messageId, as in the
+side-by-side bench's gRPC scenario, so the measured ones are retries answered from the
+stored task; ``--transport grpc``: unary SendMessage over one grpc.aio channel).
+Prints sends/s per round and HEAD ÷ BASE per round and in the median,
 and the server's CPU time per send (steadier than the rate on a shared machine).
 With ``--streams CHUNKS`` each send is a JSON-RPC SendStreamingMessage of the faux
 agent's ``chunks:CHUNKS`` and the rate is stream events/s; ``--store memory`` serves
@@ -40,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
 
-from load import free_port, sends, stream_events, wait_ready  # noqa: E402
+from load import free_port, grpc_sends, sends, stream_events, wait_ready  # noqa: E402
 
 WORK = ROOT / "build" / "bench-compare"
 
@@ -93,7 +97,8 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     out = workspace.parent / f"{name}.callgrind"
     if args.callgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
-    command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    grpc_port = free_port() if args.transport == "grpc" else -1
+    command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", str(grpc_port)]
     command += ["--store", args.store]
     server = await asyncio.create_subprocess_exec(
         *command,
@@ -103,7 +108,7 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_ready(base + "/.well-known/agent-card.json", 120 if args.callgrind else 10)
+        await wait_ready(base + "/.well-known/agent-card.json", 300 if args.callgrind else 10)
         if args.streams:
             url = base + "/a2a"
             await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
@@ -127,10 +132,23 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
         else:
             url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
             rest = args.transport == "rest"
-            await sends(url, {}, min(500, args.sends), args.concurrency, rest=rest)  # warm up
+
+            async def load(count: int) -> float:
+                if args.transport == "grpc":
+                    target = f"127.0.0.1:{grpc_port}"
+                    return await grpc_sends(target, count, args.concurrency, same_id=args.retries)
+                same_id = args.retries
+                return await sends(url, {}, count, args.concurrency, rest=rest, same_id=same_id)
+
+            await load(min(500, args.sends))  # warm up (--retries: the message is stored)
+            if args.callgrind:
+                await callgrind_control(server.pid, "--zero")
             cpu = server_cpu_s(server.pid)
-            rate = await sends(url, {}, args.sends, args.concurrency, rest=rest)
+            rate = await load(args.sends)
             ops = args.sends
+            if args.callgrind:
+                await callgrind_control(server.pid, "--dump")
+                return rate, instructions(out) / ops
         return rate, (server_cpu_s(server.pid) - cpu) / ops * 1e6
     finally:
         server.terminate()
@@ -192,6 +210,7 @@ async def compare(args: argparse.Namespace) -> None:
         "base": revisions[0],
         "head": revisions[1] if len(revisions) == 2 else revisions[1:],
         "transport": args.transport,
+        "retries": args.retries,
         "streams": args.streams,
         "store": args.store,
     }
@@ -208,6 +227,11 @@ async def compare(args: argparse.Namespace) -> None:
         }
     summary["cpu_us_median"] = [round(statistics.median(cpus[rev]), 1) for rev in revisions]
     print(json.dumps(summary))
+    if args.callgrind:  # kept for callgrind_annotate: build/bench-compare/callgrind/
+        kept = WORK / "callgrind"
+        kept.mkdir(exist_ok=True)
+        for dump in (WORK / "workspaces").glob("*.callgrind.1"):
+            shutil.move(dump, kept / dump.name)
     shutil.rmtree(WORK / "workspaces", ignore_errors=True)
 
 
@@ -218,7 +242,13 @@ def main() -> None:
     parser.add_argument("--sends", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--transport", choices=("jsonrpc", "rest"), default="jsonrpc")
+    parser.add_argument("--transport", choices=("jsonrpc", "rest", "grpc"), default="jsonrpc")
+    parser.add_argument(
+        "--retries",
+        action="store_true",
+        help="every send has the same messageId (as the side-by-side bench's gRPC sends):"
+        " after the first, retries answered from the stored task",
+    )
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
     parser.add_argument(

@@ -11,6 +11,9 @@ import time
 import uuid
 
 import aiohttp
+import grpc
+
+from lf.a2a.v1 import a2a_pb2 as pb
 
 
 def free_port() -> int:
@@ -32,15 +35,27 @@ async def wait_ready(url: str, timeout_s: float = 10.0) -> None:
     raise SystemExit(f"the gateway did not answer at {url}")
 
 
-def _message() -> dict[str, object]:
-    return {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": "hi"}]}
+def _message(message_id: str = "") -> dict[str, object]:
+    return {
+        "role": "ROLE_USER",
+        "messageId": message_id or uuid.uuid4().hex,
+        "parts": [{"text": "hi"}],
+    }
 
 
 async def sends(
-    url: str, headers: dict[str, str], count: int, concurrency: int, *, rest: bool = False
+    url: str,
+    headers: dict[str, str],
+    count: int,
+    concurrency: int,
+    *,
+    rest: bool = False,
+    same_id: bool = False,
 ) -> float:
     """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
-    with a new messageId; every answer must be a completed task."""
+    with a new messageId (``same_id``: all with messageId ``retried``, as the
+    side-by-side bench's gRPC scenario sends: after the first, each is a retry answered
+    from the stored task); every answer must be a completed task."""
     counter = itertools.count()
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -48,7 +63,7 @@ async def sends(
 
         async def worker() -> None:
             while next(counter) < count:
-                params = {"message": _message()}
+                params = {"message": _message("retried" if same_id else "")}
                 body = (
                     params
                     if rest
@@ -94,3 +109,30 @@ async def stream_events(
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return events / (time.perf_counter() - started), events
+
+
+async def grpc_sends(target: str, count: int, concurrency: int, *, same_id: bool = False) -> float:
+    """:func:`sends` over gRPC (``host:port``, one channel, unary SendMessage)."""
+    counter = itertools.count()
+    metadata = (("a2a-version", "1.0"),)
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(
+            "/lf.a2a.v1.A2AService/SendMessage",
+            request_serializer=pb.SendMessageRequest.SerializeToString,
+            response_deserializer=pb.SendMessageResponse.FromString,
+        )
+
+        async def worker() -> None:
+            while next(counter) < count:
+                message_id = "retried" if same_id else uuid.uuid4().hex
+                request = pb.SendMessageRequest(
+                    message=pb.Message(
+                        role=pb.ROLE_USER, message_id=message_id, parts=[pb.Part(text="hi")]
+                    )
+                )
+                answer = await call(request, metadata=metadata, timeout=60)
+                assert answer.task.status.state == pb.TASK_STATE_COMPLETED, answer
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return count / (time.perf_counter() - started)

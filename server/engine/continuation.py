@@ -153,7 +153,9 @@ class Intake:
         caller = context.caller
         if not caller.workspace and self._state.default_workspace is None:
             _check_no_file_parts(message)
-        inline_push = await self._push_configs.inline_config(request)
+        inline_push = None
+        if request.HasField("configuration"):  # (no coroutine for the common send)
+            inline_push = await self._push_configs.inline_config(request)
         context_id = message.context_id
         if context_id and not valid_id(context_id):
             raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
@@ -394,6 +396,8 @@ class Intake:
 
     @staticmethod
     def _send_history_length(request: pb.SendMessageRequest) -> int | None:
+        if not request.HasField("configuration"):
+            return None
         configuration = request.configuration
         if not configuration.HasField("history_length"):
             return None

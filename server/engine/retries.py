@@ -33,13 +33,14 @@ def retry_key(caller: Caller, message: pb.Message) -> RetryKey:
 
 def message_fingerprint(message: pb.Message) -> str:
     """A digest of what a retry must repeat: taskId, contextId and every part (its
-    deterministic binary form: content, filename, media type and metadata)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for field in (message.task_id.encode(), message.context_id.encode()):
-        digest.update(len(field).to_bytes(8, "big"))
-        digest.update(field)
+    deterministic binary form: content, filename, media type and metadata), each
+    preceded by its length. Hashed as one buffer (the same digest as one ``update`` per
+    piece, at about half the cost: the retried send computes it on every call)."""
+    task_id = message.task_id.encode()
+    context_id = message.context_id.encode()
+    chunks = [len(task_id).to_bytes(8, "big"), task_id, len(context_id).to_bytes(8, "big")]
+    chunks.append(context_id)
     for part in message.parts:
         data = part.SerializeToString(deterministic=True)
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-    return digest.hexdigest()
+        chunks += (len(data).to_bytes(8, "big"), data)
+    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()

@@ -5,7 +5,9 @@ and parts are the same too; any other message under a reused id is a new message
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.engine.retries import message_fingerprint, retry_key
+from a2a_gateway.server.file_store import WorkspaceTaskStore
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .engine_helpers import ALICE, BOB, WAIT_S, collect, ctx, request, send, state_name
@@ -71,6 +74,21 @@ def test_every_part_field_counts() -> None:
     assert message_fingerprint(pb.Message(task_id="a")) != message_fingerprint(
         pb.Message(context_id="a")
     )
+
+
+def test_the_fingerprint_of_a_message_does_not_change() -> None:
+    """Keys are stored (task files, the index): a message retried after an upgrade must
+    hash as it did when it was first sent."""
+    hi = pb.Message(message_id="m", parts=[pb.Part(text="hi")])
+    assert message_fingerprint(hi) == "437fe87109eef3a8f5f791b5e1d6e701"
+    two = pb.Message(
+        message_id="m",
+        task_id="t",
+        context_id="c",
+        parts=[pb.Part(text="a"), pb.Part(raw=b"\0" * 100, filename="f")],
+    )
+    two.parts[0].metadata.update({"k": 1})
+    assert message_fingerprint(two) == "02458f71a9ff18ef3e34c908eb6137ff"
 
 
 def _send_kwargs(changes: dict[str, Any]) -> dict[str, Any]:
@@ -191,3 +209,92 @@ async def test_a_retry_sent_while_the_first_is_with_the_agent_gets_its_task(
         again = await second
     assert again.id == made.id
     assert len((await engine.list_tasks(pb.ListTasksRequest(), ctx())).tasks) == 1
+
+
+# --- the file store keeps the keys it found in memory (task_index.FOUND_KEYS) --------
+
+
+@pytest.fixture
+async def on_files(tmp_path: Path) -> AsyncIterator[tuple[TaskEngine, WorkspaceTaskStore]]:
+    store = WorkspaceTaskStore(tmp_path / "ws")
+    engine = TaskEngine(FauxAgent(), store)
+    yield engine, store
+    await engine.aclose()
+
+
+async def _found_in_memory(engine: TaskEngine, store: WorkspaceTaskStore) -> pb.Task:
+    """A task whose retry key is committed, then found by two retries (the first reads
+    the database, the second the keys kept in memory)."""
+    first = await send(engine, **_send_kwargs({}))
+    await store.index.flushed()
+    for _ in range(2):
+        again = await send(engine, **_send_kwargs({}))
+        assert again.id == first.id
+        assert len(again.history) == len(first.history)  # no second turn
+    return first
+
+
+def _key_of_first() -> tuple[str, str]:
+    return "dup", message_fingerprint(_message())
+
+
+async def test_a_found_retry_of_a_task_file_removed_by_hand_is_a_new_message(
+    on_files: tuple[TaskEngine, WorkspaceTaskStore],
+) -> None:
+    """The keys kept in memory name a task; the task is read (its file stat'ed) on every
+    retry, so one removed by hand is not served, and the message makes a new task that
+    later retries find (not the removed one's id, not a third task)."""
+    engine, store = on_files
+    first = await _found_in_memory(engine, store)
+    store.path(first.id).unlink()
+    second = await send(engine, **_send_kwargs({}))
+    assert second.id != first.id
+    assert state_name(second) == "COMPLETED"
+    await store.index.flushed()
+    for _ in range(2):
+        assert (await send(engine, **_send_kwargs({}))).id == second.id
+    assert [t.id for t in (await engine.list_tasks(pb.ListTasksRequest(), ctx())).tasks] == [
+        second.id
+    ]
+
+
+async def test_a_found_key_of_an_expired_task_is_gone_with_it(
+    on_files: tuple[TaskEngine, WorkspaceTaskStore],
+) -> None:
+    """Retention removes the task's row and with it its keys: the key found before is
+    not answered from memory, and the retry is a new message."""
+    engine, store = on_files
+    first = await _found_in_memory(engine, store)
+    assert await store.expire(time.time_ns() + 10**9, 10) == 1
+    await store.index.flushed()
+    assert store.find_message(ALICE, *_key_of_first()) is None
+    second = await send(engine, **_send_kwargs({}))
+    assert second.id != first.id
+    assert state_name(second) == "COMPLETED"
+
+
+async def test_a_found_key_of_a_task_whose_file_went_is_dropped_by_the_listing(
+    on_files: tuple[TaskEngine, WorkspaceTaskStore],
+) -> None:
+    """A file removed behind the server's back: the listing that notices drops its row,
+    and the key found before with it."""
+    engine, store = on_files
+    first = await _found_in_memory(engine, store)
+    store.path(first.id).unlink()
+    assert list((await engine.list_tasks(pb.ListTasksRequest(), ctx())).tasks) == []
+    await store.index.flushed()
+    assert store.find_message(ALICE, *_key_of_first()) is None
+
+
+async def test_a_changed_message_under_a_found_id_is_new(
+    on_files: tuple[TaskEngine, WorkspaceTaskStore],
+) -> None:
+    engine, store = on_files
+    first = await _found_in_memory(engine, store)
+    changed = await send(engine, **_send_kwargs({"text": "hi!"}))
+    assert changed.id != first.id
+    assert changed.history[0].parts[0].text == "hi!"
+    assert (await send(engine, **_send_kwargs({}))).id == first.id
+    await store.index.flushed()
+    assert (await send(engine, **_send_kwargs({"text": "hi!"}))).id == changed.id
+    assert (await send(engine, **_send_kwargs({}))).id == first.id

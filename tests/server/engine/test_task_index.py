@@ -524,6 +524,18 @@ def test_byte_lru_evicts_under_byte_pressure_oldest_first() -> None:
     assert cache.pop("k2") == "v" and cache.bytes == 600
 
 
+def test_byte_lru_clear_drops_everything_and_tells_on_drop() -> None:
+    for tally in (None, []):
+        cache: ByteLRU[str, str] = ByteLRU(10, 1000, None if tally is None else tally.append)
+        cache.put("a", "1", 10)
+        cache.put("b", "2", 20)
+        cache.clear()
+        assert len(cache) == 0 and cache.bytes == 0 and cache.get("a") is None
+        assert tally is None or sorted(tally) == ["1", "2"]
+        cache.put("c", "3", 30)  # usable after
+        assert cache.get("c") == "3" and cache.bytes == 30
+
+
 async def test_the_record_cache_has_a_byte_budget(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path, cache_bytes=2 * 1024 * 1024)
     try:
