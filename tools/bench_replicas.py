@@ -45,6 +45,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -166,6 +167,9 @@ async def sse(response: aiohttp.ClientResponse) -> Any:
             kind = ""
 
 
+_CHUNK = re.compile(r"chunk-(\d+)")
+
+
 def _chunk_texts(event: dict[str, Any]) -> list[str]:
     update = event.get("artifactUpdate")
     if update is None:
@@ -269,7 +273,8 @@ async def delivery_run(
                 if "task" in event:  # the snapshot: chunks so far in its artifact
                     for artifact in event["task"].get("artifacts", []):
                         texts = [p["text"] for p in artifact.get("parts", []) if "text" in p]
-                        order.extend(int(t.removeprefix("chunk-")) for t in texts)
+                        # (streamed text is stored as one part: chunk-0chunk-1...)
+                        order.extend(int(n) for t in texts for n in _CHUNK.findall(t))
                     if late is None:
                         result.before_subscribe = len(order)
                     continue
