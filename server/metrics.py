@@ -583,8 +583,17 @@ class _TaskCollector(Collector):
         return []
 
 
-#: The store operations timed (what the engine asks of its task store, all async).
-STORE_OPERATIONS: Final = ("load", "save", "listing", "active_ids", "lookup_message")
+#: The store operations timed (what the engine asks of its task store, all async;
+#: ``lookup_or_claim``: a new message's retry lookup with its context's claim, one
+#: statement on PostgreSQL, the two calls, each timed, on the other stores).
+STORE_OPERATIONS: Final = (
+    "load",
+    "save",
+    "listing",
+    "active_ids",
+    "lookup_message",
+    "lookup_or_claim",
+)
 #: Every ``store`` label value (TaskStore.kind), and ``other``.
 STORE_KINDS: Final = frozenset({"memory", "files", "postgres", OTHER})
 #: Seconds: a memory store answers in microseconds, a file in tens of them (a cold

@@ -81,6 +81,10 @@ class ContextClaims(Protocol):
 
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None: ...
 
+    async def lookup_or_claim(
+        self, owner: Caller, message_id: str, fingerprint: str, context_id: str, task_id: str
+    ) -> tuple[str | None, bool]: ...
+
 
 class EventLogs(Protocol):
     """Each task's event log: append, read after a sequence number, follow."""

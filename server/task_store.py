@@ -326,6 +326,18 @@ class TaskStore(
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
         """Give back a claim whose run did not start."""
 
+    async def lookup_or_claim(
+        self, owner: Caller, message_id: str, fingerprint: str, context_id: str, task_id: str
+    ) -> tuple[str | None, bool]:
+        """:meth:`lookup_message`, then, when no task has the retry key,
+        :meth:`claim_context` of ``context_id`` for a new task ``task_id`` (a store on a
+        database does both in one round trip): the task found (None: none), and
+        whether the context was claimed (never when a task was found)."""
+        found = await self.lookup_message(owner, message_id, fingerprint)
+        if found is not None:
+            return found, False
+        return None, await self.claim_context(owner, context_id, task_id)
+
     def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
         """An event of the task, to its log (``shares_events`` stores: for the
         subscribers of other processes too); ``state`` is set for status events. Its

@@ -23,6 +23,12 @@ alternating the order of the configurations from one round to the next:
 - a statement census: ``log_statement = all`` for 100 blocking sends and 5
   ``chunks:200`` streams on A, the statements PostgreSQL ran per operation.
 
+``--base REV`` adds a fourth gateway, A0, on the same database and workspace, running
+revision REV of this repository (its package tree laid out as ``bench_compare.py``
+does): a row of blocking sends on A0 alone in every round, interleaved with the others,
+and a census of A0 too (a before/after of a change to the PostgreSQL store in one run).
+``--sends-only`` leaves out the stream and delivery rows.
+
 Each row prints the load average (1 min) before and after it, and the CPU time per
 operation of the gateway processes, of PostgreSQL (every backend, exited ones
 included) and of this client, from /proc: on a shared machine the rates move with the
@@ -35,9 +41,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -159,6 +167,9 @@ async def sse(response: aiohttp.ClientResponse) -> Any:
             kind = ""
 
 
+_CHUNK = re.compile(r"chunk-(\d+)")
+
+
 def _chunk_texts(event: dict[str, Any]) -> list[str]:
     update = event.get("artifactUpdate")
     if update is None:
@@ -262,7 +273,8 @@ async def delivery_run(
                 if "task" in event:  # the snapshot: chunks so far in its artifact
                     for artifact in event["task"].get("artifacts", []):
                         texts = [p["text"] for p in artifact.get("parts", []) if "text" in p]
-                        order.extend(int(t.removeprefix("chunk-")) for t in texts)
+                        # (streamed text is stored as one part: chunk-0chunk-1...)
+                        order.extend(int(n) for t in texts for n in _CHUNK.findall(t))
                     if late is None:
                         result.before_subscribe = len(order)
                     continue
@@ -321,9 +333,12 @@ async def timed_row(
     )
 
 
-async def statement_census(pg: LocalPostgres, a: Server, sends: int, streams: int) -> None:
+async def statement_census(
+    pg: LocalPostgres, a: Server, sends: int, streams: int, label: str = "A"
+) -> None:
     """The statements PostgreSQL executes per blocking send and per ``chunks:200`` stream
-    on one gateway (``log_statement = all`` for the time of it; outside every timed row)."""
+    on one gateway (``log_statement = all`` for the time of it; outside every timed row);
+    no streams with ``streams`` 0."""
     assert pg.folder is not None
     log_path = pg.folder / "server.log"
     connection = await asyncpg.connect(pg.url)
@@ -331,7 +346,7 @@ async def statement_census(pg: LocalPostgres, a: Server, sends: int, streams: in
         await connection.execute("ALTER SYSTEM SET log_statement = 'all'")
         await connection.execute("SELECT pg_reload_conf()")
         await asyncio.sleep(1)  # backends read the configuration at their next command
-        for what, work, count in (
+        censuses: list[tuple[str, Callable[[], Awaitable[int]], int]] = [
             (
                 "blocking send",
                 lambda: blocking_sends([a], sends, 4, f"census-{time.time_ns()}"),
@@ -342,7 +357,8 @@ async def statement_census(pg: LocalPostgres, a: Server, sends: int, streams: in
                 lambda: stream_events([a], streams, 200, 2, f"census-{time.time_ns()}"),
                 streams,
             ),
-        ):
+        ]
+        for what, work, count in censuses[: 2 if streams else 1]:
             offset = log_path.stat().st_size
             await work()
             await asyncio.sleep(1)  # the event writer and the lease loop finish their statements
@@ -367,7 +383,7 @@ async def statement_census(pg: LocalPostgres, a: Server, sends: int, streams: in
                     kinds[" ".join(sql.split())[:70]] += 1
                     break
             total = sum(kinds.values())
-            print(f"statements per {what}: {total / count:.1f} ({total} over {count})")
+            print(f"{label}: statements per {what}: {total / count:.1f} ({total} over {count})")
             for sql, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
                 print(f"  {n / count:5.2f}  {sql}")
     finally:
@@ -386,15 +402,31 @@ async def main(args: argparse.Namespace) -> None:
     root = Path(args.root)
     fresh_folder(root)
     print(f"load before start: {os.getloadavg()}", flush=True)
+    base_env = None
+    if args.base:
+        from bench_compare import package_tree, resolve
+
+        base_env = {"PYTHONPATH": str(package_tree(resolve(args.base)))}
     with LocalPostgres(parent=root) as pg:
         assert pg.pid is not None
         async with Server(root / "files", []) as f:
             os.environ["A2A_GATEWAY_DATABASE_URL"] = pg.url  # kept out of argv
             pg_flags = ["--store", "postgres"]
-            async with Server(root / "pg", pg_flags) as a, Server(root / "pg", pg_flags) as b:
-                errors = await run_rounds(args, pg.pid, f, a, b)
+            async with (
+                Server(root / "pg", pg_flags) as a,
+                Server(root / "pg", pg_flags) as b,
+                (
+                    Server(root / "pg", pg_flags, base_env)
+                    if base_env is not None
+                    else contextlib.nullcontext()
+                ) as a0,
+            ):
+                errors = await run_rounds(args, pg.pid, f, a, b, a0)
                 if args.census:
-                    await statement_census(pg, a, 100, 5)
+                    streams = 0 if args.sends_only else 5
+                    await statement_census(pg, a, 100, streams)
+                    if a0 is not None:
+                        await statement_census(pg, a0, 100, streams, f"A0 ({args.base})")
     if errors:
         raise SystemExit(1)
 
@@ -431,21 +463,26 @@ async def delivery_row(row: DeliveryRow, a: Server, b: Server, tag: str) -> list
 
 
 async def run_rounds(
-    args: argparse.Namespace, postmaster: int, f: Server, a: Server, b: Server
+    args: argparse.Namespace, postmaster: int, f: Server, a: Server, b: Server, a0: Server | None
 ) -> list[str]:
     """Every row ``--rounds`` times (the order reversed every other round); the errors."""
-    meter = Meter([f.pid, a.pid, b.pid], postmaster)
+    everyone = [f, a, b] + ([a0] if a0 is not None else [])
+    meter = Meter([s.pid for s in everyone], postmaster)
     run = os.getpid()
-    for n, servers in enumerate(([f], [a, b])):  # connections and caches: a warm-up
-        await blocking_sends(servers, 200, 8, f"warm-{run}-{n}")
-        await stream_events(servers, 8, 50, 4, f"warm-{run}-{n}")
-    if not await paced_form_works(a):
+    for n, servers in enumerate(([f], [a, b], [a0] if a0 is not None else [])):  # a warm-up
+        if servers:  # (connections and caches)
+            await blocking_sends(servers, 200, 8, f"warm-{run}-{n}")
+            if not args.sends_only:
+                await stream_events(servers, 8, 50, 4, f"warm-{run}-{n}")
+    if not args.sends_only and not await paced_form_works(a):
         raise SystemExit("the faux agent has no chunks:N:MS (paced) form")
     sends = {
         "send, file store, 1 gateway": [f],
         "send, postgres, 1 gateway": [a],
         "send, postgres, 2 gateways round-robin": [a, b],
     }
+    if a0 is not None:
+        sends[f"send, postgres, 1 gateway ({args.base})"] = [a0]
     streams = {
         "stream, file store, 1 gateway": [f],
         "stream, postgres, 1 gateway": [a],
@@ -479,6 +516,8 @@ async def run_rounds(
                 return await blocking_sends(s, args.sends, args.clients, t)
 
             await timed_row(row, meter, "sends", send_work)
+        if args.sends_only:
+            continue
         for name, servers in list(streams.items())[::order]:
             row = rows.setdefault(name, Row(name, "events"))
             tag = f"e{run}-{round_no}-{name}"
@@ -498,6 +537,15 @@ async def run_rounds(
         loads = ", ".join(f"{lo:.1f}-{hi:.1f}" for lo, hi in row.loads)
         cpu_text = f"{cpu[0]:.0f} / {cpu[1]:.0f} / {cpu[2]:.0f} us"
         print(f"| {row.name} | {values} {row.unit}/s | {cpu_text} | {loads} |")
+    file_row = rows.get("send, file store, 1 gateway")
+    for name, row in rows.items():
+        if file_row is None or row is file_row or row.unit != "sends":
+            continue
+        ratios = [v / f for v, f in zip(row.values, file_row.values, strict=True)]
+        print(
+            f"{name} / file store, per round: {', '.join(f'{r:.2f}' for r in ratios)};"
+            f" median {statistics.median(ratios):.2f}"
+        )
     for delivery in deliveries:
         every = sorted(d for r in delivery.rounds for d in r.delays_ms)
         if not every:
@@ -539,4 +587,6 @@ if __name__ == "__main__":
         help="a second subscriber on B this much later in the paced runs (0: none)",
     )
     parser.add_argument("--census", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--base", help="a revision whose gateway A0 runs a row of its own")
+    parser.add_argument("--sends-only", action="store_true", help="no stream or delivery rows")
     asyncio.run(main(parser.parse_args()))

@@ -51,8 +51,11 @@ def rss_mib(pid: int) -> float:
 
 
 class Server:
-    def __init__(self, workspace: Path, extra: list[str]) -> None:
+    def __init__(
+        self, workspace: Path, extra: list[str], env: dict[str, str] | None = None
+    ) -> None:
         self.workspace = workspace
+        self.env = env  # (say, PYTHONPATH naming another checkout's package tree)
         self.port = free_port()
         self.extra = extra
         self.proc: asyncio.subprocess.Process | None = None
@@ -81,7 +84,8 @@ class Server:
             "0",
             *self.extra,
         ]
-        self.proc = await asyncio.create_subprocess_exec(*command)
+        env = None if self.env is None else {**os.environ, **self.env}
+        self.proc = await asyncio.create_subprocess_exec(*command, env=env)
         async with aiohttp.ClientSession() as session:
             for _ in range(600):
                 try:

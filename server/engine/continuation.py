@@ -161,7 +161,17 @@ class Intake:
             raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
         hops = read_hops(request)
         seen_key = retry_key(caller, message)  # a retry is the same message (retries.py)
-        if (retried := await self._state.retried(seen_key)) is not None:
+        if not context_id and not message.task_id:
+            context_id = new_id()
+        busy_key = (caller.workspace, caller.name, context_id)
+        task_id = ""  # a new task's, once its context is claimed
+        claimed = False  # the context, for task_id: given back unless its run starts
+        if message.task_id or hops > self._state.max_hops or busy_key in self._state.busy:
+            retried = await self._state.retried(seen_key)
+        else:  # a new task's context is claimed with the retry lookup (one round trip)
+            task_id = new_id()
+            retried, claimed = await self._state.retried_or_claimed(seen_key, context_id, task_id)
+        if retried is not None:
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
                 return existing
@@ -169,9 +179,35 @@ class Intake:
             return await self._continue(
                 request, caller, subscriber, hops, seen_key, inline_push, context.version
             )
-        if not context_id:
-            context_id = new_id()
-        busy_key = (caller.workspace, caller.name, context_id)
+        try:
+            got = await self._new_task(
+                request, context, subscriber, (hops, seen_key, inline_push), busy_key, task_id,
+                claimed,
+            )  # fmt: skip
+        except BaseException:
+            if claimed:
+                await self._state.store.release_context(caller, context_id, task_id)
+            raise
+        if claimed and not isinstance(got, Run):  # an answer without a run
+            await self._state.store.release_context(caller, context_id, task_id)
+        return got
+
+    async def _new_task(
+        self,
+        request: pb.SendMessageRequest,
+        context: CallContext,
+        subscriber: Subscriber | None,
+        taken: tuple[int, RetryKey, pb.TaskPushNotificationConfig | None],
+        busy_key: ContextKey,
+        task_id: str,
+        claimed: bool,
+    ) -> pb.Message | pb.Task | Run:
+        """A message that continues no task: the agent's reply, or a new task (its run
+        started; with ``claimed``, its context is claimed already)."""
+        hops, seen_key, inline_push = taken
+        message = request.message
+        caller = context.caller
+        context_id = busy_key[2]
         if busy_key in self._state.busy:
             raise UnsupportedOperationError(CONTEXT_BUSY)
         if hops <= self._state.max_hops and context.message_replies:
@@ -182,8 +218,8 @@ class Intake:
             # The agent was consulted (an await): look again before creating the task,
             # for a retry this process started meanwhile. Not in a shared store's
             # database: a task another process creates shows its keys there only from
-            # its first save, so the round trip (a fifth of a blocking send's
-            # statements on PostgreSQL) would close almost none of that window.
+            # its first save, so the round trip (a third statement for a blocking send
+            # on PostgreSQL) would close almost none of that window.
             # (Only when a key was remembered or found here meanwhile: else the answer
             # is the lookup's above, and a send does not ask the index twice.)
             if (
@@ -196,7 +232,7 @@ class Intake:
             if busy_key in self._state.busy:
                 raise UnsupportedOperationError(CONTEXT_BUSY)
 
-        task = pb.Task(id=new_id(), context_id=context_id)
+        task = pb.Task(id=task_id or new_id(), context_id=context_id)
         stored_message = task.history.add()
         stored_message.CopyFrom(message)
         stored_message.context_id = context_id
@@ -213,7 +249,12 @@ class Intake:
             await self._records.save(record)
             self._state.notify(record)  # no stream can exist yet: only the webhooks hear it
             return task
-        slot = await self._claim_and_admit(caller, context_id, task.id, busy_key)
+        if claimed:  # (given back by the caller if the run does not start)
+            if busy_key in self._state.busy:
+                raise UnsupportedOperationError(CONTEXT_BUSY)
+            slot = self._runner.admit(caller, context_id)
+        else:
+            slot = await self._claim_and_admit(caller, context_id, task.id, busy_key)
         return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
 
     async def _claim_and_admit(

@@ -100,6 +100,7 @@ class Records:
         the write again)."""
         if not run.dirty:
             return
+        run.flush_text()  # the stored task reflects every event so far (its event_seq)
         run.dirty = False
         self._dirty.pop(run.record.task.id, None)
         try:

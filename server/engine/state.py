@@ -387,6 +387,21 @@ class EngineState:
             self.keys_learned += 1  # a shared store keeps a key it read (find_message)
         return found
 
+    async def retried_or_claimed(
+        self, seen_key: RetryKey, context_id: str, task_id: str
+    ) -> tuple[str | None, bool]:
+        """:meth:`retried`; when no task has the key, the store's claim of
+        ``context_id`` for a new task ``task_id`` too (one round trip on a database):
+        the task found, and whether the context was claimed (then give it back with
+        ``store.release_context`` if the run does not start)."""
+        workspace, name, message_id, fingerprint = seen_key
+        found, claimed = await self.store.lookup_or_claim(
+            Caller(name, workspace), message_id, fingerprint, context_id, task_id
+        )
+        if found is not None:
+            self.keys_learned += 1  # a shared store keeps a key it read (find_message)
+        return found, claimed
+
     def retried_here(self, seen_key: RetryKey) -> str | None:
         """:meth:`retried` without asking a shared store's database: the keys this
         process remembered or read (the same answer on a store of one process)."""

@@ -62,12 +62,23 @@ holder's lease expired; never for a task stored otherwise than a continuation re
 it, so it does not run a task another process cancelled, or ran a turn of, after
 this one read it); the save that settles
 or interrupts the task removes the claim, and the claim's lease is renewed with the
-task's.
+task's. A message that starts a new task is looked up by its retry key and claims
+its context in one statement (:meth:`lookup_or_claim`: the claim only when no task
+has the key), before the agent's reply hook; a reply (no task) gives the claim back.
+So a blocking send that ends at once is two statements: that one, and the save of
+the finished task (row, retry key and the claim's release).
 
 Stream events cross processes through ``a2a_events``: every event of a run of this
 process is numbered per task (continuing from the number the task's row holds when
 the run claims its context), written in order by one writer task in batches, each
-batch with one ``NOTIFY a2a_events`` per task. A row's ``event_seq`` is the number of
+batch with one ``NOTIFY a2a_events`` per task. Not the events of a run of a new task
+that nobody can see yet: until a stream here joins it (its events then have numbers
+outside this process) or a save stores it while it goes on (another process may then
+follow it from the row's ``event_seq``), they are held in memory, numbered; then
+written, in order, and the later ones as they come. A run that settles unseen (a
+blocking send answered at once) writes none: its row reflects them all, and nobody
+had their numbers (a resume point of it gets the flagged snapshot, as on a store of
+one process). A row's ``event_seq`` is the number of
 events its task reflects (a settling save counts the status event that follows it),
 so a subscriber elsewhere starts from its snapshot's number and reads the rest, in
 order, when a NOTIFY names the task (:meth:`follow`); once a lease without news it

@@ -63,12 +63,16 @@ class PgContextClaims(PgConnection):
         if rows:
             self._leased.add(task_id)
             # The run's events follow (a follow of the task here hands over: hand_over).
-            self._seq[task_id] = int(rows[0]["event_seq"] or 0)
+            stored_seq = rows[0]["event_seq"]
+            self._seq[task_id] = int(stored_seq or 0)
+            if stored_seq is None:  # a new task: no other process can know it yet
+                self._held.setdefault(task_id, [])
         return bool(rows)
 
     async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
         self._leased.discard(task_id)
         self._seq.pop(task_id, None)
+        self._held.pop(task_id, None)
         await self._fetch(
             "DELETE FROM a2a_contexts"
             " WHERE workspace = $1 AND caller = $2 AND context_id = $3 AND task_id = $4",

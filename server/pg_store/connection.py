@@ -261,6 +261,9 @@ class PgConnection(TaskStore):
         self.event_keep_s = event_keep_s
         self._seq: dict[str, int] = {}  # runs of this process: their last event's number
         self._outbox: list[tuple[str, int, bytes]] = []
+        # Runs of new tasks nobody can see yet (no row, no stream here): their events,
+        # numbered but not logged (PgEventLogs.log_event; _unhold logs them).
+        self._held: dict[str, list[tuple[int, pb.StreamResponse]]] = {}
         self._writer: asyncio.Task[None] | None = None
         self._follows: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         self._delivered: dict[str, int] = {}  # followed tasks: the last event delivered
@@ -292,6 +295,10 @@ class PgConnection(TaskStore):
     @abc.abstractmethod
     async def prune_events(self) -> None:
         """(events) Drop the events of tasks settled more than ``event_keep_s`` ago."""
+
+    @abc.abstractmethod
+    def _unhold(self, task_id: str) -> None:
+        """(events) Log the events held back for a run nobody could see until now."""
 
     @abc.abstractmethod
     def _on_event(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
@@ -403,6 +410,7 @@ class PgConnection(TaskStore):
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
+        self._held.clear()  # (runs unseen so far: nobody reads their events)
         saving = list(self._saving.values())
         if saving:  # the saves on their way land first (each is bounded)
             await asyncio.wait(saving, timeout=self.acquire_timeout_s + self.command_timeout_s)

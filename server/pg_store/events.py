@@ -48,16 +48,39 @@ class PgEventLogs(PgConnection):
         if seq is None:
             return None  # not a run of this process
         seq += 1
-        if state is not None and state not in ACTIVE:
+        last = state is not None and state not in ACTIVE
+        if last:
             self._seq.pop(task_id, None)  # the run's last event (settled or interrupted)
         else:
             self._seq[task_id] = seq
-        self._outbox.append((task_id, seq, event.SerializeToString()))
+        held = self._held.get(task_id)
+        if held is None:
+            self._queue(task_id, seq, event.SerializeToString())
+        elif last:
+            # The run ends unseen: its task was stored only now, settled (its row
+            # reflects this event too), and no stream here ever had an event's number.
+            del self._held[task_id]
+        else:
+            held.append((seq, event))
+            if len(held) >= EVENT_BATCH:  # a long run nobody sees yet: logged after all
+                self._unhold(task_id)
+        return seq
+
+    def _queue(self, task_id: str, seq: int, data: bytes) -> None:
+        """An event to the outbox, whose writer task starts if none is running."""
+        self._outbox.append((task_id, seq, data))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(
                 self._write_events(), name="a2a-pg-events"
             )
-        return seq
+
+    def _unhold(self, task_id: str) -> None:
+        """The task's run is no longer unseen (a stream here joined it, or a save stores
+        it while it goes on): its held events go to the outbox, in order, and the
+        following ones too."""
+        held = self._held.pop(task_id, None)
+        for seq, event in held or ():
+            self._queue(task_id, seq, event.SerializeToString())
 
     async def _write_events(self) -> None:
         """Write what the outbox holds, a batch per statement, one statement at a time
@@ -228,6 +251,7 @@ class PgEventLogs(PgConnection):
     ) -> list[pb.StreamResponse]:
         """The logged events in the range, those of a run here still in the outbox
         included (taken before the read: one written meanwhile is in the read)."""
+        self._unhold(task_id)  # (a stream here reads them: they are logged from now on)
         queued = {
             seq: data
             for queued_id, seq, data in self._outbox
@@ -249,6 +273,7 @@ class PgEventLogs(PgConnection):
         return events
 
     def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        self._unhold(task_id)  # a stream here has the events' numbers: they are logged
         return self._seq.get(task_id)  # a run here: its last event's number
 
     async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
@@ -260,6 +285,7 @@ class PgEventLogs(PgConnection):
         if not rows:
             return None
         first, last, stored = rows[0]
+        self._unhold(task_id)
         queued = [seq for queued_id, seq, _ in self._outbox if queued_id == task_id]
         last = max(last or 0, stored or 0, *queued, self._seq.get(task_id) or 0)
         if first is None:

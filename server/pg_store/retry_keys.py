@@ -15,6 +15,24 @@ _FIND_MESSAGE = (
 )
 
 
+# A new message's retry lookup and, when no task has its key, the claim of its context
+# for the new task $4 (no row has that id yet: nothing to check of it), in one statement.
+_LOOKUP_OR_CLAIM = """
+WITH retried AS (
+  SELECT task_id FROM a2a_retry_keys
+  WHERE workspace = $1 AND caller = $2 AND message_id = $8 AND fingerprint = $9),
+claimed AS (
+  INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint
+  WHERE NOT EXISTS (SELECT 1 FROM retried)
+  ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
+    runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
+    WHERE c.lease_until < $7 OR (c.task_id = excluded.task_id AND c.runner = excluded.runner)
+  RETURNING 1)
+SELECT (SELECT task_id FROM retried LIMIT 1) AS retried, EXISTS (SELECT 1 FROM claimed) AS claimed
+"""
+
+
 class PgRetryKeys(PgConnection):
     """The messageId retry keys (``a2a_retry_keys``)."""
 
@@ -35,6 +53,29 @@ class PgRetryKeys(PgConnection):
         task_id = str(rows[0][0])
         self._keep(owner, message_id, fingerprint, task_id)
         return task_id
+
+    async def lookup_or_claim(
+        self, owner: Caller, message_id: str, fingerprint: str, context_id: str, task_id: str
+    ) -> tuple[str | None, bool]:
+        """The retry lookup (``lookup_message``) and, when no task has the key, the
+        claim of the context for the new task ``task_id``, in one round trip."""
+        known = self.find_message(owner, message_id, fingerprint)
+        if known is not None:
+            return known, False
+        await self._ready()  # the database's time is known
+        rows = await self._fetch(
+            _LOOKUP_OR_CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,
+            self._lease_until(), self._db_now(), message_id, fingerprint,
+        )  # fmt: skip
+        found, claimed = rows[0]
+        if found is not None:
+            self._keep(owner, message_id, fingerprint, str(found))
+            return str(found), False
+        if claimed:
+            self._leased.add(task_id)
+            self._seq[task_id] = 0  # a new task: its run's events are numbered from 1
+            self._held.setdefault(task_id, [])  # and no other process can know it yet
+        return None, bool(claimed)
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

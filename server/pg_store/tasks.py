@@ -266,6 +266,9 @@ class PgTaskRows(PgConnection):
         if summary.state in ACTIVE and not record.held_elsewhere:
             runner, lease_until = self.replica, self._lease_until()
             self._leased.add(task_id)
+            # Stored while its run goes on: another process may follow it from the
+            # row's event_seq on, so its events are logged from now on.
+            self._unhold(task_id)
         else:
             self._leased.discard(task_id)
         args = (

@@ -660,6 +660,7 @@ async def test_the_store_operations_are_timed_by_store_and_operation(metrics: Me
         "listing": 1,
         "active_ids": 1,
         "lookup_message": 0,
+        "lookup_or_claim": 0,
     }
     # Only this instance is timed: another memory store reports nothing here.
     await MemoryTaskStore().save(TaskRecord(stored_task("t-9", pb.TASK_STATE_WORKING), OWNERS[0]))

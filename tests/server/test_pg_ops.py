@@ -182,6 +182,9 @@ async def test_a_follower_reads_the_events_its_lost_listener_missed_once_it_list
         await runner.start()
         await watcher.start()
         assert await runner.claim_context(ALICE, "ctx-1", "t-1")
+        working = pb.Task(id="t-1", context_id="ctx-1")
+        working.status.state = pb.TASK_STATE_WORKING
+        await runner.save(TaskRecord(working, ALICE))  # (a run unseen logs no event)
         watcher.follow("t-1", 0, deliver)
         runner.log_event("t-1", chunk("c0"), pb.TASK_STATE_WORKING)
         await until(delivered(1))

@@ -220,6 +220,41 @@ async def test_a_subscriber_on_the_other_engine_gets_every_event_in_order(
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
 
 
+async def test_a_subscriber_on_the_other_engine_gets_what_was_streamed_before_the_first_save(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A streaming send's task is stored when its id leaves the engine, after the run's
+    first step: that save holds the text streamed in that step (the row's event number
+    counts those chunks, and a subscriber elsewhere starts after it)."""
+    url = await fresh_database(postgres)
+    go = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        for n in range(5):  # in the run's first step, before the first save
+            yield TextChunk(f"c{n}-")
+        await go.wait()
+        for n in range(5, 8):
+            yield TextChunk(f"c{n}-")
+        yield Completed("done")
+
+    a = pg_engine(url, tmp_path, Scripted(script))
+    b = pg_engine(url, tmp_path, FauxAgent())
+    try:
+        streamed = a.send_streaming_message(request("go"), ctx())
+        async with asyncio.timeout(WAIT_S):
+            task_id = (await anext(streamed)).task.id  # sent once the task is stored
+            stream = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task_id), ctx())
+            first = await anext(stream)
+        go.set()
+        events = [first, *await collect(stream)]
+        await collect(streamed)
+    finally:
+        await a.aclose()
+        await b.aclose()
+    assert streamed_text(events) == "".join(f"c{n}-" for n in range(8))
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
 @pytest.mark.parametrize("skew_s", [-600, 600])
 async def test_leases_hold_across_replicas_whose_clocks_disagree(
     postgres: LocalPostgres, tmp_path: Path, skew_s: int
