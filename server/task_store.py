@@ -327,7 +327,7 @@ class TaskStore(
 
 
 async def select_page(
-    store: TaskStore,
+    store: TaskRecords,
     owner: Caller,
     flt: TaskFilter,
     cursor: Position | None,
