@@ -71,6 +71,13 @@ in the order they were asked for (a later save of a task always wins), and each 
 row follows its file in that order, also when the save that asked was cancelled. A
 save asked while the store closes joins that queue and lands before the close
 returns; one asked after it raises, writing nothing.
+
+The store is the set of its roles (``store_roles``), one module each over the
+workspace's files (:class:`~.folder.TaskFiles`: the folder, index, record cache,
+writer and the store's life): ``reads`` (load, read-ahead, listing), ``writes``
+(save), ``retention`` (expire), ``retry_keys`` (the index's keys); the file format is
+``task_file``; the roles of a store of one process come from ``..local_roles``.
+:class:`WorkspaceTaskStores` (``workspaces``) routes each owner to its workspace's.
 """
 
 from __future__ import annotations

@@ -28,11 +28,11 @@ TASKS_FOLDER = Path(".a2a") / "tasks"
 CACHE_ENTRIES = 4096
 CACHE_BYTES = 64 * 1024 * 1024
 
-_Stamp = tuple[int, int, int]
-_O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
+Stamp = tuple[int, int, int]
+O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
 
 
-class _ReadBudget:
+class ReadBudget:
     """Bytes of task files a prefetch may still read, shared by its reader threads:
     the first file is always admitted, later ones only while they fit."""
 
@@ -58,7 +58,7 @@ def _nothing() -> None:
     """A job that only marks its place in a thread's queue."""
 
 
-class _Loaded:
+class Loaded:
     """A parsed task file: its owner, summary, serialized protobufs and retry keys."""
 
     __slots__ = ("owner", "push", "push_versions", "retry_keys", "summary", "task_bytes")
@@ -80,10 +80,10 @@ class _Loaded:
         self.retry_keys = retry_keys
 
 
-_MALFORMED = object()  # cache value for a file that failed to parse (logged once)
+MALFORMED = object()  # cache value for a file that failed to parse (logged once)
 
 
-def _stamp(st: os.stat_result) -> _Stamp:
+def file_stamp(st: os.stat_result) -> Stamp:
     # No ctime: the rename that publishes a write changes it, while mtime, size and
     # inode are those of the temp file we wrote (and fstat'ed) ourselves.
     return (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -125,9 +125,9 @@ class TaskFiles(TaskStore):
         self.box = SecretBox(self.workspace)
         self._dir = str(self.folder)
         self._folder_ready = False
-        self._unnamed_files = _O_TMPFILE != 0
+        self._unnamed_files = O_TMPFILE != 0
         # Recently loaded records, validated by the file's stamp before use.
-        self._cache: ByteLRU[str, tuple[_Stamp, _Loaded | object]] = ByteLRU(
+        self._cache: ByteLRU[str, tuple[Stamp, Loaded | object]] = ByteLRU(
             cache_entries, cache_bytes
         )
         # Files a ListTasks page's read-ahead just read (id -> when): the page's own
@@ -187,9 +187,7 @@ class TaskFiles(TaskStore):
             changed.add(task_id)
 
     @staticmethod
-    def _read_raw(
-        path: str, budget: _ReadBudget | None = None
-    ) -> tuple[_Stamp, bytes | None] | None:
+    def _read_raw(path: str, budget: ReadBudget | None = None) -> tuple[Stamp, bytes | None] | None:
         """The file's stamp and bytes (None when it is not a regular file); None when
         it cannot be opened or read, or ``budget`` does not admit its size."""
         try:
@@ -200,10 +198,10 @@ class TaskFiles(TaskStore):
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                return _stamp(st), None
+                return file_stamp(st), None
             if budget is not None and not budget.admit(st.st_size):
                 return None
-            return _stamp(st), _read_all(fd, st.st_size)
+            return file_stamp(st), _read_all(fd, st.st_size)
         except OSError:
             return None
         finally:

@@ -18,7 +18,7 @@ from ..ids import valid_id
 from ..secret_box import SecretBoxError
 from ..task_index import RECONCILE_WAIT_ROWS, Parsed, unreadable_for_now
 from ..task_store import Listing, TaskFilter, TaskRecord, TaskSummary, Window
-from .folder import _MALFORMED, TaskFiles, _Loaded, _ReadBudget, _Stamp, _stamp
+from .folder import MALFORMED, Loaded, ReadBudget, Stamp, TaskFiles, file_stamp
 from .task_file import decode_document
 
 log = logging.getLogger(__name__)
@@ -51,28 +51,28 @@ class FileTaskReads(TaskFiles):
         task = pb.Task.FromString(loaded.task_bytes)
         return TaskRecord(task, owner, configs, versions, retry_keys=list(loaded.retry_keys))
 
-    def _read(self, task_id: str) -> _Loaded | None:
+    def _read(self, task_id: str) -> Loaded | None:
         if not valid_id(task_id):
             return None
         read_at = self._read_ahead.pop(task_id, None)
         if read_at is not None and time.monotonic() - read_at < READ_AHEAD_FRESH_S:
             ahead = self._cache.get(task_id)
             if ahead is not None:
-                return ahead[1] if isinstance(ahead[1], _Loaded) else None
+                return ahead[1] if isinstance(ahead[1], Loaded) else None
         path = f"{self._dir}/{task_id}.json"
         try:
             st = os.stat(path)
         except OSError:
             self._cache.pop(task_id)
             return None
-        stamp = _stamp(st)
+        stamp = file_stamp(st)
         cached = self._cache.get(task_id)
         if cached is not None and cached[0] == stamp:
             value = cached[1]
-            return value if isinstance(value, _Loaded) else None
+            return value if isinstance(value, Loaded) else None
         return self._read_file(task_id, path)
 
-    def _read_file(self, task_id: str, path: str) -> _Loaded | None:
+    def _read_file(self, task_id: str, path: str) -> Loaded | None:
         parsed = self._parse_file(task_id, path)
         if parsed is None:
             self._cache.pop(task_id)
@@ -80,8 +80,8 @@ class FileTaskReads(TaskFiles):
         return self._keep(task_id, path, *parsed)
 
     def _parse_file(
-        self, task_id: str, path: str, budget: _ReadBudget | None = None
-    ) -> tuple[_Stamp, _Loaded | str] | None:
+        self, task_id: str, path: str, budget: ReadBudget | None = None
+    ) -> tuple[Stamp, Loaded | str] | None:
         """The file's stamp and its record, or the reason it is malformed; None when it
         cannot be opened or read (or ``budget`` does not admit it)."""
         raw = self._read_raw(path, budget)
@@ -94,7 +94,7 @@ class FileTaskReads(TaskFiles):
             decoded = decode_document(data, task_id)
         except ValueError as exc:
             return stamp, str(exc)
-        return stamp, _Loaded(
+        return stamp, Loaded(
             decoded.owner,
             TaskSummary.of(decoded.task),
             decoded.task.SerializeToString(),
@@ -117,16 +117,14 @@ class FileTaskReads(TaskFiles):
             return stamp, None
         return stamp, (decoded.owner, TaskSummary.of(decoded.task), decoded.retry_keys)
 
-    def _keep(
-        self, task_id: str, path: str, stamp: _Stamp, parsed: _Loaded | str
-    ) -> _Loaded | None:
+    def _keep(self, task_id: str, path: str, stamp: Stamp, parsed: Loaded | str) -> Loaded | None:
         """Remember a parsed file in the cache; log a malformed one once per version
         of the file (while it is cached)."""
         if isinstance(parsed, str):
             previous = self._cache.peek(task_id)
             if previous is None or previous[0] != stamp:
                 log.warning("task file is malformed (%s), read as no such task: %s", parsed, path)
-            self._cache.put(task_id, (stamp, _MALFORMED), _ENTRY_OVERHEAD)
+            self._cache.put(task_id, (stamp, MALFORMED), _ENTRY_OVERHEAD)
             return None
         size = len(parsed.task_bytes) + sum(len(p) for p in parsed.push) + _ENTRY_OVERHEAD
         self._cache.put(task_id, (stamp, parsed), size)
@@ -169,8 +167,8 @@ class FileTaskReads(TaskFiles):
         pool = _reader_pool()
         jobs = iter([(t, f"{self._dir}/{t}.json") for t in wanted])
         taking = threading.Lock()
-        budget = _ReadBudget(max_bytes)
-        done: list[tuple[str, str, tuple[_Stamp, _Loaded | str] | None]] = []
+        budget = ReadBudget(max_bytes)
+        done: list[tuple[str, str, tuple[Stamp, Loaded | str] | None]] = []
 
         def read_files() -> None:
             # (reader thread) Takes the next file until none is left: a few hand-offs

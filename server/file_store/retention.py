@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .folder import TaskFiles, _Stamp, _stamp
+from .folder import Stamp, TaskFiles, file_stamp
 from .task_file import decode_record, remove_inbox_files
 
 log = logging.getLogger(__name__)
@@ -32,10 +32,10 @@ class FileRetention(TaskFiles):
         return len(removed)
 
     def _remove_files(
-        self, candidates: list[tuple[str, _Stamp]], inbox_files: bool
-    ) -> list[tuple[str, _Stamp]]:
+        self, candidates: list[tuple[str, Stamp]], inbox_files: bool
+    ) -> list[tuple[str, Stamp]]:
         """(on the maintenance thread) Unlink the task files still as indexed."""
-        removed: list[tuple[str, _Stamp]] = []
+        removed: list[tuple[str, Stamp]] = []
         for task_id, stamp in candidates:
             path = f"{self._dir}/{task_id}.json"
             try:
@@ -45,7 +45,7 @@ class FileRetention(TaskFiles):
                 continue
             except OSError:
                 continue
-            if _stamp(st) != stamp:
+            if file_stamp(st) != stamp:
                 continue  # written since it was indexed: the next pass decides
             if inbox_files:
                 self._remove_inbox_files(task_id, path)

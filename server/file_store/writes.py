@@ -11,7 +11,7 @@ from a2a_gateway.protocol.context import Caller
 from ..atomic_files import fsync_folder, removed_on_failure, temp_path, write_all
 from ..ids import valid_id
 from ..task_store import TaskRecord, TaskSummary
-from .folder import _O_TMPFILE, TaskFiles, _Stamp, _stamp
+from .folder import O_TMPFILE, Stamp, TaskFiles, file_stamp
 from .task_file import encode_record
 
 _root: list[int] = []
@@ -47,7 +47,7 @@ class FileTaskWrites(TaskFiles):
         written = loop.run_in_executor(self._writer, self._write_atomically, task_id, data)
         self._writes_asked += 1
 
-        def landed(done: asyncio.Future[_Stamp]) -> None:
+        def landed(done: asyncio.Future[Stamp]) -> None:
             # On the loop, in the order of the writes (one writer thread), and before
             # the save returns; also when the save was cancelled while it waited.
             if not done.cancelled() and done.exception() is None:
@@ -56,7 +56,7 @@ class FileTaskWrites(TaskFiles):
         written.add_done_callback(landed)
         await asyncio.shield(written)
 
-    def _wrote(self, task_id: str, owner: Caller, summary: TaskSummary, stamp: _Stamp) -> None:
+    def _wrote(self, task_id: str, owner: Caller, summary: TaskSummary, stamp: Stamp) -> None:
         """A task file was written: its index row follows it."""
         # Not cached: most tasks written are never read back, and the next read fills
         # the record cache (stat-validated like any other read).
@@ -65,7 +65,7 @@ class FileTaskWrites(TaskFiles):
         index.put(owner, summary, stamp)
         index.wrote_folder()
 
-    def _write_atomically(self, task_id: str, data: bytes) -> _Stamp:
+    def _write_atomically(self, task_id: str, data: bytes) -> Stamp:
         if not self._folder_ready:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._folder_ready = True
@@ -79,13 +79,13 @@ class FileTaskWrites(TaskFiles):
             fsync_folder(self._dir)
         return stamp
 
-    def _write_unnamed(self, path: str, task_id: str, data: bytes) -> _Stamp | None:
+    def _write_unnamed(self, path: str, task_id: str, data: bytes) -> Stamp | None:
         """Linux: write an unnamed file (O_TMPFILE) and link it in. A new task file
         takes one directory change instead of three (create, rename, remove), about a
         quarter less kernel time; a replaced one is linked to a temp name and renamed.
         None (and never again in this store) when the system cannot do it."""
         try:
-            fd = os.open(self._dir, _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+            fd = os.open(self._dir, O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:  # the folder was removed under us
             self.folder.mkdir(parents=True, exist_ok=True)
             return None
@@ -114,7 +114,7 @@ class FileTaskWrites(TaskFiles):
             os.close(fd)
         return stamp
 
-    def _write_renamed(self, path: str, task_id: str, data: bytes) -> _Stamp:
+    def _write_renamed(self, path: str, task_id: str, data: bytes) -> Stamp:
         """Write a temp file in the folder, then rename it over the task file."""
         tmp = self._temp_name(task_id)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -131,11 +131,11 @@ class FileTaskWrites(TaskFiles):
             os.replace(tmp, path)
         return stamp
 
-    def _fill(self, fd: int, data: bytes) -> _Stamp:
+    def _fill(self, fd: int, data: bytes) -> Stamp:
         write_all(fd, data)
         if self.fsync:
             os.fsync(fd)
-        return _stamp(os.fstat(fd))
+        return file_stamp(os.fstat(fd))
 
     def _temp_name(self, task_id: str) -> str:
         return temp_path(self._dir, task_id)
