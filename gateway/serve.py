@@ -70,6 +70,7 @@ from a2a_gateway.server.icon import CardIcon
 from a2a_gateway.server.identity import JwtVerifier
 from a2a_gateway.server.identity.introspection import Introspector
 from a2a_gateway.server.limits import RateLimits, TaskCaps, TaskLimiter
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.metrics import NULL_METRICS, Metrics, MetricsLike
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.pact import PactAuthenticator, PactMount, PactService
@@ -80,7 +81,7 @@ from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.retention import Retention, parse_duration
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.secret_links import SecretLinks
-from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
+from a2a_gateway.server.task_store import TaskStore
 from a2a_gateway.server.tls import TlsConfig, server_ssl_context
 from a2a_gateway.server.tracing import Traced, Tracing, tracing_wanted
 

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .engine import TaskEngine
     from .grpc_server import build_grpc_server
     from .http_app import AppRunner, build_http_app
-    from .task_store import MemoryTaskStore, TaskStore
+    from .memory_store import MemoryTaskStore
+    from .task_store import TaskStore
 
 # Each public name and the module of this package that defines it.
 _HOME = {
@@ -26,7 +27,7 @@ _HOME = {
     "AppRunner": "http_app",
     "Authenticator": "auth",
     "CardProvider": "card",
-    "MemoryTaskStore": "task_store",
+    "MemoryTaskStore": "memory_store",
     "ServerConfig": "config",
     "TaskEngine": "engine",
     "TaskStore": "task_store",

@@ -2,8 +2,16 @@
 
 A store is the set of its roles: :class:`~a2a_gateway.server.task_store.TaskStore`
 subclasses every protocol below, so mypy checks each implementation (memory, file,
-PostgreSQL) against each role, and a part of the engine that uses one role can ask
-for that role alone. The contract of each method is in ``TaskStore``'s docstrings.
+PostgreSQL) against each role, and each part of the engine holds the roles it uses
+alone. Each role has an implementation per kind of store, each in a module of its
+own: ``memory_store/`` (tasks, retry keys), ``file_store/`` (the task files: reads,
+writes, retention; retry keys on the index; the folder's life) and ``pg_store/`` (one
+module per role, over its connection); a store of one process (memory, files) shares
+its claims, cancel signals, event logs (over its ``event_log``) and push configs (in
+the records) from ``local_roles``.
+
+The contract of each method is in its docstring here, or, for those every store
+shares a default of, in ``TaskStore``'s.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ if TYPE_CHECKING:
 
 class TaskRecords(Protocol):
     """Tasks: save, load, replace, list and count (scoped by owner)."""
+
+    #: Whether records outlive the process (see ``TaskStore``).
+    durable: bool
 
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None: ...
 
@@ -77,9 +88,18 @@ class ContextClaims(Protocol):
         context_id: str,
         task_id: str,
         loaded_as: tuple[int, int] | None = None,
-    ) -> bool: ...
+    ) -> bool:
+        """Before a run of ``task_id`` starts in ``context_id``: whether no other process
+        on a shared store runs one there (then the context is this run's until its task
+        is saved settled or interrupted, or :meth:`release_context`), and, for a stored
+        task read as ``loaded_as`` (``TaskRecord.loaded_as``), whether it is still
+        stored so (no other process ran or cancelled it since). Always True for a
+        store of one process: the engine's own table of busy contexts decides."""
+        ...
 
-    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None: ...
+    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
+        """Give back a claim whose run did not start."""
+        ...
 
     async def lookup_or_claim(
         self, owner: Caller, message_id: str, fingerprint: str, context_id: str, task_id: str
@@ -89,36 +109,80 @@ class ContextClaims(Protocol):
 class EventLogs(Protocol):
     """Each task's event log: append, read after a sequence number, follow."""
 
-    def log_event(
-        self, task_id: str, event: pb.StreamResponse, state: int | None
-    ) -> int | None: ...
+    #: Whether stream events go through the store to subscribers in other processes.
+    shares_events: bool
+
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+        """An event of the task, to its log (``shares_events`` stores: for the
+        subscribers of other processes too); ``state`` is set for status events. Its
+        number in the task's log (None when not logged)."""
+        ...
 
     def follow(
         self,
         task_id: str,
         after_seq: int,
         deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
-    ) -> None: ...
+    ) -> None:
+        """(``shares_events`` stores) Call ``deliver(events, first_seq)`` with the
+        events of ``task_id`` after ``after_seq``, in order, as another process logs
+        them (``first_seq``: the number of the first), until it returns False (an
+        empty ``events`` asks whether anyone still listens);
+        ``deliver(None, 0)`` when the run's process is gone (its lease expired)."""
+        ...
 
-    async def hand_over(self, task_id: str) -> int | None: ...
+    async def hand_over(self, task_id: str) -> int | None:
+        """(``shares_events`` stores) This process claimed the context of ``task_id``
+        to run it (a continuation): its :meth:`follow`, if any, first delivers every
+        event logged before the claim (waiting a bounded time for those not committed
+        yet), then ends. The number of the last event before this process's run when
+        the task was followed (a subscriber short of it missed events), else None."""
+        ...
 
-    def followed_seq(self, task_id: str) -> int | None: ...
+    def followed_seq(self, task_id: str) -> int | None:
+        """(``shares_events`` stores) The number of the last event of ``task_id`` its
+        :meth:`follow` delivered (None when the task is not followed)."""
+        ...
 
     async def read_events(
         self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
-    ) -> list[pb.StreamResponse]: ...
+    ) -> list[pb.StreamResponse]:
+        """The logged events of ``task_id`` (of ``owner``, when known) numbered
+        ``after_seq + 1`` to ``upto_seq`` that are still kept, in order."""
+        ...
 
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None: ...
+    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+        """The task is streamed here: log its events from now on (a store of one
+        process opens its log, a new one if none is open: call :meth:`open_event_log`
+        first for a task that may have one on disk). The number of its last logged
+        event (None: not logged)."""
+        ...
 
-    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None: ...
+    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
+        """(a store of one process) Open the task's log if it has one (a new one with
+        ``create``), so that :meth:`log_event` numbers its events; its last event's
+        number, None when it has none."""
+        ...
 
-    def close_event_log(self, task_id: str) -> None: ...
+    def close_event_log(self, task_id: str) -> None:
+        """(a store of one process) No run or stream of the task is left here: what an
+        open log holds in memory to append may go (its events stay kept)."""
+        ...
 
-    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None: ...
+    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
+        """(first kept, last) numbers of the task's logged events (first = last + 1
+        when none is kept), None when it has no log."""
+        ...
 
 
 class PushConfigs(Protocol):
     """Push configs as rows of their own (``push_rows`` stores)."""
+
+    #: Whether push configs are rows of their own that any process changes one at a
+    #: time (:meth:`add_push_config`, :meth:`remove_push_config`): a save writes a
+    #: task's configs only when it creates the task, and refreshes the record's from
+    #: the store (``TaskRecord.push_as_of``). Otherwise a save writes the record's.
+    push_rows: bool
 
     async def add_push_config(
         self,
@@ -127,19 +191,34 @@ class PushConfigs(Protocol):
         config: pb.TaskPushNotificationConfig,
         version: str,
         most: int,
-    ) -> PushAdded: ...
+    ) -> PushAdded:
+        """(``push_rows`` stores) Add ``config`` to the owner's task, or replace the one
+        with its id, registered over A2A ``version`` (``""``: 1.0); "full" when it is
+        new and the task already holds ``most`` (decided atomically)."""
+        ...
 
-    async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None: ...
+    async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
+        """(``push_rows`` stores) Remove a config of the owner's task (if it is there)."""
+        ...
 
-    async def read_push_configs(self, task_id: str) -> list[StoredPush]: ...
+    async def read_push_configs(self, task_id: str) -> list[StoredPush]:
+        """(``push_rows`` stores) The task's push configs as stored now, in the order
+        they were added."""
+        ...
 
 
 class CancelSignals(Protocol):
     """Cancellation asked of the process running a task (a store shared by several)."""
 
-    async def request_cancel(self, task_id: str) -> bool: ...
+    async def request_cancel(self, task_id: str) -> bool:
+        """Ask the process running ``task_id`` to cancel it; False when the store is not
+        shared (no other process can be running it)."""
+        ...
 
-    def on_cancel_request(self, handler: Callable[[str], None]) -> None: ...
+    def on_cancel_request(self, handler: Callable[[str], None]) -> None:
+        """A store shared by several processes calls ``handler(task_id)`` when another
+        process asks for the cancellation of a run (nothing to do for one process)."""
+        ...
 
 
 class StoreLife(Protocol):

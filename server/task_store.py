@@ -1,4 +1,6 @@
-"""Where tasks live: the store interface and the in-memory store.
+"""Where tasks live: the records a store keeps and the store interface, the set of
+its roles (``store_roles``; the in-memory store is ``memory_store``, the workspace
+files ``file_store``, PostgreSQL ``pg_store``).
 
 A :class:`TaskRecord` is one task plus what the protocol scopes to it: the owning caller
 (every task belongs to the ``(workspace, name)`` that created it; another caller never
@@ -32,8 +34,6 @@ memory for the memory store.
 from __future__ import annotations
 
 import abc
-import heapq
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, NamedTuple
@@ -41,14 +41,6 @@ from typing import ClassVar, Literal, NamedTuple
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .byte_lru import ByteLRU
-from .event_log import (
-    DEFAULT_MEMORY_LOG_BYTES,
-    DEFAULT_TASK_LOG_BYTES,
-    EventLog,
-    MemoryEventLog,
-)
-from .ids import valid_id
 from .store_roles import (
     CancelSignals,
     ContextClaims,
@@ -58,7 +50,7 @@ from .store_roles import (
     StoreLife,
     TaskRecords,
 )
-from .task_states import ACTIVE, timestamp_ns
+from .task_states import timestamp_ns
 
 #: messageIds longer than this are InvalidParams (they are keys of the retry index).
 MAX_MESSAGE_ID_CHARS = 256
@@ -66,7 +58,6 @@ DEFAULT_MEMORY_TASKS = 50_000
 DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
 DEFAULT_RETRY_KEYS = 100_000
 DEFAULT_RETRY_BYTES = 32 * 1024 * 1024
-_RETRY_KEY_OVERHEAD = 200  # bytes an entry costs beyond its strings (tuple, dict slot)
 #: The pauses before a store operation that failed is tried again, where nothing would
 #: make up for its loss (a run's final state, a batch of stream events, the push configs
 #: read for a status change), then given up.
@@ -211,7 +202,9 @@ class TaskStore(
     abc.ABC,
 ):
     """Persistent tasks, scoped by owner (see the module docstring for the contract):
-    the set of the roles of ``store_roles``, each a narrow protocol.
+    the set of the roles of ``store_roles``, each a narrow protocol. The defaults here
+    are those every kind of store shares; a store is this set with an implementation
+    of each role (``memory_store``, ``file_store``, ``pg_store``, ``local_roles``).
 
     ``durable`` says whether records outlive the process. The engine writes
     intermediate states (for restart recovery) only to durable stores; every store
@@ -221,15 +214,9 @@ class TaskStore(
     durable: bool = True
     #: The ``store`` label of this store's metrics: one value per kind of store.
     kind: ClassVar[str] = "other"
-    #: Whether stream events go through the store to subscribers in other processes.
+    #: (``store_roles.EventLogs``) Whether stream events go to other processes.
     shares_events: bool = False
-    #: (a store of one process) The tasks' event logs (``event_log``), which the
-    #: event-log methods below read and write; None: the store keeps no events.
-    event_log: EventLog | None = None
-    #: Whether push configs are rows of their own that any process changes one at a
-    #: time (:meth:`add_push_config`, :meth:`remove_push_config`): a save writes a
-    #: task's configs only when it creates the task, and refreshes the record's from
-    #: the store (``TaskRecord.push_as_of``). Otherwise a save writes the record's.
+    #: (``store_roles.PushConfigs``) Whether push configs are rows of their own.
     push_rows: bool = False
 
     @abc.abstractmethod
@@ -299,32 +286,10 @@ class TaskStore(
 
     # --- several processes on one store ----------------------------------------------
 
-    def on_cancel_request(self, handler: Callable[[str], None]) -> None:
-        """A store shared by several processes calls ``handler(task_id)`` when another
-        process asks for the cancellation of a run (nothing to do for one process)."""
-
     def on_outage(self, handler: Callable[[], None]) -> None:
         """A store on a database calls ``handler()`` when an outage of it starts (its
         calls raise ``store_outage.StoreOutageError`` meanwhile; nothing to do for a
         store without one)."""
-
-    async def claim_context(
-        self,
-        owner: Caller,
-        context_id: str,
-        task_id: str,
-        loaded_as: tuple[int, int] | None = None,
-    ) -> bool:
-        """Before a run of ``task_id`` starts in ``context_id``: whether no other process
-        on a shared store runs one there (then the context is this run's until its task
-        is saved settled or interrupted, or :meth:`release_context`), and, for a stored
-        task read as ``loaded_as`` (``TaskRecord.loaded_as``), whether it is still
-        stored so (no other process ran or cancelled it since). Always True for a
-        store of one process: the engine's own table of busy contexts decides."""
-        return True
-
-    async def release_context(self, owner: Caller, context_id: str, task_id: str) -> None:
-        """Give back a claim whose run did not start."""
 
     async def lookup_or_claim(
         self, owner: Caller, message_id: str, fingerprint: str, context_id: str, task_id: str
@@ -338,105 +303,10 @@ class TaskStore(
             return found, False
         return None, await self.claim_context(owner, context_id, task_id)
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
-        """An event of the task, to its log (``shares_events`` stores: for the
-        subscribers of other processes too); ``state`` is set for status events. Its
-        number in the task's log (None when not logged)."""
-        return None if self.event_log is None else self.event_log.append(task_id, event)
-
-    def follow(
-        self,
-        task_id: str,
-        after_seq: int,
-        deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
-    ) -> None:
-        """(``shares_events`` stores) Call ``deliver(events, first_seq)`` with the
-        events of ``task_id`` after ``after_seq``, in order, as another process logs
-        them (``first_seq``: the number of the first), until it returns False (an
-        empty ``events`` asks whether anyone still listens);
-        ``deliver(None, 0)`` when the run's process is gone (its lease expired)."""
-
-    async def hand_over(self, task_id: str) -> int | None:
-        """(``shares_events`` stores) This process claimed the context of ``task_id``
-        to run it (a continuation): its :meth:`follow`, if any, first delivers every
-        event logged before the claim (waiting a bounded time for those not committed
-        yet), then ends. The number of the last event before this process's run when
-        the task was followed (a subscriber short of it missed events), else None."""
-        return None
-
-    def followed_seq(self, task_id: str) -> int | None:
-        """(``shares_events`` stores) The number of the last event of ``task_id`` its
-        :meth:`follow` delivered (None when the task is not followed)."""
-        return None
-
-    async def read_events(
-        self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
-    ) -> list[pb.StreamResponse]:
-        """The logged events of ``task_id`` (of ``owner``, when known) numbered
-        ``after_seq + 1`` to ``upto_seq`` that are still kept, in order."""
-        if self.event_log is None:
-            return []
-        return await self.event_log.read(task_id, after_seq, upto_seq)
-
-    # --- the event log (stream resumption; see ``event_log``) -------------------------
-
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
-        """The task is streamed here: log its events from now on (a store of one
-        process opens its log, a new one if none is open: call :meth:`open_event_log`
-        first for a task that may have one on disk). The number of its last logged
-        event (None: not logged)."""
-        return None if self.event_log is None else self.event_log.start(task_id)
-
-    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
-        """(a store of one process) Open the task's log if it has one (a new one with
-        ``create``), so that :meth:`log_event` numbers its events; its last event's
-        number, None when it has none."""
-        if self.event_log is None:
-            return None
-        return await self.event_log.open(task_id, create)
-
-    def close_event_log(self, task_id: str) -> None:
-        """(a store of one process) No run or stream of the task is left here: what an
-        open log holds in memory to append may go (its events stay kept)."""
-        if self.event_log is not None:
-            self.event_log.close(task_id)
-
-    async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
-        """(first kept, last) numbers of the task's logged events (first = last + 1
-        when none is kept), None when it has no log."""
-        return None if self.event_log is None else await self.event_log.bounds(task_id)
-
-    async def add_push_config(
-        self,
-        owner: Caller,
-        task_id: str,
-        config: pb.TaskPushNotificationConfig,
-        version: str,
-        most: int,
-    ) -> PushAdded:
-        """(``push_rows`` stores) Add ``config`` to the owner's task, or replace the one
-        with its id, registered over A2A ``version`` (``""``: 1.0); "full" when it is
-        new and the task already holds ``most`` (decided atomically)."""
-        raise NotImplementedError
-
-    async def remove_push_config(self, owner: Caller, task_id: str, config_id: str) -> None:
-        """(``push_rows`` stores) Remove a config of the owner's task (if it is there)."""
-        raise NotImplementedError
-
-    async def read_push_configs(self, task_id: str) -> list[StoredPush]:
-        """(``push_rows`` stores) The task's push configs as stored now, in the order
-        they were added."""
-        raise NotImplementedError
-
     def page_token_key(self) -> bytes | None:
         """The page-token key every process on a shared store uses (None: each
         engine has its own)."""
         return None
-
-    async def request_cancel(self, task_id: str) -> bool:
-        """Ask the process running ``task_id`` to cancel it; False when the store is not
-        shared (no other process can be running it)."""
-        return False
 
     async def summaries(self, owner: Caller) -> list[TaskSummary]:
         """Every stored task of ``owner`` (costs the whole history; tests only)."""
@@ -469,7 +339,7 @@ class TaskStore(
 
 
 async def select_page(
-    store: TaskStore,
+    store: TaskRecords,
     owner: Caller,
     flt: TaskFilter,
     cursor: Position | None,
@@ -490,106 +360,3 @@ async def select_page(
     merged += [s for s in live_matching if cursor is None or s.position < cursor]
     merged.sort(key=lambda s: s.position, reverse=True)
     return merged[:limit], total, len(merged) > limit
-
-
-class _Entry(TaskSummary):
-    __slots__ = ("data", "owner", "push", "versions")
-
-    def __init__(
-        self,
-        task: pb.Task,
-        owner: Caller,
-        data: bytes,
-        push: tuple[bytes, ...],
-        versions: dict[str, str],
-    ) -> None:
-        super().__init__(
-            task.id, task.context_id, task.status.state, timestamp_ns(task.status.timestamp)
-        )
-        self.owner = owner
-        self.data = data
-        self.push = push
-        self.versions = versions
-
-
-class MemoryTaskStore(TaskStore):
-    """Tasks in this process only, as serialized bytes (lost on restart), at most
-    ``max_tasks`` of them holding at most ``max_bytes``: saving past a bound drops the
-    least recently written tasks (a dropped task is TaskNotFound, like one never
-    stored). Listing walks the held tasks (at most ``max_tasks``)."""
-
-    durable = False
-    kind = "memory"
-
-    def __init__(
-        self,
-        *,
-        max_tasks: int = DEFAULT_MEMORY_TASKS,
-        max_bytes: int = DEFAULT_MEMORY_BYTES,
-        retry_keys: int = DEFAULT_RETRY_KEYS,
-        retry_bytes: int = DEFAULT_RETRY_BYTES,
-        event_log_bytes: int = DEFAULT_TASK_LOG_BYTES,
-        event_logs_bytes: int = DEFAULT_MEMORY_LOG_BYTES,
-    ) -> None:
-        # Tasks held by state, kept as tasks come and go (a scrape reads it, never a walk).
-        self._states: Counter[int] = Counter()
-        self._tasks: ByteLRU[str, _Entry] = ByteLRU(max_tasks, max_bytes, self._dropped)
-        self._retry: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
-        self.event_log = MemoryEventLog(task_bytes=event_log_bytes, total_bytes=event_logs_bytes)
-
-    async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
-        entry = self._tasks.peek(task_id)
-        if entry is None or entry.owner != owner:
-            return None
-        configs = [pb.TaskPushNotificationConfig.FromString(data) for data in entry.push]
-        return TaskRecord(pb.Task.FromString(entry.data), owner, configs, dict(entry.versions))
-
-    async def save(self, record: TaskRecord) -> None:
-        task = record.task
-        if not valid_id(task.id):
-            raise ValueError(f"invalid task id {task.id!r}")
-        push = tuple(config.SerializeToString() for config in record.push_configs)
-        data = task.SerializeToString()
-        versions = dict(record.push_versions)
-        size = len(data) + sum(len(p) for p in push) + 200  # plus the entry itself
-        entry = _Entry(task, record.owner, data, push, versions)
-        self._states[entry.state] += 1  # before put: its on_drop may take it back
-        self._tasks.put(task.id, entry, size)
-
-    def _dropped(self, entry: _Entry) -> None:
-        """A task left the held ones (replaced, evicted): its state's count goes down."""
-        left = self._states[entry.state] - 1
-        if left:
-            self._states[entry.state] = left
-        else:
-            del self._states[entry.state]
-
-    def _of(self, owner: Caller, flt: TaskFilter) -> Iterable[_Entry]:
-        return (e for e in self._tasks.values() if e.owner == owner and flt.matches(e))
-
-    async def listing(self, owner: Caller, flt: TaskFilter, window: Window) -> Listing:
-        cursor, limit, task_ids = window
-        matching = list(self._of(owner, flt))
-        after = matching if cursor is None else [e for e in matching if e.position < cursor]
-        page: list[TaskSummary] = heapq.nlargest(limit, after, key=lambda e: e.position)
-        found = (self._tasks.peek(task_id) for task_id in task_ids)
-        named: list[TaskSummary] = [e for e in found if e is not None and e.owner == owner]
-        return page, len(matching), named
-
-    async def active_ids(self, owner: Caller) -> list[str]:
-        return [e.task_id for e in self._tasks.values() if e.owner == owner and e.state in ACTIVE]
-
-    async def count_by_state(self) -> Mapping[int, int] | None:
-        return dict(self._states)
-
-    def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        return self._retry.get((owner, message_id, fingerprint))
-
-    def remember_message(
-        self, owner: Caller, message_id: str, fingerprint: str, task_id: str
-    ) -> None:
-        size = len(message_id) + len(fingerprint) + len(task_id) + _RETRY_KEY_OVERHEAD
-        self._retry.put((owner, message_id, fingerprint), task_id, size)
-
-    def __len__(self) -> int:
-        return len(self._tasks)

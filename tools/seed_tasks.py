@@ -3,7 +3,7 @@
     .venv/bin/python -P tools/seed_tasks.py /work/bench17/ws --count 1000000
 
 Writes ``<workspace>/.a2a/tasks/<id>.json`` files in the task-file format of
-``server/file_store.py`` (version 1, ProtoJSON task, no push configs), owned by the
+``server/file_store/task_file.py`` (version 1, ProtoJSON task, no push configs), owned by the
 anonymous caller (``--owner NAME`` for another). Each task has one user message and one
 ``response`` artifact; status timestamps are spread evenly over the last ``--days``
 days (ids are time-ordered like the server's, so newest-first is also id order). Contexts cycle over

@@ -27,6 +27,7 @@ from ..events import Subscriber
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
+from ..store_roles import ContextClaims, TaskRecords
 from ..task_states import INTERRUPTED, TERMINAL, agent_message, set_now, task_view
 from ..task_store import UNSTORED, TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
@@ -59,12 +60,20 @@ class Intake:
     its run."""
 
     def __init__(
-        self, state: EngineState, records: Records, runner: Runner, push_configs: PushConfigs
+        self,
+        state: EngineState,
+        records: Records,
+        runner: Runner,
+        push_configs: PushConfigs,
+        tasks: TaskRecords,
+        claims: ContextClaims,
     ) -> None:
         self._state = state
         self._records = records
         self._runner = runner
         self._push_configs = push_configs
+        self._tasks = tasks
+        self._claims = claims
         self._never_set = Signal()  # the cancellation signal of reply() turns
 
     async def send_message(
@@ -170,7 +179,9 @@ class Intake:
             retried = await self._state.retried(seen_key)
         else:  # a new task's context is claimed with the retry lookup (one round trip)
             task_id = new_id()
-            retried, claimed = await self._state.retried_or_claimed(seen_key, context_id, task_id)
+            retried, claimed = await self._state.retried_or_claimed(
+                self._claims, seen_key, context_id, task_id
+            )
         if retried is not None:
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
@@ -186,10 +197,10 @@ class Intake:
             )  # fmt: skip
         except BaseException:
             if claimed:
-                await self._state.store.release_context(caller, context_id, task_id)
+                await self._claims.release_context(caller, context_id, task_id)
             raise
         if claimed and not isinstance(got, Run):  # an answer without a run
-            await self._state.store.release_context(caller, context_id, task_id)
+            await self._claims.release_context(caller, context_id, task_id)
         return got
 
     async def _new_task(
@@ -269,7 +280,7 @@ class Intake:
         shared store's claim; CONTEXT_BUSY when another process runs one, or changed
         the stored task since it was read as ``loaded_as``), then the caller's
         task-cap slot. Nothing waits after the last busy check."""
-        store = self._state.store
+        store = self._claims
         if not await store.claim_context(caller, context_id, task_id, loaded_as):
             raise UnsupportedOperationError(CONTEXT_BUSY)
         try:
@@ -283,7 +294,7 @@ class Intake:
     async def _refuse_if_settled(self, caller: Caller, task_id: str) -> None:
         """A continuation's claim was refused: when the task is now stored terminal
         (another gateway cancelled it since it was read), say that instead."""
-        stored = await self._state.store.load(caller, task_id)
+        stored = await self._tasks.load(caller, task_id)
         if stored is not None and stored.task.status.state in TERMINAL:
             raise _terminal(task_id, stored.task.status.state)
 
@@ -294,7 +305,7 @@ class Intake:
         (the task keeps waiting for input)."""
         if slot is not None:
             slot.finish(keep_context_open=True)
-        await self._state.store.release_context(caller, context_id, task_id)
+        await self._claims.release_context(caller, context_id, task_id)
 
     async def _reply(
         self, request: pb.SendMessageRequest, caller: Caller, context_id: str, hops: int

@@ -37,6 +37,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..ids import new_id, valid_id
 from ..push import check_push_destination, validate_push_config
+from ..store_roles import PushConfigs as PushConfigRows
 from ..task_store import TaskRecord
 from .records import Records
 from .state import (
@@ -52,9 +53,10 @@ from .state import (
 class PushConfigs:
     """The four push-config operations (PushNotificationNotSupported unless enabled)."""
 
-    def __init__(self, state: EngineState, records: Records) -> None:
+    def __init__(self, state: EngineState, records: Records, rows: PushConfigRows) -> None:
         self._state = state
         self._records = records
+        self._rows = rows
 
     def _require_push(self) -> None:
         if not self._state.push_enabled:
@@ -101,7 +103,7 @@ class PushConfigs:
         await self._check_push_config(config, "")
         if not config.id:
             config.id = new_id()
-        if self._state.store.push_rows:
+        if self._rows.push_rows:
             record = await self._records.view_or_not_found(context.caller, request.task_id)
             await self.add_to_stored(record, config, context.version)
             return public_push(config)
@@ -115,12 +117,12 @@ class PushConfigs:
         """(``push_rows`` stores) Add or replace ``config`` of the stored task as a row
         of its own, which no save of the task overwrites (InvalidParams over the cap,
         counted in the store)."""
-        if not self._state.store.push_rows:
+        if not self._rows.push_rows:
             return
         task_id = record.task.id
         stored_version = "" if version == PROTOCOL_VERSION else version
         with store_failure_as_internal(f"The push config of task {task_id} could not be stored"):
-            added = await self._state.store.add_push_config(
+            added = await self._rows.add_push_config(
                 record.owner, task_id, config, stored_version, MAX_PUSH_CONFIGS
             )
         if added == "missing":
@@ -167,7 +169,7 @@ class PushConfigs:
         self, request: pb.DeleteTaskPushNotificationConfigRequest, context: CallContext
     ) -> empty_pb2.Empty:
         self._require_push()
-        store = self._state.store
+        store = self._rows
         if store.push_rows:
             await self._records.view_or_not_found(context.caller, request.task_id)
             failed = f"The push config of task {request.task_id} could not be removed"
@@ -186,9 +188,9 @@ class PushConfigs:
         """The caller's task's push configs (TaskNotFound): with ``push_rows``, as the
         store holds them now (another process may have changed them)."""
         record = await self._records.view_or_not_found(caller, task_id)
-        if self._state.store.push_rows and self._state.live(caller, task_id) is not None:
+        if self._rows.push_rows and self._state.live(caller, task_id) is not None:
             with store_failure_as_internal(f"The push configs of task {task_id} could not be read"):
-                stored = await self._state.store.read_push_configs(task_id)
+                stored = await self._rows.read_push_configs(task_id)
             return [row.config for row in stored]
         return record.push_configs
 

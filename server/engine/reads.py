@@ -14,6 +14,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..events import Subscriber
 from ..ids import valid_id
+from ..store_roles import EventLogs, TaskRecords
 from ..task_states import KNOWN_STATES, TERMINAL, task_view, timestamp_ns
 from ..task_store import Position, TaskFilter, TaskRecord, TaskSummary, select_page
 from .records import Records
@@ -33,9 +34,13 @@ log = logging.getLogger(__name__)
 class Reads:
     """What a caller can read of its tasks: one, a page of them, or a live stream."""
 
-    def __init__(self, state: EngineState, records: Records) -> None:
+    def __init__(
+        self, state: EngineState, records: Records, tasks: TaskRecords, events: EventLogs
+    ) -> None:
         self._state = state
         self._records = records
+        self._tasks = tasks
+        self._events = events
 
     async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
         history_length = read_history_length(request, "historyLength")
@@ -76,7 +81,7 @@ class Reads:
             ts_text, _, last_id = self._state.tokens.read(request.page_token, query).partition(":")
             cursor = (int(ts_text), last_id)
 
-        store = self._state.store
+        store = self._tasks
         await store.before_listing(caller)
         await self._recover(caller)
         live = {
@@ -127,7 +132,7 @@ class Reads:
     async def _recover(self, caller: Caller) -> None:
         """Stored tasks left submitted or working by a run that is gone (a restart)
         are failed now, before they are listed: loading one recovers it."""
-        for task_id in await self._state.store.active_ids(caller):
+        for task_id in await self._tasks.active_ids(caller):
             if task_id not in self._state.runs:
                 await self._records.load(caller, task_id)
 
@@ -161,7 +166,7 @@ class Reads:
         """A stream resumed after event ``resume``: it reads the logged events after it
         (then goes on live) and gets no snapshot, or, when those are no longer all kept
         (or the number is unknown here), the snapshot, marked :data:`RESUME_EXPIRED`."""
-        bounds = await self._state.store.event_bounds(owner, task_id)
+        bounds = await self._events.event_bounds(owner, task_id)
         kept = (
             bounds is not None and bounds[0] - 1 <= resume <= max(bounds[1], snapshot_seq)
         ) or resume == snapshot_seq
@@ -181,7 +186,7 @@ class Reads:
         reflects are dropped (``seq``), the missing ones read from the log a page at a
         time as it drains them (never queued all at once, nor counted as a backlog)."""
         subscriber.seq = snapshot_seq
-        delivered = self._state.store.followed_seq(task_id)  # in the same step as the subscribe
+        delivered = self._events.followed_seq(task_id)  # in the same step as the subscribe
         if delivered is not None and delivered > snapshot_seq:
             subscriber.catch_up(delivered, lambda after, upto: self._read_log(task_id, after, upto))
 
@@ -191,7 +196,7 @@ class Reads:
         """Logged events of the task a catching-up subscriber missed; UnavailableError
         (resubscribe) when they cannot be read or are gone (pruned)."""
         try:
-            events = await self._state.store.read_events(task_id, after, upto, owner)
+            events = await self._events.read_events(task_id, after, upto, owner)
         except Exception as exc:
             log.warning("could not read task %s's logged events: %s", task_id, exc)
             raise UnavailableError(EVENTS_GONE) from None
@@ -264,5 +269,5 @@ class Reads:
         reflects)."""
         if self._state.shared_events:
             return record.event_seq
-        bounds = await self._state.store.event_bounds(record.owner, record.task.id)
+        bounds = await self._events.event_bounds(record.owner, record.task.id)
         return bounds[1] if bounds is not None else 0

@@ -39,6 +39,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..ids import valid_id
 from ..store_outage import StoreOutageError
+from ..store_roles import TaskRecords
 from ..task_states import ACTIVE, agent_message
 from ..task_store import STORE_RETRY_PAUSES_S, TaskRecord
 from .rules import apply_status
@@ -59,11 +60,13 @@ RECOVERY_TRIES = 3
 
 
 class Records:
-    """The engine's access to its store: dirty live tasks, writes, reads, recovery."""
+    """The engine's access to its store's tasks: dirty live tasks, writes, reads,
+    recovery."""
 
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, tasks: TaskRecords) -> None:
         self._state = state
-        self._durable = state.store.durable
+        self._tasks = tasks
+        self._durable = tasks.durable
         self._dirty: dict[str, Run] = {}
         self._dirty_wakeup: asyncio.Event | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -128,7 +131,7 @@ class Records:
         failure: Exception | None = None
         for pause in (*STORE_RETRY_PAUSES_S, None):
             try:
-                await self._state.store.save(run.record)
+                await self._tasks.save(run.record)
                 return
             except Exception as exc:
                 failure = exc
@@ -159,7 +162,7 @@ class Records:
     async def _save_or_outage(self, record: TaskRecord) -> None:
         """Store a live task; StoreOutageError raised, any other failure logged."""
         try:
-            await self._state.store.save(record)
+            await self._tasks.save(record)
         except StoreOutageError:
             raise
         except Exception:
@@ -170,7 +173,7 @@ class Records:
         """Store a change to a task with no live run: nothing would retry the write,
         so the caller is told it failed (without the server's details)."""
         with store_failure_as_internal(f"Task {record.task.id} could not be stored"):
-            await self._state.store.save(record)
+            await self._tasks.save(record)
 
     async def load(
         self, caller: Caller, task_id: str, *, locked: bool = False
@@ -180,7 +183,7 @@ class Records:
         lock is not reentrant)."""
         if not valid_id(task_id):
             return None
-        record = await self._state.store.load(caller, task_id)
+        record = await self._tasks.load(caller, task_id)
         if (
             record is None
             or record.task.status.state not in ACTIVE
@@ -196,9 +199,9 @@ class Records:
     async def _recover(self, caller: Caller, task_id: str) -> TaskRecord | None:
         """(holding the task's lock) Fail a stored active task no run has here."""
         if task_id in self._state.runs:  # a run started while we waited
-            return await self._state.store.load(caller, task_id)
+            return await self._tasks.load(caller, task_id)
         for _ in range(RECOVERY_TRIES):
-            record = await self._state.store.load(caller, task_id)
+            record = await self._tasks.load(caller, task_id)
             if record is None or record.task.status.state not in ACTIVE or record.held_elsewhere:
                 return record
             task = record.task
@@ -206,7 +209,7 @@ class Records:
             message = agent_message(SERVER_RESTARTED, context_id=task.context_id, task_id=task_id)
             apply_status(task, pb.TASK_STATE_FAILED, message)
             try:
-                recovered = await self._state.store.replace(record)
+                recovered = await self._tasks.replace(record)
             except StoreOutageError:
                 return record  # served failed; the next reader tries again (as below)
             except Exception:
@@ -220,13 +223,13 @@ class Records:
             # Changed since it was read: another process recovered it, resumed it
             # (its lease is held now), or its late runner's save landed with a
             # lease already run out (still lost: recovered on the next turn).
-        return await self._state.store.load(caller, task_id)
+        return await self._tasks.load(caller, task_id)
 
     async def replace_or_fail(self, record: TaskRecord) -> bool:
         """:meth:`save_or_fail` for a change to a task no run has here, stored only if
         no other process changed the task since it was loaded (False then)."""
         with store_failure_as_internal(f"Task {record.task.id} could not be stored"):
-            return await self._state.store.replace(record)
+            return await self._tasks.replace(record)
 
     async def view_or_not_found(self, caller: Caller, task_id: str) -> TaskRecord:
         run = self._state.live(caller, task_id)

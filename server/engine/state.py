@@ -9,7 +9,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from a2a_gateway.agent.base import Agent, Signal, Turn
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -29,8 +29,9 @@ from ..outbound import OutboundClient
 from ..paging import PageTokens
 from ..push import PushDispatcher
 from ..store_outage import StoreOutageError
+from ..store_roles import ContextClaims, EventLogs, PushConfigs, RetryKeys, StoreLife
 from ..task_states import TERMINAL
-from ..task_store import TaskRecord, TaskStore
+from ..task_store import TaskRecord
 from .push_feed import PushFeed
 from .retries import RetryKey
 
@@ -50,6 +51,13 @@ EVENTS_GONE = "The task's recent events could not be read; resubscribe with Subs
 RUN_LOST = "The gateway running this task stopped; resubscribe to read its outcome."
 
 ContextKey = tuple[str, str, str]  # (caller workspace, caller name, context or message id)
+
+
+class StateStore(EventLogs, RetryKeys, PushConfigs, StoreLife, Protocol):
+    """The roles of the store the shared state uses: the tasks' event logs (streams),
+    the retry keys, whether push configs are rows (the push feed reads them) and the
+    store's outages and page-token key."""
+
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +184,7 @@ class EngineState:
     def __init__(
         self,
         agent: Agent,
-        store: TaskStore,
+        store: StateStore,
         *,
         max_hops: int,
         extended_card: Callable[[CallContext], pb.AgentCard] | None,
@@ -388,14 +396,14 @@ class EngineState:
         return found
 
     async def retried_or_claimed(
-        self, seen_key: RetryKey, context_id: str, task_id: str
+        self, claims: ContextClaims, seen_key: RetryKey, context_id: str, task_id: str
     ) -> tuple[str | None, bool]:
         """:meth:`retried`; when no task has the key, the store's claim of
         ``context_id`` for a new task ``task_id`` too (one round trip on a database):
         the task found, and whether the context was claimed (then give it back with
-        ``store.release_context`` if the run does not start)."""
+        ``claims.release_context`` if the run does not start)."""
         workspace, name, message_id, fingerprint = seen_key
-        found, claimed = await self.store.lookup_or_claim(
+        found, claimed = await claims.lookup_or_claim(
             Caller(name, workspace), message_id, fingerprint, context_id, task_id
         )
         if found is not None:

@@ -79,7 +79,6 @@ class TaskEngine(A2AService, Startable):
     """
 
     agent: _Setting[Agent] = _Setting()
-    store: _Setting[TaskStore] = _Setting()
     max_hops: _Setting[int] = _Setting()
     extended_card: _Setting[Callable[[CallContext], pb.AgentCard] | None] = _Setting()
     push_enabled: _Setting[bool] = _Setting()
@@ -126,11 +125,20 @@ class TaskEngine(A2AService, Startable):
             default_workspace=default_workspace,
             max_file_bytes=max_file_bytes,
         )
-        self._records = Records(state)
-        self._runner = Runner(state, self._records)
-        self._reads = Reads(state, self._records)
-        self._push_configs = PushConfigs(state, self._records)
-        self._intake = Intake(state, self._records, self._runner, self._push_configs)
+        # Each part holds the roles of the store it uses (``store_roles``).
+        self._store = store
+        self._records = Records(state, store)
+        self._runner = Runner(state, self._records, cancels=store)
+        self._reads = Reads(state, self._records, tasks=store, events=store)
+        self._push_configs = PushConfigs(state, self._records, rows=store)
+        self._intake = Intake(
+            state, self._records, self._runner, self._push_configs, tasks=store, claims=store
+        )
+
+    @property
+    def store(self) -> TaskStore:
+        """The store (the parts hold its roles: it is given once, at construction)."""
+        return self._store
 
     @property
     def allow_private_urls(self) -> bool:
@@ -231,7 +239,7 @@ class TaskEngine(A2AService, Startable):
 
     async def start(self) -> None:
         """Open the store (connect and migrate a database's): the engine closes it too."""
-        await self._state.store.start()
+        await self._store.start()
 
     async def aclose(self) -> None:
         """Stop every live run (stored failed), end every stream, stop the flusher, close
@@ -243,7 +251,7 @@ class TaskEngine(A2AService, Startable):
             await state.push_feed.aclose(state.cancel_grace_s)
         state.end_streams(shutting_down())
         await self._records.aclose()
-        await state.store.aclose()  # e.g. a ListTasks folder scan in progress
+        await self._store.aclose()  # e.g. a ListTasks folder scan in progress
 
     # --- introspection (tests, the CLI) ----------------------------------------------
 

@@ -55,6 +55,7 @@ from ..files import (
 )
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
+from ..store_roles import CancelSignals
 from ..task_states import ACTIVE, INTERRUPTED, agent_message, task_view
 from ..task_store import TaskRecord
 from .records import Records
@@ -193,11 +194,12 @@ class _TurnIO:
 class Runner(_TurnIO):
     """Starts runs, drives the agent's outputs into the task, finishes and cancels runs."""
 
-    def __init__(self, state: EngineState, records: Records) -> None:
+    def __init__(self, state: EngineState, records: Records, cancels: CancelSignals) -> None:
         self._state = state
         self._records = records
+        self._cancels = cancels
         self._remote_cancels: set[asyncio.Task[None]] = set()
-        state.store.on_cancel_request(self.cancel_requested)
+        cancels.on_cancel_request(self.cancel_requested)
 
     def admit(self, caller: Caller, context_id: str) -> RunSlot | None:
         """A task-cap slot for a new run (RateLimitedError when the caller is at a cap)."""
@@ -449,7 +451,7 @@ class Runner(_TurnIO):
                 raise not_found(task_id)
             task = record.task
             check_cancelable(task)
-            if record.held_elsewhere and await self._state.store.request_cancel(task_id):
+            if record.held_elsewhere and await self._cancels.request_cancel(task_id):
                 return await self._cancelled_elsewhere(caller, task_id)
             apply_status(task, pb.TASK_STATE_CANCELED, None)
             if await self._records.replace_or_fail(record):

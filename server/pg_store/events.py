@@ -276,6 +276,12 @@ class PgEventLogs(PgConnection):
         self._unhold(task_id)  # a stream here has the events' numbers: they are logged
         return self._seq.get(task_id)  # a run here: its last event's number
 
+    async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
+        return None  # the events are rows: nothing to open
+
+    def close_event_log(self, task_id: str) -> None:
+        """Nothing is held open."""
+
     async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
         rows = await self._fetch(
             "SELECT min(e.seq), max(e.seq), max(t.event_seq) FROM a2a_tasks t"

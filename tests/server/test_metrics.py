@@ -33,6 +33,7 @@ from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStore, WorkspaceTaskStores
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.health import Readiness
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.metrics import (
     BINDINGS,
     METHODS,
@@ -43,7 +44,7 @@ from a2a_gateway.server.metrics import (
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
-from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord, TaskStore
+from a2a_gateway.server.task_store import TaskRecord, TaskStore
 from tests.support.echo import EchoService
 from tests.support.grpc_serving import grpc_serving
 from tests.support.postgres import (

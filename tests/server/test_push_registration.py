@@ -28,9 +28,9 @@ from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.grpc_server import build_grpc_server
 from a2a_gateway.server.http_app import build_http_app
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
-from a2a_gateway.server.task_store import MemoryTaskStore
 
 BOUND_S = 10.0  # an upper bound on anything that could hang, never asserted
 V1 = {"A2A-Version": "1.0"}

@@ -13,10 +13,11 @@ from a2a_gateway.agent.base import Agent
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import PostgresTaskStore
 from a2a_gateway.server.secret_box import SecretBox
-from a2a_gateway.server.task_store import MemoryTaskStore, TaskStore
+from a2a_gateway.server.task_store import TaskStore
 
 
 @pytest.fixture(params=["memory", "file", "postgres"])

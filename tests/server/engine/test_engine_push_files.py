@@ -25,10 +25,11 @@ from a2a_gateway.protocol.context import ANONYMOUS
 from a2a_gateway.server.engine import SAVED_AS_KEY, TaskEngine
 from a2a_gateway.server.engine.rules import request_payload
 from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.outbound import OutboundClient
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.secret_box import KEY_FILE
-from a2a_gateway.server.task_store import MemoryTaskStore, TaskRecord
+from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 from tests.support.secrets import use_secret
 from tests.support.workspace import write_callers

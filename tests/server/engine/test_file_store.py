@@ -714,7 +714,7 @@ async def test_a_save_during_a_read_ahead_is_what_the_next_load_reads(
 ) -> None:
     """A task saved while a page's read-ahead holds its older file is loaded as saved
     (the read-ahead's copy is not trusted without a stat), however soon the load comes."""
-    monkeypatch.setattr(file_store, "READ_AHEAD_FRESH_S", 3600.0)
+    monkeypatch.setattr(file_store.reads, "READ_AHEAD_FRESH_S", 3600.0)
     writer = WorkspaceTaskStore(tmp_path)
     for task_id in ("t-1", "t-2"):
         await writer.save(_versioned(task_id, pb.TASK_STATE_WORKING, "w"))
@@ -736,7 +736,7 @@ async def test_a_save_during_a_read_ahead_is_what_the_next_load_reads(
 async def test_a_task_removed_during_a_read_ahead_is_not_found_by_the_next_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(file_store, "READ_AHEAD_FRESH_S", 3600.0)
+    monkeypatch.setattr(file_store.reads, "READ_AHEAD_FRESH_S", 3600.0)
     writer = WorkspaceTaskStore(tmp_path)
     await writer.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "old"))
     await writer.save(_versioned("t-2", pb.TASK_STATE_COMPLETED, "old"))

@@ -21,9 +21,9 @@ from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server import task_index
 from a2a_gateway.server.byte_lru import ByteLRU
 from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.task_index import INDEX_NAME, RECONCILE_WAIT_ROWS
 from a2a_gateway.server.task_store import (
-    MemoryTaskStore,
     TaskFilter,
     TaskRecord,
     TaskStore,
