@@ -79,7 +79,7 @@ class Intake:
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
-        history_length = self._send_history_length(request)
+        history_length = send_history_length(request)
         got = await self._accept(request, context, None)
         if isinstance(got, pb.Message):
             return pb.SendMessageResponse(message=got)
@@ -113,7 +113,7 @@ class Intake:
     ) -> AsyncIterator[pb.StreamResponse]:
         if not self._state.agent.streaming:
             raise UnsupportedOperationError(NO_STREAMING)
-        history_length = self._send_history_length(request)
+        history_length = send_history_length(request)
         subscriber = Subscriber(until_interrupted=True)
         got = await self._accept(request, context, subscriber)
         # The stream may last long; its request (inline file bytes and all) must not.
@@ -446,17 +446,6 @@ class Intake:
         text = f"Hop limit exceeded: the hop count is {hops}, the limit is {self._state.max_hops}."
         return agent_message(text, context_id=task.context_id, task_id=task.id)
 
-    @staticmethod
-    def _send_history_length(request: pb.SendMessageRequest) -> int | None:
-        if not request.HasField("configuration"):
-            return None
-        configuration = request.configuration
-        if not configuration.HasField("history_length"):
-            return None
-        if configuration.history_length < 0:
-            raise invalid("configuration.historyLength", "must not be negative")
-        return configuration.history_length
-
 
 def _terminal(task_id: str, state: pb.TaskState.ValueType) -> UnsupportedOperationError:
     return UnsupportedOperationError(
@@ -473,3 +462,15 @@ def _check_no_file_parts(message: pb.Message) -> None:
             raise ContentTypeNotSupportedError(
                 f"{field}: {description}", violations=[FieldViolation(field, description)]
             )
+
+
+def send_history_length(request: pb.SendMessageRequest) -> int | None:
+    """The send's ``configuration.historyLength`` (None: not given)."""
+    if not request.HasField("configuration"):
+        return None
+    configuration = request.configuration
+    if not configuration.HasField("history_length"):
+        return None
+    if configuration.history_length < 0:
+        raise invalid("configuration.historyLength", "must not be negative")
+    return configuration.history_length

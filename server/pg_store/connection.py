@@ -215,7 +215,33 @@ def filter_conditions(flt: TaskFilter, sql: list[str], params: list[Any]) -> Non
         sql.append(f"AND ts >= ${len(params)}")
 
 
-class PgConnection(TaskStore):
+class RoleHooks(abc.ABC):
+    """What the roles' modules provide that the connection calls (see
+    PostgresTaskStore): the lease renewer, the events' pruning and the LISTEN
+    handlers."""
+
+    @abc.abstractmethod
+    async def _renew_leases(self) -> None:
+        """(claims) Extend this process's leases every third of the lease."""
+
+    @abc.abstractmethod
+    async def prune_events(self) -> None:
+        """(events) Drop the events of tasks settled more than ``event_keep_s`` ago."""
+
+    @abc.abstractmethod
+    def _unhold(self, task_id: str) -> None:
+        """(events) Log the events held back for a run nobody could see until now."""
+
+    @abc.abstractmethod
+    def _on_event(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        """(events) A NOTIFY on the events channel."""
+
+    @abc.abstractmethod
+    def _on_cancel(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        """(cancel) A NOTIFY on the cancel channel."""
+
+
+class PgConnection(TaskStore, RoleHooks):
     """Tasks as rows of a PostgreSQL database (see the module docstring).
 
     The pool opens on :meth:`start` (which also migrates the schema), or on first use.
@@ -285,28 +311,6 @@ class PgConnection(TaskStore):
 
     def __repr__(self) -> str:
         return "PostgresTaskStore(<database url>)"  # never the URL: it holds a password
-
-    # --- what the roles' modules provide (see PostgresTaskStore) ----------------------
-
-    @abc.abstractmethod
-    async def _renew_leases(self) -> None:
-        """(claims) Extend this process's leases every third of the lease."""
-
-    @abc.abstractmethod
-    async def prune_events(self) -> None:
-        """(events) Drop the events of tasks settled more than ``event_keep_s`` ago."""
-
-    @abc.abstractmethod
-    def _unhold(self, task_id: str) -> None:
-        """(events) Log the events held back for a run nobody could see until now."""
-
-    @abc.abstractmethod
-    def _on_event(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """(events) A NOTIFY on the events channel."""
-
-    @abc.abstractmethod
-    def _on_cancel(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """(cancel) A NOTIFY on the cancel channel."""
 
     def _open(self, task_id: str, data: bytes) -> pb.TaskPushNotificationConfig | None:
         """A stored config with its secrets opened; None (and a warning) when one does
