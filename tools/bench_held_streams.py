@@ -137,7 +137,7 @@ async def measure(tree: Path | None, name: str, args: argparse.Namespace) -> Non
             after = await snapshot(trigger)
             for response in warm + held:
                 response.close()
-        diff = after.compare_to(before, "traceback" if args.frames > 1 else "lineno")
+        diff = after.compare_to(before, "traceback" if args.frames > 1 else args.group)
         total = sum(stat.size_diff for stat in diff)
         count = sum(stat.count_diff for stat in diff)
         print(
@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=50)
     parser.add_argument("--frames", type=int, default=1)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--group", choices=("lineno", "filename"), default="lineno")
     parser.add_argument("--verbose", action="store_true", help="the server's stderr")
     asyncio.run(run(parser.parse_args()))
 
