@@ -166,7 +166,12 @@ class Subscriber:
                 if self.error is not None:
                     raise self.error
                 return []
-            await self.wait()
+            # wait(), inline: a held stream keeps one coroutine frame fewer
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
 
     async def wait(self) -> None:
         """Return when an event is queued or the stream is done."""

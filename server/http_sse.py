@@ -138,6 +138,7 @@ class EventPump:
                     )
                 else:
                     chunks.append(encode(event))
+                del event  # not held while the stream waits for the next one
                 self.wake()
                 if len(chunks) >= MAX_BUFFERED_EVENTS:
                     self._room = asyncio.get_running_loop().create_future()
@@ -334,6 +335,7 @@ async def stream_events(
             pump.prepared = True
             while data is not None:
                 await pump.write(response, data, watch.now)
+                data = None  # not held while the stream waits (a held stream's last event)
                 data = await pump.take()
             outcome = OK
             if pump.error is not None:

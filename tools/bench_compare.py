@@ -232,7 +232,8 @@ async def compare(args: argparse.Namespace) -> None:
         kept.mkdir(exist_ok=True)
         for dump in (WORK / "workspaces").glob("*.callgrind.1"):
             shutil.move(dump, kept / dump.name)
-    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(WORK / "workspaces", ignore_errors=True)
 
 
 def main() -> None:
@@ -262,6 +263,12 @@ def main() -> None:
         action="store_true",
         help="attach strace -f -c to the server for the timed part: system calls per"
         " operation (the main ones printed) instead of CPU time",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep build/bench-compare/workspaces (the stores, callgrind and strace"
+        " outputs) after the run, for a look at them (callgrind_annotate)",
     )
     asyncio.run(compare(parser.parse_args()))
 

@@ -143,12 +143,14 @@ class Intake:
                 await self._records.persist_if_dirty(run)
 
         stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq, persist)
+        del snapshot  # the stream holds it until it is sent, not for its whole life
         prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:
                 for event, seq in zip(batch, seqs, strict=True):
                     context.event_id = prefix + str(seq) if seq >= 0 else ""
                     yield event
+                del batch, seqs, event  # (never empty) not held while the stream waits
 
     async def _accept(
         self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None

@@ -147,12 +147,14 @@ class Reads:
         if resume is not None or RESUME_EXTENSION in context.extensions:
             context.activated_extensions.add(RESUME_EXTENSION)
         stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq)
+        del snapshot  # the stream holds it until it is sent, not for its whole life
         prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:
                 for event, seq in zip(batch, seqs, strict=True):
                     context.event_id = prefix + str(seq) if seq >= 0 else ""
                     yield event
+                del batch, seqs, event  # (never empty) not held while the stream waits
 
     async def _resume(
         self,

@@ -367,9 +367,13 @@ class EngineState:
             if ready is not None:
                 await ready()
             if snapshot is not None:
-                yield [snapshot], [snapshot_seq]
+                batch = [snapshot]
+                del snapshot  # nor the batches: not held while the stream waits
+                yield batch, [snapshot_seq]
+                del batch
             while batch := await subscriber.next_batch():
                 yield batch, subscriber.taken_seqs
+                del batch
         finally:
             self.leave(task_id, subscriber)
 
