@@ -1,5 +1,5 @@
 """The in-repo load the benchmark tools share: a free port, waiting for a card, and
-blocking sends at a concurrency (JSON-RPC or HTTP+JSON), each answer checked."""
+blocking sends at a concurrency (JSON-RPC, HTTP+JSON or gRPC), each answer checked."""
 
 from __future__ import annotations
 
@@ -32,15 +32,24 @@ async def wait_ready(url: str, timeout_s: float = 10.0) -> None:
     raise SystemExit(f"the gateway did not answer at {url}")
 
 
-def _message() -> dict[str, object]:
-    return {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": "hi"}]}
+def _message(message_id: str | None = None) -> dict[str, object]:
+    message_id = message_id or uuid.uuid4().hex
+    return {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": "hi"}]}
 
 
 async def sends(
-    url: str, headers: dict[str, str], count: int, concurrency: int, *, rest: bool = False
+    url: str,
+    headers: dict[str, str],
+    count: int,
+    concurrency: int,
+    *,
+    rest: bool = False,
+    message_id: str | None = None,
 ) -> float:
     """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
-    with a new messageId; every answer must be a completed task."""
+    with a new messageId (or ``message_id`` every time: after the first, retries answered
+    from the stored task, as the side-by-side bench sends); every answer must be a
+    completed task."""
     counter = itertools.count()
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -48,7 +57,7 @@ async def sends(
 
         async def worker() -> None:
             while next(counter) < count:
-                params = {"message": _message()}
+                params = {"message": _message(message_id)}
                 body = (
                     params
                     if rest
@@ -94,3 +103,38 @@ async def stream_events(
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return events / (time.perf_counter() - started), events
+
+
+async def grpc_sends(
+    target: str, count: int, concurrency: int, *, message_id: str | None = None
+) -> float:
+    """Blocking gRPC sends/s: ``count`` unary ``SendMessage`` calls on one channel to
+    ``target`` (``host:port``), ``concurrency`` at a time, each with a new messageId (or
+    ``message_id`` every time, as :func:`sends`); every answer must be a completed task."""
+    import grpc  # only the gRPC load needs it
+
+    import lf.a2a.v1.a2a_pb2 as pb
+
+    counter = itertools.count()
+    metadata = (("a2a-version", "1.0"),)
+    completed = pb.TaskState.TASK_STATE_COMPLETED
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(
+            "/lf.a2a.v1.A2AService/SendMessage",
+            request_serializer=pb.SendMessageRequest.SerializeToString,
+            response_deserializer=pb.SendMessageResponse.FromString,
+        )
+
+        async def worker() -> None:
+            while next(counter) < count:
+                message = pb.Message(
+                    role=pb.Role.ROLE_USER,
+                    message_id=message_id or uuid.uuid4().hex,
+                    parts=[pb.Part(text="hi")],
+                )
+                answer = await call(pb.SendMessageRequest(message=message), metadata=metadata)
+                assert answer.task.status.state == completed, answer
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return count / (time.perf_counter() - started)
