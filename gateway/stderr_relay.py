@@ -186,18 +186,30 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def main() -> None:
-    """The relay process: stdin is the pipe, stdout the real stderr."""
+    """The relay process: stdin is the pipe, stdout the real stderr. When nobody reads
+    the real stderr any more (a closed pipe), the lines are dropped, and the writers
+    never wait on a full pipe for it."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)  # it ends at EOF (the module doc)
     relay = Relay()
+    reader_gone = False
     while data := os.read(0, 65536):
         relay.feed(data)
-        if relay.out:
-            _write_all(1, b"".join(relay.out))
-            relay.out.clear()
+        if relay.out and not reader_gone:
+            reader_gone = _write_lines(relay.out)
+        relay.out.clear()
     relay.close()
-    if relay.out:
-        _write_all(1, b"".join(relay.out))
+    if relay.out and not reader_gone:
+        _write_lines(relay.out)
+
+
+def _write_lines(lines: list[bytes]) -> bool:
+    """Write ``lines`` to stdout; True when nobody reads it any more."""
+    try:
+        _write_all(1, b"".join(lines))
+    except OSError:  # EPIPE: SIGPIPE is ignored by Python
+        return True
+    return False
 
 
 _started: subprocess.Popen[bytes] | None = None

@@ -112,3 +112,19 @@ def test_the_last_lines_of_a_crash_still_reach_stderr() -> None:
     assert crash["level"] == "error"
     assert crash["message"].startswith("Traceback (most recent call last):")
     assert crash["message"].endswith("RuntimeError: boom at exit")
+
+
+def test_a_stderr_nobody_reads_never_blocks_the_writer() -> None:
+    # 1 MiB of lines (pipes hold 64 KiB) to a stderr whose reader has gone: the relay
+    # drops them, the writer finishes and exits normally.
+    code = "for _ in range(16384): os.write(2, b'x' * 63 + b'\\n')\nprint('done')"
+    prelude = "from a2a_gateway.stderr_relay import relay_stderr; relay_stderr(); import os\n"
+    with subprocess.Popen(
+        [sys.executable, "-P", "-c", prelude + code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stderr is not None and process.stdout is not None
+        process.stderr.close()
+        assert process.stdout.read() == b"done\n"
+        assert process.wait(timeout=30) == 0
