@@ -2,7 +2,7 @@
 of each, and the ratio.
 
     .venv/bin/python -P tools/bench_compare.py BASE [HEAD ...] [--sends 4000] [--rounds 4]
-        [--concurrency 32] [--transport jsonrpc|rest] [--streams CHUNKS] [--store memory]
+        [--concurrency 32] [--transport jsonrpc|rest|grpc] [--streams CHUNKS] [--store memory]
 
 For each revision (anything ``git rev-parse`` takes; HEAD by default for the second;
 more than two are each compared with the first, in rounds whose order rotates),
@@ -10,8 +10,9 @@ builds a package tree under ``build/bench-compare/<rev>`` from ``git archive`` l
 by ``pyproject.toml``'s ``[tool.setuptools.package-dir]``, then runs interleaved rounds
 (the order alternating): ``a2a-gateway serve --faux`` of that tree, started from this
 venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/``, not
-/tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
-after each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median,
+/tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds (``--transport
+grpc``: unary SendMessage calls on one channel to the server's gRPC port), stopped after
+each round. Prints sends/s per round and HEAD ÷ BASE per round and in the median,
 and the server's CPU time per send (steadier than the rate on a shared machine).
 With ``--streams CHUNKS`` each send is a JSON-RPC SendStreamingMessage of the faux
 agent's ``chunks:CHUNKS`` and the rate is stream events/s; ``--store memory`` serves
@@ -40,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
 
-from load import free_port, sends, stream_events, wait_ready  # noqa: E402
+from load import free_port, grpc_sends, sends, stream_events, wait_ready  # noqa: E402
 
 WORK = ROOT / "build" / "bench-compare"
 
@@ -88,12 +89,14 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     workspace.mkdir(parents=True)
     os.sync()
     await asyncio.sleep(1)
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
     out = workspace.parent / f"{name}.callgrind"
     if args.callgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
-    command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    grpc = args.transport == "grpc" and not args.streams
+    command += ["--workspace", str(workspace), "--port", str(port)]
+    command += ["--grpc-port", str(grpc_port) if grpc else "-1"]
     command += ["--store", args.store]
     server = await asyncio.create_subprocess_exec(
         *command,
@@ -127,10 +130,21 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
         else:
             url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
             rest = args.transport == "rest"
-            await sends(url, {}, min(500, args.sends), args.concurrency, rest=rest)  # warm up
+
+            async def load(count: int) -> float:
+                if grpc:
+                    return await grpc_sends(f"127.0.0.1:{grpc_port}", count, args.concurrency)
+                return await sends(url, {}, count, args.concurrency, rest=rest)
+
+            await load(min(500, args.sends))  # warm up
+            if args.callgrind:
+                await callgrind_control(server.pid, "--zero")
             cpu = server_cpu_s(server.pid)
-            rate = await sends(url, {}, args.sends, args.concurrency, rest=rest)
+            rate = await load(args.sends)
             ops = args.sends
+            if args.callgrind:
+                await callgrind_control(server.pid, "--dump")
+                return rate, instructions(out) / ops
         return rate, (server_cpu_s(server.pid) - cpu) / ops * 1e6
     finally:
         server.terminate()
@@ -218,7 +232,7 @@ def main() -> None:
     parser.add_argument("--sends", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--transport", choices=("jsonrpc", "rest"), default="jsonrpc")
+    parser.add_argument("--transport", choices=("jsonrpc", "rest", "grpc"), default="jsonrpc")
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
     parser.add_argument(

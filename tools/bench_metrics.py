@@ -4,18 +4,21 @@
 
 Times what a binding does per call with metrics on (``BindingMeter``: ``start`` and
 ``done``, i.e. the clock twice, a dict lookup and an add for the count, a bisect and two
-adds for the histogram) against metrics off (``NULL_METER``), and a stream's extra reports
-(``observe``, ``opened``, ``closed``, ``count``); then one scrape (``exposition``) with
-every method x binding x a few outcomes in use. Best of several rounds, to see the
+adds for the histogram) against metrics off (``NULL_METER``), a stream's extra reports
+(``observe``, ``opened``, ``closed``, ``count``), one awaited store operation timed by
+``meter_store``'s wrapper against the bare method (a blocking send makes a few: the
+retry-key lookup, the saves, a load); then one scrape (``exposition``) with every method
+x binding x a few outcomes in use. Best of several rounds, to see the
 cost without the host's noise; the sends/s comparison is the side-by-side bench's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from a2a_gateway.server.metrics import METHODS, NULL_METER, Meter, Metrics
+from a2a_gateway.server.metrics import METHODS, NULL_METER, Meter, Metrics, StoreMeter, meter_store
 
 ROUNDS = 7
 CALLS = 200_000
@@ -53,6 +56,32 @@ def stream(meter: Meter) -> Callable[[], None]:
     return run
 
 
+class _Store:
+    """A store whose ``load`` answers at once: what the timing wrapper adds, alone."""
+
+    kind = "files"
+
+    def store_gauges(self) -> Mapping[str, int]:
+        return {}
+
+    async def load(self, caller: object, task_id: str) -> None:
+        return None
+
+
+def store_operation(timed: bool) -> Callable[[], None]:
+    store = _Store()
+    if timed:
+        meter_store(store, StoreMeter(store))
+
+    async def calls() -> None:
+        load = store.load
+        for _ in range(CALLS):
+            await load(None, "t")
+
+    loop = asyncio.new_event_loop()
+    return lambda: loop.run_until_complete(calls())
+
+
 def main() -> None:
     metrics = Metrics()
     meter = metrics.jsonrpc
@@ -62,6 +91,9 @@ def main() -> None:
     on = best_ns(stream(meter), CALLS)
     off = best_ns(stream(NULL_METER), CALLS)
     print(f"stream:     metrics on {on:.0f} ns, off {off:.0f} ns, cost {on - off:.0f} ns")
+    on = best_ns(store_operation(True), CALLS)
+    off = best_ns(store_operation(False), CALLS)
+    print(f"store op:   metrics on {on:.0f} ns, off {off:.0f} ns, cost {on - off:.0f} ns")
     for each in (metrics.jsonrpc, metrics.rest, metrics.grpc):
         for method in METHODS:
             for outcome in ("OK", "TASK_NOT_FOUND", "INVALID_PARAMS", "UNAUTHENTICATED"):
