@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 #: Bytes of one line; a longer one is written as several objects.
 MAX_LINE = 64 * 1024
-#: Lines of one traceback kept in one object (the rest start a new object).
+#: Lines of one traceback kept in one object (any more come as objects of their own).
 MAX_TRACEBACK_LINES = 400
 #: Seconds the gateway waits at exit for the relay to write the last lines.
 EXIT_WAIT_S = 2.0
