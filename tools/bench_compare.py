@@ -106,7 +106,7 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_ready(base + "/.well-known/agent-card.json", 120 if args.callgrind else 10)
+        await wait_ready(base + "/.well-known/agent-card.json", 600 if args.callgrind else 10)
         if args.streams:
             url = base + "/a2a"
             await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)

@@ -113,7 +113,7 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_ready(base + "/.well-known/agent-card.json", 120 if args.callgrind else 10)
+        await wait_ready(base + "/.well-known/agent-card.json", 600 if args.callgrind else 10)
 
         async def load(count: int) -> float:
             if args.streams:
