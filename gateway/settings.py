@@ -601,7 +601,8 @@ SETTINGS: tuple[Setting, ...] = (
         "log_format",
         str,
         "plain",
-        "plain or json (json: every line on stderr one JSON object, gRPC core's own too)",
+        "plain or json (json: a JSON object a line; serve's and telegram's stderr carry"
+        " gRPC core's own lines as JSON too)",
         choices=("plain", "json"),
     ),
     Setting(
