@@ -30,6 +30,7 @@ from .settings import (
     load,
 )
 from .startup import StartupError, report
+from .stderr_relay import relay_stderr
 from .telegram_settings import TELEGRAM_SETTINGS, TelegramSettings
 from .verbs import EXIT_CODES_HELP, VERBS, add_verbs, run_verb
 
@@ -172,6 +173,8 @@ def _host_settings(args: argparse.Namespace, kind: type[SettingsT]) -> SettingsT
     except SettingsError as exc:
         return report(exc)
     setup_logging(settings.log_level, settings.log_format)
+    if settings.log_format == "json" and kind is not ChatSettings:  # chat logs to a file
+        relay_stderr()  # gRPC's own lines (and any other on descriptor 2) as JSON too
     return settings
 
 

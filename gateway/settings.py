@@ -597,7 +597,14 @@ SETTINGS: tuple[Setting, ...] = (
         "send traces over OTLP/HTTP to this endpoint (e.g. http://127.0.0.1:4318; the standard"
         " OTEL_EXPORTER_OTLP_ENDPOINT works too); off when neither is set",
     ),
-    Setting("log_format", str, "plain", "plain or json", choices=("plain", "json")),
+    Setting(
+        "log_format",
+        str,
+        "plain",
+        "plain or json (json: a JSON object a line; serve's and telegram's stderr carry"
+        " gRPC core's own lines as JSON too)",
+        choices=("plain", "json"),
+    ),
     Setting(
         "log_level",
         str,

@@ -92,7 +92,7 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
     workspace.mkdir(parents=True)
     os.sync()
     await asyncio.sleep(1)
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
     out = workspace.parent / f"{name}.callgrind"
     if args.callgrind:
@@ -133,12 +133,13 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
             url = base + ("/a2a" if args.transport == "jsonrpc" else "/a2a/v1/message:send")
             rest = args.transport == "rest"
 
+            same = "retried" if args.retries else None
+
             async def load(count: int) -> float:
                 if args.transport == "grpc":
                     target = f"127.0.0.1:{grpc_port}"
-                    return await grpc_sends(target, count, args.concurrency, same_id=args.retries)
-                same_id = args.retries
-                return await sends(url, {}, count, args.concurrency, rest=rest, same_id=same_id)
+                    return await grpc_sends(target, count, args.concurrency, message_id=same)
+                return await sends(url, {}, count, args.concurrency, rest=rest, message_id=same)
 
             await load(min(500, args.sends))  # warm up (--retries: the message is stored)
             if args.callgrind:

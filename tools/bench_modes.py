@@ -3,6 +3,7 @@ server CPU per operation and the rate, in interleaved rounds.
 
     .venv/bin/python -P tools/bench_modes.py MODE [MODE ...] [--sends 3000] [--rounds 6]
         [--concurrency 16] [--streams CHUNKS] [--store workspace|memory]
+        [--transport jsonrpc|rest|grpc] [--same-message] [--callgrind]
 
 Each MODE is ``NAME=REV [ARG ...]``: ``REV`` is a revision (anything ``git rev-parse``
 takes; its package tree is built as tools/bench_compare.py does) or ``WORK`` for this
@@ -17,9 +18,15 @@ dropped by a full queue show up. Example, tracing against off:
 
 Rounds rotate the modes' order; every round starts a fresh server on a fresh workspace
 (under ``build/``), warms it up (500 sends, or 100 streams), then measures ``--sends``
-blocking JSON-RPC sends (or streams of the faux agent's ``chunks:CHUNKS``). Prints each
-round, then per mode the medians: server CPU per operation (utime + stime from /proc,
-steadier than the rate on a shared machine), the rate, and both against the first mode.
+blocking sends over ``--transport`` (JSON-RPC by default; ``grpc``: unary SendMessage
+on one channel), or JSON-RPC streams of the faux agent's ``chunks:CHUNKS``.
+``--same-message`` sends one messageId every time, as the side-by-side bench does (after
+the first, each send is a retry answered from the stored task). Prints each round, then
+per mode the medians: server CPU per operation (utime + stime from /proc, steadier than
+the rate on a shared machine), the rate, and both against the first mode. With
+``--callgrind`` the server runs under valgrind's callgrind and the figure is
+instructions per operation (user space, every thread, counted only while the measured
+load runs: the same on a busy host) instead of CPU time.
 A measurement, never a test.
 """
 
@@ -43,8 +50,14 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
 
-from bench_compare import package_tree, resolve, server_cpu_s  # noqa: E402
-from load import free_port, sends, stream_events, wait_ready  # noqa: E402
+from bench_compare import (  # noqa: E402
+    callgrind_control,
+    instructions,
+    package_tree,
+    resolve,
+    server_cpu_s,
+)
+from load import free_port, grpc_sends, sends, stream_events, wait_ready  # noqa: E402
 
 WORK = ROOT / "build" / "bench-modes"
 ENV_ARG = re.compile(r"^[A-Z][A-Z0-9_]*=")
@@ -83,9 +96,14 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
     workspace.mkdir(parents=True)
     os.sync()
     await asyncio.sleep(1)  # the disk settled (see tools/bench_compare.py)
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
-    command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
+    out = workspace.parent / f"{mode.name}-{number}.callgrind"
+    if args.callgrind:
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
+    grpc = args.transport == "grpc" and not args.streams
+    command += ["--workspace", str(workspace), "--port", str(port)]
+    command += ["--grpc-port", str(grpc_port) if grpc else "-1"]
     command += ["--store", args.store, *mode.args]
     env = {**os.environ, **mode.env}
     if mode.tree is not None:
@@ -95,27 +113,38 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        url = base + "/a2a"
-        await wait_ready(base + "/.well-known/agent-card.json")
-        if args.streams:
-            await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
-        else:
-            await sends(url, {}, min(500, args.sends), args.concurrency)
+        await wait_ready(base + "/.well-known/agent-card.json", 600 if args.callgrind else 10)
+
+        async def load(count: int) -> float:
+            if args.streams:
+                url = base + "/a2a"
+                return (await stream_events(url, {}, count, args.streams, args.concurrency))[0]
+            if grpc:
+                target = f"127.0.0.1:{grpc_port}"
+                return await grpc_sends(target, count, args.concurrency, message_id=same)
+            rest = args.transport == "rest"
+            url = base + ("/a2a/v1/message:send" if rest else "/a2a")
+            return await sends(url, {}, count, args.concurrency, rest=rest, message_id=same)
+
+        same = f"bench-{number}" if args.same_message else None
+        await load(min(100 if args.streams else 500, args.sends))  # warm up
         async with aiohttp.ClientSession() as http:
             before = await spans_received(http, sink)
+            if args.callgrind:
+                await callgrind_control(server.pid, "--zero")
             cpu = server_cpu_s(server.pid)
-            if args.streams:
-                rate, _ = await stream_events(url, {}, args.sends, args.streams, args.concurrency)
-            else:
-                rate = await sends(url, {}, args.sends, args.concurrency)
+            rate = await load(args.sends)
             used = server_cpu_s(server.pid) - cpu
+            if args.callgrind:
+                await callgrind_control(server.pid, "--dump")
+                used = instructions(out) / 1e6  # "per operation" below: instructions
             server.terminate()
-            await asyncio.wait_for(server.wait(), 10)  # exports what is batched
+            await asyncio.wait_for(server.wait(), 30)  # exports what is batched
             spans = await spans_received(http, sink) - before
     finally:
         if server.returncode is None:
             server.terminate()
-            await asyncio.wait_for(server.wait(), 10)
+            await asyncio.wait_for(server.wait(), 30)
     mode.cpus.append(used / args.sends * 1e6)
     mode.rates.append(rate)
     mode.spans.append(spans / args.sends)
@@ -131,6 +160,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     try:
         await wait_ready(sink_url + "/count")
+        unit = "instructions" if args.callgrind else "us"
         for number in range(args.rounds):
             shift = number % len(modes)
             for mode in modes[shift:] + modes[:shift]:
@@ -138,7 +168,7 @@ async def run(args: argparse.Namespace) -> None:
             print(
                 f"round {number + 1}: "
                 + ", ".join(
-                    f"{m.name} {m.cpus[-1]:.1f} us {m.rates[-1]:.0f}/s {m.spans[-1]:.2f} spans"
+                    f"{m.name} {m.cpus[-1]:.1f} {unit} {m.rates[-1]:.0f}/s {m.spans[-1]:.2f} spans"
                     for m in modes
                 ),
                 flush=True,
@@ -149,12 +179,13 @@ async def run(args: argparse.Namespace) -> None:
         shutil.rmtree(WORK / "workspaces", ignore_errors=True)
     first = modes[0]
     unit = "stream" if args.streams else "send"
+    figure = f"instructions_per_{unit}" if args.callgrind else f"cpu_us_per_{unit}"
     for mode in modes:
         cpu = statistics.median(mode.cpus)
         rate = statistics.median(mode.rates)
         summary = {
             "mode": mode.name,
-            f"cpu_us_per_{unit}": round(cpu, 1),
+            figure: round(cpu, 1),
             "cpu_min_max": [round(min(mode.cpus), 1), round(max(mode.cpus), 1)],
             "rate": round(rate),
             "spans_per_op": round(statistics.median(mode.spans), 2),
@@ -172,6 +203,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
+    parser.add_argument("--transport", choices=("jsonrpc", "rest", "grpc"), default="jsonrpc")
+    parser.add_argument(
+        "--same-message",
+        action="store_true",
+        help="one messageId for every send of a round (retries, as the side-by-side bench)",
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="serve under valgrind's callgrind: instructions per operation, not CPU time",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

@@ -1,5 +1,5 @@
 """The in-repo load the benchmark tools share: a free port, waiting for a card, and
-blocking sends at a concurrency (JSON-RPC or HTTP+JSON), each answer checked."""
+blocking sends at a concurrency (JSON-RPC, HTTP+JSON or gRPC), each answer checked."""
 
 from __future__ import annotations
 
@@ -35,12 +35,9 @@ async def wait_ready(url: str, timeout_s: float = 10.0) -> None:
     raise SystemExit(f"the gateway did not answer at {url}")
 
 
-def _message(message_id: str = "") -> dict[str, object]:
-    return {
-        "role": "ROLE_USER",
-        "messageId": message_id or uuid.uuid4().hex,
-        "parts": [{"text": "hi"}],
-    }
+def _message(message_id: str | None = None) -> dict[str, object]:
+    message_id = message_id or uuid.uuid4().hex
+    return {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": "hi"}]}
 
 
 async def sends(
@@ -50,12 +47,12 @@ async def sends(
     concurrency: int,
     *,
     rest: bool = False,
-    same_id: bool = False,
+    message_id: str | None = None,
 ) -> float:
     """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
-    with a new messageId (``same_id``: all with messageId ``retried``, as the
-    side-by-side bench's gRPC scenario sends: after the first, each is a retry answered
-    from the stored task); every answer must be a completed task."""
+    with a new messageId (or ``message_id`` every time: after the first, retries answered
+    from the stored task, as the side-by-side bench sends); every answer must be a
+    completed task."""
     counter = itertools.count()
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -63,7 +60,7 @@ async def sends(
 
         async def worker() -> None:
             while next(counter) < count:
-                params = {"message": _message("retried" if same_id else "")}
+                params = {"message": _message(message_id)}
                 body = (
                     params
                     if rest
@@ -111,10 +108,16 @@ async def stream_events(
         return events / (time.perf_counter() - started), events
 
 
-async def grpc_sends(target: str, count: int, concurrency: int, *, same_id: bool = False) -> float:
-    """:func:`sends` over gRPC (``host:port``, one channel, unary SendMessage)."""
+async def grpc_sends(
+    target: str, count: int, concurrency: int, *, message_id: str | None = None
+) -> float:
+    """Blocking gRPC sends/s: ``count`` unary ``SendMessage`` calls on one channel to
+    ``target`` (``host:port``), ``concurrency`` at a time, each with a new messageId (or
+    ``message_id`` every time, as :func:`sends`); every answer must be a completed task."""
+
     counter = itertools.count()
     metadata = (("a2a-version", "1.0"),)
+    completed = pb.TaskState.TASK_STATE_COMPLETED
     async with grpc.aio.insecure_channel(target) as channel:
         call = channel.unary_unary(
             "/lf.a2a.v1.A2AService/SendMessage",
@@ -124,14 +127,13 @@ async def grpc_sends(target: str, count: int, concurrency: int, *, same_id: bool
 
         async def worker() -> None:
             while next(counter) < count:
-                message_id = "retried" if same_id else uuid.uuid4().hex
-                request = pb.SendMessageRequest(
-                    message=pb.Message(
-                        role=pb.ROLE_USER, message_id=message_id, parts=[pb.Part(text="hi")]
-                    )
+                message = pb.Message(
+                    role=pb.Role.ROLE_USER,
+                    message_id=message_id or uuid.uuid4().hex,
+                    parts=[pb.Part(text="hi")],
                 )
-                answer = await call(request, metadata=metadata, timeout=60)
-                assert answer.task.status.state == pb.TASK_STATE_COMPLETED, answer
+                answer = await call(pb.SendMessageRequest(message=message), metadata=metadata)
+                assert answer.task.status.state == completed, answer
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -1,8 +1,10 @@
 """What ``serve`` writes on stderr: an access line per call with ``--access-log`` (never a
-key or a body), and no gRPC C-core noise on ``--exec`` turns (real subprocesses)."""
+key or a body), no gRPC C-core noise on ``--exec`` turns, and with ``--log-format json``
+every line a JSON object, gRPC's own included (real subprocesses)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +15,8 @@ from pathlib import Path
 from tests.support.ports import free_ports
 from tests.support.processes import GATEWAY
 from tests.support.workspace import write_callers
+
+from ..conftest import all_secrets, find_leaks
 
 ACCESS_KEY = "access-key-5e2a9c0d71bf"
 SECRET_TEXT = "body-text-that-must-not-be-logged"
@@ -29,33 +33,38 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
+def _start(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """``serve ARGS`` with callers.json's key, stderr (and stdout) to a file; started."""
     workspace = tmp_path / "ws"
     write_callers(workspace, [{"name": "alice", "key": ACCESS_KEY}])
     port, grpc_port = free_ports(2)
     log_path = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("A2A_GATEWAY_", "GRPC_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("A2A_GATEWAY_", "GRPC_"))} | env
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            [*GATEWAY, "serve", "--exec", "cat",
-             "--workspace", str(workspace), "--access-log", "--log-level", "warning",
+            [*GATEWAY, "serve", *args, "--workspace", str(workspace), "--access-log",
              "--port", str(port), "--grpc-port", str(grpc_port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=tmp_path,
         )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(url + "/.well-known/agent-card.json", timeout=1)
+            return server, url, log_path
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise AssertionError("server did not start: " + log_path.read_text()) from None
+            time.sleep(0.05)
+
+
+def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
+    server, url, log_path = _start(tmp_path, "--exec", "cat", "--log-level", "warning")
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(url + "/.well-known/agent-card.json", timeout=1)
-                break
-            except OSError:
-                assert server.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.05)
         runs = [
             _cli("send", url, SECRET_TEXT, "--transport", "jsonrpc", "--json"),
             _cli("send", url, SECRET_TEXT, "--transport", "grpc", "--stream"),
@@ -80,3 +89,39 @@ def test_access_log_and_no_fork_noise(tmp_path: Path) -> None:
     # Three --exec turns forked a process each: gRPC's fork handlers stayed silent.
     assert "fork" not in text, text
     assert "Traceback" not in text
+
+
+def test_json_logs_are_json_lines_grpc_core_included(tmp_path: Path) -> None:
+    # gRPC's C core made to talk: a warning at start-up, then its API calls (every rpc).
+    server, url, log_path = _start(
+        tmp_path, "--faux", "--log-format", "json", GRPC_VERBOSITY="info", GRPC_TRACE="api"
+    )
+    try:
+        runs = [
+            _cli("send", url, SECRET_TEXT, "--transport", "grpc", "--json"),
+            _cli("send", url, SECRET_TEXT, "--transport", "jsonrpc", "--json"),
+        ]
+        assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+    text = log_path.read_text()
+    entries = [json.loads(line) for line in text.splitlines()]  # every line, or it fails
+    assert all(
+        isinstance(e, dict) and {"ts", "level", "logger", "message"} <= e.keys() for e in entries
+    )
+    grpc = [e for e in entries if e["logger"] == "grpc"]
+    assert any("not suitable for production" in e["message"] for e in grpc), text
+    assert any(e["message"].startswith("grpc_server_start(") for e in grpc), text
+    assert any(e["message"].startswith("grpc_call_start_batch(") for e in grpc), text
+    assert all(e["level"] in ("info", "warning") and ".cc:" in e["source"] for e in grpc)
+    messages = [e["message"] for e in entries if e["logger"] == "a2a_gateway.access"]
+    assert [m.split(" caller=")[0] for m in messages] == [
+        "access GRPC SendMessage",
+        "access JSONRPC SendMessage",
+    ], messages
+    # The last lines, written as the process ends, are there when it has ended.
+    assert any(e["message"] == "shutting down" for e in entries), text
+    assert grpc[-1]["message"] == "grpc_shutdown(void)", text
+    assert [e for e in entries if e["logger"] == "stderr"] == []
+    assert find_leaks([(str(log_path), text)], all_secrets(tmp_path) | {SECRET_TEXT}) == []
