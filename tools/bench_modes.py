@@ -43,7 +43,13 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder out
 
-from bench_compare import package_tree, resolve, server_cpu_s  # noqa: E402
+from bench_compare import (  # noqa: E402
+    callgrind_control,
+    instructions,
+    package_tree,
+    resolve,
+    server_cpu_s,
+)
 from load import free_port, sends, stream_events, wait_ready  # noqa: E402
 
 WORK = ROOT / "build" / "bench-modes"
@@ -59,6 +65,11 @@ class Mode:
     cpus: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
     spans: list[float] = field(default_factory=list)
+
+    @property
+    def traced(self) -> bool:
+        """Whether this mode sends spans to the receiver this tool starts."""
+        return any("127.0.0.1" in word for word in [*self.args, *self.env.values()])
 
 
 def parse_mode(spec: str, otlp: str) -> Mode:
@@ -78,6 +89,20 @@ async def spans_received(http: aiohttp.ClientSession, sink: str) -> int:
         return int(await response.text())
 
 
+async def spans_settled(http: aiohttp.ClientSession, sink: str, start: int) -> None:
+    """Wait (bounded, 30 s) until the spans made since the receiver counted ``start``
+    are exported: the count has grown, then stood still for 6 s (longer than the
+    exporter's batch delay)."""
+    seen, still = await spans_received(http, sink), 0
+    for _ in range(60):
+        await asyncio.sleep(0.5)
+        now = await spans_received(http, sink)
+        still = still + 1 if now == seen else 0
+        seen = now
+        if seen > start and still >= 12:
+            return
+
+
 async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str) -> None:
     workspace = WORK / "workspaces" / f"{mode.name}-{number}"
     workspace.mkdir(parents=True)
@@ -85,6 +110,15 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
     await asyncio.sleep(1)  # the disk settled (see tools/bench_compare.py)
     port = free_port()
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
+    out = workspace.parent / f"{mode.name}-{number}.callgrind"
+    if args.callgrind:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            *command,
+        ]
     command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", "-1"]
     command += ["--store", args.store, *mode.args]
     env = {**os.environ, **mode.env}
@@ -96,12 +130,19 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
     try:
         base = f"http://127.0.0.1:{port}"
         url = base + "/a2a"
-        await wait_ready(base + "/.well-known/agent-card.json")
-        if args.streams:
-            await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
-        else:
-            await sends(url, {}, min(500, args.sends), args.concurrency)
+        await wait_ready(base + "/.well-known/agent-card.json", 120 if args.callgrind else 10)
         async with aiohttp.ClientSession() as http:
+            start = await spans_received(http, sink)
+            if args.streams:
+                await stream_events(url, {}, min(100, args.sends), args.streams, args.concurrency)
+            else:
+                await sends(url, {}, min(500, args.sends), args.concurrency)
+            if args.callgrind and mode.traced:
+                # The warm-up's spans exported before counting starts, the measured
+                # ones after, so the count holds the export of exactly these.
+                await spans_settled(http, sink, start)
+            if args.callgrind:
+                await callgrind_control(server.pid, "--instr=on")
             before = await spans_received(http, sink)
             cpu = server_cpu_s(server.pid)
             if args.streams:
@@ -109,6 +150,11 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
             else:
                 rate = await sends(url, {}, args.sends, args.concurrency)
             used = server_cpu_s(server.pid) - cpu
+            if args.callgrind:
+                if mode.traced:
+                    await spans_settled(http, sink, before)
+                await callgrind_control(server.pid, "--dump")
+                used = instructions(out) / 1e6
             server.terminate()
             await asyncio.wait_for(server.wait(), 10)  # exports what is batched
             spans = await spans_received(http, sink) - before
@@ -172,6 +218,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="serve under valgrind's callgrind, counting only the measured operations and"
+        " the export of their spans: instructions per operation (the 'us' printed)",
+    )
     asyncio.run(run(parser.parse_args()))
 
 
