@@ -26,7 +26,7 @@ from google.protobuf import message
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 import lf.a2a.v1.a2a_pb2 as pb
@@ -35,6 +35,7 @@ from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.protocol.service_wrapper import WrappedService
 from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE, Current, extract, mark_failed
+from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
 
 log = logging.getLogger(__name__)
@@ -88,18 +89,18 @@ class Tracing(Startable):
         name = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
         self.endpoint = endpoint
         self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
-        self.tracer: Tracer = self.provider.get_tracer("a2a_gateway")
+        # No endpoint given: the exporter reads the standard environment itself.
+        exporter = LeanOtlpExporter(endpoint=traces_url(endpoint) if endpoint else None)
+        self.queue = SpanQueue(exporter)
+        self.tracer: Tracer = lean_tracer(self.provider, self.queue, "a2a_gateway")
         self._started = False
 
     async def start(self) -> None:
-        """Start exporting (the batch processor's worker thread)."""
+        """Start exporting (the span queue's worker thread)."""
         if self._started:
             return
         self._started = True
-        # No endpoint given: the exporter reads the standard environment itself.
-        endpoint = self.endpoint
-        exporter = LeanOtlpExporter(endpoint=traces_url(endpoint) if endpoint else None)
-        self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.queue.start()
 
     async def aclose(self) -> None:
         """Export what is still batched (bounded), then stop the worker thread."""
