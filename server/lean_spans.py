@@ -108,24 +108,28 @@ class LeanSpan(trace_api.Span):
     """A recording span (the module docstring). Its fields are those of the SDK's
     ``ReadableSpan`` by the same names, so any SDK exporter reads it as one."""
 
+    # The fields every span sets are slots; the rest are class-level defaults that a
+    # span overrides in its own ``__dict__`` when it changes them (an event, a status),
+    # and the tracer's resource, scope and queue are class attributes of a subclass
+    # per tracer (:meth:`LeanTracer.__init__`): fewer stores per span made.
     __slots__ = (
-        "_queue",
         "attributes",
         "context",
-        "dropped_attributes",
-        "dropped_events",
-        "dropped_links",
         "end_time",
-        "events",
-        "instrumentation_scope",
         "kind",
-        "links",
         "name",
         "parent",
-        "resource",
         "start_time",
-        "status",
     )
+    status: Status = UNSET_STATUS
+    events: Sequence[Event] = ()
+    links: Sequence[Link] = ()
+    dropped_attributes = 0
+    dropped_events = 0
+    dropped_links = 0
+    resource: Resource
+    instrumentation_scope: InstrumentationScope
+    _queue: SpanQueue
 
     def __init__(
         self,
@@ -134,9 +138,7 @@ class LeanSpan(trace_api.Span):
         parent: SpanContext | None,
         kind: SpanKind,
         attributes: dict[str, Any],
-        links: Sequence[Link],
         start_time: int,
-        tracer: LeanTracer,
     ) -> None:
         self.name = name
         self.context = context
@@ -145,13 +147,6 @@ class LeanSpan(trace_api.Span):
         self.attributes = attributes
         self.start_time = start_time
         self.end_time: int | None = None
-        self.status = UNSET_STATUS
-        self.events: Sequence[Event] = ()
-        self.links: Sequence[Link] = links
-        self.resource = tracer.resource
-        self.instrumentation_scope = tracer.scope
-        self.dropped_attributes = self.dropped_events = self.dropped_links = 0
-        self._queue = tracer.queue
 
     def __repr__(self) -> str:
         return f'LeanSpan(name="{self.name}", context={self.context})'
@@ -252,6 +247,16 @@ class LeanTracer(trace_api.Tracer):
         self.id_generator = provider.id_generator
         self.scope = InstrumentationScope(name)
         self.queue = queue
+        self._span: type[LeanSpan] = type(
+            "LeanSpan",
+            (LeanSpan,),
+            {
+                "__slots__": (),
+                "resource": self.resource,
+                "instrumentation_scope": self.scope,
+                "_queue": queue,
+            },
+        )
         # The default configuration, decided without calls (the module docstring).
         self._default_sampler = self.sampler is DEFAULT_ON
         self._random_ids = type(self.id_generator) is RandomIdGenerator
@@ -283,14 +288,11 @@ class LeanTracer(trace_api.Tracer):
                     flags = _DROPPED_RANDOM if parent.trace_flags.random_trace_id else _DROPPED
                     return NonRecordingSpan(_span_context(trace_id, _span_id(), flags, state))
             span_context = _span_context(trace_id, _span_id(), flags, state)
+            # Values are checked by the encoder, which hands odd ones to the SDK's.
             recorded = dict(attributes) if attributes else {}
-            if len(recorded) > MAX_ATTRIBUTES or any(
-                type(v) not in _SIMPLE for v in recorded.values()
-            ):
+            if len(recorded) > MAX_ATTRIBUTES:
                 recorded = dict(BoundedAttributes(MAX_ATTRIBUTES, recorded))
-            return LeanSpan(
-                name, span_context, parent, kind, recorded, (), start_time or time_ns(), self
-            )
+            return self._span(name, span_context, parent, kind, recorded, start_time or time_ns())
         return self._sampled_span(name, context, parent, kind, attributes, links, start_time)
 
     def _sampled_span(
@@ -308,7 +310,7 @@ class LeanTracer(trace_api.Tracer):
         generator = self.id_generator
         trace_id = generator.generate_trace_id() if parent is None else parent.trace_id
         result = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        sampled = result.decision.is_sampled()
+        sampled = result.decision.is_sampled()  # type: ignore[no-untyped-call]
         random_ids = (
             generator.is_trace_id_random() if parent is None else parent.trace_flags.random_trace_id
         )
@@ -323,13 +325,11 @@ class LeanTracer(trace_api.Tracer):
             trace_flags=flags,
             trace_state=result.trace_state,
         )
-        if not result.decision.is_recording():
+        if not result.decision.is_recording():  # type: ignore[no-untyped-call]
             return NonRecordingSpan(span_context)
         recorded = dict(BoundedAttributes(MAX_ATTRIBUTES, result.attributes))
         kept = links[:MAX_LINKS]
-        made = LeanSpan(
-            name, span_context, parent, kind, recorded, kept, start_time or time_ns(), self
-        )
+        made = self._span(name, span_context, parent, kind, recorded, start_time or time_ns())
         made.dropped_links = len(links) - len(kept)
         made.links = [
             Link(link.context, BoundedAttributes(MAX_ATTRIBUTES, link.attributes, immutable=True))
@@ -337,8 +337,8 @@ class LeanTracer(trace_api.Tracer):
         ]
         return made
 
-    @contextlib.contextmanager
-    def start_as_current_span(
+    @contextlib.contextmanager  # the same protocol as the API's own decorator
+    def start_as_current_span(  # type: ignore[override]
         self,
         name: str,
         context: Context | None = None,

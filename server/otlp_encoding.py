@@ -299,14 +299,14 @@ def encode(spans: Sequence[FinishedSpan] | Sequence[ReadableSpan]) -> bytes:
     for span in spans:
         found = groups.get(id(span.resource))
         if found is None:
-            found = groups[id(span.resource)] = (_resource(span), {})  # type: ignore[arg-type]
+            found = groups[id(span.resource)] = (_resource(span), {})
         scopes = found[1]
         parts = scopes.get(id(span.instrumentation_scope))
         if parts is None:
-            scope, schema = _scope(span)  # type: ignore[arg-type]
+            scope, schema = _scope(span)
             parts = scopes[id(span.instrumentation_scope)] = [scope, schema]
-        encoded = _span(span)  # type: ignore[arg-type]
-        parts.append(encoded if encoded is not None else _sdk_span(span))  # type: ignore[arg-type]
+        encoded = _span(span)
+        parts.append(encoded if encoded is not None else _sdk_span(span))
     request = []
     for resource, scopes in groups.values():
         scope_spans = b"".join(_field(b"\x12", b"".join(parts)) for parts in scopes.values())
