@@ -164,16 +164,24 @@ class LeanSpan(trace_api.Span):
         self._queue.append(self)
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
+        """The SDK's rules: a value cleaned (sequences as tuples, others dropped), a key
+        set again moved last, the oldest dropped once 128 are held."""
         if self.end_time is not None:
+            return
+        if not key or type(key) is not str:
+            self.dropped_attributes += 1
             return
         attributes = self.attributes
         if type(value) not in _SIMPLE:
             value = _clean(key, value)
-            if value is None:
+            if value is None:  # not a value an attribute may hold
+                self.dropped_attributes += 1
                 return
-        if key not in attributes and len(attributes) >= MAX_ATTRIBUTES:
+        if key in attributes:
+            del attributes[key]
+        elif len(attributes) >= MAX_ATTRIBUTES:
+            del attributes[next(iter(attributes))]
             self.dropped_attributes += 1
-            return
         attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:

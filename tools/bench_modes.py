@@ -45,7 +45,6 @@ sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder 
 
 from bench_compare import (  # noqa: E402
     callgrind_control,
-    instructions,
     package_tree,
     resolve,
     server_cpu_s,
@@ -89,6 +88,22 @@ async def spans_received(http: aiohttp.ClientSession, sink: str) -> int:
         return int(await response.text())
 
 
+def thread_instructions(out: Path, ops: int) -> float:
+    """The instructions of every thread in the dump asked for (``<out>.1-NN``, one file
+    a thread); each thread's share per operation printed."""
+    total = 0.0
+    shares = []
+    for dump in sorted(out.parent.glob(out.name + ".1-*")):
+        for line in dump.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                count = float(line.split()[1])
+                total += count
+                shares.append(f"{dump.name.rsplit('-', 1)[1]}: {count / ops:,.0f}")
+                break
+    print(f"{out.stem}: per operation, by thread: " + ", ".join(shares), flush=True)
+    return total
+
+
 async def spans_settled(http: aiohttp.ClientSession, sink: str, start: int) -> None:
     """Wait (bounded, 30 s) until the spans made since the receiver counted ``start``
     are exported: the count has grown, then stood still for 6 s (longer than the
@@ -104,7 +119,7 @@ async def spans_settled(http: aiohttp.ClientSession, sink: str, start: int) -> N
 
 
 async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str) -> None:
-    workspace = WORK / "workspaces" / f"{mode.name}-{number}"
+    workspace = WORK / f"workspaces-{os.getpid()}" / f"{mode.name}-{number}"
     workspace.mkdir(parents=True)
     os.sync()
     await asyncio.sleep(1)  # the disk settled (see tools/bench_compare.py)
@@ -116,6 +131,7 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
+            "--separate-threads=yes",
             f"--callgrind-out-file={out}",
             *command,
         ]
@@ -154,7 +170,7 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
                 if mode.traced:
                     await spans_settled(http, sink, before)
                 await callgrind_control(server.pid, "--dump")
-                used = instructions(out) / 1e6
+                used = thread_instructions(out, args.sends) / 1e6
             server.terminate()
             await asyncio.wait_for(server.wait(), 10)  # exports what is batched
             spans = await spans_received(http, sink) - before
@@ -171,7 +187,7 @@ async def run(args: argparse.Namespace) -> None:
     sink_port = free_port()
     sink_url = f"http://127.0.0.1:{sink_port}"
     modes = [parse_mode(spec, sink_url) for spec in args.modes]
-    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    shutil.rmtree(WORK / f"workspaces-{os.getpid()}", ignore_errors=True)
     sink = await asyncio.create_subprocess_exec(
         sys.executable, "-P", str(ROOT / "tools" / "otlp_sink.py"), str(sink_port)
     )
@@ -192,7 +208,7 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         sink.terminate()
         await sink.wait()
-        shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+        shutil.rmtree(WORK / f"workspaces-{os.getpid()}", ignore_errors=True)
     first = modes[0]
     unit = "stream" if args.streams else "send"
     for mode in modes:
