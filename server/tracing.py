@@ -10,8 +10,12 @@ binding, the rpc, the caller's name and the task id as attributes. The call then
 run, the model's calls, the tools and our client's outbound calls add their own spans
 to the same trace and pass it on to the next agent.
 
-Spans are batched and exported from OpenTelemetry's own worker thread (never on the
-event loop); :meth:`Tracing.aclose` flushes what is left, within a bound.
+Configuration is OpenTelemetry's (a ``TracerProvider`` from the standard ``OTEL_*``
+variables: sampler, resource, span limits, ``OTEL_BSP_*``; the SDK's OTLP/HTTP
+exporter), but spans are made by :mod:`a2a_gateway.server.lean_spans` (the SDK's own
+span cost a blocking send ~1.5x its instructions; docs/performance.md) and exported in
+batches from that module's queue thread (never on the event loop);
+:meth:`Tracing.aclose` flushes what is left, within a bound.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class Tracing(Startable):
     async def aclose(self) -> None:
         """Export what is still batched (bounded), then stop the worker thread."""
         if not self._started:
+            self.queue.exporter.shutdown()  # made with the tracer; never started
             return
         self._started = False
         flushed = await asyncio.to_thread(self.provider.force_flush, int(FLUSH_BOUND_S * 1000))
