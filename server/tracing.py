@@ -120,6 +120,8 @@ class Tracing(Startable):
 
 def _task_id(value: Any) -> str:
     """The task a request or an answer is about, if it names one."""
+    if type(value) is pb.SendMessageResponse:  # the most frequent first
+        return value.task.id if value.HasField("task") else value.message.task_id
     if isinstance(value, pb.Task):
         return value.id
     if isinstance(value, pb.SendMessageResponse):
@@ -135,6 +137,14 @@ def _task_id(value: Any) -> str:
     return str(getattr(value, "id", "") or getattr(value, "task_id", ""))
 
 
+def _name_task(current: Span, value: Any) -> bool:
+    """Give ``current`` the ``a2a.task_id`` ``value`` names, if it names one."""
+    task_id = _task_id(value)
+    if task_id:
+        current.set_attribute("a2a.task_id", task_id)
+    return bool(task_id)
+
+
 class Traced(WrappedService):
     """``service`` with a ``SERVER`` span around every call (the module docstring)."""
 
@@ -142,9 +152,11 @@ class Traced(WrappedService):
         super().__init__(service)
         self.tracer = tracer
 
-    def _start(self, rpc: str, request: message.Message, context: CallContext) -> Span:
-        parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
-        current = self.tracer.start_span(
+    def _start(self, rpc: str, context: CallContext) -> Span:
+        parent = None
+        if context.traceparent:
+            parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
+        return self.tracer.start_span(
             f"A2A {rpc}",
             context=parent,
             kind=SpanKind.SERVER,
@@ -157,27 +169,23 @@ class Traced(WrappedService):
             record_exception=False,
             set_status_on_exception=False,
         )
-        if current.is_recording():  # not sampled: no attribute work
-            task_id = _task_id(request)
-            if task_id:
-                current.set_attribute("a2a.task_id", task_id)
-        return current
 
     async def unary(
         self, rpc: str, request: message.Message, call: Awaitable[T], context: CallContext
     ) -> T:
-        current = self._start(rpc, request, context)
+        current = self._start(rpc, context)
         try:
             with Current(current, self.tracer):
                 result = await call
         except BaseException as exc:
+            if current.is_recording():  # not sampled: no attribute work
+                _name_task(current, request)
             mark_failed(current, exc)
             raise
         else:
             if current.is_recording():
-                task_id = _task_id(result)
-                if task_id:
-                    current.set_attribute("a2a.task_id", task_id)
+                # The answer names the task (a new one too); else the request may.
+                _name_task(current, result) or _name_task(current, request)
             return result
         finally:
             current.end()
@@ -189,8 +197,8 @@ class Traced(WrappedService):
         events: AsyncIterator[pb.StreamResponse],
         context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
-        current = self._start(rpc, request, context)
-        named = not current.is_recording() or bool(_task_id(request))
+        current = self._start(rpc, context)
+        named = not current.is_recording() or _name_task(current, request)
         active = Current(current, self.tracer)
         try:
             while True:
