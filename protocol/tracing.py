@@ -125,6 +125,21 @@ def _leave(token: Any) -> None:
         otel_context.detach(token)
 
 
+def enter_context(
+    context: otel_context.Context, tracer: Tracer
+) -> tuple[object, Token[Tracer | None]]:
+    """What :class:`Current` does on entry, as a function (for a loop that enters and
+    leaves per step, without a ``with``): ``context`` made current, traced by
+    ``tracer``; the tokens to :func:`leave_context` with."""
+    return _enter(context), _TRACER.set(tracer)
+
+
+def leave_context(tokens: tuple[object, Token[Tracer | None]]) -> None:
+    """Undo :func:`enter_context`."""
+    _TRACER.reset(tokens[1])
+    _leave(tokens[0])
+
+
 def start_child(
     name: str, *, kind: SpanKind = SpanKind.INTERNAL, attributes: Attributes | None = None
 ) -> Span | None:

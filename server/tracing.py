@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Final, TypeVar
 
 from google.protobuf import message
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -38,7 +39,15 @@ from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.protocol.service_wrapper import WrappedService
-from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE, Current, extract, mark_failed
+from a2a_gateway.protocol.tracing import (
+    TRACEPARENT,
+    TRACESTATE,
+    Current,
+    enter_context,
+    extract,
+    leave_context,
+    mark_failed,
+)
 from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
 
@@ -199,17 +208,21 @@ class Traced(WrappedService):
     ) -> AsyncIterator[pb.StreamResponse]:
         current = self._start(rpc, context)
         named = not current.is_recording() or _name_task(current, request)
-        active = Current(current, self.tracer)
+        active = trace.set_span_in_context(current)
+        tracer = self.tracer
         try:
             while True:
                 # The span is current only while the service makes the next event (its
                 # run task, started then, inherits it); never across our own yield,
-                # which resumes in whatever context the consumer has.
+                # which resumes in whatever context the consumer has. (Current's work,
+                # written out: this runs once per event.)
+                entered = enter_context(active, tracer)
                 try:
-                    with active:
-                        event = await anext(events)
+                    event = await anext(events)
                 except StopAsyncIteration:
                     return
+                finally:
+                    leave_context(entered)
                 if not named:
                     task_id = _task_id(event)
                     if task_id:
