@@ -389,10 +389,11 @@ class SpanQueue(SpanProcessor):
     ``BatchSpanProcessor``'s job and settings, at a lower cost per span).
 
     Ending a span appends it to a ``deque`` (atomic under the GIL: no lock, no system
-    call) and, once a batch is waiting, wakes the worker, which exports every batch
-    waiting and sleeps again for the schedule delay. A full queue drops its oldest
-    spans (reported once per export). Settings: ``OTEL_BSP_SCHEDULE_DELAY`` (ms, 5000),
-    ``OTEL_BSP_MAX_QUEUE_SIZE`` (2048), ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512).
+    call) and, once a batch is waiting, wakes the worker, which exports the full
+    batches waiting; every schedule delay it exports whatever is queued. A full queue
+    drops its oldest spans (reported once per export). Settings:
+    ``OTEL_BSP_SCHEDULE_DELAY`` (ms, 5000), ``OTEL_BSP_MAX_QUEUE_SIZE`` (2048),
+    ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512).
     """
 
     def __init__(self, exporter: SpanExporter) -> None:
@@ -434,20 +435,27 @@ class SpanQueue(SpanProcessor):
 
     def _work(self) -> None:
         while not self._stopping:
-            self._wake.wait(self.delay_s)
+            woken = self._wake.wait(self.delay_s)
             self._wake.clear()
             self._awake = False
-            self._export_waiting()
-        self._export_waiting()
+            # Woken by a full batch: full batches only (spans ending meanwhile wait for
+            # theirs: a post per handful of spans would cost more than the spans).
+            # The delay passed: what is queued now, full batch or not.
+            self._export(full_only=woken)
+        self._export(full_only=False)
 
-    def _export_waiting(self) -> None:
+    def _export(self, *, full_only: bool) -> None:
         with self._export_lock:
             queue = self._queue
             if len(queue) == self.max_queue:
                 log.warning("tracing: the span queue was full; its oldest spans were dropped")
-            while queue:
+            left = len(queue)  # those queued now; not the ones ending while we post
+            while left and not (full_only and left < self.batch):
                 take = queue.popleft
-                batch = [take() for _ in range(min(self.batch, len(queue)))]
+                batch = [take() for _ in range(min(self.batch, left, len(queue)))]
+                left -= len(batch)
+                if not batch:
+                    return
                 try:
                     self.exporter.export(batch)
                 except Exception:  # never let the worker die on one batch
@@ -455,7 +463,7 @@ class SpanQueue(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export what is queued, on the calling thread (the exporter bounds its posts)."""
-        self._export_waiting()
+        self._export(full_only=False)
         return True
 
     def shutdown(self) -> None:
