@@ -24,10 +24,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextvars import ContextVar, Token
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -37,6 +38,21 @@ TRACESTATE: Final = "tracestate"
 TRACE_HEADERS: Final = (TRACEPARENT, TRACESTATE)
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
+
+
+def _runtime_var() -> ContextVar[otel_context.Context] | None:
+    """The context variable behind OpenTelemetry's current context, when the runtime
+    context is the standard one (``contextvars``): setting it directly spares
+    ``attach``/``detach``'s two calls each way on every span entered. Another runtime
+    context (``OTEL_PYTHON_CONTEXT``) is used through ``attach``/``detach``."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    if type(runtime) is not ContextVarsRuntimeContext:
+        return None
+    var = getattr(runtime, "_current_context", None)
+    return var if isinstance(var, ContextVar) else None
+
+
+_OTEL_CONTEXT: Final = _runtime_var()
 #: The tracer of the gateway whose call this is; ``None``: not traced.
 _TRACER: ContextVar[Tracer | None] = ContextVar("a2a_tracer", default=None)
 
@@ -80,19 +96,68 @@ class Current:
     def __init__(self, current: Span, tracer: Tracer) -> None:
         self._context = trace.set_span_in_context(current)
         self._tracer = tracer
-        self._otel: Token[otel_context.Context] | None = None
+        self._otel: Token[otel_context.Context] | object = None
         self._tracing: Token[Tracer | None] | None = None
 
     def __enter__(self) -> None:
-        self._otel = otel_context.attach(self._context)
+        self._otel = _enter(self._context)
         self._tracing = _TRACER.set(self._tracer)
 
     def __exit__(self, *_: object) -> None:
         if self._tracing is not None:
             _TRACER.reset(self._tracing)
         if self._otel is not None:
-            otel_context.detach(self._otel)
+            _leave(self._otel)
         self._otel = self._tracing = None
+
+
+def _enter(context: otel_context.Context) -> object:
+    """Make ``context`` OpenTelemetry's current one; the token to :func:`_leave` with."""
+    if _OTEL_CONTEXT is not None:
+        return _OTEL_CONTEXT.set(context)
+    return otel_context.attach(context)
+
+
+def _leave(token: Any) -> None:
+    if _OTEL_CONTEXT is not None:
+        _OTEL_CONTEXT.reset(token)
+    else:
+        otel_context.detach(token)
+
+
+def enter_context(
+    context: otel_context.Context, tracer: Tracer
+) -> tuple[object, Token[Tracer | None]]:
+    """What :class:`Current` does on entry, as a function (for a loop that enters and
+    leaves per step, without a ``with``): ``context`` made current, traced by
+    ``tracer``; the tokens to :func:`leave_context` with."""
+    return _enter(context), _TRACER.set(tracer)
+
+
+def leave_context(tokens: tuple[object, Token[Tracer | None]]) -> None:
+    """Undo :func:`enter_context`."""
+    _TRACER.reset(tokens[1])
+    _leave(tokens[0])
+
+
+def start_child(
+    name: str, *, kind: SpanKind = SpanKind.INTERNAL, attributes: Attributes | None = None
+) -> Span | None:
+    """The span :func:`span` would open (not yet current), or ``None``: for a caller that
+    makes it current with :class:`Current` and ends it itself, without a generator."""
+    tracer = _TRACER.get()
+    if tracer is None:
+        return None
+    parent = trace.get_current_span().get_span_context()
+    if parent.is_valid and not parent.trace_flags.sampled:
+        return None  # as in span(): no child of an unsampled trace
+    return tracer.start_span(
+        name,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
 
 
 @contextlib.contextmanager
@@ -126,14 +191,14 @@ def span(
         record_exception=False,
         set_status_on_exception=False,
     )
-    token = otel_context.attach(trace.set_span_in_context(current))
+    token = _enter(trace.set_span_in_context(current))
     try:
         yield current
     except BaseException as exc:
         mark_failed(current, exc)
         raise
     finally:
-        otel_context.detach(token)
+        _leave(token)
         current.end()
 
 

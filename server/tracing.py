@@ -10,8 +10,12 @@ binding, the rpc, the caller's name and the task id as attributes. The call then
 run, the model's calls, the tools and our client's outbound calls add their own spans
 to the same trace and pass it on to the next agent.
 
-Spans are batched and exported from OpenTelemetry's own worker thread (never on the
-event loop); :meth:`Tracing.aclose` flushes what is left, within a bound.
+Configuration is OpenTelemetry's (a ``TracerProvider`` from the standard ``OTEL_*``
+variables: sampler, resource, span limits, ``OTEL_BSP_*``; the SDK's OTLP/HTTP
+exporter), but spans are made by :mod:`a2a_gateway.server.lean_spans` (the SDK's own
+span cost a blocking send ~1.5x its instructions; docs/performance.md) and exported in
+batches from that module's queue thread (never on the event loop);
+:meth:`Tracing.aclose` flushes what is left, within a bound.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Final, TypeVar
 
 from google.protobuf import message
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 import lf.a2a.v1.a2a_pb2 as pb
@@ -34,7 +39,16 @@ from a2a_gateway.protocol.closing import Startable
 from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.protocol.service_wrapper import WrappedService
-from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE, Current, extract, mark_failed
+from a2a_gateway.protocol.tracing import (
+    TRACEPARENT,
+    TRACESTATE,
+    Current,
+    enter_context,
+    extract,
+    leave_context,
+    mark_failed,
+)
+from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
 
 log = logging.getLogger(__name__)
@@ -88,22 +102,23 @@ class Tracing(Startable):
         name = service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
         self.endpoint = endpoint
         self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
-        self.tracer: Tracer = self.provider.get_tracer("a2a_gateway")
+        # No endpoint given: the exporter reads the standard environment itself.
+        exporter = LeanOtlpExporter(endpoint=traces_url(endpoint) if endpoint else None)
+        self.queue = SpanQueue(exporter)
+        self.tracer: Tracer = lean_tracer(self.provider, self.queue, "a2a_gateway")
         self._started = False
 
     async def start(self) -> None:
-        """Start exporting (the batch processor's worker thread)."""
+        """Start exporting (the span queue's worker thread)."""
         if self._started:
             return
         self._started = True
-        # No endpoint given: the exporter reads the standard environment itself.
-        endpoint = self.endpoint
-        exporter = LeanOtlpExporter(endpoint=traces_url(endpoint) if endpoint else None)
-        self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.queue.start()
 
     async def aclose(self) -> None:
         """Export what is still batched (bounded), then stop the worker thread."""
         if not self._started:
+            self.queue.exporter.shutdown()  # made with the tracer; never started
             return
         self._started = False
         flushed = await asyncio.to_thread(self.provider.force_flush, int(FLUSH_BOUND_S * 1000))
@@ -114,6 +129,8 @@ class Tracing(Startable):
 
 def _task_id(value: Any) -> str:
     """The task a request or an answer is about, if it names one."""
+    if type(value) is pb.SendMessageResponse:  # the most frequent first
+        return value.task.id if value.HasField("task") else value.message.task_id
     if isinstance(value, pb.Task):
         return value.id
     if isinstance(value, pb.SendMessageResponse):
@@ -129,6 +146,14 @@ def _task_id(value: Any) -> str:
     return str(getattr(value, "id", "") or getattr(value, "task_id", ""))
 
 
+def _name_task(current: Span, value: Any) -> bool:
+    """Give ``current`` the ``a2a.task_id`` ``value`` names, if it names one."""
+    task_id = _task_id(value)
+    if task_id:
+        current.set_attribute("a2a.task_id", task_id)
+    return bool(task_id)
+
+
 class Traced(WrappedService):
     """``service`` with a ``SERVER`` span around every call (the module docstring)."""
 
@@ -136,9 +161,11 @@ class Traced(WrappedService):
         super().__init__(service)
         self.tracer = tracer
 
-    def _start(self, rpc: str, request: message.Message, context: CallContext) -> Span:
-        parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
-        current = self.tracer.start_span(
+    def _start(self, rpc: str, context: CallContext) -> Span:
+        parent = None
+        if context.traceparent:
+            parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
+        return self.tracer.start_span(
             f"A2A {rpc}",
             context=parent,
             kind=SpanKind.SERVER,
@@ -151,27 +178,23 @@ class Traced(WrappedService):
             record_exception=False,
             set_status_on_exception=False,
         )
-        if current.is_recording():  # not sampled: no attribute work
-            task_id = _task_id(request)
-            if task_id:
-                current.set_attribute("a2a.task_id", task_id)
-        return current
 
     async def unary(
         self, rpc: str, request: message.Message, call: Awaitable[T], context: CallContext
     ) -> T:
-        current = self._start(rpc, request, context)
+        current = self._start(rpc, context)
         try:
             with Current(current, self.tracer):
                 result = await call
         except BaseException as exc:
+            if current.is_recording():  # not sampled: no attribute work
+                _name_task(current, request)
             mark_failed(current, exc)
             raise
         else:
             if current.is_recording():
-                task_id = _task_id(result)
-                if task_id:
-                    current.set_attribute("a2a.task_id", task_id)
+                # The answer names the task (a new one too); else the request may.
+                _name_task(current, result) or _name_task(current, request)
             return result
         finally:
             current.end()
@@ -183,19 +206,23 @@ class Traced(WrappedService):
         events: AsyncIterator[pb.StreamResponse],
         context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
-        current = self._start(rpc, request, context)
-        named = not current.is_recording() or bool(_task_id(request))
-        active = Current(current, self.tracer)
+        current = self._start(rpc, context)
+        named = not current.is_recording() or _name_task(current, request)
+        active = trace.set_span_in_context(current)
+        tracer = self.tracer
         try:
             while True:
                 # The span is current only while the service makes the next event (its
                 # run task, started then, inherits it); never across our own yield,
-                # which resumes in whatever context the consumer has.
+                # which resumes in whatever context the consumer has. (Current's work,
+                # written out: this runs once per event.)
+                entered = enter_context(active, tracer)
                 try:
-                    with active:
-                        event = await anext(events)
+                    event = await anext(events)
                 except StopAsyncIteration:
                     return
+                finally:
+                    leave_context(entered)
                 if not named:
                     task_id = _task_id(event)
                     if task_id:

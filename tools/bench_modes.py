@@ -52,7 +52,6 @@ sys.path.insert(0, str(ROOT / "tools"))  # python -P leaves the script's folder 
 
 from bench_compare import (  # noqa: E402
     callgrind_control,
-    instructions,
     package_tree,
     resolve,
     server_cpu_s,
@@ -73,6 +72,11 @@ class Mode:
     rates: list[float] = field(default_factory=list)
     spans: list[float] = field(default_factory=list)
 
+    @property
+    def traced(self) -> bool:
+        """Whether this mode sends spans to the receiver this tool starts."""
+        return any("127.0.0.1" in word for word in [*self.args, *self.env.values()])
+
 
 def parse_mode(spec: str, otlp: str) -> Mode:
     name, _, rest = spec.partition("=")
@@ -91,8 +95,38 @@ async def spans_received(http: aiohttp.ClientSession, sink: str) -> int:
         return int(await response.text())
 
 
+def thread_instructions(out: Path, ops: int) -> float:
+    """The instructions of every thread in the dump asked for (``<out>.1-NN``, one file
+    a thread); each thread's share per operation printed."""
+    total = 0.0
+    shares = []
+    for dump in sorted(out.parent.glob(out.name + ".1-*")):
+        for line in dump.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                count = float(line.split()[1])
+                total += count
+                shares.append(f"{dump.name.rsplit('-', 1)[1]}: {count / ops:,.0f}")
+                break
+    print(f"{out.stem}: per operation, by thread: " + ", ".join(shares), flush=True)
+    return total
+
+
+async def spans_settled(http: aiohttp.ClientSession, sink: str, start: int) -> None:
+    """Wait (bounded, 30 s) until the spans made since the receiver counted ``start``
+    are exported: the count has grown, then stood still for 6 s (longer than the
+    exporter's batch delay)."""
+    seen, still = await spans_received(http, sink), 0
+    for _ in range(60):
+        await asyncio.sleep(0.5)
+        now = await spans_received(http, sink)
+        still = still + 1 if now == seen else 0
+        seen = now
+        if seen > start and still >= 12:
+            return
+
+
 async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str) -> None:
-    workspace = WORK / "workspaces" / f"{mode.name}-{number}"
+    workspace = WORK / f"workspaces-{os.getpid()}" / f"{mode.name}-{number}"
     workspace.mkdir(parents=True)
     os.sync()
     await asyncio.sleep(1)  # the disk settled (see tools/bench_compare.py)
@@ -100,7 +134,14 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
     out = workspace.parent / f"{mode.name}-{number}.callgrind"
     if args.callgrind:
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={out}",
+            *command,
+        ]
     grpc = args.transport == "grpc" and not args.streams
     command += ["--workspace", str(workspace), "--port", str(port)]
     command += ["--grpc-port", str(grpc_port) if grpc else "-1"]
@@ -127,8 +168,15 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
             return await sends(url, {}, count, args.concurrency, rest=rest, message_id=same)
 
         same = f"bench-{number}" if args.same_message else None
-        await load(min(100 if args.streams else 500, args.sends))  # warm up
         async with aiohttp.ClientSession() as http:
+            start = await spans_received(http, sink)
+            await load(min(100 if args.streams else 500, args.sends))  # warm up
+            if args.callgrind and mode.traced:
+                # The warm-up's spans exported before counting starts, the measured
+                # ones after, so the count holds the export of exactly these.
+                await spans_settled(http, sink, start)
+            if args.callgrind:
+                await callgrind_control(server.pid, "--instr=on")
             before = await spans_received(http, sink)
             if args.callgrind:
                 await callgrind_control(server.pid, "--zero")
@@ -136,8 +184,10 @@ async def one_round(mode: Mode, args: argparse.Namespace, number: int, sink: str
             rate = await load(args.sends)
             used = server_cpu_s(server.pid) - cpu
             if args.callgrind:
+                if mode.traced:
+                    await spans_settled(http, sink, before)
                 await callgrind_control(server.pid, "--dump")
-                used = instructions(out) / 1e6  # "per operation" below: instructions
+                used = thread_instructions(out, args.sends) / 1e6
             server.terminate()
             await asyncio.wait_for(server.wait(), 30)  # exports what is batched
             spans = await spans_received(http, sink) - before
@@ -154,7 +204,7 @@ async def run(args: argparse.Namespace) -> None:
     sink_port = free_port()
     sink_url = f"http://127.0.0.1:{sink_port}"
     modes = [parse_mode(spec, sink_url) for spec in args.modes]
-    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    shutil.rmtree(WORK / f"workspaces-{os.getpid()}", ignore_errors=True)
     sink = await asyncio.create_subprocess_exec(
         sys.executable, "-P", str(ROOT / "tools" / "otlp_sink.py"), str(sink_port)
     )
@@ -176,7 +226,7 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         sink.terminate()
         await sink.wait()
-        shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+        shutil.rmtree(WORK / f"workspaces-{os.getpid()}", ignore_errors=True)
     first = modes[0]
     unit = "stream" if args.streams else "send"
     figure = f"instructions_per_{unit}" if args.callgrind else f"cpu_us_per_{unit}"
@@ -212,7 +262,8 @@ def main() -> None:
     parser.add_argument(
         "--callgrind",
         action="store_true",
-        help="serve under valgrind's callgrind: instructions per operation, not CPU time",
+        help="serve under valgrind's callgrind, counting only the measured operations and"
+        " the export of their spans: instructions per operation (the 'us' printed)",
     )
     asyncio.run(run(parser.parse_args()))
 

@@ -14,7 +14,9 @@ Per span, best of several rounds, on this machine:
   receiver (tools/otlp_sink.py, its own process): encoding and the HTTP post;
 - ``our call span``: :class:`Traced`'s wrapper around an awaited call that does nothing,
   with the batch processor and a null exporter (start, attributes, context, end);
-- ``unsampled``: the same under ``traceidratio`` 0 (the sampler drops every trace).
+- ``unsampled``: the same under ``traceidratio`` 0 (the sampler drops every trace);
+- ``lean``: the same with the gateway's own tracer (server/lean_spans.py: its spans and
+  its queue, a null exporter), and our encoder on its spans.
 
 The end-to-end cost per send (two spans, the service around them) is tools/bench_modes.py's.
 """
@@ -34,10 +36,11 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Tracer
 
 import lf.a2a.v1.a2a_pb2 as pb
 from a2a_gateway.protocol.context import CallContext, Caller
+from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
 from a2a_gateway.server.tracing import Traced
 
@@ -61,7 +64,7 @@ class Null(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def best_us(fn: Callable[[], None], count: int) -> float:
+def best_us(fn: Callable[[], object], count: int) -> float:
     best = float("inf")
     for _ in range(ROUNDS):
         start = time.perf_counter_ns()
@@ -99,8 +102,37 @@ def finished(count: int) -> list[ReadableSpan]:
     return spans  # type: ignore[return-value]
 
 
-def wrapper_loop(made: TracerProvider) -> Callable[[], None]:
-    traced = Traced(None, made.get_tracer("bench"))  # type: ignore[arg-type]
+def lean(made: TracerProvider) -> Tracer:
+    """The gateway's lean tracer on ``made``, its queue exporting to nothing."""
+    queue = SpanQueue(Null())
+    queue.start()
+    return lean_tracer(made, queue, "bench")
+
+
+def lean_loop() -> Callable[[], None]:
+    tracer = lean(provider(None))
+
+    def run() -> None:
+        for _ in range(SPANS):
+            tracer.start_span("A2A SendMessage", kind=SpanKind.SERVER, attributes=ATTRIBUTES).end()
+
+    return run
+
+
+def lean_finished(count: int) -> list[ReadableSpan]:
+    tracer = lean(provider(None))
+    spans = []
+    for n in range(count):
+        span = tracer.start_span("A2A SendMessage", kind=SpanKind.SERVER, attributes=ATTRIBUTES)
+        span.set_attribute("a2a.task_id", f"{n:032x}")
+        span.end()
+        spans.append(span)
+    return spans  # type: ignore[return-value]
+
+
+def wrapper_loop(made: TracerProvider | Tracer) -> Callable[[], None]:
+    tracer = made if isinstance(made, Tracer) else made.get_tracer("bench")
+    traced = Traced(None, tracer)  # type: ignore[arg-type]
     context = CallContext(caller=Caller("anonymous"), binding="JSONRPC")
     request = pb.SendMessageRequest()
     answer = pb.SendMessageResponse()
@@ -148,7 +180,7 @@ def main() -> None:
                 best_us(lambda: [exporter.export(batch) for _ in range(8)], 8 * 512),
             )
         )
-        exporter.shutdown()
+        exporter.shutdown()  # type: ignore[no-untyped-call]
     finally:
         sink.terminate()
         sink.wait()
@@ -162,6 +194,15 @@ def main() -> None:
     rows.append(
         ("our call span, unsampled (traceidratio 0)", best_us(wrapper_loop(dropped), SPANS))
     )
+    rows.append(("lean start+end and queue (null exporter)", best_us(lean_loop(), SPANS)))
+    lean_batch = lean_finished(512)
+    rows.append(
+        (
+            "our encode of lean spans, batches of 512",
+            best_us(lambda: [encode(lean_batch) for _ in range(8)], 8 * 512),
+        )
+    )
+    rows.append(("our call span, lean tracer", best_us(wrapper_loop(lean(provider(None))), SPANS)))
     for name, us in rows:
         print(f"{name:60} {us:7.2f} us")
 

@@ -245,10 +245,22 @@ class Runner(_TurnIO):
     async def _traced(self, run: Run) -> None:
         """The run as a span of the traced call that started it (its parent)."""
         task = run.record.task
-        with tracing.span("A2A run", attributes={"a2a.task_id": task.id}) as current:
+        current = tracing.start_child("A2A run", attributes={"a2a.task_id": task.id})
+        if current is None:
             await self._drive(run)
-            if current is not None:
-                current.set_attribute("a2a.state", pb.TaskState.Name(task.status.state))
+            return
+        tracer = tracing.current_tracer()
+        assert tracer is not None  # start_child made a span: the call is traced
+        try:
+            with tracing.Current(current, tracer):
+                await self._drive(run)
+        except BaseException as exc:
+            tracing.mark_failed(current, exc)
+            raise
+        else:
+            current.set_attribute("a2a.state", pb.TaskState.Name(task.status.state))
+        finally:
+            current.end()
 
     async def _drive(self, run: Run) -> None:
         task = run.record.task

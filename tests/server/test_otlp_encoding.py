@@ -2,14 +2,18 @@
 encoder: the same ExportTraceServiceRequest, decoded with ``opentelemetry-proto``, for
 spans of every shape (kinds, statuses, attribute types, a remote and a local parent,
 trace state, two resources and two scopes, and the shapes it hands to the SDK: events,
-links, sequence attributes)."""
+links, sequence attributes); the lean tracer's spans the same way."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -22,6 +26,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
 
 REMOTE = SpanContext(
@@ -78,3 +83,53 @@ def test_the_request_is_the_sdks() -> None:
 
 def test_an_empty_batch() -> None:
     assert ExportTraceServiceRequest.FromString(encode([])) == ExportTraceServiceRequest()
+
+
+def test_lean_spans_encode_as_the_sdk_encodes_the_same_fields() -> None:
+    """Spans of the lean tracer (server/lean_spans.py), of every shape our code makes,
+    against the SDK's encoder given a ReadableSpan of the same fields."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "lean"}))
+    tracer = lean_tracer(provider, SpanQueue(InMemorySpanExporter()), "a2a_gateway")
+    made: list[Any] = []
+    for kind in SpanKind:
+        span = tracer.start_span(
+            f"A2A {kind.name}",
+            kind=kind,
+            attributes={"rpc.method": "SendMessage", "b": True, "i": -7, "f": 2.5},
+        )
+        span.set_attribute("a2a.task_id", f"task-{kind.value}" * 9)  # past the one-byte length
+        span.end()
+        made.append(span)
+    remote = tracer.start_span(
+        "from a caller", context=set_span_in_context(NonRecordingSpan(REMOTE))
+    )
+    remote.set_status(Status(StatusCode.ERROR, "TaskNotFoundError"))
+    local = tracer.start_span("local", context=set_span_in_context(remote))
+    local.set_status(StatusCode.OK)
+    local.end()
+    remote.end()
+    odd = tracer.start_span("odd", attributes={"list": ["a", "b"], "long": "x" * 300})
+    odd.add_event("happened", {"when": 1})
+    odd.end()
+    made += [remote, local, odd]
+    copies = [
+        ReadableSpan(
+            name=s.name,
+            context=s.context,
+            parent=s.parent,
+            resource=s.resource,
+            attributes=BoundedAttributes(None, s.attributes),
+            events=s.events,
+            links=s.links,
+            kind=s.kind,
+            status=s.status,
+            start_time=s.start_time,
+            end_time=s.end_time,
+            instrumentation_scope=s.instrumentation_scope,
+        )
+        for s in made
+    ]
+    ours = ExportTraceServiceRequest.FromString(encode(made))
+    sdk = ExportTraceServiceRequest.FromString(encode_spans(copies).SerializeToString())
+    assert ours == sdk
+    assert sum(len(s.spans) for r in ours.resource_spans for s in r.scope_spans) == len(made)
