@@ -19,9 +19,10 @@ SDK ``SpanExporter``, its sizes and delay from the standard ``OTEL_BSP_*`` varia
 The sampler's decision is the SDK's: the default sampler (``parentbased_always_on``) is
 decided here by its rule (sampled unless the parent is an unsampled one), any other is
 asked (``should_sample``). Span limits other than the defaults
-(``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` and the like) or the SDK's self-metrics make
-:func:`lean_tracer` hand back the SDK's own tracer instead: the lean path serves the
-default configuration only.
+(``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` and the like), the SDK's self-metrics, or an SDK
+or API release other than the one this was checked on (:data:`CHECKED_SDK`: it reads a
+few of their internals) make :func:`lean_tracer` hand back the SDK's own tracer instead:
+the lean path serves the default configuration of a known release only.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import random
 import threading
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
+from importlib.metadata import version
 from time import time_ns
 from typing import Any, Final
 
@@ -480,6 +482,13 @@ class SpanQueue(SpanProcessor):
         self.exporter.shutdown()
 
 
+#: The opentelemetry-sdk and -api releases whose internals this reads (the span
+#: context's layout, the default sampler, the current context's variable):
+#: tests/server/test_lean_spans.py pins them; another release gets the SDK's tracer.
+CHECKED_SDK: Final = "1.45."
+CHECKED_DISTRIBUTIONS: Final = ("opentelemetry-sdk", "opentelemetry-api")
+
+
 def lean_tracer(provider: TracerProvider, queue: SpanQueue, name: str) -> trace_api.Tracer:
     """A :class:`LeanTracer` on ``provider``'s configuration, or the SDK's own tracer when
     that configuration is not one the lean path serves (the module docstring)."""
@@ -495,9 +504,10 @@ def lean_tracer(provider: TracerProvider, queue: SpanQueue, name: str) -> trace_
         and limits.max_span_attribute_length is None
         and limits.max_attribute_length is None
     )
-    if self_metrics or not default_limits:
+    known = all(version(dist).startswith(CHECKED_SDK) for dist in CHECKED_DISTRIBUTIONS)
+    if self_metrics or not default_limits or not known:
         return provider.get_tracer(name)
     return LeanTracer(provider, queue, name)
 
 
-__all__ = ["LeanSpan", "LeanTracer", "SpanQueue", "lean_tracer"]
+__all__ = ["CHECKED_SDK", "LeanSpan", "LeanTracer", "SpanQueue", "lean_tracer"]

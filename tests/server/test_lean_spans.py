@@ -39,13 +39,14 @@ from opentelemetry.trace import (
 )
 
 from a2a_gateway.protocol import tracing
-from a2a_gateway.server.lean_spans import LeanSpan, LeanTracer, SpanQueue, lean_tracer
+from a2a_gateway.server import lean_spans
+from a2a_gateway.server.lean_spans import CHECKED_SDK, LeanSpan, LeanTracer, SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
 
 #: The SDK releases this module was written against and measured with. A new one:
 #: re-read its Tracer.start_span, sampling and context runtime, re-run
 #: tools/bench_modes.py --callgrind, then widen this.
-TESTED_SDK = ("1.45.",)
+TESTED_SDK = (CHECKED_SDK,)
 
 STATE = TraceState([("vendor", "v1")])
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -207,6 +208,18 @@ def test_limits_other_than_the_defaults_get_the_sdks_tracer(
     queue.shutdown()
     (exported,) = exporter.get_finished_spans()
     assert len(exported.attributes or {}) == 3  # the SDK's span, through our queue
+
+
+@pytest.mark.parametrize("release", ["1.46.0", "2.0.0"])
+def test_an_sdk_release_this_was_not_checked_on_gets_the_sdks_tracer(
+    monkeypatch: pytest.MonkeyPatch, release: str
+) -> None:
+    # The installed release cannot change in a test: the lookup of it is what changes.
+    monkeypatch.setattr(lean_spans, "version", lambda _distribution: release)
+    tracer, queue, _exporter = made()
+    assert isinstance(tracer, SdkTracer)
+    assert not isinstance(tracer, LeanTracer)
+    queue.shutdown()
 
 
 def test_the_queue_exports_in_batches_and_what_is_left_at_shutdown(
