@@ -73,6 +73,7 @@ _CHAT_HELP = {
     "public_url": "external base URL of the push receiver: with it, watches of agents"
     " that push are woken by their pushes",
     "llm_model": LLM_MODEL_HELP,
+    "log_format": "plain or json (json: a JSON object a line)",
 }
 
 CHAT_SETTINGS: tuple[Setting, ...] = (
