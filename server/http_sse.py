@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Protocol
 
 from aiohttp import hdrs, web
 
@@ -65,6 +65,8 @@ WRITE_TIMEOUT_S = 60.0
 MAX_BUFFERED_EVENTS = 64
 
 KEEPALIVE = sse.comment("keep-alive")
+#: :meth:`EventPump.ready`'s answer when nothing is ready (an encoded event is never empty).
+NOTHING_YET = b""
 
 
 class ClientGone(Exception):
@@ -160,29 +162,40 @@ class EventPump:
 
         Raises ClientGone when the client left.
         """
-        while True:
-            if self.gone:
-                raise ClientGone
-            chunks = self._chunks
-            if chunks:
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
-                room = self._room
-                if room is not None:
-                    self._room = None
-                    if not room.done():
-                        room.set_result(None)
-                return data
-            if self.ended:
-                return None
-            if self.ping_due:
-                self.ping_due = False
-                return KEEPALIVE
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+        data = self.ready()
+        while data == NOTHING_YET:
+            await self.wait()
+            data = self.ready()
+        return data
+
+    def ready(self) -> bytes | None:
+        """What :meth:`take` answers now, or ``NOTHING_YET``: then await :meth:`wait`
+        and ask again. (A held stream's writer waits this way without a coroutine
+        frame of its own; see :func:`stream_events`.)"""
+        if self.gone:
+            raise ClientGone
+        chunks = self._chunks
+        if chunks:
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            room = self._room
+            if room is not None:
+                self._room = None
+                if not room.done():
+                    room.set_result(None)
+            return data
+        if self.ended:
+            return None
+        if self.ping_due:
+            self.ping_due = False
+            return KEEPALIVE
+        return NOTHING_YET
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future the producer or the watch completes when there is something to take
+        (the wake-up of :meth:`ready`'s ``NOTHING_YET``)."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        return waiter
 
     async def write(self, response: web.StreamResponse, data: bytes, now: float) -> None:
         self.writing_since = now
@@ -333,10 +346,14 @@ async def stream_events(
         try:
             await response.prepare(request)
             pump.prepared = True
+            _drop_idle_timer(request)
             while data is not None:
                 await pump.write(response, data, watch.now)
                 data = None  # not held while the stream waits (a held stream's last event)
-                data = await pump.take()
+                data = pump.ready()
+                while data == NOTHING_YET:  # take(), inline: one frame fewer while held
+                    await pump.wait()
+                    data = pump.ready()
             outcome = OK
             if pump.error is not None:
                 failure = pump.error
@@ -356,7 +373,22 @@ async def stream_events(
         await pump.aclose()
 
 
-async def serve_stream(
+def _drop_idle_timer(request: web.BaseRequest) -> None:
+    """Cancel aiohttp's keep-alive timer of the stream's connection while the stream is
+    held. aiohttp arms it when a connection opens (against a client that never sends a
+    request) and leaves it scheduled while a handler runs, where it does nothing (it only
+    closes a connection waiting idle for its next request); after the handler returns,
+    aiohttp arms it again as for any response (its ``_keepalive_handle`` is None). A held
+    stream would otherwise keep the handle, its callback and its context for up to the
+    keep-alive timeout."""
+    protocol = request.protocol
+    handle = getattr(protocol, "_keepalive_handle", None)
+    if handle is not None:
+        handle.cancel()
+        protocol._keepalive_handle = None
+
+
+def serve_stream(
     request: web.Request,
     events: AsyncIterator[pb.StreamResponse],
     context: CallContext,
@@ -364,10 +396,12 @@ async def serve_stream(
     meter: Meter = NULL_METER,
     method: str = "",
     started: float = 0.0,
-) -> web.StreamResponse:
+) -> Coroutine[Any, Any, web.StreamResponse]:
     """Serve a stream from :func:`call_service` as SSE shaped by ``codec``; ``meter``
-    reports it as ``method`` (see :func:`stream_events`)."""
-    return await stream_events(
+    reports it as ``method`` (see :func:`stream_events`). Await it: it is
+    :func:`stream_events`' coroutine itself, so a held stream keeps no frame of this
+    function."""
+    return stream_events(
         request,
         events,
         context,
@@ -384,6 +418,7 @@ __all__ = [
     "DISCONNECT_POLL_S",
     "KEEPALIVE",
     "MAX_BUFFERED_EVENTS",
+    "NOTHING_YET",
     "SSE_HEADERS",
     "STREAM_WATCH",
     "WRITE_TIMEOUT_S",

@@ -134,8 +134,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         params = await _params(request, found)
         context.tenant = getattr(params, "tenant", "")
         outcome = await call_service(request, RPCS[rpc], params, context)
-        # A stream may last long; its request (inline file bytes and all) must not.
-        del params
+        # A stream may last long; its request (inline file bytes and all) must not, nor
+        # its path and route match.
+        del params, path, found
         if isinstance(outcome, message.Message):
             response = result_response(outcome, context)
             meter.done(rpc, OK, started)

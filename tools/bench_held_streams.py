@@ -11,6 +11,11 @@ takes another, and prints the traced bytes per added stream (the diff of the two
 snapshots ÷ ``--streams``) with the lines that allocated most of it. Snapshots are
 taken by a thread in the server when a trigger file appears, while the streams are
 idle. A measurement, never a test; the load is our own.
+
+``--rpc`` picks the stream: ``jsonrpc-send`` (the default), ``jsonrpc-subscribe``
+(SubscribeToTask on a ``hold:60`` task started by a non-blocking SendMessage, one task a
+stream), ``rest-send``, ``rest-subscribe`` (the same over HTTP+JSON). ``--by-file``
+prints every file's share with its lines (``--top`` lines a file).
 """
 
 from __future__ import annotations
@@ -74,26 +79,57 @@ async def snapshot(trigger: Path) -> tracemalloc.Snapshot:
     raise SystemExit("the server took no snapshot")
 
 
-async def hold(http: aiohttp.ClientSession, url: str, count: int) -> list[aiohttp.ClientResponse]:
+HEADERS = {
+    "A2A-Version": "1.0",
+    "Accept": "text/event-stream",
+    "Content-Type": "application/json",
+}
+
+
+def _message() -> dict[str, object]:
+    return {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": "hold:60"}]}
+
+
+async def _started_task(http: aiohttp.ClientSession, base: str, rpc: str) -> str:
+    """The id of a new ``hold:60`` task, answered at once (returnImmediately)."""
+    params = {"message": _message(), "configuration": {"returnImmediately": True}}
+    if rpc.startswith("jsonrpc"):
+        body: dict[str, object] = {
+            "jsonrpc": "2.0", "id": "s", "method": "SendMessage", "params": params
+        }  # fmt: skip
+        async with http.post(base + "/a2a", data=json.dumps(body), headers=HEADERS) as answer:
+            task_id: str = (await answer.json())["result"]["task"]["id"]
+            return task_id
+    async with http.post(
+        base + "/a2a/v1/message:send", data=json.dumps(params), headers=HEADERS
+    ) as answer:
+        task_id = (await answer.json())["task"]["id"]
+        return task_id
+
+
+async def hold(
+    http: aiohttp.ClientSession, base: str, count: int, rpc: str = "jsonrpc-send"
+) -> list[aiohttp.ClientResponse]:
     async def one() -> aiohttp.ClientResponse:
-        body = {
-            "jsonrpc": "2.0",
-            "id": "h",
-            "method": "SendStreamingMessage",
-            "params": {
-                "message": {
-                    "role": "ROLE_USER",
-                    "messageId": uuid.uuid4().hex,
-                    "parts": [{"text": "hold:60"}],
-                }
-            },
-        }
-        headers = {
-            "A2A-Version": "1.0",
-            "Accept": "text/event-stream",
-            "Content-Type": "application/json",
-        }
-        response = await http.post(url, data=json.dumps(body), headers=headers)
+        if rpc == "jsonrpc-send":
+            body: object = {
+                "jsonrpc": "2.0",
+                "id": "h",
+                "method": "SendStreamingMessage",
+                "params": {"message": _message()},
+            }
+            url = base + "/a2a"
+        elif rpc == "rest-send":
+            body, url = {"message": _message()}, base + "/a2a/v1/message:stream"
+        elif rpc == "jsonrpc-subscribe":
+            task_id = await _started_task(http, base, rpc)
+            params = {"id": task_id}
+            body = {"jsonrpc": "2.0", "id": "h", "method": "SubscribeToTask", "params": params}
+            url = base + "/a2a"
+        else:
+            task_id = await _started_task(http, base, rpc)
+            body, url = {}, f"{base}/a2a/v1/tasks/{task_id}:subscribe"
+        response = await http.post(url, data=json.dumps(body), headers=HEADERS)
         line = await asyncio.wait_for(response.content.readline(), 30)
         while line and not line.startswith(b"data:"):
             line = await asyncio.wait_for(response.content.readline(), 30)
@@ -129,10 +165,10 @@ async def measure(tree: Path | None, name: str, args: argparse.Namespace) -> Non
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-            warm = await hold(http, base + "/a2a", args.warm)
+            warm = await hold(http, base, args.warm, args.rpc)
             await asyncio.sleep(1)
             before = await snapshot(trigger)
-            held = await hold(http, base + "/a2a", args.streams)
+            held = await hold(http, base, args.streams, args.rpc)
             await asyncio.sleep(1)
             after = await snapshot(trigger)
             for response in warm + held:
@@ -142,9 +178,12 @@ async def measure(tree: Path | None, name: str, args: argparse.Namespace) -> Non
         count = sum(stat.count_diff for stat in diff)
         print(
             f"{name}: {total / args.streams / 1024:.2f} KiB traced per held stream"
-            f" ({count / args.streams:.0f} blocks), over {args.streams} streams",
+            f" ({count / args.streams:.0f} blocks), over {args.streams} {args.rpc} streams",
             flush=True,
         )
+        if args.by_file:
+            _by_file(diff, args)
+            return
         for stat in diff[: args.top]:
             where = " < ".join(
                 f"{Path(frame.filename).name}:{frame.lineno}" for frame in stat.traceback
@@ -157,6 +196,25 @@ async def measure(tree: Path | None, name: str, args: argparse.Namespace) -> Non
         server.terminate()
         await asyncio.wait_for(server.wait(), 30)
         shutil.rmtree(WORK / "held", ignore_errors=True)
+
+
+def _by_file(diff: list[tracemalloc.StatisticDiff], args: argparse.Namespace) -> None:
+    """Each file's bytes per stream, then its lines (innermost frame)."""
+    files: dict[str, list[tracemalloc.StatisticDiff]] = {}
+    for stat in diff:
+        files.setdefault(stat.traceback[0].filename, []).append(stat)
+    shares = sorted(files.items(), key=lambda item: -sum(s.size_diff for s in item[1]))
+    for filename, stats in shares:
+        size = sum(stat.size_diff for stat in stats) / args.streams
+        if abs(size) < 16:
+            continue
+        parts = Path(filename).parts
+        print(f"{size:8.0f} B  {'/'.join(parts[-2:])}")
+        for stat in sorted(stats, key=lambda s: -s.size_diff)[: args.top]:
+            size = stat.size_diff / args.streams
+            if abs(size) >= 8:
+                blocks = stat.count_diff / args.streams
+                print(f"      {size:6.0f} B {blocks:5.1f}  :{stat.traceback[0].lineno}")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -175,6 +233,12 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=1)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--group", choices=("lineno", "filename"), default="lineno")
+    parser.add_argument(
+        "--rpc",
+        choices=("jsonrpc-send", "jsonrpc-subscribe", "rest-send", "rest-subscribe"),
+        default="jsonrpc-send",
+    )
+    parser.add_argument("--by-file", action="store_true", help="lines grouped by file")
     parser.add_argument("--verbose", action="store_true", help="the server's stderr")
     asyncio.run(run(parser.parse_args()))
 

@@ -143,7 +143,9 @@ class Intake:
                 await self._records.persist_if_dirty(run)
 
         stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq, persist)
-        del snapshot  # the stream holds it until it is sent, not for its whole life
+        # The stream holds the snapshot until it is sent and ``persist`` until it ran,
+        # not for their whole life.
+        del snapshot, persist, got
         prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:

@@ -141,6 +141,7 @@ class Reads:
     ) -> AsyncIterator[pb.StreamResponse]:
         caller = context.caller
         task_id = request.id
+        del request  # not held for the stream's life
         resume = resume_point(context.resume_from, task_id)
         subscriber = Subscriber(until_interrupted=False)
         snapshot, snapshot_seq = await self._join(caller, task_id, subscriber, resume)

@@ -366,6 +366,7 @@ class EngineState:
         try:
             if ready is not None:
                 await ready()
+                ready = None  # (a closure) not held while the stream waits
             if snapshot is not None:
                 batch = [snapshot]
                 del snapshot  # nor the batches: not held while the stream waits
