@@ -3,6 +3,7 @@ and SubscribeToTask."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -29,6 +30,10 @@ from .state import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A short read of a shared log asked again after these pauses (1.55 s in all): its
+#: writer commits a batch within a round trip or two of the row that names it.
+LOG_CATCH_UP_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 class Reads:
@@ -197,15 +202,24 @@ class Reads:
         self, task_id: str, after: int, upto: int, owner: Caller | None = None
     ) -> list[pb.StreamResponse]:
         """Logged events of the task a catching-up subscriber missed; UnavailableError
-        (resubscribe) when they cannot be read or are gone (pruned)."""
-        try:
-            events = await self._events.read_events(task_id, after, upto, owner)
-        except Exception as exc:
-            log.warning("could not read task %s's logged events: %s", task_id, exc)
-            raise UnavailableError(EVENTS_GONE) from None
-        if len(events) != upto - after:
-            raise UnavailableError(EVENTS_GONE)
-        return events
+        (resubscribe) when they cannot be read or are gone (pruned).
+
+        On a store whose log other processes write, a stored row may name events its
+        writer has not committed yet (the row and the events' batch are separate
+        statements): a short read is asked again after :data:`LOG_CATCH_UP_PAUSES_S`
+        (bounded) before the events count as gone."""
+        pauses = LOG_CATCH_UP_PAUSES_S if self._events.shares_events else ()
+        for pause in (*pauses, None):
+            try:
+                events = await self._events.read_events(task_id, after, upto, owner)
+            except Exception as exc:
+                log.warning("could not read task %s's logged events: %s", task_id, exc)
+                raise UnavailableError(EVENTS_GONE) from None
+            if len(events) == upto - after:
+                return events
+            if pause is not None:
+                await asyncio.sleep(pause)
+        raise UnavailableError(EVENTS_GONE)
 
     async def _join(
         self, caller: Caller, task_id: str, subscriber: Subscriber, resume: int | None
