@@ -27,7 +27,6 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, Final, TypeVar
 
 from google.protobuf import message
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -47,6 +46,7 @@ from a2a_gateway.protocol.tracing import (
     extract,
     leave_context,
     mark_failed,
+    with_span,
 )
 from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
@@ -60,6 +60,8 @@ OTLP_ENV: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_END
 FLUSH_BOUND_S: Final = 5.0
 #: What a gateway's spans are named by, unless ``OTEL_SERVICE_NAME`` says otherwise.
 DEFAULT_SERVICE_NAME: Final = "a2a-gateway"
+#: Past this many (rpc, binding, caller) triples, the call spans' names made are dropped.
+_NAMED_BOUND: Final = 1024
 
 
 def tracing_wanted(endpoint: str) -> bool:
@@ -160,21 +162,33 @@ class Traced(WrappedService):
     def __init__(self, service: A2AService, tracer: Tracer) -> None:
         super().__init__(service)
         self.tracer = tracer
+        # A call span's name and attributes by rpc, binding and caller's name: made once
+        # (the tracer copies them into each span).
+        self._named: dict[tuple[str, str, str], tuple[str, dict[str, str]]] = {}
 
     def _start(self, rpc: str, context: CallContext) -> Span:
         parent = None
         if context.traceparent:
             parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
+        key = (rpc, context.binding, context.caller.name)
+        named = self._named.get(key)
+        if named is None:
+            if len(self._named) >= _NAMED_BOUND:
+                self._named.clear()
+            named = self._named[key] = (
+                f"A2A {rpc}",
+                {
+                    "rpc.system": "a2a",
+                    "rpc.method": rpc,
+                    "a2a.binding": context.binding,
+                    "a2a.caller": context.caller.name,
+                },
+            )
         return self.tracer.start_span(
-            f"A2A {rpc}",
+            named[0],
             context=parent,
             kind=SpanKind.SERVER,
-            attributes={
-                "rpc.system": "a2a",
-                "rpc.method": rpc,
-                "a2a.binding": context.binding,
-                "a2a.caller": context.caller.name,
-            },
+            attributes=named[1],
             record_exception=False,
             set_status_on_exception=False,
         )
@@ -208,7 +222,7 @@ class Traced(WrappedService):
     ) -> AsyncIterator[pb.StreamResponse]:
         current = self._start(rpc, context)
         named = not current.is_recording() or _name_task(current, request)
-        active = trace.set_span_in_context(current)
+        active = with_span(current)
         tracer = self.tracer
         try:
             while True:
