@@ -56,6 +56,7 @@ def _runtime_var() -> ContextVar[otel_context.Context] | None:
 _OTEL_CONTEXT: Final = _runtime_var()
 #: The tracer of the gateway whose call this is; ``None``: not traced.
 _TRACER: ContextVar[Tracer | None] = ContextVar("a2a_tracer", default=None)
+_dict_set: Final = dict.__setitem__  # a Context refuses item assignment once made
 #: Types of values found under the current-span key that are spans (``isinstance`` on
 #: the API's abstract ``Span`` is a Python-level call; a type seen once is known).
 _SPAN_TYPES: dict[type, bool] = {}
@@ -95,9 +96,9 @@ def parent_context(context: otel_context.Context | None = None) -> SpanContext |
 def with_span(span: Span, context: otel_context.Context | None = None) -> otel_context.Context:
     """``trace.set_span_in_context(span, context)``: ``context`` (the current one if not
     given) with ``span`` as its span; the API's steps without its three nested calls."""
-    values = dict(current_context() if context is None else context)
-    values[_SPAN_KEY] = span
-    return otel_context.Context(values)
+    made = otel_context.Context(current_context() if context is None else context)
+    _dict_set(made, _SPAN_KEY, span)  # a new context, not yet seen: set by dict's own method
+    return made
 
 
 def sampled_here() -> bool:
