@@ -21,12 +21,18 @@ batches from that module's queue thread (never on the event loop);
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import http.client
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Sequence
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from google.protobuf import message
+from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTPTransport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -96,6 +102,121 @@ class LeanOtlpExporter(OTLPSpanExporter):
         return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer(BaseHTTPResult):
+    """What the receiver answered (or the error), as the SDK's client reads it."""
+
+    body: bytes = b""
+    #: The answer's ``http.client`` message (its ``get`` ignores a name's case).
+    fields: Any = None
+
+    def content(self) -> bytes:
+        return self.body
+
+    def headers(self) -> Mapping[str, str]:
+        found: Mapping[str, str] = self.fields if self.fields is not None else {}
+        return found
+
+
+class PlainHttpTransport(BaseHTTPTransport):
+    """The exporter's posts over one kept-alive ``http.client`` connection, for a plain
+    ``http://`` endpoint reached without a proxy: the SDK's client around it is
+    unchanged (headers, compression, timeout, retries and their backoff), only the
+    post is cheaper than through ``requests`` (its session, environment, cookie and
+    hook work per post: docs/performance.md). A connection error drops the
+    connection; the SDK's client retries once at once, on a new one."""
+
+    def __init__(self) -> None:
+        self._connection: http.client.HTTPConnection | None = None
+        self._targets: dict[str, tuple[str, int | None, str]] = {}
+        self._lock = threading.Lock()
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        data: bytes | None = None,
+    ) -> BaseHTTPResult:
+        target = self._targets.get(url)
+        if target is None:
+            parts = urllib.parse.urlsplit(url)
+            path = parts.path or "/"
+            target = (
+                parts.hostname or "",
+                parts.port,
+                path + ("?" + parts.query if parts.query else ""),
+            )
+            self._targets = {url: target}  # one endpoint per exporter
+        host, port, path = target
+        with self._lock:
+            try:
+                connection = self._connection
+                if connection is None or (connection.host, connection.port) != (host, port or 80):
+                    self._close()
+                    connection = self._connection = http.client.HTTPConnection(
+                        host, port, timeout=timeout
+                    )
+                elif connection.sock is not None:
+                    connection.sock.settimeout(timeout)
+                else:
+                    connection.timeout = timeout
+                connection.request(method, path, body=data, headers=headers or {})
+                response = connection.getresponse()
+                body = response.read()
+                if response.will_close:
+                    self._close()
+            except Exception as error:  # the SDK's client decides: retry or report
+                self._close()
+                return _Answer(error=error)
+        return _Answer(
+            status_code=response.status, reason=response.reason, body=body, fields=response.msg
+        )
+
+    def is_connection_error(self, exception: Exception | None) -> bool:
+        return isinstance(exception, (OSError, http.client.HTTPException))
+
+    def _close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+
+#: The variables naming a ``requests`` session for the exporter (the SDK's credential
+#: provider): with one set, the SDK's own transport is kept.
+_CREDENTIAL_ENV: Final = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def exporter_for(endpoint: str) -> LeanOtlpExporter:
+    """The OTLP/HTTP exporter for ``endpoint`` (``""``: the standard environment's): with
+    :class:`PlainHttpTransport` when its URL is plain ``http`` with no proxy and no
+    credential provider in the environment, else with the SDK's own (``requests``)."""
+    url = traces_url(endpoint) if endpoint else None
+    exporter = LeanOtlpExporter(endpoint=url)
+    resolved = str(getattr(exporter, "_endpoint", ""))
+    if (
+        resolved.startswith("http://")
+        and not urllib.request.getproxies()
+        and not any(os.environ.get(name) for name in _CREDENTIAL_ENV)
+    ):
+        try:
+            plain = LeanOtlpExporter(endpoint=url, _transport=PlainHttpTransport())
+        except TypeError:  # an exporter release without the transport argument
+            return exporter
+        exporter.shutdown()
+        return plain
+    return exporter
+
+
 class Tracing(Startable):
     """One gateway's tracer provider and exporter (its own, never the global one). Its
     worker thread runs from :meth:`start` to :meth:`aclose`; spans before are dropped."""
@@ -105,7 +226,7 @@ class Tracing(Startable):
         self.endpoint = endpoint
         self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
         # No endpoint given: the exporter reads the standard environment itself.
-        exporter = LeanOtlpExporter(endpoint=traces_url(endpoint) if endpoint else None)
+        exporter = exporter_for(endpoint)
         self.queue = SpanQueue(exporter)
         self.tracer: Tracer = lean_tracer(self.provider, self.queue, "a2a_gateway")
         self._started = False
@@ -254,4 +375,12 @@ class Traced(WrappedService):
             current.end()
 
 
-__all__ = ["LeanOtlpExporter", "Traced", "Tracing", "traces_url", "tracing_wanted"]
+__all__ = [
+    "LeanOtlpExporter",
+    "PlainHttpTransport",
+    "Traced",
+    "Tracing",
+    "exporter_for",
+    "traces_url",
+    "tracing_wanted",
+]
