@@ -128,7 +128,7 @@ class PlainHttpTransport(BaseHTTPTransport):
 
     def __init__(self) -> None:
         self._connection: http.client.HTTPConnection | None = None
-        self._targets: dict[str, tuple[str, int | None, str]] = {}
+        self._targets: dict[str, tuple[str, int, str]] = {}
         self._lock = threading.Lock()
 
     def request(
@@ -146,7 +146,7 @@ class PlainHttpTransport(BaseHTTPTransport):
             path = parts.path or "/"
             target = (
                 parts.hostname or "",
-                parts.port,
+                parts.port or 80,  # given: a bare IPv6 address is not read as host:port
                 path + ("?" + parts.query if parts.query else ""),
             )
             self._targets = {url: target}  # one endpoint per exporter
@@ -154,7 +154,7 @@ class PlainHttpTransport(BaseHTTPTransport):
         with self._lock:
             try:
                 connection = self._connection
-                if connection is None or (connection.host, connection.port) != (host, port or 80):
+                if connection is None or (connection.host, connection.port) != (host, port):
                     self._close()
                     connection = self._connection = http.client.HTTPConnection(
                         host, port, timeout=timeout
