@@ -79,7 +79,7 @@ def current_context() -> otel_context.Context:
 def parent_context(context: otel_context.Context | None = None) -> SpanContext | None:
     """The span context of the current span (of ``context``'s, given one) if valid, else
     ``None``: ``get_current_span(context).get_span_context()``, without its four calls."""
-    found = (current_context() if context is None else context).get(_SPAN_KEY)
+    found: Any = (current_context() if context is None else context).get(_SPAN_KEY)
     if found is None:
         return None
     kind = type(found)

@@ -212,7 +212,7 @@ def exporter_for(endpoint: str) -> LeanOtlpExporter:
             plain = LeanOtlpExporter(endpoint=url, _transport=PlainHttpTransport())
         except TypeError:  # an exporter release without the transport argument
             return exporter
-        exporter.shutdown()
+        exporter.shutdown()  # type: ignore[no-untyped-call]
         return plain
     return exporter
 
