@@ -22,14 +22,15 @@ gateway with tracing off never records a span that another one started.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextvars import ContextVar, Token
 from typing import Any, Final
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 #: The header (and lower-case gRPC metadata key) names of W3C trace context.
@@ -55,6 +56,10 @@ def _runtime_var() -> ContextVar[otel_context.Context] | None:
 _OTEL_CONTEXT: Final = _runtime_var()
 #: The tracer of the gateway whose call this is; ``None``: not traced.
 _TRACER: ContextVar[Tracer | None] = ContextVar("a2a_tracer", default=None)
+_dict_set: Final = dict.__setitem__  # a Context refuses item assignment once made
+#: Types of values found under the current-span key that are spans (``isinstance`` on
+#: the API's abstract ``Span`` is a Python-level call; a type seen once is known).
+_SPAN_TYPES: dict[type, bool] = {}
 
 Attributes = Mapping[str, str | int | bool]
 
@@ -64,14 +69,46 @@ def current_tracer() -> Tracer | None:
     return _TRACER.get()
 
 
+def current_context() -> otel_context.Context:
+    """OpenTelemetry's current context (``get_current()``, read from its variable)."""
+    if _OTEL_CONTEXT is not None:
+        return _OTEL_CONTEXT.get()
+    return otel_context.get_current()
+
+
+def parent_context(context: otel_context.Context | None = None) -> SpanContext | None:
+    """The span context of the current span (of ``context``'s, given one) if valid, else
+    ``None``: ``get_current_span(context).get_span_context()``, without its four calls."""
+    found: Any = (current_context() if context is None else context).get(_SPAN_KEY)
+    if found is None:
+        return None
+    kind = type(found)
+    if kind not in _SPAN_TYPES:
+        if not isinstance(found, Span):
+            return None  # get_current_span's rule: not a span, no current span
+        if len(_SPAN_TYPES) >= 64:  # a tracer's span class each: bounded
+            _SPAN_TYPES.clear()
+        _SPAN_TYPES[kind] = True
+    span_context: SpanContext = found.get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def with_span(span: Span, context: otel_context.Context | None = None) -> otel_context.Context:
+    """``trace.set_span_in_context(span, context)``: ``context`` (the current one if not
+    given) with ``span`` as its span; the API's steps without its three nested calls."""
+    made = otel_context.Context(current_context() if context is None else context)
+    _dict_set(made, _SPAN_KEY, span)  # a new context, not yet seen: set by dict's own method
+    return made
+
+
 def sampled_here() -> bool:
     """Whether a span started here would be recorded: the call is traced and its current
     span is sampled (or there is none yet: a new trace's root is the sampler's to decide).
     Lets a caller skip even the wrapper of a span :func:`span` would not make."""
     if _TRACER.get() is None:
         return False
-    parent = trace.get_current_span().get_span_context()
-    return not parent.is_valid or bool(parent.trace_flags.sampled)
+    parent = parent_context()
+    return parent is None or bool(parent.trace_flags.sampled)
 
 
 @contextlib.contextmanager
@@ -94,7 +131,7 @@ class Current:
     __slots__ = ("_context", "_otel", "_tracer", "_tracing")
 
     def __init__(self, current: Span, tracer: Tracer) -> None:
-        self._context = trace.set_span_in_context(current)
+        self._context = with_span(current)
         self._tracer = tracer
         self._otel: Token[otel_context.Context] | object = None
         self._tracing: Token[Tracer | None] | None = None
@@ -148,8 +185,8 @@ def start_child(
     tracer = _TRACER.get()
     if tracer is None:
         return None
-    parent = trace.get_current_span().get_span_context()
-    if parent.is_valid and not parent.trace_flags.sampled:
+    parent = parent_context()
+    if parent is not None and not parent.trace_flags.sampled:
         return None  # as in span(): no child of an unsampled trace
     return tracer.start_span(
         name,
@@ -158,6 +195,37 @@ def start_child(
         record_exception=False,
         set_status_on_exception=False,
     )
+
+
+def start_task_span(
+    name: str, attributes: Attributes | None = None
+) -> tuple[Span, contextvars.Context | None] | None:
+    """For a task about to be created here (``asyncio.create_task``): a child span of
+    the current one (as :func:`start_child`: ``None`` when the call is not traced or not
+    sampled) and the context to create the task in, a copy of the current one with the
+    span current (its ``context=``). The task then starts with its span current, at no
+    context switch of its own; the task ends the span. ``None`` for the context: the
+    runtime context is not ``contextvars`` (the task enters the span with
+    :class:`Current`)."""
+    tracer = _TRACER.get()
+    if tracer is None:
+        return None
+    ambient = current_context()
+    parent = parent_context(ambient)
+    if parent is not None and not parent.trace_flags.sampled:
+        return None
+    current = tracer.start_span(
+        name,
+        context=ambient,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+    if _OTEL_CONTEXT is None:
+        return current, None
+    made = contextvars.copy_context()
+    made.run(_OTEL_CONTEXT.set, with_span(current, ambient))
+    return current, made
 
 
 @contextlib.contextmanager
@@ -176,8 +244,8 @@ def span(
     if tracer is None:
         yield None
         return
-    parent = trace.get_current_span().get_span_context()
-    if parent.is_valid and not parent.trace_flags.sampled:
+    parent = parent_context()
+    if parent is not None and not parent.trace_flags.sampled:
         # The trace is not sampled: every standard sampler drops its children too
         # (parent-based ones follow the parent, a ratio decides by the same trace id),
         # so no child is made; outbound calls carry the parent's unsampled context.
@@ -191,7 +259,7 @@ def span(
         record_exception=False,
         set_status_on_exception=False,
     )
-    token = _enter(trace.set_span_in_context(current))
+    token = _enter(with_span(current))
     try:
         yield current
     except BaseException as exc:
@@ -212,7 +280,7 @@ def mark_failed(current: Span, exc: BaseException) -> None:
 
 def inject(headers: MutableMapping[str, str]) -> None:
     """Write the current span's trace context into ``headers`` (if there is one)."""
-    if not trace.get_current_span().get_span_context().is_valid:
+    if parent_context() is None:
         return
     _PROPAGATOR.inject(headers)
 

@@ -47,12 +47,23 @@ _SPAN: Final = b"\x12"  # ScopeSpans.spans = 2
 _KINDS: Final = {  # 6, enum: Span.SpanKind is the API's value + 1
     kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind
 }
+#: The same by the member's identity: hashing an enum member is a Python-level call
+#: (``Enum.__hash__``), an ``id`` is not. Members live as long as their class.
+_KINDS_BY_ID: Final = {id(kind): field for kind, field in _KINDS.items()}
 _STATUS_CODES: Final = {StatusCode.OK: 1, StatusCode.ERROR: 2}
 # SpanFlags: the context's remote flag is known (0x100), and set (0x200).
 _LOCAL: Final = _FLAGS + struct.pack("<I", 0x100)
 _REMOTE: Final = _FLAGS + struct.pack("<I", 0x300)
 _SIMPLE: Final = (str, bool, int, float)
 _times: Final = struct.Struct("<BQBQ").pack  # start (7) and end (8), fixed64, with tags
+# Trace id (1, 16 bytes: its high and low halves), span id (2) and parent's span id (4),
+# with their tags and lengths as big-endian shorts: the ids are big-endian bytes.
+_root_ids: Final = struct.Struct(">HQQHQ").pack
+_child_ids: Final = struct.Struct(">HQQHQHQ").pack
+_IDS_TAGS: Final = 0x0A10
+_SPAN_ID_TAG: Final = 0x1208
+_PARENT_TAG: Final = 0x2208
+_LOW_64: Final = (1 << 64) - 1
 #: An empty trace state and an unset status that spans share (the encoder knows them by
 #: identity, which spares it the calls telling it they are empty).
 NO_TRACE_STATE: Final = TraceState()
@@ -174,23 +185,28 @@ def _span(span: FinishedSpan) -> bytes | None:
     if span.events or span.links:
         return None
     context: Any = span.context
-    trace_id, span_id, _, _, state = context[:5]
+    trace_id, span_id, _, _, state, _ = context
     parent: Any = span.parent
-    parts = [
-        _TRACE_ID,
-        trace_id.to_bytes(16, "big"),
-        _SPAN_ID,
-        span_id.to_bytes(8, "big"),
-    ]
-    if state is not NO_TRACE_STATE and state:
+    if state is NO_TRACE_STATE or not state:
+        # The ids' fields (trace, span, parent's span) in one packing, tags included.
+        high, low = trace_id >> 64, trace_id & _LOW_64
+        if parent is None:
+            parts = [_root_ids(_IDS_TAGS, high, low, _SPAN_ID_TAG, span_id)]
+        else:
+            parts = [
+                _child_ids(_IDS_TAGS, high, low, _SPAN_ID_TAG, span_id, _PARENT_TAG, parent[1])
+            ]
+    else:
+        parts = [_TRACE_ID, trace_id.to_bytes(16, "big"), _SPAN_ID, span_id.to_bytes(8, "big")]
         text = ",".join(f"{k}={v}" for k, v in state.items())
         parts.append(_field(_TRACE_STATE, text.encode()))
-    if parent is not None:
-        parts += (_PARENT_ID, parent[1].to_bytes(8, "big"))
+        if parent is not None:
+            parts += (_PARENT_ID, parent[1].to_bytes(8, "big"))
     name = _names_seen.get(span.name)
+    kind_field = _KINDS_BY_ID.get(id(span.kind))
     parts += (
         name if name is not None else _name(span.name),
-        _KINDS[span.kind],
+        kind_field if kind_field is not None else _KINDS[span.kind],
         _times(0x39, span.start_time or 0, 0x41, span.end_time or 0),
     )
     attributes = span.attributes

@@ -21,13 +21,18 @@ batches from that module's queue thread (never on the event loop);
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import http.client
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Sequence
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from google.protobuf import message
-from opentelemetry import trace
+from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTPTransport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -47,6 +52,7 @@ from a2a_gateway.protocol.tracing import (
     extract,
     leave_context,
     mark_failed,
+    with_span,
 )
 from a2a_gateway.server.lean_spans import SpanQueue, lean_tracer
 from a2a_gateway.server.otlp_encoding import encode
@@ -60,6 +66,8 @@ OTLP_ENV: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_END
 FLUSH_BOUND_S: Final = 5.0
 #: What a gateway's spans are named by, unless ``OTEL_SERVICE_NAME`` says otherwise.
 DEFAULT_SERVICE_NAME: Final = "a2a-gateway"
+#: Past this many (rpc, binding, caller) triples, the call spans' names made are dropped.
+_NAMED_BOUND: Final = 1024
 
 
 def tracing_wanted(endpoint: str) -> bool:
@@ -94,6 +102,121 @@ class LeanOtlpExporter(OTLPSpanExporter):
         return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer(BaseHTTPResult):
+    """What the receiver answered (or the error), as the SDK's client reads it."""
+
+    body: bytes = b""
+    #: The answer's ``http.client`` message (its ``get`` ignores a name's case).
+    fields: Any = None
+
+    def content(self) -> bytes:
+        return self.body
+
+    def headers(self) -> Mapping[str, str]:
+        found: Mapping[str, str] = self.fields if self.fields is not None else {}
+        return found
+
+
+class PlainHttpTransport(BaseHTTPTransport):
+    """The exporter's posts over one kept-alive ``http.client`` connection, for a plain
+    ``http://`` endpoint reached without a proxy: the SDK's client around it is
+    unchanged (headers, compression, timeout, retries and their backoff), only the
+    post is cheaper than through ``requests`` (its session, environment, cookie and
+    hook work per post: docs/performance.md). A connection error drops the
+    connection; the SDK's client retries once at once, on a new one."""
+
+    def __init__(self) -> None:
+        self._connection: http.client.HTTPConnection | None = None
+        self._targets: dict[str, tuple[str, int, str]] = {}
+        self._lock = threading.Lock()
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        data: bytes | None = None,
+    ) -> BaseHTTPResult:
+        target = self._targets.get(url)
+        if target is None:
+            parts = urllib.parse.urlsplit(url)
+            path = parts.path or "/"
+            target = (
+                parts.hostname or "",
+                parts.port or 80,  # given: a bare IPv6 address is not read as host:port
+                path + ("?" + parts.query if parts.query else ""),
+            )
+            self._targets = {url: target}  # one endpoint per exporter
+        host, port, path = target
+        with self._lock:
+            try:
+                connection = self._connection
+                if connection is None or (connection.host, connection.port) != (host, port):
+                    self._close()
+                    connection = self._connection = http.client.HTTPConnection(
+                        host, port, timeout=timeout
+                    )
+                elif connection.sock is not None:
+                    connection.sock.settimeout(timeout)
+                else:
+                    connection.timeout = timeout
+                connection.request(method, path, body=data, headers=headers or {})
+                response = connection.getresponse()
+                body = response.read()
+                if response.will_close:
+                    self._close()
+            except Exception as error:  # the SDK's client decides: retry or report
+                self._close()
+                return _Answer(error=error)
+        return _Answer(
+            status_code=response.status, reason=response.reason, body=body, fields=response.msg
+        )
+
+    def is_connection_error(self, exception: Exception | None) -> bool:
+        return isinstance(exception, (OSError, http.client.HTTPException))
+
+    def _close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+
+#: The variables naming a ``requests`` session for the exporter (the SDK's credential
+#: provider): with one set, the SDK's own transport is kept.
+_CREDENTIAL_ENV: Final = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def exporter_for(endpoint: str) -> LeanOtlpExporter:
+    """The OTLP/HTTP exporter for ``endpoint`` (``""``: the standard environment's): with
+    :class:`PlainHttpTransport` when its URL is plain ``http`` with no proxy and no
+    credential provider in the environment, else with the SDK's own (``requests``)."""
+    url = traces_url(endpoint) if endpoint else None
+    exporter = LeanOtlpExporter(endpoint=url)
+    resolved = str(getattr(exporter, "_endpoint", ""))
+    if (
+        resolved.startswith("http://")
+        and not urllib.request.getproxies()
+        and not any(os.environ.get(name) for name in _CREDENTIAL_ENV)
+    ):
+        try:
+            plain = LeanOtlpExporter(endpoint=url, _transport=PlainHttpTransport())
+        except TypeError:  # an exporter release without the transport argument
+            return exporter
+        exporter.shutdown()  # type: ignore[no-untyped-call]
+        return plain
+    return exporter
+
+
 class Tracing(Startable):
     """One gateway's tracer provider and exporter (its own, never the global one). Its
     worker thread runs from :meth:`start` to :meth:`aclose`; spans before are dropped."""
@@ -103,7 +226,7 @@ class Tracing(Startable):
         self.endpoint = endpoint
         self.provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
         # No endpoint given: the exporter reads the standard environment itself.
-        exporter = LeanOtlpExporter(endpoint=traces_url(endpoint) if endpoint else None)
+        exporter = exporter_for(endpoint)
         self.queue = SpanQueue(exporter)
         self.tracer: Tracer = lean_tracer(self.provider, self.queue, "a2a_gateway")
         self._started = False
@@ -160,21 +283,33 @@ class Traced(WrappedService):
     def __init__(self, service: A2AService, tracer: Tracer) -> None:
         super().__init__(service)
         self.tracer = tracer
+        # A call span's name and attributes by rpc, binding and caller's name: made once
+        # (the tracer copies them into each span).
+        self._named: dict[tuple[str, str, str], tuple[str, dict[str, str]]] = {}
 
     def _start(self, rpc: str, context: CallContext) -> Span:
         parent = None
         if context.traceparent:
             parent = extract({TRACEPARENT: context.traceparent, TRACESTATE: context.tracestate}.get)
+        key = (rpc, context.binding, context.caller.name)
+        named = self._named.get(key)
+        if named is None:
+            if len(self._named) >= _NAMED_BOUND:
+                self._named.clear()
+            named = self._named[key] = (
+                f"A2A {rpc}",
+                {
+                    "rpc.system": "a2a",
+                    "rpc.method": rpc,
+                    "a2a.binding": context.binding,
+                    "a2a.caller": context.caller.name,
+                },
+            )
         return self.tracer.start_span(
-            f"A2A {rpc}",
+            named[0],
             context=parent,
             kind=SpanKind.SERVER,
-            attributes={
-                "rpc.system": "a2a",
-                "rpc.method": rpc,
-                "a2a.binding": context.binding,
-                "a2a.caller": context.caller.name,
-            },
+            attributes=named[1],
             record_exception=False,
             set_status_on_exception=False,
         )
@@ -208,7 +343,7 @@ class Traced(WrappedService):
     ) -> AsyncIterator[pb.StreamResponse]:
         current = self._start(rpc, context)
         named = not current.is_recording() or _name_task(current, request)
-        active = trace.set_span_in_context(current)
+        active = with_span(current)
         tracer = self.tracer
         try:
             while True:
@@ -240,4 +375,12 @@ class Traced(WrappedService):
             current.end()
 
 
-__all__ = ["LeanOtlpExporter", "Traced", "Tracing", "traces_url", "tracing_wanted"]
+__all__ = [
+    "LeanOtlpExporter",
+    "PlainHttpTransport",
+    "Traced",
+    "Tracing",
+    "exporter_for",
+    "traces_url",
+    "tracing_wanted",
+]

@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from a2a_gateway.agent.base import (
     ENDINGS,
@@ -63,7 +63,13 @@ from .retries import RetryKey
 from .rules import apply_status, check_cancelable, new_turn
 from .state import SAVED_AS_KEY, SHUTDOWN, UNEXPECTED, ContextKey, EngineState, Run, not_found
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
 log = logging.getLogger(__name__)
+
+#: A task state's name by number (``TaskState.Name`` is a Python call per run traced).
+_STATE_NAMES: Final = {number: name for name, number in pb.TaskState.items()}
 
 #: How often a CancelTask of a run on another gateway re-reads the task for its end.
 REMOTE_CANCEL_CHECK_S = 0.05
@@ -237,28 +243,40 @@ class Runner(_TurnIO):
             self._state.subscribe(task_id, subscriber, record.owner)
         # The run's first step is scheduled before the flusher's wake-up, so a run that
         # finishes without suspending is written once, finished.
-        drive = self._traced(run) if tracing.sampled_here() else self._drive(run)
-        run.aio = asyncio.create_task(drive, name=f"a2a-run-{task_id}")
+        # A traced call's run gets its span here, where the run is made: one parent
+        # lookup, and the task starts with the span current (no context switch of its
+        # own). A task cancelled before its first step never ends (nor exports) it.
+        traced = tracing.start_task_span("A2A run", {"a2a.task_id": task_id})
+        if traced is None:
+            run.aio = asyncio.create_task(self._drive(run), name=f"a2a-run-{task_id}")
+        else:
+            current, context = traced
+            run.aio = asyncio.create_task(
+                self._traced(run, current, enter=context is None),
+                name=f"a2a-run-{task_id}",
+                context=context,
+            )
         self._records.mark_dirty(run)
         return run
 
-    async def _traced(self, run: Run) -> None:
-        """The run as a span of the traced call that started it (its parent)."""
+    async def _traced(self, run: Run, current: Span, *, enter: bool) -> None:
+        """The run with its span (started by :meth:`start`, current in the run's task
+        already unless ``enter``: the runtime context is not ``contextvars``)."""
         task = run.record.task
-        current = tracing.start_child("A2A run", attributes={"a2a.task_id": task.id})
-        if current is None:
-            await self._drive(run)
-            return
-        tracer = tracing.current_tracer()
-        assert tracer is not None  # start_child made a span: the call is traced
         try:
-            with tracing.Current(current, tracer):
+            if enter:
+                tracer = tracing.current_tracer()
+                assert tracer is not None  # a span was made: the call is traced
+                with tracing.Current(current, tracer):
+                    await self._drive(run)
+            else:
                 await self._drive(run)
         except BaseException as exc:
             tracing.mark_failed(current, exc)
             raise
         else:
-            current.set_attribute("a2a.state", pb.TaskState.Name(task.status.state))
+            state = task.status.state
+            current.set_attribute("a2a.state", _STATE_NAMES.get(state) or pb.TaskState.Name(state))
         finally:
             current.end()
 

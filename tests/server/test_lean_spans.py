@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from importlib.metadata import version
 
@@ -37,6 +38,7 @@ from opentelemetry.trace import (
     TraceState,
     set_span_in_context,
 )
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 from a2a_gateway.protocol import tracing
 from a2a_gateway.server import lean_spans
@@ -270,3 +272,52 @@ async def test_the_run_span_is_the_calls_child_and_current_inside() -> None:
         assert trace.get_current_span() is call
     assert tracing.start_child("outside") is None
     assert trace.get_current_span() is not call
+
+
+async def test_a_task_made_in_a_traced_call_starts_with_its_span_current() -> None:
+    # The engine's run: its span started where the run is made, its task created in a
+    # context where that span is current; the call's own context unchanged.
+    tracer, _, _ = made()
+    call = tracer.start_span("A2A SendMessage", kind=SpanKind.SERVER)
+    seen: list[object] = []
+
+    async def run() -> None:
+        seen.append(trace.get_current_span())
+        seen.append(tracing.current_tracer())
+        seen.append(tracing.parent_context())
+
+    with tracing.Current(call, tracer):
+        made_here = tracing.start_task_span("A2A run", {"a2a.task_id": "t"})
+        assert made_here is not None
+        child, context = made_here
+        assert isinstance(child, LeanSpan) and context is not None
+        assert child.parent is not None and child.parent.span_id == call.get_span_context().span_id
+        assert child.attributes == {"a2a.task_id": "t"}
+        assert trace.get_current_span() is call
+        await asyncio.create_task(run(), context=context)
+        assert trace.get_current_span() is call
+    assert seen == [child, tracer, child.get_span_context()]
+    assert tracing.start_task_span("outside") is None
+    with tracing.Current(NonRecordingSpan(parent_context_of(sampled=False)), tracer):
+        assert tracing.start_task_span("unsampled") is None  # no child of an unsampled trace
+
+
+def parent_context_of(*, sampled: bool) -> SpanContext:
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+    return SpanContext(TRACE_ID, 0xB7AD6B7169203331, True, flags, STATE)
+
+
+def test_the_current_span_is_read_as_the_api_reads_it() -> None:
+    tracer, _, _ = made()
+    assert tracing.parent_context() is None
+    assert tracing.parent_context(parent(sampled=False)) == parent_context_of(sampled=False)
+    not_a_span = otel_context.set_value(_SPAN_KEY, "not a span")
+    assert trace.get_current_span(not_a_span) is trace.INVALID_SPAN
+    assert tracing.parent_context(not_a_span) is None
+    invalid = set_span_in_context(trace.INVALID_SPAN)
+    assert tracing.parent_context(invalid) is None
+    root = tracer.start_span("root")
+    assert tracing.parent_context(set_span_in_context(root)) is root.get_span_context()
+    # A root's ids (one random draw, split) are never zero, and differ span to span.
+    ids = {tracer.start_span("r").get_span_context()[:2] for _ in range(50)}
+    assert len(ids) == 50 and all(trace_id and span_id for trace_id, span_id in ids)

@@ -65,10 +65,13 @@ def spans() -> list[ReadableSpan]:
     local_child.set_status(Status(StatusCode.OK))
     local_child.end()
     remote_child.end()
+    # A child of a local root: no trace state (its ids packed at once by the encoder).
+    root_child = tracer.start_span("child of a root", context=set_span_in_context(made[0]))  # type: ignore[arg-type]
+    root_child.end()
     odd = tracer.start_span("odd", attributes={"list": ["a", "b"]}, links=[Link(REMOTE, {"k": 1})])
     odd.add_event("happened", {"when": 1})
     odd.end()
-    made += [remote_child, local_child, odd]  # type: ignore[list-item]
+    made += [remote_child, local_child, root_child, odd]  # type: ignore[list-item]
     return made
 
 
@@ -108,10 +111,12 @@ def test_lean_spans_encode_as_the_sdk_encodes_the_same_fields() -> None:
     local.set_status(StatusCode.OK)
     local.end()
     remote.end()
+    root_child = tracer.start_span("child of a root", context=set_span_in_context(made[0]))
+    root_child.end()
     odd = tracer.start_span("odd", attributes={"list": ["a", "b"], "long": "x" * 300})
     odd.add_event("happened", {"when": 1})
     odd.end()
-    made += [remote, local, odd]
+    made += [remote, local, root_child, odd]
     copies = [
         ReadableSpan(
             name=s.name,
