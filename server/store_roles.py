@@ -82,6 +82,10 @@ class RetryKeys(Protocol):
 class ContextClaims(Protocol):
     """Claims (leases, on a shared store) of the contexts where runs go on."""
 
+    #: The store claims a new task's context in the round trip of its retry lookup
+    #: (:meth:`lookup_or_claim`; a database): the engine then asks them together.
+    claims_in_lookup: bool
+
     async def claim_context(
         self,
         owner: Caller,

@@ -216,6 +216,7 @@ class TaskStore(
     kind: ClassVar[str] = "other"
     #: (``store_roles.EventLogs``) Whether stream events go to other processes.
     shares_events: bool = False
+    claims_in_lookup: bool = False
     #: (``store_roles.PushConfigs``) Whether push configs are rows of their own.
     push_rows: bool = False
 

@@ -174,18 +174,22 @@ class Intake:
             raise invalid("message.contextId", "must match [A-Za-z0-9_-]{1,100}")
         hops = read_hops(request)
         seen_key = retry_key(caller, message)  # a retry is the same message (retries.py)
-        if not context_id and not message.task_id:
-            context_id = new_id()
-        busy_key = (caller.workspace, caller.name, context_id)
         task_id = ""  # a new task's, once its context is claimed
         claimed = False  # the context, for task_id: given back unless its run starts
-        if message.task_id or hops > self._state.max_hops or busy_key in self._state.busy:
-            retried = await self._state.retried(seen_key)
-        else:  # a new task's context is claimed with the retry lookup (one round trip)
+        # On a database a new task's context is claimed with the retry lookup (one round
+        # trip); elsewhere a retry makes no ids (a claim there is not a round trip).
+        combined = (
+            self._claims.claims_in_lookup and not message.task_id and hops <= self._state.max_hops
+        )
+        if combined and not context_id:
+            context_id = new_id()
+        if combined and (caller.workspace, caller.name, context_id) not in self._state.busy:
             task_id = new_id()
             retried, claimed = await self._state.retried_or_claimed(
                 self._claims, seen_key, context_id, task_id
             )
+        else:
+            retried = await self._state.retried(seen_key)
         if retried is not None:
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
@@ -194,6 +198,9 @@ class Intake:
             return await self._continue(
                 request, caller, subscriber, hops, seen_key, inline_push, context.version
             )
+        if not context_id:
+            context_id = new_id()
+        busy_key = (caller.workspace, caller.name, context_id)
         try:
             got = await self._new_task(
                 request, context, subscriber, (hops, seen_key, inline_push), busy_key, task_id,
@@ -260,7 +267,7 @@ class Intake:
             upsert_push(record, inline_push, context.version)
         if hops > self._state.max_hops:
             self._state.remember_message(seen_key, record)
-            apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
+            apply_status(task, pb.TASK_STATE_FAILED, hop_message(task, hops, self._state.max_hops))
             await self._records.save(record)
             self._state.notify(record)  # no stream can exist yet: only the webhooks hear it
             return task
@@ -424,7 +431,9 @@ class Intake:
                 upsert_push(record, inline_push, push_version)
             if hops > self._state.max_hops:
                 self._state.remember_message(seen_key, record)
-                apply_status(task, pb.TASK_STATE_FAILED, self._hop_message(task, hops))
+                apply_status(
+                    task, pb.TASK_STATE_FAILED, hop_message(task, hops, self._state.max_hops)
+                )
                 # No run of it exists: stored only if no other process continued or
                 # cancelled the task since it was read (a shared store).
                 if not await self._records.replace_or_fail(record):
@@ -445,10 +454,6 @@ class Intake:
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
-
-    def _hop_message(self, task: pb.Task, hops: int) -> pb.Message:
-        text = f"Hop limit exceeded: the hop count is {hops}, the limit is {self._state.max_hops}."
-        return agent_message(text, context_id=task.context_id, task_id=task.id)
 
 
 def _terminal(task_id: str, state: pb.TaskState.ValueType) -> UnsupportedOperationError:
@@ -478,3 +483,9 @@ def send_history_length(request: pb.SendMessageRequest) -> int | None:
     if configuration.history_length < 0:
         raise invalid("configuration.historyLength", "must not be negative")
     return configuration.history_length
+
+
+def hop_message(task: pb.Task, hops: int, limit: int) -> pb.Message:
+    """The agent's answer to a message over the hop limit (its task fails with it)."""
+    text = f"Hop limit exceeded: the hop count is {hops}, the limit is {limit}."
+    return agent_message(text, context_id=task.context_id, task_id=task.id)

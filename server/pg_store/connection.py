@@ -250,6 +250,7 @@ class PgConnection(TaskStore, RoleHooks):
     durable = True
     kind = "postgres"
     shares_events = True
+    claims_in_lookup = True
     push_rows = True
 
     def __init__(
