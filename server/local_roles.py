@@ -70,16 +70,11 @@ class PushConfigsInRecords(TaskStore):
         raise NotImplementedError
 
 
-class OneProcessEventLogs(TaskStore, Generic[Log]):
-    """The tasks' event logs of a store of one process: its ``event_log`` (set by the
-    store), which no other process follows."""
+class NoOtherProcessEvents(TaskStore):
+    """The event-log hooks of a store no other process writes to: nothing to follow or
+    hand over (the workspace router and each store of one process)."""
 
     shares_events = False
-    #: The tasks' event logs, which the methods below read and write.
-    event_log: Log
-
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
-        return self.event_log.append(task_id, event)
 
     def follow(
         self,
@@ -87,13 +82,24 @@ class OneProcessEventLogs(TaskStore, Generic[Log]):
         after_seq: int,
         deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
     ) -> None:
-        """No other process logs events of this store's tasks."""
+        """No other process logs events of the store's tasks."""
 
     async def hand_over(self, task_id: str) -> int | None:
         return None
 
     def followed_seq(self, task_id: str) -> int | None:
         return None
+
+
+class OneProcessEventLogs(NoOtherProcessEvents, Generic[Log]):
+    """The tasks' event logs of a store of one process: its ``event_log`` (set by the
+    store), which no other process follows."""
+
+    #: The tasks' event logs, which the methods below read and write.
+    event_log: Log
+
+    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+        return self.event_log.append(task_id, event)
 
     async def read_events(
         self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..local_roles import OneProcessCancels, OneProcessClaims, PushConfigsInRecords
+from ..local_roles import (
+    NoOtherProcessEvents,
+    OneProcessCancels,
+    OneProcessClaims,
+    PushConfigsInRecords,
+)
 from ..task_store import Listing, TaskFilter, TaskRecord, Window
 from .store import WorkspaceTaskStore
 
 
-class WorkspaceTaskStores(OneProcessClaims, PushConfigsInRecords, OneProcessCancels):
+class WorkspaceTaskStores(
+    OneProcessClaims, PushConfigsInRecords, OneProcessCancels, NoOtherProcessEvents
+):
     """Routes each owner to the store of its own workspace.
 
     Callers authenticated from ``<ws>/.a2a/callers.json`` have ``workspace == str(ws)``;
@@ -114,20 +121,6 @@ class WorkspaceTaskStores(OneProcessClaims, PushConfigsInRecords, OneProcessCanc
 
     async def event_bounds(self, owner: Caller, task_id: str) -> tuple[int, int] | None:
         return await self.store_for(owner).event_bounds(owner, task_id)
-
-    def follow(
-        self,
-        task_id: str,
-        after_seq: int,
-        deliver: Callable[[list[pb.StreamResponse] | None, int], bool],
-    ) -> None:
-        """No other process logs events of these stores' tasks."""
-
-    async def hand_over(self, task_id: str) -> int | None:
-        return None
-
-    def followed_seq(self, task_id: str) -> int | None:
-        return None
 
     async def read_events(
         self, task_id: str, after_seq: int, upto_seq: int, owner: Caller | None = None
