@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import asyncpg
+
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.resume import RESUME_EXPIRED
@@ -103,6 +105,30 @@ async def test_a_stream_cut_on_one_replica_resumes_on_the_other(
         await until_parts(b, task_id, 25)
         events, ids = await resumed(b, task_id, cut_at)
         assert_rest(events, ids, task_id, cut_at)
+
+
+async def test_a_resume_waits_for_events_a_stored_row_names_before_they_are_committed(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A's rows go on while its event writer is held (a real lock on the events table):
+    B's resume reads fewer events than the row names, and waits (bounded) for them
+    instead of answering that they are gone."""
+    url = await fresh_database(postgres)
+    holder = await asyncpg.connect(url)
+    try:
+        async with two_engines(url, tmp_path, Clock(), Clock()) as (a, b):
+            task_id, cut_at = await cut_after(a, "chunks:40:20", "chunk-17")
+            held = holder.transaction()
+            await held.start()
+            await holder.execute("LOCK TABLE a2a_events IN EXCLUSIVE MODE")  # reads go on
+            await until_parts(b, task_id, 30)  # stored, its events not yet written
+            resuming = asyncio.create_task(resumed(b, task_id, cut_at))
+            await asyncio.sleep(0.3)
+            await held.rollback()  # the writer commits what it held
+            events, ids = await resuming
+            assert_rest(events, ids, task_id, cut_at)
+    finally:
+        await holder.close()
 
 
 async def test_numbers_go_on_across_runs_of_a_task(engine: TaskEngine) -> None:
