@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Protocol
 
 from aiohttp import hdrs, web
+from aiohttp.streams import StreamReader
 
 from a2a_gateway.protocol import sse
 from a2a_gateway.protocol.context import CallContext
@@ -347,6 +348,7 @@ async def stream_events(
             await response.prepare(request)
             pump.prepared = True
             _drop_idle_timer(request)
+            _drop_body_buffer(request)
             while data is not None:
                 await pump.write(response, data, watch.now)
                 data = None  # not held while the stream waits (a held stream's last event)
@@ -386,6 +388,22 @@ def _drop_idle_timer(request: web.BaseRequest) -> None:
     if handle is not None:
         handle.cancel()
         protocol._keepalive_handle = None
+
+
+#: What a finished request body's reader holds instead of its own empty deque (760 bytes
+#: for the stream's life); immutable, so that nothing can ever be added to it.
+_NO_BUFFER: tuple[bytes, ...] = ()
+
+
+def _drop_body_buffer(request: web.BaseRequest) -> None:
+    """Release the request body reader's empty deque once the body has been read to its
+    end. aiohttp's ``StreamReader`` keeps its deque for the request's life; at its end
+    (``is_eof``: EOF fed and nothing left) only reads touch it, and they see an empty
+    sequence (aiohttp feeds no data after EOF: it asserts so). A body that was not read
+    to its end (or no reader of aiohttp's own) keeps its deque."""
+    payload = request.content
+    if type(payload) is StreamReader and payload.is_eof():
+        payload._buffer = _NO_BUFFER  # type: ignore[assignment]
 
 
 def serve_stream(

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from lf.a2a.v1 import a2a_pb2 as pb
 from tests.support.echo import HoldingService
@@ -98,6 +99,9 @@ async def test_an_open_stream_does_not_keep_its_request(
                 await service.started.wait()
             assert marker.encode() in first  # the stream is open and serving
             assert _live(marker) == []
+            # Nor its body reader's buffer (read to its end: an immutable empty one).
+            served = [found for found in gc.get_objects() if isinstance(found, web.BaseRequest)]
+            assert [type(found.content._buffer) for found in served] == [tuple]
         finally:
             service.release.set()
         async with asyncio.timeout(TIMEOUT_S):
