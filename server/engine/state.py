@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -93,6 +94,7 @@ class Run:
         "aio",
         "awaiting_auth",
         "busy_key",
+        "deadline",
         "dirty",
         "file_notes",
         "finished",
@@ -116,6 +118,9 @@ class Run:
         self.busy_key = busy_key
         self.turn = turn
         self.aio: asyncio.Task[None] | None = None
+        #: Loop time by which the run must end (``Runner``'s one timer of all runs);
+        #: infinite until the run drives, and again once it stops driving.
+        self.deadline = math.inf
         self.settled = Signal()  # set once the run's final state is stored and shown
         #: Set with ``settled``, or as the run waits for out-of-band credentials
         #: (AUTH_REQUIRED while it goes on): a blocking send answers then.

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -197,6 +198,10 @@ class _TurnIO:
             self._state.emit(task.id, event)
 
 
+#: A deadline this near counts as passed (see :meth:`Runner._check_deadlines`).
+_DEADLINE_SLACK_S = 0.001
+
+
 class Runner(_TurnIO):
     """Starts runs, drives the agent's outputs into the task, finishes and cancels runs."""
 
@@ -205,6 +210,8 @@ class Runner(_TurnIO):
         self._records = records
         self._cancels = cancels
         self._remote_cancels: set[asyncio.Task[None]] = set()
+        #: The one timer of the live runs' deadlines (``_arm``), set for the nearest.
+        self._deadline_timer: asyncio.TimerHandle | None = None
         cancels.on_cancel_request(self.cancel_requested)
 
     def admit(self, caller: Caller, context_id: str) -> RunSlot | None:
@@ -284,10 +291,7 @@ class Runner(_TurnIO):
         task = run.record.task
         outputs: AsyncIterator[Any] | None = None
         ending: tuple[int, str] = (pb.TASK_STATE_COMPLETED, "")
-        # A plain timer bounds the run (cheaper than asyncio.timeout on this hot path).
-        timer = asyncio.get_running_loop().call_later(
-            self._state.run_timeout_s, self._time_out, run
-        )
+        self._arm(run)  # bounds the run: one timer for all runs, none of its own
         try:
             if task.status.state != pb.TASK_STATE_WORKING:
                 apply_status(task, pb.TASK_STATE_WORKING, None)
@@ -312,7 +316,7 @@ class Runner(_TurnIO):
         except Exception:
             ending = self._unexpected(run)
         finally:
-            timer.cancel()
+            run.deadline = math.inf
             if outputs is not None:
                 await _close_outputs(outputs)
         if run.stopping:  # whatever the agent did after being stopped does not count
@@ -378,6 +382,41 @@ class Runner(_TurnIO):
         self._records.mark_dirty(run)
         self._state.publish_status(run.record)
 
+    def _arm(self, run: Run) -> None:
+        """Set the run's deadline; the one timer of all runs fires at the nearest.
+
+        A timer handle per run (its callback and arguments, ~0.5 KiB) would stay for the
+        run's life, which for a held stream is the stream's: runs share one, which
+        looks at the live runs only when the nearest deadline is due."""
+        loop = asyncio.get_running_loop()
+        deadline = run.deadline = loop.time() + self._state.run_timeout_s
+        timer = self._deadline_timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._deadline_timer = loop.call_at(deadline, self._check_deadlines)
+
+    def _check_deadlines(self) -> None:
+        """The timer of :meth:`_arm`: time out the runs past their deadline, then wait
+        for the nearest of the others (none without live runs)."""
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        # The loop may run a timer up to its clock's resolution early.
+        limit = loop.time() + _DEADLINE_SLACK_S
+        nearest = math.inf
+        expired: list[Run] = []
+        for run in self._state.runs.values():
+            deadline = run.deadline
+            if deadline <= limit:
+                expired.append(run)
+            elif deadline < nearest:
+                nearest = deadline
+        for run in expired:
+            run.deadline = math.inf
+            self._time_out(run)
+        if nearest != math.inf:
+            self._deadline_timer = loop.call_at(nearest, self._check_deadlines)
+
     def _time_out(self, run: Run) -> None:
         if run.aio is not None and not run.finished:
             run.stopping = f"The run took longer than {self._state.run_timeout_s:g} s."
@@ -410,6 +449,9 @@ class Runner(_TurnIO):
             run.replyable.set()
             task_id = task.id
             del self._state.runs[task_id]
+            if not self._state.runs and self._deadline_timer is not None:
+                self._deadline_timer.cancel()  # no run left to time out
+                self._deadline_timer = None
             if self._state.busy.get(run.busy_key) == task_id:
                 del self._state.busy[run.busy_key]
             if state in INTERRUPTED:  # its next run may be in another process

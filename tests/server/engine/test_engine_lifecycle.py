@@ -158,6 +158,38 @@ async def test_run_timeout_fails_the_task(new_engine: Callable[..., TaskEngine])
     assert "took longer" in status_text(task)
 
 
+async def test_runs_share_one_deadline_timer_each_with_its_own_deadline(
+    new_engine: Callable[..., TaskEngine],
+) -> None:
+    # A run started later with a shorter bound times out first (the one timer moves
+    # to the nearer deadline); the earlier run goes on to its own.
+    started = asyncio.Event()
+
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        started.set()  # its bound is set: the run drives
+        await asyncio.sleep(30)
+        yield TextChunk("never")
+
+    engine = new_engine(Scripted(script), run_timeout_s=30.0)
+    long_run = await send(engine, "long", return_immediately=True)
+    async with asyncio.timeout(WAIT_S):
+        await started.wait()
+    engine.run_timeout_s = 0.05
+    short = await send(engine, "short")
+    assert state_name(short) == "FAILED"
+    assert "took longer than 0.05 s" in status_text(short)
+    held = await engine.get_task(pb.GetTaskRequest(id=long_run.id), ctx())
+    assert state_name(held) == "WORKING"
+    engine.run_timeout_s = 0.1
+    third = await send(engine, "third")
+    assert "took longer than 0.1 s" in status_text(third)
+    assert state_name(await engine.get_task(pb.GetTaskRequest(id=long_run.id), ctx())) == "WORKING"
+    await engine.cancel_task(pb.CancelTaskRequest(id=long_run.id), ctx())
+    # No live run: no timer left scheduled.
+    assert engine.live_task_ids() == []
+    assert engine._runner._deadline_timer is None
+
+
 # --- validation --------------------------------------------------------------------------
 
 
