@@ -2,15 +2,16 @@
 
 Mounts are configurable; JSON-RPC at ``/`` and HTTP+JSON at the root can be combined
 (then ``POST /`` is JSON-RPC and everything else under ``/`` is HTTP+JSON, the card
-path excepted). A middleware turns anything that escapes a handler, and aiohttp's own
-404/405, into the REST error shape, so no response ever carries a traceback.
+path excepted). Anything that escapes a handler, and aiohttp's own 404/405, becomes the
+REST error shape (:func:`_guarded`, :func:`_no_route`), so no response ever carries a
+traceback.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable, Coroutine, MutableMapping
 from typing import Any
 
 from aiohttp import hdrs, web
@@ -169,9 +170,10 @@ def build_http_app(
     ``/metrics``, guarded (:func:`handle_guarded_metrics`). ``readiness`` adds
     ``/healthz`` and ``/readyz``; ``pact`` the PACT URL (server/pact); ``secret_links``
     the owner's one-time secret links (``serve --llm``)."""
-    app = web.Application(
-        middlewares=[_errors], client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS
-    )
+    # No middleware: with any, aiohttp keeps two more coroutine frames for every call
+    # (the middleware's and its own ``_fix_request_current_app``), for a held stream's
+    # whole life. The error mapping is in the handlers instead (_guard_routes).
+    app = web.Application(client_max_size=config.max_body_bytes, handler_args=HANDLER_ARGS)
     app[SERVICE] = service
     app[CONFIG] = config
     app[AUTHENTICATOR] = authenticator
@@ -179,6 +181,9 @@ def build_http_app(
     app[METRICS] = metrics
     app[STREAM_WATCH] = StreamWatch()  # the one timer of the open SSE streams
     app.on_cleanup.append(_stop_watch)
+    # At startup, once every route is in (a caller may add its own, at any path):
+    # the error mapping of each route, and the route of the paths no route serves.
+    app.on_startup.append(_guard_routes)
     rest_prefix = mount_path(config.mounts.rest)
     app[rest.REST_PREFIX] = rest_prefix
 
@@ -271,18 +276,63 @@ async def _stop_watch(app: web.Application) -> None:
     app[STREAM_WATCH].close()
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return rest.error_response(_http_error(request, exc))
-    except A2AError as exc:
-        return rest.error_response(exc)
-    except Exception as exc:
-        return rest.error_response(unexpected(exc, f"{request.method} {request.path[:200]}"))
+#: Handlers that answer every exception themselves, in the REST or JSON-RPC error shape
+#: (the bindings' handlers: they serve the streams, whose frames are held).
+_SELF_GUARDED: frozenset[Handler] = frozenset({jsonrpc.handle, rest.handle})
+
+
+async def _guard_routes(app: web.Application) -> None:
+    """At startup (routes are added before it: the app's own and its callers', such as
+    the Telegram webhook): a last route for the paths no route serves (:func:`_no_route`;
+    none is needed with HTTP+JSON at the root, whose catch-all serves them all), then
+    every route's handler with the error mapping of :func:`_guarded`, those of
+    sub-applications (PACT) included, except the handlers that answer every exception
+    themselves. (A middleware would do the same at the cost of two coroutine frames
+    held per stream.)"""
+    if app[rest.REST_PREFIX]:
+        # Registered last: the router tries the routes of one path in their order.
+        app.router.add_route(hdrs.METH_ANY, "/{tail:.*}", _no_route)
+    for route in app.router.routes():
+        handler = route._handler
+        if isinstance(handler, type):  # a class-based view (none here): as it is
+            continue
+        if handler not in _SELF_GUARDED and not getattr(handler, "_a2a_guarded", False):
+            route._handler = _guarded(handler)
+
+
+def _guarded(handler: Handler) -> Callable[[web.Request], Coroutine[Any, Any, web.StreamResponse]]:
+    """``handler`` with anything that escapes it as a REST error: aiohttp's HTTP errors
+    of 400 and above (size limits) mapped by :func:`_http_error`, an A2A error as
+    itself, any other exception as an internal error (logged, no traceback shown)."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return rest.error_response(_http_error(request, exc))
+        except A2AError as exc:
+            return rest.error_response(exc)
+        except Exception as exc:
+            return rest.error_response(unexpected(exc, f"{request.method} {request.path[:200]}"))
+
+    guarded._a2a_guarded = True  # type: ignore[attr-defined]
+    return guarded
+
+
+async def _no_route(request: web.Request) -> web.StreamResponse:
+    """A path no route serves (the router's own 404/405, in the REST error shape): 405
+    with ``Allow`` when a route serves the path with other methods, else 404."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        found, methods = await resource.resolve(request)
+        if found is None:  # (this route is the only one that serves the path)
+            allowed |= methods
+    exc: web.HTTPException = (
+        web.HTTPMethodNotAllowed(request.method, allowed) if allowed else web.HTTPNotFound()
+    )
+    return rest.error_response(_http_error(request, exc))
 
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> A2AError:

@@ -98,6 +98,7 @@ async def start_http() -> AsyncIterator[Starter]:
         metrics: MetricsLike = NULL_METRICS,
         readiness: Readiness | None = None,
         middlewares: Sequence[Middleware] = (),
+        routes: Callable[[aiohttp.web.Application], None] | None = None,
     ) -> Http:
         """``middlewares`` run after the app's own (a test's stand-in client address)."""
         config = config or ServerConfig()
@@ -114,6 +115,8 @@ async def start_http() -> AsyncIterator[Starter]:
             readiness=readiness,
         )
         app.middlewares.extend(middlewares)
+        if routes is not None:  # a caller's own routes, added after the app is built
+            routes(app)
         client = TestClient(GatewayTestServer(app, host="127.0.0.1", port=0))
         await client.start_server()
         clients.append(client)

@@ -6,10 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiohttp import web
 from yarl import URL
 
 from a2a_gateway.protocol import errors
 from a2a_gateway.server.config import Mounts, ServerConfig
+from a2a_gateway.server.health import Readiness
 from tests.support.echo import Boom, make_error
 
 from .conftest import KEY, TIMEOUT_S, Http, Starter, text_message
@@ -406,6 +408,61 @@ async def test_wrong_method_is_405_with_allow(
     error = assert_rest_error(status, body, errors.MethodNotAllowedError)
     assert headers["Allow"] == allow
     assert method in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "cls", "allow"),
+    [
+        ("GET", "/nowhere/at/all", errors.MethodNotFoundError, None),
+        ("DELETE", "/", errors.MethodNotFoundError, None),
+        ("POST", "/.well-known/agent-card.json", errors.MethodNotAllowedError, "GET,HEAD"),
+        ("PUT", "/healthz", errors.MethodNotAllowedError, "GET,HEAD"),
+    ],
+)
+async def test_a_path_outside_every_mount_is_a_rest_error(
+    start_http: Starter,
+    method: str,
+    path: str,
+    cls: type[errors.A2AError],
+    allow: str | None,
+) -> None:
+    # aiohttp's own 404/405 (no route serves the path, or not with this method), in the
+    # REST error shape, with no HTTP+JSON catch-all at the root.
+    http = await start_http(readiness=Readiness())
+    status, body, headers = await call(http, method, path, prefix="")
+    error = assert_rest_error(status, body, cls)
+    assert f"{method} " in error["message"]
+    if allow is None:
+        assert path in error["message"]
+    else:
+        assert headers["Allow"] == allow
+        assert error["details"][0]["metadata"]["allow"] == allow
+
+
+@pytest.mark.server_fault
+async def test_routes_added_after_the_app_is_built_are_served_with_the_error_mapping(
+    start_http: Starter,
+) -> None:
+    # As the Telegram webhook is: at any path, "/" included, after build_http_app.
+    async def hook(request: web.Request) -> web.Response:
+        return web.Response(text="hooked")
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("a detail that stays in the log")
+
+    def add(app: web.Application) -> None:
+        app.router.add_post("/", hook)
+        app.router.add_get("/broken", broken)
+
+    http = await start_http(routes=add)
+    async with asyncio.timeout(TIMEOUT_S), http.client.post("/") as response:
+        assert response.status == 200 and await response.text() == "hooked"
+    status, body, headers = await call(http, "GET", "/", prefix="")
+    assert_rest_error(status, body, errors.MethodNotAllowedError)
+    assert headers["Allow"] == "POST"
+    status, body, _ = await call(http, "GET", "/broken", prefix="")
+    error = assert_rest_error(status, body, errors.InternalError)
+    assert "detail" not in error["message"]
 
 
 async def test_missing_key_is_401(keyed: Http) -> None:
