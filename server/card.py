@@ -102,12 +102,26 @@ def bind_request(request: web.Request) -> None:
     _REQUEST_BASE_URL.set(request_base_url(request))
 
 
+#: Base URLs made so far, by scheme and Host, so that requests to one host share one
+#: string (a held stream's context keeps it for the stream's life). Bounded: the Host is
+#: the client's to choose; past the bound, a URL is made per request.
+_BASE_URLS: dict[tuple[str, str], str] = {}
+_MAX_BASE_URLS = 64
+
+
 def request_base_url(request: web.Request) -> str | None:
     """``scheme://host[:port]`` of the request, or None when its Host looks wrong."""
     host = request.host
+    scheme = request.scheme
+    known = _BASE_URLS.get((scheme, host))
+    if known is not None:
+        return known
     if not _HOST.match(host):
         return None
-    return f"{request.scheme}://{host}"
+    url = f"{scheme}://{host}"
+    if len(_BASE_URLS) < _MAX_BASE_URLS:
+        _BASE_URLS[scheme, host] = url
+    return url
 
 
 def first_line(path: Path) -> str | None:
