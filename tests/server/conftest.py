@@ -100,7 +100,7 @@ async def start_http() -> AsyncIterator[Starter]:
         middlewares: Sequence[Middleware] = (),
         routes: Callable[[aiohttp.web.Application], None] | None = None,
     ) -> Http:
-        """``middlewares`` run after the app's own (a test's stand-in client address)."""
+        """``middlewares``: a test's own (a stand-in client address); the app has none."""
         config = config or ServerConfig()
         cards = CardProvider(config)
         service = service or EchoService()
