@@ -48,6 +48,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from itertools import chain
 
 from a2a_gateway.local.atomic_files import fsync_folder, write_all
@@ -401,7 +402,7 @@ class FileEventLog:
         self._size = 0  # of the segment appended to
 
     def segment_path(self, number: int) -> str:
-        return f"{self.folder}/{number:012d}{SEGMENT_SUFFIX}"
+        return _segment_path(self.folder, number)
 
     @property
     def indexed(self) -> int:
@@ -479,7 +480,9 @@ class FileEventLog:
         if self._ready:
             return
         if self._loading is None:
-            self._loading = asyncio.get_running_loop().run_in_executor(self._thread(), self._scan)
+            index = self._index
+            scan = partial(_scan, self.folder, index.max_tasks, index.max_bytes, self._alive)
+            self._loading = asyncio.get_running_loop().run_in_executor(self._thread(), scan)
         try:
             scanned = await asyncio.shield(self._loading)  # a caller cancelled: not it
         except Exception as exc:  # unreadable: what it held is not kept
@@ -512,75 +515,7 @@ class FileEventLog:
         self._bound_disk()
         self._sweep()
 
-    def _scan(self) -> _Scanned:
-        """(on the thread) Index the frames of the segments, oldest first, as they were
-        kept (the same byte bound per task, the same bound of the index: the tasks
-        written last are kept), cut a torn frame off, drop the tasks no longer stored,
-        and remove the segments left with no frame indexed."""
-        index = _Index(self._index.max_tasks, self._index.max_bytes)
-        scanned = _Scanned(index)
-        numbers = segment_numbers(self.folder)
-        tasks = index.tasks
-        for number in numbers:
-            index.live[number] = 0
-            path = self.segment_path(number)
-            data = _read_file(path)
-            at = 0
-            while (frame := parse_frame(data, at)) is not None:
-                task_id, first, kept_from, count, _, end = frame
-                found = tasks.get(task_id)
-                if found is None:
-                    found = tasks[task_id] = _TaskLog(first, first - 1)
-                if count and first > found.last:
-                    # As the log was once this frame was added: from ``kept_from`` on
-                    # (frames trimmed before may still be in a segment of others').
-                    found.last = first + count - 1
-                    found.frames.append((number, at, end - at, first, found.last))
-                    found.bytes += end - at
-                    index.live[number] += 1
-                    _keep_from(found, kept_from, index.live, None)
-                    index.resize(task_id, found)
-                    index.over()
-                at = end
-            scanned.sizes[number] = at
-            if at < len(data):  # torn by a crash in a write (or damaged): cut off
-                log.warning("event log %s: %d bytes cut off at %d", path, len(data) - at, at)
-                with contextlib.suppress(OSError):
-                    os.truncate(path, at)
-        if self._alive is not None:
-            for task_id in [t for t in tasks if not self._alive(t)]:
-                index.drop(task_id)
-        for number in [n for n, count in index.live.items() if count == 0]:
-            del index.live[number]
-            del scanned.sizes[number]
-            with contextlib.suppress(OSError):
-                os.unlink(self.segment_path(number))
-        scanned.next_segment = numbers[-1] + 1 if numbers else 1
-        return scanned
-
     # --- writing ------------------------------------------------------------------
-
-    def _kept_from(self, found: _TaskLog, sizes: list[tuple[int, int]]) -> list[int]:
-        """Where the task's log starts once each of the frames of ``sizes`` (size,
-        first event) is added in turn: past ``task_bytes`` it keeps its newest frames
-        within half of it (one at least)."""
-        old = len(found.frames)
-        frames = found.frames
-
-        def frame(index: int) -> tuple[int, int]:
-            if index < old:
-                return frames[index][2], frames[index][3]
-            return sizes[index - old]
-
-        total, drop, kept = found.bytes, 0, []
-        for count, (size, _) in enumerate(sizes, old + 1):
-            total += size
-            if total > self.task_bytes:
-                while count - drop > 1 and total > self.task_bytes // 2:
-                    total -= frame(drop)[0]
-                    drop += 1
-            kept.append(frame(drop)[1] if drop < count else found.first)
-        return kept
 
     async def _flush(self) -> None:
         """Append what is pending, a batch at a time, until none is. Each batch waits
@@ -610,7 +545,7 @@ class FileEventLog:
                 name = task_id.encode()
                 head = CRC.size + FRAME_HEAD.size + len(name)
                 sizes = [(head + len(payload), first) for first, _, payload in frames]
-                kept = self._kept_from(found, sizes)
+                kept = _kept_from(self.task_bytes, found, sizes)
                 for (first, count, payload), kept_from in zip(frames, kept, strict=True):
                     parts += _frame_parts(name, first, kept_from, count, payload)
                     size = head + len(payload)
@@ -740,7 +675,7 @@ class FileEventLog:
         records: list[tuple[int, bytes]] = []
         if frames:
             loop = asyncio.get_running_loop()
-            records = await loop.run_in_executor(self._thread(), self._read_frames, frames)
+            records = await loop.run_in_executor(self._thread(), _read_frames, self.folder, frames)
         first_unwritten = found.last - len(unwritten) + 1
         records += zip(range(first_unwritten, found.last + 1), unwritten, strict=True)
         events: list[pb.StreamResponse] = []
@@ -750,29 +685,6 @@ class FileEventLog:
                 events.append(pb.StreamResponse.FromString(body))
                 expected += 1
         return events
-
-    def _read_frames(self, frames: list[Frame]) -> list[tuple[int, bytes]]:
-        """(on the thread) The events of ``frames``; those of a segment removed
-        meanwhile (trimmed, the task removed) are left out."""
-        records: list[tuple[int, bytes]] = []
-        fds: dict[int, int] = {}
-        try:
-            for number, offset, size, _, _ in frames:
-                fd = fds.get(number)
-                if fd is None:
-                    try:
-                        fd = fds[number] = os.open(self.segment_path(number), _READ)
-                    except FileNotFoundError:
-                        continue
-                data = os.pread(fd, size, offset)
-                frame = parse_frame(data, 0)
-                if frame is not None:
-                    _, first, _, count, events_at, _ = frame
-                    records += frame_events(data, first, count, events_at)
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-        return records
 
     # --- removal and closing ------------------------------------------------------
 
@@ -811,6 +723,106 @@ class FileEventLog:
         if self._writer is not None:
             self._writer.shutdown(wait=True)
             self._writer = None
+
+
+def _segment_path(folder: str, number: int) -> str:
+    return f"{folder}/{number:012d}{SEGMENT_SUFFIX}"
+
+
+def _scan(
+    folder: str, max_tasks: int, max_bytes: int, alive: Callable[[str], bool] | None
+) -> _Scanned:
+    """(on the thread) Index the frames of the segments, oldest first, as they were
+    kept (the same byte bound per task, the same bound of the index: the tasks
+    written last are kept), cut a torn frame off, drop the tasks no longer stored,
+    and remove the segments left with no frame indexed."""
+    index = _Index(max_tasks, max_bytes)
+    scanned = _Scanned(index)
+    numbers = segment_numbers(folder)
+    tasks = index.tasks
+    for number in numbers:
+        index.live[number] = 0
+        path = _segment_path(folder, number)
+        data = _read_file(path)
+        at = 0
+        while (frame := parse_frame(data, at)) is not None:
+            task_id, first, kept_from, count, _, end = frame
+            found = tasks.get(task_id)
+            if found is None:
+                found = tasks[task_id] = _TaskLog(first, first - 1)
+            if count and first > found.last:
+                # As the log was once this frame was added: from ``kept_from`` on
+                # (frames trimmed before may still be in a segment of others').
+                found.last = first + count - 1
+                found.frames.append((number, at, end - at, first, found.last))
+                found.bytes += end - at
+                index.live[number] += 1
+                _keep_from(found, kept_from, index.live, None)
+                index.resize(task_id, found)
+                index.over()
+            at = end
+        scanned.sizes[number] = at
+        if at < len(data):  # torn by a crash in a write (or damaged): cut off
+            log.warning("event log %s: %d bytes cut off at %d", path, len(data) - at, at)
+            with contextlib.suppress(OSError):
+                os.truncate(path, at)
+    if alive is not None:
+        for task_id in [t for t in tasks if not alive(t)]:
+            index.drop(task_id)
+    for number in [n for n, count in index.live.items() if count == 0]:
+        del index.live[number]
+        del scanned.sizes[number]
+        with contextlib.suppress(OSError):
+            os.unlink(_segment_path(folder, number))
+    scanned.next_segment = numbers[-1] + 1 if numbers else 1
+    return scanned
+
+
+def _kept_from(task_bytes: int, found: _TaskLog, sizes: list[tuple[int, int]]) -> list[int]:
+    """Where the task's log starts once each of the frames of ``sizes`` (size,
+    first event) is added in turn: past ``task_bytes`` it keeps its newest frames
+    within half of it (one at least)."""
+    old = len(found.frames)
+    frames = found.frames
+
+    def frame(index: int) -> tuple[int, int]:
+        if index < old:
+            return frames[index][2], frames[index][3]
+        return sizes[index - old]
+
+    total, drop, kept = found.bytes, 0, []
+    for count, (size, _) in enumerate(sizes, old + 1):
+        total += size
+        if total > task_bytes:
+            while count - drop > 1 and total > task_bytes // 2:
+                total -= frame(drop)[0]
+                drop += 1
+        kept.append(frame(drop)[1] if drop < count else found.first)
+    return kept
+
+
+def _read_frames(folder: str, frames: list[Frame]) -> list[tuple[int, bytes]]:
+    """(on the thread) The events of ``frames``; those of a segment removed
+    meanwhile (trimmed, the task removed) are left out."""
+    records: list[tuple[int, bytes]] = []
+    fds: dict[int, int] = {}
+    try:
+        for number, offset, size, _, _ in frames:
+            fd = fds.get(number)
+            if fd is None:
+                try:
+                    fd = fds[number] = os.open(_segment_path(folder, number), _READ)
+                except FileNotFoundError:
+                    continue
+            data = os.pread(fd, size, offset)
+            frame = parse_frame(data, 0)
+            if frame is not None:
+                _, first, _, count, events_at, _ = frame
+                records += frame_events(data, first, count, events_at)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return records
 
 
 def _frames(events: list[bytes], first: int, limit: int) -> list[tuple[int, list[bytes]]]:
