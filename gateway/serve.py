@@ -303,6 +303,8 @@ def build_store(settings: ServeSettings, config: ServerConfig) -> TaskStore:
         cache_bytes=settings.task_cache_mib * mib,
         reconcile_interval_s=settings.index_reconcile_interval,
         event_log_bytes=settings.event_log_kib * 1024,
+        event_log_tasks=settings.event_log_tasks,
+        event_log_total_bytes=settings.event_log_mib * mib,
     )
 
 

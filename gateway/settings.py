@@ -32,7 +32,12 @@ from a2a_gateway.server.config import (
     ServerConfig,
 )
 from a2a_gateway.server.engine.state import DEFAULT_LIST_MAX_BYTES
-from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
+from a2a_gateway.server.event_log import (
+    DEFAULT_INDEX_TASKS,
+    DEFAULT_LOG_TOTAL_BYTES,
+    DEFAULT_MEMORY_LOG_BYTES,
+    DEFAULT_TASK_LOG_BYTES,
+)
 from a2a_gateway.server.limits import TaskCaps
 from a2a_gateway.server.task_store import (
     DEFAULT_MEMORY_BYTES,
@@ -455,6 +460,22 @@ SETTINGS: tuple[Setting, ...] = (
         1,
     ),
     Setting(
+        "event_log_tasks",
+        int,
+        DEFAULT_INDEX_TASKS,
+        "--store workspace: finished streams whose events are kept for resuming, per"
+        " workspace (the most recent; older resume points get the task's snapshot)",
+        1,
+    ),
+    Setting(
+        "event_log_mib",
+        int,
+        DEFAULT_LOG_TOTAL_BYTES // MIB,
+        "--store workspace: stream events kept for all tasks of a workspace (MiB of"
+        " segment files, the oldest dropped first)",
+        16,
+    ),
+    Setting(
         "memory_event_log_mib",
         int,
         DEFAULT_MEMORY_LOG_BYTES // MIB,
@@ -845,6 +866,8 @@ class ServeSettings(ModelSettings):
     index_reconcile_interval: float
     list_max_mib: float
     event_log_kib: int
+    event_log_tasks: int
+    event_log_mib: int
     memory_event_log_mib: int
     memory_store_tasks: int
     memory_store_mib: int

@@ -135,6 +135,8 @@ class TelegramSettings(ModelSettings):
     index_reconcile_interval: float
     list_max_mib: float
     event_log_kib: int
+    event_log_tasks: int
+    event_log_mib: int
     memory_event_log_mib: int
     memory_store_tasks: int
     memory_store_mib: int

@@ -62,8 +62,14 @@ class WorkspaceLayout:
 
     @property
     def tasks(self) -> Path:
-        """``tasks/``: one file per task, and its event log (server/file_store.py)."""
+        """``tasks/``: one file per task (server/file_store/)."""
         return self.state / "tasks"
+
+    @property
+    def events(self) -> Path:
+        """``events/``: the event log of the streamed tasks, in segment files
+        (server/event_log.py)."""
+        return self.state / "events"
 
     @property
     def task_index(self) -> Path:

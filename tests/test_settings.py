@@ -32,7 +32,12 @@ from a2a_gateway.server.config import (
     ServerConfig,
 )
 from a2a_gateway.server.engine.state import DEFAULT_LIST_MAX_BYTES
-from a2a_gateway.server.event_log import DEFAULT_MEMORY_LOG_BYTES, DEFAULT_TASK_LOG_BYTES
+from a2a_gateway.server.event_log import (
+    DEFAULT_INDEX_TASKS,
+    DEFAULT_LOG_TOTAL_BYTES,
+    DEFAULT_MEMORY_LOG_BYTES,
+    DEFAULT_TASK_LOG_BYTES,
+)
 from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.limits import TaskCaps
 from a2a_gateway.server.task_store import (
@@ -366,6 +371,8 @@ def test_table_defaults_are_the_librarys() -> None:
         "retry_keys": DEFAULT_RETRY_KEYS,
         "retry_keys_mib": DEFAULT_RETRY_BYTES // MIB,
         "event_log_kib": DEFAULT_TASK_LOG_BYTES // 1024,
+        "event_log_tasks": DEFAULT_INDEX_TASKS,
+        "event_log_mib": DEFAULT_LOG_TOTAL_BYTES // MIB,
         "memory_event_log_mib": DEFAULT_MEMORY_LOG_BYTES // MIB,
         "list_max_mib": DEFAULT_LIST_MAX_BYTES / MIB,
         "database_pool_size": pg_store.DEFAULT_POOL_SIZE,

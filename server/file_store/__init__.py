@@ -82,7 +82,7 @@ writer and the store's life): ``reads`` (load, read-ahead, listing), ``writes``
 
 from __future__ import annotations
 
-from .folder import CACHE_BYTES, CACHE_ENTRIES, TASKS_FOLDER
+from .folder import CACHE_BYTES, CACHE_ENTRIES, EVENTS_FOLDER, TASKS_FOLDER
 from .reads import READ_AHEAD_FRESH_S, READ_THREADS
 from .store import WorkspaceTaskStore
 from .task_file import (
@@ -100,6 +100,7 @@ from .workspaces import WorkspaceTaskStores
 __all__ = [
     "CACHE_BYTES",
     "CACHE_ENTRIES",
+    "EVENTS_FOLDER",
     "FORMAT_VERSION",
     "READ_AHEAD_FRESH_S",
     "READ_THREADS",

@@ -18,7 +18,12 @@ from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.protocol.context import Caller
 
 from ..byte_lru import ByteLRU
-from ..event_log import DEFAULT_TASK_LOG_BYTES, FileEventLog
+from ..event_log import (
+    DEFAULT_INDEX_TASKS,
+    DEFAULT_LOG_TOTAL_BYTES,
+    DEFAULT_TASK_LOG_BYTES,
+    FileEventLog,
+)
 from ..secret_box import SecretBox
 from ..task_index import Parsed, TaskIndex
 from ..task_store import MessageKey, TaskStore, TaskSummary
@@ -26,6 +31,8 @@ from ..task_store import MessageKey, TaskStore, TaskSummary
 log = logging.getLogger(__name__)
 
 TASKS_FOLDER = RELATIVE.tasks
+#: The event log's segments (``event_log.FileEventLog``).
+EVENTS_FOLDER = RELATIVE.events
 CACHE_ENTRIES = 4096
 CACHE_BYTES = 64 * 1024 * 1024
 
@@ -119,6 +126,8 @@ class TaskFiles(TaskStore):
         cache_bytes: int = CACHE_BYTES,
         reconcile_interval_s: float = 600.0,
         event_log_bytes: int = DEFAULT_TASK_LOG_BYTES,
+        event_log_tasks: int = DEFAULT_INDEX_TASKS,
+        event_log_total_bytes: int = DEFAULT_LOG_TOTAL_BYTES,
     ) -> None:
         self.workspace = Path(workspace)
         self.folder = self.workspace / TASKS_FOLDER
@@ -149,7 +158,13 @@ class TaskFiles(TaskStore):
         self._writes_asked = 0  # fsync: saves handed to the writer so far
         self._closed = False  # fsync: the writer is gone, a save fails
         self.event_log: FileEventLog = FileEventLog(
-            self._dir, task_bytes=event_log_bytes, fsync=fsync
+            str(self.workspace / EVENTS_FOLDER),
+            task_bytes=event_log_bytes,
+            fsync=fsync,
+            alive=lambda task_id: os.path.exists(f"{self._dir}/{task_id}.json"),
+            total_bytes=event_log_total_bytes,
+            index_tasks=event_log_tasks,
+            legacy_folder=self._dir,
         )
 
     @abc.abstractmethod

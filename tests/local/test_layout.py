@@ -17,7 +17,7 @@ from a2a_gateway.client.pending import PENDING_FILE
 from a2a_gateway.local.layout import RELATIVE, STATE_FOLDER, WorkspaceLayout
 from a2a_gateway.proxy_owners import RECORDS_FOLDER
 from a2a_gateway.server.auth import CALLERS_FILE
-from a2a_gateway.server.file_store import TASKS_FOLDER
+from a2a_gateway.server.file_store import EVENTS_FOLDER, TASKS_FOLDER
 from a2a_gateway.server.pact import PACT_FILE
 from a2a_gateway.server.pact.keys import SIGNING_KEY_FILE
 from a2a_gateway.server.publication import CARD_FILE
@@ -34,6 +34,7 @@ FILES = {
     "pact_signing_key": "pact-signing-key.json",
     "secret_key": "secret.key",
     "tasks": "tasks",
+    "events": "events",
     "task_index": "index.sqlite3",
     "proxy_tasks": "proxy-tasks",
     "agents": "agents.json",
@@ -77,6 +78,7 @@ def test_the_modules_take_their_paths_from_the_layout() -> None:
         RELATIVE.pact_signing_key,
         RELATIVE.secret_key,
         RELATIVE.tasks,
+        RELATIVE.events,
         RELATIVE.proxy_tasks,
         RELATIVE.agents,
         RELATIVE.pending,
@@ -90,6 +92,7 @@ def test_the_modules_take_their_paths_from_the_layout() -> None:
         SIGNING_KEY_FILE,
         KEY_FILE,
         TASKS_FOLDER,
+        EVENTS_FOLDER,
         RECORDS_FOLDER,
         AGENTS_FILE,
         PENDING_FILE,

@@ -13,7 +13,12 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.local.layout import WorkspaceLayout
 from a2a_gateway.protocol.resume import RESUME_EXPIRED
 from a2a_gateway.server.engine import TaskEngine
-from a2a_gateway.server.event_log import LOG_SUFFIX, RECORD_HEAD, parse_records
+from a2a_gateway.server.event_log import (
+    SEGMENT_SUFFIX,
+    encode_frame,
+    read_segments,
+    segment_numbers,
+)
 from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.task_store import TaskStore
@@ -22,6 +27,11 @@ from tests.support.postgres import Clock, fresh_database
 
 from .engine_helpers import WAIT_S, collect, ctx, request, state_name
 from .test_engine_replicas import two_engines
+
+
+def append_to(path: Path, data: bytes) -> None:
+    with path.open("ab") as file:
+        file.write(data)
 
 
 def chunk_of(event: pb.StreamResponse) -> str:
@@ -157,11 +167,12 @@ async def test_the_file_log_numbers_on_after_a_restart_and_cuts_a_torn_record(
     events = await collect(engine.send_streaming_message(request("ask:name?"), context))
     task_id, asked = events[0].task.id, context.event_id
     await engine.aclose()
-    log_file = WorkspaceLayout(workspace).tasks / f"{task_id}{LOG_SUFFIX}"
-    records, _ = parse_records(log_file.read_bytes())
-    assert [seq for seq, _ in records] == list(range(1, len(records) + 1))
-    with log_file.open("ab") as torn:  # a crash in the middle of an append
-        torn.write(RECORD_HEAD.pack(len(records) + 1, 500) + b"half")
+    events_folder = str(WorkspaceLayout(workspace).events)
+    records = [seq for task, seq, _ in read_segments(events_folder) if task == task_id]
+    assert records == list(range(1, len(records) + 1))
+    segment = Path(events_folder, f"{segment_numbers(events_folder)[-1]:012d}{SEGMENT_SUFFIX}")
+    frame = encode_frame(task_id, len(records) + 1, [b"x" * 500])
+    append_to(segment, frame[:100])  # a crash in the middle of an append
     engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(workspace))
     try:
         answer = ctx()
@@ -185,5 +196,29 @@ async def test_a_task_nobody_streamed_has_no_log(store: TaskStore) -> None:
         assert response.task.status.state == pb.TASK_STATE_COMPLETED
         events, _ = await resumed(engine, task_id, f"{task_id}:2")
         assert len(events) == 1 and events[0].task.metadata[RESUME_EXPIRED]
+    finally:
+        await engine.aclose()
+
+
+async def test_a_task_pushed_out_of_the_file_logs_index_resumes_expired(tmp_path: Path) -> None:
+    """The file log's index keeps the tasks streamed most recently (``event_log_tasks``
+    of them once closed): an older task's resume point is answered with its snapshot,
+    flagged, as an expired point is; a recent one's resumes."""
+    store = WorkspaceTaskStore(tmp_path / "ws", event_log_tasks=1)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        older = (await collect(engine.send_streaming_message(request("chunks:4"), ctx())))[0]
+        newer = (await collect(engine.send_streaming_message(request("chunks:4"), ctx())))[0]
+        async with asyncio.timeout(WAIT_S):
+            while True:  # the newer is closed (the older pushed out) once its run ends
+                if store.event_log.indexed == 1:
+                    break
+                await asyncio.sleep(0.01)
+        events, _ = await resumed(engine, older.task.id, f"{older.task.id}:2")
+        assert len(events) == 1 and events[0].task.metadata[RESUME_EXPIRED]
+        events, ids = await resumed(engine, newer.task.id, f"{newer.task.id}:2")
+        assert not any(e.HasField("task") for e in events)
+        assert [chunk_of(e) for e in events if chunk_of(e)] == ["chunk-1", "chunk-2", "chunk-3"]
+        assert ids[0] == f"{newer.task.id}:3"
     finally:
         await engine.aclose()
