@@ -44,6 +44,7 @@ import contextlib
 import logging
 import os
 import struct
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
@@ -93,11 +94,21 @@ WRITE_DELAY_S = 0.05
 Bounds = tuple[int, int]
 
 
+def renewed_first() -> int:
+    """The first number of a new log of a task that may have had one before (dropped
+    from the memory log, pushed out of the file log's index, an earlier version's
+    file): the microseconds since the epoch, above any number its earlier log gave
+    (a log numbers fewer than a million events a second), so a resume point a client
+    kept from it is older than the new log and answered as expired, never with the
+    new log's events under its old numbers."""
+    return max(time.time_ns() // 1000, 1)
+
+
 class _MemoryLog:
     __slots__ = ("bytes", "events", "first")
 
-    def __init__(self) -> None:
-        self.first = 1
+    def __init__(self, first: int = 1) -> None:
+        self.first = first
         self.events: list[bytes] = []  # serialized: what they hold is what they cost
         self.bytes = 0
 
@@ -124,9 +135,13 @@ class MemoryEventLog:
         return found.first + len(found.events) - 1
 
     async def open(self, task_id: str, create: bool) -> int | None:
-        if task_id in self._logs or create:
-            return self.start(task_id)
-        return None
+        found = self._logs.get(task_id)
+        if found is None:
+            if not create:
+                return None
+            # (a stored task: its log may have been dropped, numbers given out)
+            found = self._logs[task_id] = _MemoryLog(renewed_first())
+        return found.first + len(found.events) - 1
 
     def close(self, task_id: str) -> None:
         """Nothing to release: the events stay (bounded) for a stream to resume."""
@@ -433,7 +448,9 @@ class FileEventLog:
         if found is None:
             if not create:
                 return None
-            found = self._tasks[task_id] = _TaskLog()
+            # (a stored task: its log may have been pushed out, numbers given out)
+            first = renewed_first()
+            found = self._tasks[task_id] = _TaskLog(first, first - 1)
         if not found.open:
             self._index.reopen(task_id, found)
         return found.last

@@ -4,13 +4,17 @@ range (events not written yet included), the byte bounds, and what stays in memo
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+import pytest
 
 from a2a_gateway.server.event_log import (
     CRC,
     EVENT_HEAD,
     FRAME_HEAD,
     SEGMENT_SUFFIX,
+    EventLog,
     FileEventLog,
     MemoryEventLog,
     encode_frame,
@@ -77,7 +81,7 @@ async def test_file_log_appends_to_one_segment_and_reads_what_is_not_written_yet
     folder = log_folder(tmp_path)
     log = FileEventLog(folder, task_bytes=1 << 20)
     assert await log.open("t", create=False) is None
-    assert await log.open("t", create=True) == 0
+    assert log.start("t") == 0  # a task of this process: numbered from 1
     log.start("u")
     for n in range(1, 6):
         assert log.append("t", chunk(n)) == n
@@ -105,7 +109,7 @@ async def test_file_log_past_its_bound_keeps_its_newest_half_and_drops_dead_segm
     folder = log_folder(tmp_path)
     record = EVENT_HEAD.size + chunk(1).ByteSize()
     log = FileEventLog(folder, task_bytes=1_000, segment_bytes=600)
-    await log.open("t", create=True)
+    log.start("t")
     for n in range(1, 101):
         log.append("t", chunk(n))
         if n % 10 == 0:
@@ -274,3 +278,20 @@ async def test_the_segments_stay_within_their_total_the_oldest_dropped_first(
     reopened = FileEventLog(folder, segment_bytes=3 * frame, total_bytes=6 * frame)
     assert await reopened.bounds("t") == (first, 30)
     await reopened.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+async def test_a_log_opened_anew_for_a_stored_task_numbers_above_any_earlier_log(
+    tmp_path: Path, kind: str
+) -> None:
+    """A stored task's log opened anew (its earlier one dropped or pushed out, or never
+    kept) starts above every number an earlier log could have given, so an old resume
+    point is older than it; a task of this process starts at 1."""
+    log: EventLog = MemoryEventLog() if kind == "memory" else FileEventLog(log_folder(tmp_path))
+    before = time.time_ns() // 1000
+    last = await log.open("stored", create=True)
+    assert last is not None and last >= before - 1
+    assert log.append("stored", chunk(1)) == last + 1
+    assert await log.bounds("stored") == (last + 1, last + 1)
+    assert log.start("new") == 0
+    await log.aclose()

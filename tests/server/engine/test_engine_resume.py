@@ -222,3 +222,28 @@ async def test_a_task_pushed_out_of_the_file_logs_index_resumes_expired(tmp_path
         assert ids[0] == f"{newer.task.id}:3"
     finally:
         await engine.aclose()
+
+
+async def test_a_task_streamed_again_after_its_log_was_pushed_out_numbers_above_its_old_ids(
+    tmp_path: Path,
+) -> None:
+    """A task whose log left the index and is streamed again starts a new log: its
+    numbers are above every id the old one gave, so a client's old resume point gets
+    the snapshot, flagged, not the new run's events under their old numbers."""
+    store = WorkspaceTaskStore(tmp_path / "ws", event_log_tasks=1)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        asked = await collect(engine.send_streaming_message(request("ask:Which city?"), ctx()))
+        older = asked[0].task
+        await collect(engine.send_streaming_message(request("chunks:4"), ctx()))
+        async with asyncio.timeout(WAIT_S):
+            while True:  # the older one is pushed out
+                if store.event_log.indexed == 1:
+                    break
+                await asyncio.sleep(0.01)
+        again = request("chunks:6", task_id=older.id, context_id=older.context_id)
+        await collect(engine.send_streaming_message(again, ctx()))
+        events, _ = await resumed(engine, older.id, f"{older.id}:2")
+        assert len(events) == 1 and events[0].task.metadata[RESUME_EXPIRED]
+    finally:
+        await engine.aclose()
