@@ -1,0 +1,111 @@
+"""Group commit: the calls of one kind waiting at once become one statement.
+
+A call waits for a statement of its kind to take it, and gets its row of the answer once
+that statement committed (so what a call stores is committed before its caller goes
+on, as with a statement of its own). At most ``in_flight`` statements of a kind run at a
+time; the calls made meanwhile wait for one of them to end, then go together (up to
+``most`` in one). No timer: a lone call goes at once, and under load a statement
+carries many (docs/performance.md, "PostgreSQL blocking sends: group commit").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+import asyncpg
+
+from ..store_outage import StoreOutageError
+
+T = TypeVar("T")
+
+#: One statement for a batch: its rows, one per call, in the batch's order.
+Run = Callable[[list[T]], Awaitable[Sequence[asyncpg.Record]]]
+
+
+class GroupCommit(Generic[T]):
+    """Calls of one kind (see the module docstring). ``key`` says which calls may not
+    share a statement (say, two saves of one task: ``ON CONFLICT DO UPDATE`` cannot
+    change a row twice in one statement); the later one waits for the next."""
+
+    def __init__(
+        self, name: str, run: Run[T], key: Callable[[T], Hashable], in_flight: int, most: int
+    ) -> None:
+        self.name = name
+        self._run = run
+        self._key = key
+        self.in_flight = in_flight
+        self.most = most
+        self._queue: list[tuple[T, asyncio.Future[asyncpg.Record]]] = []
+        self._flushers: set[asyncio.Task[None]] = set()
+        #: Statements run and calls they carried (how much the grouping saved).
+        self.statements = 0
+        self.calls = 0
+
+    async def call(self, item: T) -> asyncpg.Record:
+        """``item``'s row of the statement that carried it (committed), or its error."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[asyncpg.Record] = loop.create_future()
+        self._queue.append((item, waiter))
+        if len(self._flushers) < self.in_flight:
+            flusher = loop.create_task(self._flush(), name=f"a2a-pg-{self.name}")
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
+        return await waiter
+
+    async def _flush(self) -> None:
+        """Statements until no call waits (every waiter gets an answer or an error)."""
+        while self._queue:
+            batch: list[tuple[T, asyncio.Future[asyncpg.Record]]] = []
+            later: list[tuple[T, asyncio.Future[asyncpg.Record]]] = []
+            taken: set[Hashable] = set()
+            for item, waiter in self._queue:
+                if waiter.done():  # its caller is gone
+                    continue
+                key = self._key(item)
+                if len(batch) < self.most and key not in taken:
+                    batch.append((item, waiter))
+                    taken.add(key)
+                else:
+                    later.append((item, waiter))
+            self._queue = later
+            try:
+                await self._store(batch)
+            except BaseException:  # cancelled (aclose): none of the batch is left waiting
+                for _, waiter in batch:
+                    waiter.cancel()
+                raise
+
+    async def _store(self, batch: list[tuple[T, asyncio.Future[asyncpg.Record]]]) -> None:
+        self.statements += 1
+        self.calls += len(batch)
+        try:
+            rows = await self._run([item for item, _ in batch])
+        except Exception as exc:
+            if len(batch) > 1 and not isinstance(exc, StoreOutageError):
+                # Refused, not an outage: each call alone, so only the one refused fails.
+                for one in batch:
+                    await self._store([one])
+                return
+            for _, waiter in batch:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            return
+        for (_, waiter), row in zip(batch, rows, strict=True):
+            if not waiter.done():
+                waiter.set_result(row)
+
+    async def aclose(self, within_s: float) -> None:
+        """Let the statements on their way end (within ``within_s``), then end their
+        tasks (the calls still waiting then get CancelledError)."""
+        if self._flushers:
+            await asyncio.wait(set(self._flushers), timeout=within_s)
+        for flusher in list(self._flushers):
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await flusher
+        for _, waiter in self._queue:
+            waiter.cancel()
+        self._queue.clear()
