@@ -249,6 +249,22 @@ def _task_of(save: Save) -> str:
     return save.task_id
 
 
+class Lookup(NamedTuple):
+    """A new message's retry lookup and the claim of its context (the columns of ``s``
+    of ``lookup_or_claim``)."""
+
+    workspace: str
+    caller: str
+    context_id: str
+    task_id: str
+    message_id: str
+    fingerprint: str
+
+
+def _context_of(lookup: Lookup) -> tuple[str, str, str]:
+    return lookup.workspace, lookup.caller, lookup.context_id
+
+
 class RoleHooks(abc.ABC):
     """What the roles' modules provide that the connection calls (see
     PostgresTaskStore): the lease renewer, the events' pruning and the LISTEN
@@ -265,6 +281,10 @@ class RoleHooks(abc.ABC):
     @abc.abstractmethod
     async def _store_saves(self, saves: list[Save]) -> Sequence[asyncpg.Record]:
         """(tasks) One statement for saves of different tasks: a row each, in order."""
+
+    @abc.abstractmethod
+    async def _lookups_or_claims(self, lookups: list[Lookup]) -> Sequence[asyncpg.Record]:
+        """(retry keys) One statement for new messages' lookups: a row each, in order."""
 
     @abc.abstractmethod
     def _unhold(self, task_id: str) -> None:
@@ -346,6 +366,10 @@ class PgConnection(TaskStore, RoleHooks):
         # Saves of different tasks waiting at once go in one statement.
         self._saves: GroupCommit[Save] = GroupCommit(
             "saves", self._store_saves, _task_of, in_flight=SAVES_IN_FLIGHT, most=SAVE_BATCH
+        )
+        # And so do new messages' retry lookups with their claims (one context once).
+        self._lookups: GroupCommit[Lookup] = GroupCommit(
+            "lookups", self._lookups_or_claims, _context_of, SAVES_IN_FLIGHT, SAVE_BATCH
         )
         # The keys this process wrote or read: find_message (synchronous) answers from
         # here; lookup_message asks the database on a miss.
@@ -463,6 +487,7 @@ class PgConnection(TaskStore, RoleHooks):
             await asyncio.wait(saving, timeout=self.acquire_timeout_s + self.command_timeout_s)
         bound = self.acquire_timeout_s + self.command_timeout_s
         await self._saves.aclose(bound)  # (idle once the saves landed)
+        await self._lookups.aclose(bound)
         follows, self._follows = list(self._follows.values()), {}
         self._delivered.clear()
         self._last.clear()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncpg
+
 from a2a_gateway.protocol.context import Caller
 
 from .connection import (
     RETRY_KEY_OVERHEAD,
+    Lookup,
     PgConnection,
 )
 
@@ -15,21 +18,30 @@ _FIND_MESSAGE = (
 )
 
 
-# A new message's retry lookup and, when no task has its key, the claim of its context
-# for the new task $4 (no row has that id yet: nothing to check of it), in one statement.
+# New messages' retry lookups and, for each whose key names no task, the claim of its
+# context for the new task (no row has that id yet: nothing to check of it), in one
+# statement for the lookups waiting at once (group commit, ``self._lookups``; never
+# one context twice in a statement).
 _LOOKUP_OR_CLAIM = """
-WITH retried AS (
-  SELECT task_id FROM a2a_retry_keys
-  WHERE workspace = $1 AND caller = $2 AND message_id = $8 AND fingerprint = $9),
+WITH s AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+    $6::text[]) WITH ORDINALITY
+  AS s(workspace, caller, context_id, task_id, message_id, fingerprint, n)),
+retried AS (
+  SELECT s.n, k.task_id FROM s JOIN a2a_retry_keys k ON k.workspace = s.workspace
+    AND k.caller = s.caller AND k.message_id = s.message_id
+    AND k.fingerprint = s.fingerprint),
 claimed AS (
   INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
-  SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint
-  WHERE NOT EXISTS (SELECT 1 FROM retried)
+  SELECT s.workspace, s.caller, s.context_id, s.task_id, $7::text, $8::bigint FROM s
+  WHERE NOT EXISTS (SELECT 1 FROM retried r WHERE r.n = s.n)
   ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
     runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
-    WHERE c.lease_until < $7 OR (c.task_id = excluded.task_id AND c.runner = excluded.runner)
-  RETURNING 1)
-SELECT (SELECT task_id FROM retried LIMIT 1) AS retried, EXISTS (SELECT 1 FROM claimed) AS claimed
+    WHERE c.lease_until < $9 OR (c.task_id = excluded.task_id AND c.runner = excluded.runner)
+  RETURNING task_id)
+SELECT r.task_id AS retried, cl.task_id IS NOT NULL AS claimed
+FROM s LEFT JOIN retried r ON r.n = s.n LEFT JOIN claimed cl ON cl.task_id = s.task_id
+ORDER BY s.n
 """
 
 
@@ -63,11 +75,9 @@ class PgRetryKeys(PgConnection):
         if known is not None:
             return known, False
         await self._ready()  # the database's time is known
-        rows = await self._fetch(
-            _LOOKUP_OR_CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,
-            self._lease_until(), self._db_now(), message_id, fingerprint,
-        )  # fmt: skip
-        found, claimed = rows[0]
+        found, claimed = await self._lookups.call(
+            Lookup(owner.workspace, owner.name, context_id, task_id, message_id, fingerprint)
+        )
         if found is not None:
             self._keep(owner, message_id, fingerprint, str(found))
             return str(found), False
@@ -76,6 +86,16 @@ class PgRetryKeys(PgConnection):
             self._seq[task_id] = 0  # a new task: its run's events are numbered from 1
             self._held.setdefault(task_id, [])  # and no other process can know it yet
         return None, bool(claimed)
+
+    async def _lookups_or_claims(self, lookups: list[Lookup]) -> list[asyncpg.Record]:
+        """One statement for the lookups waiting at once: a row each, in order."""
+        return await self._fetch(
+            _LOOKUP_OR_CLAIM,
+            *zip(*lookups, strict=True),
+            self.replica,
+            self._lease_until(),
+            self._db_now(),
+        )
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

@@ -169,6 +169,44 @@ async def test_saves_waiting_at_once_are_one_statement_each_answered_its_own_row
         await admin.close()
 
 
+async def test_lookups_waiting_at_once_are_one_statement_and_one_context_is_claimed_once(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """New messages' retry lookups with their claims, made at once, go in one statement;
+    a second message for a context already in it waits for the next statement, where
+    its claim is refused (one run per context); a key stored elsewhere answers its
+    task and claims nothing."""
+    url = await fresh_database(postgres)
+    database = url.rsplit("/", 1)[1]
+    admin = await asyncpg.connect(postgres.url)
+    other = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=600)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), lease_s=600)
+    try:
+        other.remember_message(ALICE, "m-old", "fp", "t-old")
+        await other.save(_completed("t-old", "ctx-old"))
+        await admin.execute(f"ALTER DATABASE {database} SET log_statement = 'all'")
+        await store.start()
+        log, offset = _log_end(postgres)
+        asked = [("m-old", "ctx-a", "t-a"), *((f"m-{n}", f"ctx-{n}", f"t-{n}") for n in range(5))]
+        asked.append(("m-again", "ctx-2", "t-again"))  # ctx-2 twice
+        answers = await asyncio.gather(
+            *(store.lookup_or_claim(ALICE, m, "fp", c, t) for m, c, t in asked)
+        )
+        lookups = [sql for _, sql in _logged(log, offset, await _backends(admin, database))]
+        assert len(lookups) == 2 and all("a2a_retry_keys" in sql for sql in lookups), lookups
+        assert answers == [("t-old", False), *((None, True) for _ in range(5)), (None, False)]
+        db = await asyncpg.connect(url)
+        try:
+            claims = await db.fetch("SELECT context_id, task_id FROM a2a_contexts ORDER BY 1")
+            assert [tuple(r) for r in claims] == [(f"ctx-{n}", f"t-{n}") for n in range(5)]
+        finally:
+            await db.close()
+    finally:
+        await store.aclose()
+        await other.aclose()
+        await admin.close()
+
+
 async def test_a_grouped_statement_refused_is_tried_call_by_call(postgres: LocalPostgres) -> None:
     """A statement of a group refused for one call's sake (not an outage) is tried again
     for each call alone: only that call fails; the others get their rows."""
