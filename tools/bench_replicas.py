@@ -410,15 +410,11 @@ async def main(args: argparse.Namespace) -> None:
         from bench_compare import package_tree, resolve
 
         base_env = {"PYTHONPATH": str(package_tree(resolve(args.base)))}
-    with LocalPostgres(parent=root) as pg:
+    with LocalPostgres(parent=root, durable=args.durable) as pg:
         assert pg.pid is not None
         if args.durable:
             conn = await asyncpg.connect(pg.url)
             try:
-                for setting in ("fsync", "synchronous_commit", "full_page_writes"):
-                    await conn.execute(f"ALTER SYSTEM SET {setting} = on")
-                await conn.execute("SELECT pg_reload_conf()")
-                await asyncio.sleep(0.5)  # (the postmaster passes the reload on)
                 shown = [await conn.fetchval(f"SHOW {s}") for s in ("fsync", "synchronous_commit")]
                 print(f"durable: fsync {shown[0]}, synchronous_commit {shown[1]}", flush=True)
             finally:
