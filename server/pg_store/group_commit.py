@@ -23,18 +23,29 @@ T = TypeVar("T")
 
 #: One statement for a batch: its rows, one per call, in the batch's order.
 Run = Callable[[list[T]], Awaitable[Sequence[asyncpg.Record]]]
+#: The statement of one call alone: its row.
+RunOne = Callable[[T], Awaitable[asyncpg.Record]]
 
 
 class GroupCommit(Generic[T]):
     """Calls of one kind (see the module docstring). ``key`` says which calls may not
     share a statement (say, two saves of one task: ``ON CONFLICT DO UPDATE`` cannot
-    change a row twice in one statement); the later one waits for the next."""
+    change a row twice in one statement); the later one waits for the next. A call that
+    goes alone takes ``run_one``, its own statement (a statement over arrays costs more
+    for one row: docs/performance.md)."""
 
     def __init__(
-        self, name: str, run: Run[T], key: Callable[[T], Hashable], in_flight: int, most: int
+        self,
+        name: str,
+        run: Run[T],
+        run_one: RunOne[T],
+        key: Callable[[T], Hashable],
+        in_flight: int,
+        most: int,
     ) -> None:
         self.name = name
         self._run = run
+        self._run_one = run_one
         self._key = key
         self.in_flight = in_flight
         self.most = most
@@ -82,7 +93,10 @@ class GroupCommit(Generic[T]):
         self.statements += 1
         self.calls += len(batch)
         try:
-            rows = await self._run([item for item, _ in batch])
+            if len(batch) == 1:
+                rows: Sequence[asyncpg.Record] = [await self._run_one(batch[0][0])]
+            else:
+                rows = await self._run([item for item, _ in batch])
         except Exception as exc:
             if len(batch) > 1 and not isinstance(exc, StoreOutageError):
                 # Refused, not an outage: each call alone, so only the one refused fails.

@@ -218,7 +218,10 @@ async def test_a_grouped_statement_refused_is_tried_call_by_call(postgres: Local
             divisors,
         )
 
-    group: GroupCommit[int] = GroupCommit("divisions", divide, lambda d: d, 1, 100)
+    async def divide_one(divisor: int) -> asyncpg.Record:
+        return (await divide([divisor]))[0]
+
+    group: GroupCommit[int] = GroupCommit("divisions", divide, divide_one, lambda d: d, 1, 100)
     try:
         answers = await asyncio.gather(*(group.call(d) for d in (1, 0, 5)), return_exceptions=True)
         assert answers[0][0] == 60 and answers[2][0] == 12  # type: ignore[index]
