@@ -51,20 +51,47 @@ class GroupCommit(Generic[T]):
         self.most = most
         self._queue: list[tuple[T, asyncio.Future[asyncpg.Record]]] = []
         self._flushers: set[asyncio.Task[None]] = set()
+        self._direct = 0  # calls running their own statement in their caller's task
+        self._closing = False
         #: Statements run and calls they carried (how much the grouping saved).
         self.statements = 0
         self.calls = 0
 
     async def call(self, item: T) -> asyncpg.Record:
         """``item``'s row of the statement that carried it (committed), or its error."""
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[asyncpg.Record] = loop.create_future()
+        if not self._queue and self._direct + len(self._flushers) < self.in_flight:
+            # Nothing waits and a statement may start: this one, in the caller's task
+            # (no future, no task: what a call alone costs stays as before grouping).
+            self._direct += 1
+            self.statements += 1
+            self.calls += 1
+            try:
+                return await self._run_one(item)
+            finally:
+                self._direct -= 1
+                self._start_flusher()  # the calls that came meanwhile, if any
+        waiter: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
         self._queue.append((item, waiter))
-        if len(self._flushers) < self.in_flight:
-            flusher = loop.create_task(self._flush(), name=f"a2a-pg-{self.name}")
-            self._flushers.add(flusher)
-            flusher.add_done_callback(self._flushers.discard)
+        self._start_flusher()
         return await waiter
+
+    def _start_flusher(self) -> None:
+        """A task storing the waiting calls, when some wait and a statement may start
+        (else a statement on its way takes them when it ends)."""
+        busy = self._direct + len(self._flushers)
+        if self._queue and busy < self.in_flight and not self._closing:
+            flusher = asyncio.get_running_loop().create_task(
+                self._flush(), name=f"a2a-pg-{self.name}"
+            )
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flusher_done)
+
+    def _flusher_done(self, flusher: asyncio.Task[None]) -> None:
+        # A call may have queued between the flusher's last look and its end (it
+        # counted the flusher as running): start one for it.
+        self._flushers.discard(flusher)
+        if not flusher.cancelled():
+            self._start_flusher()
 
     async def _flush(self) -> None:
         """Statements until no call waits (every waiter gets an answer or an error)."""
@@ -113,13 +140,17 @@ class GroupCommit(Generic[T]):
 
     async def aclose(self, within_s: float) -> None:
         """Let the statements on their way end (within ``within_s``), then end their
-        tasks (the calls still waiting then get CancelledError)."""
-        if self._flushers:
-            await asyncio.wait(set(self._flushers), timeout=within_s)
-        for flusher in list(self._flushers):
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await flusher
-        for _, waiter in self._queue:
-            waiter.cancel()
-        self._queue.clear()
+        tasks (the calls still waiting then get CancelledError). Usable again after."""
+        self._closing = True
+        try:
+            if self._flushers:
+                await asyncio.wait(set(self._flushers), timeout=within_s)
+            for flusher in list(self._flushers):
+                flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await flusher
+            for _, waiter in self._queue:
+                waiter.cancel()
+            self._queue.clear()
+        finally:
+            self._closing = False

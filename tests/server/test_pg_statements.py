@@ -138,7 +138,10 @@ async def test_saves_waiting_at_once_are_one_statement_each_answered_its_own_row
         log, offset = _log_end(postgres)
         await asyncio.gather(*(store.save(r) for r in [*records, late]))
         saves = [sql for _, sql in _logged(log, offset, await _backends(admin, database))]
-        assert len(saves) == 1 and "INSERT INTO a2a_tasks" in saves[0], saves
+        # The first two go at once, each its own statement; the five that came while
+        # they ran go together in one (unnest) when the first ends.
+        assert len(saves) == 3 and all("INSERT INTO a2a_tasks" in sql for sql in saves), saves
+        assert sum("WITH s AS" in sql for sql in saves) == 1, saves  # the grouped one
         assert late.settled_elsewhere
         assert not any(r.settled_elsewhere for r in records)
         assert late.loaded_as == (pb.TASK_STATE_FAILED, 1_700_000_000_000_000_001)
@@ -193,12 +196,20 @@ async def test_lookups_waiting_at_once_are_one_statement_and_one_context_is_clai
             *(store.lookup_or_claim(ALICE, m, "fp", c, t) for m, c, t in asked)
         )
         lookups = [sql for _, sql in _logged(log, offset, await _backends(admin, database))]
-        assert len(lookups) == 2 and all("a2a_retry_keys" in sql for sql in lookups), lookups
-        assert answers == [("t-old", False), *((None, True) for _ in range(5)), (None, False)]
+        # The first two at once, each its own statement; then the four that came
+        # meanwhile in one; "m-again" (ctx-2 again) in the next, alone.
+        assert len(lookups) == 4 and all("a2a_retry_keys" in sql for sql in lookups), lookups
+        assert sum("WITH s AS" in sql for sql in lookups) == 1, lookups  # the grouped one
+        assert answers[:2] == [("t-old", False), (None, True)]
+        assert answers[2:6:2] == [(None, True)] * 2 and answers[5] == (None, True)
+        # One of the two messages for ctx-2 claims it, the other is refused.
+        assert sorted([answers[3], answers[6]]) == [(None, False), (None, True)]
         db = await asyncpg.connect(url)
         try:
-            claims = await db.fetch("SELECT context_id, task_id FROM a2a_contexts ORDER BY 1")
-            assert [tuple(r) for r in claims] == [(f"ctx-{n}", f"t-{n}") for n in range(5)]
+            rows = await db.fetch("SELECT context_id, task_id FROM a2a_contexts")
+            claims = {r[0]: r[1] for r in rows}
+            ctx2 = "t-2" if answers[3] == (None, True) else "t-again"
+            assert claims == {**{f"ctx-{n}": f"t-{n}" for n in range(5)}, "ctx-2": ctx2}
         finally:
             await db.close()
     finally:
@@ -226,7 +237,9 @@ async def test_a_grouped_statement_refused_is_tried_call_by_call(postgres: Local
         answers = await asyncio.gather(*(group.call(d) for d in (1, 0, 5)), return_exceptions=True)
         assert answers[0][0] == 60 and answers[2][0] == 12  # type: ignore[index]
         assert isinstance(answers[1], asyncpg.DivisionByZeroError)
-        assert (group.statements, group.calls) == (4, 6)  # the group, then each alone
+        # The first alone at once; the two that came meanwhile together (refused),
+        # then each alone.
+        assert (group.statements, group.calls) == (4, 5)
     finally:
         await group.aclose(5.0)
         await conn.close()
