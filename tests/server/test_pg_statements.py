@@ -138,9 +138,9 @@ async def test_saves_waiting_at_once_are_one_statement_each_answered_its_own_row
         log, offset = _log_end(postgres)
         await asyncio.gather(*(store.save(r) for r in [*records, late]))
         saves = [sql for _, sql in _logged(log, offset, await _backends(admin, database))]
-        # The first two go at once, each its own statement; the five that came while
-        # they ran go together in one (unnest) when the first ends.
-        assert len(saves) == 3 and all("INSERT INTO a2a_tasks" in sql for sql in saves), saves
+        # The first goes at once, its own statement; the six that came meanwhile go
+        # together in one.
+        assert len(saves) == 2 and all("INSERT INTO a2a_tasks" in sql for sql in saves), saves
         assert sum("WITH s AS" in sql for sql in saves) == 1, saves  # the grouped one
         assert late.settled_elsewhere
         assert not any(r.settled_elsewhere for r in records)
@@ -196,9 +196,9 @@ async def test_lookups_waiting_at_once_are_one_statement_and_one_context_is_clai
             *(store.lookup_or_claim(ALICE, m, "fp", c, t) for m, c, t in asked)
         )
         lookups = [sql for _, sql in _logged(log, offset, await _backends(admin, database))]
-        # The first two at once, each its own statement; then the four that came
-        # meanwhile in one; "m-again" (ctx-2 again) in the next, alone.
-        assert len(lookups) == 4 and all("a2a_retry_keys" in sql for sql in lookups), lookups
+        # The first at once, its own statement; then the five that came meanwhile in
+        # one; "m-again" (ctx-2 again) in the next, alone.
+        assert len(lookups) == 3 and all("a2a_retry_keys" in sql for sql in lookups), lookups
         assert sum("WITH s AS" in sql for sql in lookups) == 1, lookups  # the grouped one
         assert answers[:2] == [("t-old", False), (None, True)]
         assert answers[2:6:2] == [(None, True)] * 2 and answers[5] == (None, True)
