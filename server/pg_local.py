@@ -12,7 +12,8 @@ then SIGKILL if it does not exit in time), removing the folder.
   system user (else ``nobody``), which owns the folder.
 - Password authentication (SCRAM) on TCP with a random password (:attr:`url` carries
   it); the unix socket trusts its local user. Durability is off (``fsync=off``,
-  ``synchronous_commit=off``): the cluster is thrown away.
+  ``synchronous_commit=off``): the cluster is thrown away (``durable=True`` turns them
+  on, for benchmarks of what a commit costs on a production cluster).
 
 ``python -m a2a_gateway.server.pg_local`` (``make pg``) starts one, prints its URL and
 keeps it until Ctrl-C or SIGTERM.
@@ -83,8 +84,9 @@ class LocalPostgres:
     """One throwaway cluster (see the module docstring). Use :meth:`start` and
     :meth:`stop`, or ``with LocalPostgres() as pg:``."""
 
-    def __init__(self, parent: Path | None = None) -> None:
+    def __init__(self, parent: Path | None = None, *, durable: bool = False) -> None:
         self._parent = parent
+        self._durability = "on" if durable else "off"
         self.password = secrets.token_urlsafe(18)
         self.port = 0
         self.folder: Path | None = None
@@ -184,11 +186,11 @@ class LocalPostgres:
                 "-c",
                 "listen_addresses=127.0.0.1",
                 "-c",
-                "fsync=off",
+                f"fsync={self._durability}",
                 "-c",
-                "synchronous_commit=off",
+                f"synchronous_commit={self._durability}",
                 "-c",
-                "full_page_writes=off",
+                f"full_page_writes={self._durability}",
                 "-c",
                 "max_connections=200",
             ]

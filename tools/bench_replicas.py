@@ -27,7 +27,10 @@ alternating the order of the configurations from one round to the next:
 revision REV of this repository (its package tree laid out as ``bench_compare.py``
 does): a row of blocking sends on A0 alone in every round, interleaved with the others,
 and a census of A0 too (a before/after of a change to the PostgreSQL store in one run).
-``--sends-only`` leaves out the stream and delivery rows.
+``--sends-only`` leaves out the stream and delivery rows. ``--durable`` turns the
+cluster's durability on (``fsync``, ``synchronous_commit``, ``full_page_writes``: a
+commit waits for its WAL flush, as on a production database) and F's ``--fsync``, so
+both stores answer a send once it is on the disk.
 
 Each row prints the load average (1 min) before and after it, and the CPU time per
 operation of the gateway processes, of PostgreSQL (every backend, exited ones
@@ -407,9 +410,16 @@ async def main(args: argparse.Namespace) -> None:
         from bench_compare import package_tree, resolve
 
         base_env = {"PYTHONPATH": str(package_tree(resolve(args.base)))}
-    with LocalPostgres(parent=root) as pg:
+    with LocalPostgres(parent=root, durable=args.durable) as pg:
         assert pg.pid is not None
-        async with Server(root / "files", []) as f:
+        if args.durable:
+            conn = await asyncpg.connect(pg.url)
+            try:
+                shown = [await conn.fetchval(f"SHOW {s}") for s in ("fsync", "synchronous_commit")]
+                print(f"durable: fsync {shown[0]}, synchronous_commit {shown[1]}", flush=True)
+            finally:
+                await conn.close()
+        async with Server(root / "files", ["--fsync"] if args.durable else []) as f:
             os.environ["A2A_GATEWAY_DATABASE_URL"] = pg.url  # kept out of argv
             pg_flags = ["--store", "postgres"]
             async with (
@@ -589,4 +599,7 @@ if __name__ == "__main__":
     parser.add_argument("--census", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--base", help="a revision whose gateway A0 runs a row of its own")
     parser.add_argument("--sends-only", action="store_true", help="no stream or delivery rows")
+    parser.add_argument(
+        "--durable", action="store_true", help="the cluster's fsync and F's --fsync on"
+    )
     asyncio.run(main(parser.parse_args()))

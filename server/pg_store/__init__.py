@@ -66,7 +66,12 @@ task's. A message that starts a new task is looked up by its retry key and claim
 its context in one statement (:meth:`lookup_or_claim`: the claim only when no task
 has the key), before the agent's reply hook; a reply (no task) gives the claim back.
 So a blocking send that ends at once is two statements: that one, and the save of
-the finished task (row, retry key and the claim's release).
+the finished task (row, retry key and the claim's release). Both are group commits
+(:mod:`.group_commit`): the lookups waiting at once are one statement, and so are the
+saves of different tasks (at most two statements of a kind at a time; a call alone
+takes its own single-row statement), each call answered once the statement that
+carried it committed, so under load a send costs PostgreSQL a fraction of two
+statements (docs/performance.md).
 
 Stream events cross processes through ``a2a_events``: every event of a run of this
 process is numbered per task (continuing from the number the task's row holds when
@@ -117,10 +122,11 @@ every follower re-reads its task's events from the number after the last it deli
 is cancelled.
 
 A save is one statement (the task row, the push configs of a task it creates, the
-retry keys remembered for it since its last save), so it is atomic without a
-transaction block. The saves of one task by this process are chained (each statement
-starts when the task's previous one ended; a cancelled save still lands in its place),
-so they land in call order as the file store's do; different tasks' saves run at once.
+retry keys remembered for it since its last save; with the saves of other tasks
+waiting at once), so it is atomic without a transaction block. The saves of one task
+by this process are chained (each statement starts when the task's previous one
+ended; a cancelled save still lands in its place), so they land in call order as the
+file store's do; different tasks' saves run at once.
 Across processes a stored terminal state is final: no later save replaces it (the run
 of a process that stalled past its lease cannot revive a task another process failed
 "server restarted" meanwhile; a warning names the save not stored). The other writers

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncpg
+
 from a2a_gateway.protocol.context import Caller
 
 from .connection import (
     RETRY_KEY_OVERHEAD,
+    Lookup,
     PgConnection,
+    unnest_params,
 )
 
 _FIND_MESSAGE = (
@@ -15,9 +19,38 @@ _FIND_MESSAGE = (
 )
 
 
-# A new message's retry lookup and, when no task has its key, the claim of its context
-# for the new task $4 (no row has that id yet: nothing to check of it), in one statement.
-_LOOKUP_OR_CLAIM = """
+# New messages' retry lookups and, for each whose key names no task, the claim of its
+# context for the new task (no row has that id yet: nothing to check of it), in one
+# statement for the lookups waiting at once (group commit, ``self._lookups``; never
+# one context twice in a statement). The key is read by a scalar subquery (a
+# primary-key probe, never a join) and the arrays through sub-selects: see _SAVE in
+# tasks.py.
+_LOOKUPS = unnest_params(
+    "$1::text[]", "$2::text[]", "$3::text[]", "$4::text[]", "$5::text[]", "$6::text[]"
+)
+_LOOKUP_OR_CLAIM = f"""
+WITH s AS (
+  SELECT * FROM {_LOOKUPS} WITH ORDINALITY
+  AS s(workspace, caller, context_id, task_id, message_id, fingerprint, n)),
+r AS (
+  SELECT s.*, (SELECT k.task_id FROM a2a_retry_keys k WHERE k.workspace = s.workspace
+               AND k.caller = s.caller AND k.message_id = s.message_id
+               AND k.fingerprint = s.fingerprint) AS retried
+  FROM s),
+claimed AS (
+  INSERT INTO a2a_contexts AS c(workspace, caller, context_id, task_id, runner, lease_until)
+  SELECT r.workspace, r.caller, r.context_id, r.task_id, $7::text, $8::bigint
+  FROM r WHERE r.retried IS NULL
+  ON CONFLICT (workspace, caller, context_id) DO UPDATE SET task_id = excluded.task_id,
+    runner = excluded.runner, lease_until = excluded.lease_until, cancel_requested = false
+    WHERE c.lease_until < $9 OR (c.task_id = excluded.task_id AND c.runner = excluded.runner)
+  RETURNING task_id)
+SELECT r.retried, r.task_id IN (SELECT task_id FROM claimed) AS claimed FROM r ORDER BY r.n
+"""
+
+
+# One lookup alone (see _LOOKUP_OR_CLAIM).
+_LOOKUP_OR_CLAIM_ONE = """
 WITH retried AS (
   SELECT task_id FROM a2a_retry_keys
   WHERE workspace = $1 AND caller = $2 AND message_id = $8 AND fingerprint = $9),
@@ -63,11 +96,9 @@ class PgRetryKeys(PgConnection):
         if known is not None:
             return known, False
         await self._ready()  # the database's time is known
-        rows = await self._fetch(
-            _LOOKUP_OR_CLAIM, owner.workspace, owner.name, context_id, task_id, self.replica,
-            self._lease_until(), self._db_now(), message_id, fingerprint,
-        )  # fmt: skip
-        found, claimed = rows[0]
+        found, claimed = await self._lookups.call(
+            Lookup(owner.workspace, owner.name, context_id, task_id, message_id, fingerprint)
+        )
         if found is not None:
             self._keep(owner, message_id, fingerprint, str(found))
             return str(found), False
@@ -76,6 +107,24 @@ class PgRetryKeys(PgConnection):
             self._seq[task_id] = 0  # a new task: its run's events are numbered from 1
             self._held.setdefault(task_id, [])  # and no other process can know it yet
         return None, bool(claimed)
+
+    async def _lookup_or_claim(self, one: Lookup) -> asyncpg.Record:
+        """One lookup alone: its statement's row."""
+        rows = await self._fetch(
+            _LOOKUP_OR_CLAIM_ONE, one.workspace, one.caller, one.context_id, one.task_id,
+            self.replica, self._lease_until(), self._db_now(), one.message_id, one.fingerprint,
+        )  # fmt: skip
+        return rows[0]
+
+    async def _lookups_or_claims(self, lookups: list[Lookup]) -> list[asyncpg.Record]:
+        """One statement for the lookups waiting at once: a row each, in order."""
+        return await self._fetch(
+            _LOOKUP_OR_CLAIM,
+            *zip(*lookups, strict=True),
+            self.replica,
+            self._lease_until(),
+            self._db_now(),
+        )
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
