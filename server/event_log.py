@@ -40,6 +40,8 @@ DEFAULT_MEMORY_LOG_BYTES = 64 * 1024 * 1024
 _BYTES_OVERHEAD = 40
 #: A file record's head: the event's number and its length.
 RECORD_HEAD = struct.Struct(">QI")
+RECORD_HEAD_SIZE = RECORD_HEAD.size
+_pack_head = RECORD_HEAD.pack
 LOG_SUFFIX = ".events"
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -153,8 +155,8 @@ class _FileLog:
         self.first = first
         self.last = last
         self.size = size  # bytes in the file once what is pending is written
-        self.pending: list[bytes] = []  # records not handed to the writer yet
-        self.inflight: list[bytes] = []  # records the writer is writing
+        self.pending: list[bytes] = []  # records (head, body, ...) not handed to the writer
+        self.inflight: list[bytes] = []  # records (head, body, ...) the writer is writing
         self.closed = False  # forgotten once what it holds is written
 
 
@@ -259,9 +261,12 @@ class FileEventLog:
             return None
         found.last += 1
         data = event.SerializeToString()
-        record = RECORD_HEAD.pack(found.last, len(data)) + data
-        found.pending.append(record)
-        found.size += len(record)
+        size = len(data)
+        # The record's head and body as two pieces: joined once per batch (no copy here)
+        pending = found.pending
+        pending.append(_pack_head(found.last, size))
+        pending.append(data)
+        found.size += RECORD_HEAD_SIZE + size
         if not self._dirty:
             self._dirty[task_id] = found
             if self._flusher is None or self._flusher.done():
