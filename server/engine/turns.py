@@ -140,6 +140,7 @@ class _TurnIO:
         chunk replaces the artifact's parts, later ones are appended to its last text
         part by ``Run.flush_text``); its event carries the chunk alone."""
         task = run.record.task
+        text = chunk.text
         if run.response_index < 0:
             append = False
             for index, existing in enumerate(task.artifacts):
@@ -151,22 +152,23 @@ class _TurnIO:
             else:
                 run.response_index = len(task.artifacts)
                 artifact = task.artifacts.add(artifact_id=new_id(), name=RESPONSE_ARTIFACT)
-            artifact.parts.add(text=chunk.text)
+            artifact.parts.add(text=text)
         else:
             append = True
             artifact = task.artifacts[run.response_index]
-            run.pending_text.append(chunk.text)
-        if self._state.listened(task.id):
+            run.pending_text.append(text)
+        if self._state.listened(task_id := task.id):
             event = pb.StreamResponse()  # built in place: no copies
             update = event.artifact_update
-            update.task_id = task.id
+            update.task_id = task_id
             update.context_id = task.context_id
             update.append = append
             update.last_chunk = chunk.last
-            update.artifact.artifact_id = artifact.artifact_id
-            update.artifact.name = RESPONSE_ARTIFACT
-            update.artifact.parts.add(text=chunk.text)
-            self._state.emit(task.id, event)
+            built = update.artifact  # (each read of a field costs a name lookup)
+            built.artifact_id = artifact.artifact_id
+            built.name = RESPONSE_ARTIFACT
+            built.parts.add(text=text)
+            self._state.emit(task_id, event)
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
         run.flush_text()  # the chunk may go to the response artifact
