@@ -327,6 +327,7 @@ class Runner(_TurnIO):
     async def _consume(self, run: Run, outputs: AsyncIterator[Any]) -> tuple[int, str]:
         """Apply the agent's outputs until its ending (COMPLETED when it has none)."""
         task = run.record.task
+        task_id = task.id  # (read once: each read of a field costs a name lookup)
         async for output in outputs:
             if run.finished or run.stopping:
                 break
@@ -350,7 +351,7 @@ class Runner(_TurnIO):
                 if isinstance(output, InputRequired) and output.schema is not None:
                     run.status_data = output.schema
                 return _ending(output)
-            hub = self._state.hubs.get(task.id)
+            hub = self._state.hubs.get(task_id)
             if hub is not None and hub.pressure:
                 hub.pressure = False
                 await asyncio.sleep(0)  # let the streams catch up
