@@ -398,6 +398,12 @@ def to_json(msg: message.Message) -> bytes:
     return orjson.dumps(to_dict(msg))
 
 
+def stream_event_json(event: pb.StreamResponse) -> bytes:
+    """``to_json(event)`` for a stream event, without the look-up of fields always
+    emitted (a StreamResponse has none: its fields are one oneof of messages)."""
+    return orjson.dumps(proto_dict.stream_response(event))
+
+
 # --- REQUIRED fields and oneofs, from the descriptors ---------------------------------
 
 

@@ -126,12 +126,12 @@ def _artifact(artifact: pb.Artifact) -> dict[str, Any]:
     if artifact.description or artifact.HasField("metadata") or artifact.extensions:
         return _generic(artifact)
     out: dict[str, Any] = {}
-    if artifact.artifact_id:
-        out["artifactId"] = artifact.artifact_id
-    if artifact.name:
-        out["name"] = artifact.name
-    if artifact.parts:
-        out["parts"] = [_part(p) for p in artifact.parts]
+    if artifact_id := artifact.artifact_id:
+        out["artifactId"] = artifact_id
+    if name := artifact.name:
+        out["name"] = name
+    if parts := artifact.parts:
+        out["parts"] = [_part(p) for p in parts]
     return out
 
 
@@ -155,10 +155,10 @@ def _task(task: pb.Task) -> dict[str, Any]:
 def _event_ids(update: pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent) -> dict[str, Any]:
     """The ids both update events start with."""
     out: dict[str, Any] = {}
-    if update.task_id:
-        out["taskId"] = update.task_id
-    if update.context_id:
-        out["contextId"] = update.context_id
+    if task_id := update.task_id:  # (each field read once: a read costs a name lookup)
+        out["taskId"] = task_id
+    if context_id := update.context_id:
+        out["contextId"] = context_id
     return out
 
 
@@ -184,7 +184,7 @@ def _artifact_update(update: pb.TaskArtifactUpdateEvent) -> dict[str, Any]:
     return out
 
 
-def _stream_response(event: pb.StreamResponse) -> dict[str, Any]:
+def stream_response(event: pb.StreamResponse) -> dict[str, Any]:
     kind = event.WhichOneof("payload")
     if kind == "artifact_update":
         return {"artifactUpdate": _artifact_update(event.artifact_update)}
@@ -214,7 +214,7 @@ _SPECIAL: dict[type, Callable[[Any], dict[str, Any]]] = {
     pb.Task: _task,
     pb.TaskStatusUpdateEvent: _status_update,
     pb.TaskArtifactUpdateEvent: _artifact_update,
-    pb.StreamResponse: _stream_response,
+    pb.StreamResponse: stream_response,
     pb.SendMessageResponse: _send_message_response,
 }
 

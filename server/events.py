@@ -204,13 +204,15 @@ class Hub:
         """Queue ``event`` for every subscriber; ``state`` is set for status events and
         decides who is closed after it; ``seq`` is the event's number in a shared event
         log (see :meth:`Subscriber.push`)."""
-        dropped: list[Subscriber] = []
+        dropped: list[Subscriber] | None = None  # (made only when one is: rare)
         for subscriber in self.subscribers:
             subscriber.push(event, seq)
             backlog = len(subscriber.events)
             if backlog > HIGH_WATER:
                 if backlog >= MAX_BACKLOG:
                     subscriber.finish(UnavailableError(SLOW_CONSUMER))
+                    if dropped is None:
+                        dropped = []
                     dropped.append(subscriber)
                 else:
                     self.pressure = True
@@ -219,8 +221,10 @@ class Hub:
             for subscriber in self.subscribers:
                 if terminal or subscriber.until_interrupted:
                     subscriber.finish()
+                    if dropped is None:
+                        dropped = []
                     dropped.append(subscriber)
-        if dropped:
+        if dropped is not None:
             self.subscribers = [s for s in self.subscribers if s not in dropped]
 
     def close(self, error: A2AError | None = None) -> None:

@@ -275,7 +275,7 @@ class StreamCodec:
         self._head = b"data: " + _RESULT_HEAD + orjson.dumps(request_id) + _RESULT_MIDDLE
 
     def event(self, event: pb.StreamResponse) -> bytes:
-        return b"".join((self._head, codec.to_json(event), b"}\n\n"))
+        return b"".join((self._head, codec.stream_event_json(event), b"}\n\n"))
 
     def error(self, error: A2AError) -> bytes:
         return sse.encode(orjson.dumps(error_payload(self.request_id, error)), event="error")

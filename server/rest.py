@@ -182,7 +182,7 @@ class _StreamCodec:
 
     def event(self, event: pb.StreamResponse) -> bytes:
         # Compact JSON is one line: no need for sse.encode's line splitting.
-        return b"".join((b"data: ", codec.to_json(event), b"\n\n"))
+        return b"".join((b"data: ", codec.stream_event_json(event), b"\n\n"))
 
     def error(self, error: A2AError) -> bytes:
         return sse.encode(orjson.dumps(error_body(error)), event="error")

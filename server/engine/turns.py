@@ -141,6 +141,7 @@ class _TurnIO:
         chunk replaces the artifact's parts, later ones are appended to its last text
         part by ``Run.flush_text``); its event carries the chunk alone."""
         task = run.record.task
+        text = chunk.text
         if run.response_index < 0:
             append = False
             for index, existing in enumerate(task.artifacts):
@@ -152,22 +153,23 @@ class _TurnIO:
             else:
                 run.response_index = len(task.artifacts)
                 artifact = task.artifacts.add(artifact_id=new_id(), name=RESPONSE_ARTIFACT)
-            artifact.parts.add(text=chunk.text)
+            artifact.parts.add(text=text)
         else:
             append = True
             artifact = task.artifacts[run.response_index]
-            run.pending_text.append(chunk.text)
-        if self._state.listened(task.id):
+            run.pending_text.append(text)
+        if self._state.listened(task_id := task.id):
             event = pb.StreamResponse()  # built in place: no copies
             update = event.artifact_update
-            update.task_id = task.id
+            update.task_id = task_id
             update.context_id = task.context_id
             update.append = append
             update.last_chunk = chunk.last
-            update.artifact.artifact_id = artifact.artifact_id
-            update.artifact.name = RESPONSE_ARTIFACT
-            update.artifact.parts.add(text=chunk.text)
-            self._state.emit(task.id, event)
+            built = update.artifact  # (each read of a field costs a name lookup)
+            built.artifact_id = artifact.artifact_id
+            built.name = RESPONSE_ARTIFACT
+            built.parts.add(text=text)
+            self._state.emit(task_id, event)
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
         run.flush_text()  # the chunk may go to the response artifact
@@ -329,6 +331,7 @@ class Runner(_TurnIO):
     async def _consume(self, run: Run, outputs: AsyncIterator[Any]) -> tuple[int, str]:
         """Apply the agent's outputs until its ending (COMPLETED when it has none)."""
         task = run.record.task
+        task_id = task.id  # (read once: each read of a field costs a name lookup)
         async for output in outputs:
             if run.finished or run.stopping:
                 break
@@ -352,7 +355,7 @@ class Runner(_TurnIO):
                 if isinstance(output, InputRequired) and output.schema is not None:
                     run.status_data = output.schema
                 return _ending(output)
-            hub = self._state.hubs.get(task.id)
+            hub = self._state.hubs.get(task_id)
             if hub is not None and hub.pressure:
                 hub.pressure = False
                 await asyncio.sleep(0)  # let the streams catch up

@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+import orjson
 import pytest
 from google.protobuf import descriptor, json_format, message, message_factory, timestamp_pb2
 
+from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.proto_dict import timestamp_text, to_dict
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -115,3 +117,15 @@ def test_timestamps(seconds: int, nanos: int) -> None:
     for _ in range(2):  # the second time from the one-second cache
         ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
         assert timestamp_text(ts) == ts.ToJsonString()
+
+
+@pytest.mark.parametrize("payload", [fd.name for fd in pb.StreamResponse.DESCRIPTOR.fields])
+def test_stream_event_json_is_to_json(payload: str) -> None:
+    """The SSE encoder's shortcut (no always-emitted fields to look up) gives the same
+    bytes as ``to_json`` for each kind of stream event, full or empty."""
+    for choice in range(4):
+        event = pb.StreamResponse()
+        _fill(event, 0, choice, only=payload)
+        assert codec.stream_event_json(event) == codec.to_json(event)
+        assert orjson.loads(codec.stream_event_json(event)) == json_format.MessageToDict(event)
+    assert codec.stream_event_json(pb.StreamResponse()) == codec.to_json(pb.StreamResponse())
