@@ -557,7 +557,9 @@ class RpcAdapter:
         get = metadata.single
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
-        identity = await authenticator.admit(get, peer_address(context.peer()), certificate)
+        # The peer string is built by grpc on each ask: only when per-address limits count it.
+        address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
+        identity = await authenticator.admit(get, address, certificate)
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
