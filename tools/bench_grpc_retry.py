@@ -9,9 +9,11 @@ is called with a stand-in for grpc's servicer context that hands over the reques
 bytes (the bench's request: one text part, messageId ``m1``, ``a2a-version: 1.0``
 metadata, no deadline). The first call makes the task; the measured ones are retries
 answered from it, as in the side-by-side bench's gRPC load (``--new``: a new messageId
-each call instead). Prints microseconds per call (best of several rounds);
-``--profile`` prints cProfile's top functions instead. A measurement, never a test:
-the whole-server figure is ``tools/bench_compare.py --transport grpc --retries
+each call instead; ``--no-metrics``: as ``serve --no-metrics``). Prints microseconds
+per call (best of several rounds); ``--profile`` prints cProfile's top functions
+instead. Under valgrind's callgrind, the count of a run of 6,000 calls less one of 2,000,
+over 4,000, is instructions per call (docs/performance.md). A measurement, never a
+test: the whole-server figure is ``tools/bench_compare.py --transport grpc --retries
 --callgrind``'s.
 """
 
@@ -73,6 +75,8 @@ async def main(args: argparse.Namespace) -> None:
     workspace = ROOT / "build" / "bench-grpc-retry"
     shutil.rmtree(workspace, ignore_errors=True)
     flags = {"workspace": [str(workspace)], "allow_anonymous": True, "port": 0, "faux": True}
+    if args.no_metrics:
+        flags["metrics"] = False
     gateway = Gateway(resolve(flags, environ={}))
     await gateway.start()
     try:
@@ -122,6 +126,7 @@ if __name__ == "__main__":
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--new", action="store_true")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--no-metrics", action="store_true", help="as serve --no-metrics")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=45)
     uvloop.run(main(parser.parse_args()))
