@@ -189,7 +189,7 @@ class Intake:
                 self._claims, seen_key, context_id, task_id
             )
         else:
-            retried = await self._state.retried(seen_key)
+            retried = await self._state.retried(seen_key, caller)
         if retried is not None:
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
