@@ -72,6 +72,9 @@ class WorkspaceTaskStores(
     def load(self, owner: Caller, task_id: str) -> Coroutine[Any, Any, TaskRecord | None]:
         return self.store_for(owner).load(owner, task_id)
 
+    def stored_bytes(self, owner: Caller, task_id: str) -> tuple[int, bytes] | None:
+        return self.store_for(owner).stored_bytes(owner, task_id)
+
     async def save(self, record: TaskRecord) -> None:
         await self.store_for(record.owner).save(record)
 
