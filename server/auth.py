@@ -547,8 +547,12 @@ class WorkspaceCallers(Authenticator):
         self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
     ) -> Identity:
         """:meth:`Authenticator.admit`, then refuse a caller of an unpublished workspace
-        (every binding admits here, so every call is refused the same way)."""
-        identity = await super().admit(get, client_address, certificate)
+        (every binding admits here, so every call is refused the same way). Written out,
+        not ``super().admit``: one coroutine less on every call."""
+        limiter = self.limiter
+        limiter.check_address(client_address)
+        identity = await self.identify(get, certificate)
+        limiter.check_caller(identity.caller, identity.policy.limits)
         if not self.publication.published(identity.caller.workspace):
             raise UnauthenticatedError(
                 "This agent is not published", challenge=self._challenge(self.entries())

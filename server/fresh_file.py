@@ -72,6 +72,7 @@ class FreshFile(Generic[T]):
 
     def __init__(self, path: Path, parse: Parser[T], empty: T, what: str, nothing: str) -> None:
         self.path = path
+        self._fspath = os.fspath(path)
         self._parse = parse
         self._empty = empty
         self._what = what
@@ -82,7 +83,7 @@ class FreshFile(Generic[T]):
 
     def value(self) -> T:
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._fspath)  # a str: no Path.__fspath__ on every look
         except FileNotFoundError:
             self._stamp, self._value = None, self._empty
             return self._empty

@@ -62,7 +62,7 @@ import grpc
 from google.protobuf import descriptor, message, message_factory
 
 from a2a_gateway.local import signing
-from a2a_gateway.protocol import codec, tracing, versioning
+from a2a_gateway.protocol import codec, versioning
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
 from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
 from a2a_gateway.protocol.errors import (
@@ -77,6 +77,7 @@ from a2a_gateway.protocol.errors import (
 )
 from a2a_gateway.protocol.resume import EVENT_ID_KEY, GRPC_RESUME_KEY, RESUME_EXTENSION
 from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_name
+from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .auth import Authenticator
@@ -139,9 +140,10 @@ class _StreamReport:
 
 
 class MetadataView:
-    """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped)."""
+    """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped).
+    ``values`` maps each lower-case key to its values, in order."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("values",)
 
     def __init__(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
         values: dict[str, list[str]] = {}
@@ -153,20 +155,20 @@ class MetadataView:
                     values[key] = [value]
                 else:
                     found.append(value)
-        self._values = values
+        self.values = values
 
     def get(self, name: str) -> str | None:
         """First value of ``name``; the :data:`~.auth.HeaderGetter` shape."""
-        values = self._values.get(name.lower())
+        values = self.values.get(name.lower())
         return values[0] if values else None
 
     def get_all(self, name: str) -> list[str]:
-        return list(self._values.get(name.lower(), ()))
+        return list(self.values.get(name.lower(), ()))
 
     def single(self, name: str) -> str | None:
         """The value of ``name``, refusing one sent more than once (as
         :func:`~.auth.single_values`, without building a list per lookup)."""
-        values = self._values.get(name.lower())
+        values = self.values.get(name.lower())
         if values is None:
             return None
         if len(values) > 1:
@@ -174,7 +176,7 @@ class MetadataView:
         return values[0]
 
     def has(self, name: str) -> bool:
-        return name.lower() in self._values
+        return name.lower() in self.values
 
 
 def with_event_id(event: pb.StreamResponse, event_id: str) -> pb.StreamResponse:
@@ -557,14 +559,20 @@ class RpcAdapter:
         get = metadata.single
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
-        identity = await authenticator.admit(get, peer_address(context.peer()), certificate)
+        # The peer string is built by grpc on each ask: only when per-address limits count it.
+        address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
+        identity = await authenticator.admit(get, address, certificate)
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
-        version = self.negotiate(metadata.get(VERSION_KEY))
+        # The rest by their lower-case names straight from the view's dict: most calls
+        # send none of them (no method call, no lower() per name).
+        values = metadata.values
+        found = values.get(VERSION_KEY)
+        version = self.negotiate(found[0] if found else None)
         request = self.incoming(self.decode(raw))
         extensions: frozenset[str] = frozenset()
-        if metadata.has(EXTENSIONS_KEY) or metadata.has(LEGACY_EXTENSIONS_KEY):
+        if EXTENSIONS_KEY in values or LEGACY_EXTENSIONS_KEY in values:
             extensions = versioning.parse_extensions(
                 metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
             )
@@ -575,9 +583,9 @@ class RpcAdapter:
             extensions=extensions,
             deadline=_deadline(context, default_deadline_s),
             binding="GRPC",
-            traceparent=get(tracing.TRACEPARENT) or "",
-            tracestate=get(tracing.TRACESTATE) or "",
-            resume_from=(metadata.single(GRPC_RESUME_KEY) or "").strip(),
+            traceparent=(get(TRACEPARENT) or "") if TRACEPARENT in values else "",
+            tracestate=(get(TRACESTATE) or "") if TRACESTATE in values else "",
+            resume_from=(get(GRPC_RESUME_KEY) or "").strip() if GRPC_RESUME_KEY in values else "",
         )
         return request, call_context
 

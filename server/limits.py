@@ -207,6 +207,12 @@ class RequestLimiter:
         self._callers = TokenBuckets(clock=clock, max_keys=max_keys)
         self._addresses = TokenBuckets(clock=clock, max_keys=max_keys)
 
+    @property
+    def limits_addresses(self) -> bool:
+        """Whether :meth:`check_address` counts anything: a binding that must work to
+        learn the client's address (gRPC's peer string) skips that when it does not."""
+        return self.limits.per_ip_per_minute > 0
+
     def check_address(self, address: str | None) -> None:
         """Count one request from ``address`` (None: not an IP connection, not limited)."""
         if address is None or self.limits.per_ip_per_minute <= 0:
@@ -217,7 +223,7 @@ class RequestLimiter:
 
     def check_caller(self, caller: Caller, limits: CallerLimits = NO_OVERRIDES) -> None:
         """Count one request by ``caller`` (its own rate when ``callers.json`` sets one)."""
-        if caller == ANONYMOUS:
+        if caller is ANONYMOUS or caller == ANONYMOUS:  # (the identity test: most calls)
             return
         per_minute = limits.rate_limit_per_minute
         if per_minute is None:

@@ -700,6 +700,31 @@ def _timed(
     return timed
 
 
+def _timed_found(
+    method: Callable[..., Any], operation: str, meter: StoreMeter
+) -> Callable[..., Any]:
+    """A synchronous read timed as ``operation`` when it finds something (None: the
+    caller asks the timed operation next, which is observed then, not twice)."""
+    series = meter.operations[operation]
+    buckets, bounds = series.buckets, series.bounds
+
+    def timed(*args: Any) -> Any:
+        started = _clock()
+        found = method(*args)
+        if found is not None:
+            elapsed = _clock() - started
+            buckets[bisect_left(bounds, elapsed)] += 1
+            series.total += elapsed
+        return found
+
+    return timed
+
+
+#: Synchronous reads that stand in for an operation of STORE_OPERATIONS, timed as it:
+#: ``stored_bytes`` is a retried send's load, answered from the file store's cache.
+STORE_FOUND_OPERATIONS: Final = (("stored_bytes", "load"),)
+
+
 def meter_store(store: StoreGauges, meter: StoreMeter) -> None:
     """Time ``store``'s operations (:data:`STORE_OPERATIONS`) into ``meter``: each is
     replaced, on this one instance, by a wrapper around its bound method (the class,
@@ -708,6 +733,10 @@ def meter_store(store: StoreGauges, meter: StoreMeter) -> None:
         method = getattr(store, operation, None)
         if method is not None:
             setattr(store, operation, _timed(method, operation, meter))
+    for name, operation in STORE_FOUND_OPERATIONS:
+        method = getattr(store, name, None)
+        if method is not None:
+            setattr(store, name, _timed_found(method, operation, meter))
 
 
 class Metrics:

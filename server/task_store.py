@@ -224,6 +224,13 @@ class TaskStore(
     async def load(self, owner: Caller, task_id: str) -> TaskRecord | None:
         """The owner's task, or None (missing, another owner's, or unreadable)."""
 
+    def stored_bytes(self, owner: Caller, task_id: str) -> tuple[int, bytes] | None:
+        """The owner's stored task as its state and serialized ``Task``, when the store
+        has them at hand without waiting (the file store's stat-validated record cache:
+        a retried send answers with these bytes, not a record parsed and copied); None:
+        ask :meth:`load` (most stores; or missing, another owner's, unreadable)."""
+        return None
+
     @abc.abstractmethod
     async def save(self, record: TaskRecord) -> None:
         """Create or replace ``record.task.id``."""

@@ -84,6 +84,12 @@ class Intake:
         if isinstance(got, pb.Message):
             return pb.SendMessageResponse(message=got)
         response = pb.SendMessageResponse()
+        if isinstance(got, bytes):  # a retry of a stored task, as stored (_existing)
+            if history_length is None:
+                response.task.MergeFromString(got)
+            else:
+                task_view(pb.Task.FromString(got), history_length, into=response.task)
+            return response
         if isinstance(got, pb.Task):
             task_view(got, history_length, into=response.task)
             return response
@@ -118,6 +124,8 @@ class Intake:
         got = await self._accept(request, context, subscriber)
         # The stream may last long; its request (inline file bytes and all) must not.
         del request
+        if isinstance(got, bytes):  # (not with a subscriber: for the types)
+            got = pb.Task.FromString(got)
         if isinstance(got, pb.Message):
             yield pb.StreamResponse(message=got)
             return
@@ -156,7 +164,7 @@ class Intake:
 
     async def _accept(
         self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None
-    ) -> pb.Message | pb.Task | Run:
+    ) -> pb.Message | pb.Task | Run | bytes:
         """Validate a message and start (or find) its run; ``subscriber`` joins the
         task's hub in the same step, so it misses no event."""
         if self._state.closing:
@@ -189,8 +197,14 @@ class Intake:
                 self._claims, seen_key, context_id, task_id
             )
         else:
-            retried = await self._state.retried(seen_key)
+            retried = await self._state.retried(seen_key, caller)
         if retried is not None:
+            if subscriber is None and self._state.live(caller, retried) is None:
+                # A stored task, as the store's bytes when it has them at hand (no
+                # record parsed and copied into the answer; the file still stat'ed).
+                stored = self._records.stored_answer(caller, retried)
+                if stored is not None:
+                    return stored
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:
                 return existing

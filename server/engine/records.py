@@ -196,6 +196,17 @@ class Records:
         async with self._state.locks.hold(task_id):
             return await self._recover(caller, task_id)
 
+    def stored_answer(self, caller: Caller, task_id: str) -> bytes | None:
+        """The caller's stored task as serialized bytes, when the store has them at hand
+        and the task needs no recovery (not active: :meth:`load` would return it as
+        stored); None: :meth:`load` it. No await: nothing changes meanwhile."""
+        if not valid_id(task_id):
+            return None
+        stored = self._tasks.stored_bytes(caller, task_id)
+        if stored is None or stored[0] in ACTIVE:
+            return None
+        return stored[1]
+
     async def _recover(self, caller: Caller, task_id: str) -> TaskRecord | None:
         """(holding the task's lock) Fail a stored active task no run has here."""
         if task_id in self._state.runs:  # a run started while we waited

@@ -3,9 +3,9 @@ around one shared :class:`~.state.EngineState`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from google.protobuf import empty_pb2
 
@@ -148,7 +148,17 @@ class TaskEngine(A2AService, Startable):
 
     # --- SendMessage / SendStreamingMessage (continuation.py) --------------------------
 
-    async def send_message(
+    def send_message(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> Coroutine[Any, Any, pb.SendMessageResponse]:
+        # With no extension policy there is nothing to admit: the intake's coroutine
+        # itself (a frame less on every send); else one that admits first, so a refusal
+        # is raised when awaited, inside the wrappers' hooks, as from any service.
+        if self.extensions is None:
+            return self._intake.send_message(request, context)
+        return self._admitted_send(request, context)
+
+    async def _admitted_send(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
         self._admit(context)

@@ -51,6 +51,13 @@ class FileTaskReads(TaskFiles):
         task = pb.Task.FromString(loaded.task_bytes)
         return TaskRecord(task, owner, configs, versions, retry_keys=list(loaded.retry_keys))
 
+    def stored_bytes(self, owner: Caller, task_id: str) -> tuple[int, bytes] | None:
+        # The file stat'ed as for load (an edit or a removal applies at once).
+        loaded = self._read(task_id)
+        if loaded is None or loaded.owner != owner:
+            return None
+        return loaded.summary.state, loaded.task_bytes
+
     def _read(self, task_id: str) -> Loaded | None:
         if not valid_id(task_id):
             return None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from a2a_gateway.protocol.context import Caller
 
 from .folder import TaskFiles
@@ -14,9 +17,12 @@ class FileRetryKeys(TaskFiles):
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         return self.index.find_message(owner, message_id, fingerprint)
 
-    async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        # Started: a reconcile owed at open (the keys it recovers) runs.
-        return await self._start().lookup_message(owner, message_id, fingerprint)
+    def lookup_message(
+        self, owner: Caller, message_id: str, fingerprint: str
+    ) -> Coroutine[Any, Any, str | None]:
+        # Started: a reconcile owed at open (the keys it recovers) runs. The index's
+        # coroutine itself, not one around it (a retried send makes this lookup).
+        return self._start().lookup_message(owner, message_id, fingerprint)
 
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

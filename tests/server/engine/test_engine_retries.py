@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from a2a_gateway.agent.base import Turn
@@ -256,6 +257,28 @@ async def test_a_found_retry_of_a_task_file_removed_by_hand_is_a_new_message(
     assert [t.id for t in (await engine.list_tasks(pb.ListTasksRequest(), ctx())).tasks] == [
         second.id
     ]
+
+
+async def test_a_retry_is_answered_with_the_task_file_as_it_is_now(
+    on_files: tuple[TaskEngine, WorkspaceTaskStore],
+) -> None:
+    """A retry of a stored task is answered with the bytes the record cache holds
+    (``stored_bytes``), the file stat'ed first: a file edited by hand is what the next
+    retry gets, and ``historyLength`` still trims the answer."""
+    engine, store = on_files
+    first = await _found_in_memory(engine, store)
+    path = store.path(first.id)
+    document = orjson.loads(path.read_bytes())
+    document["task"]["metadata"] = {"edited": "by hand"}
+    path.write_bytes(orjson.dumps(document))
+    again = await send(engine, **_send_kwargs({}))
+    assert again.id == first.id
+    assert dict(again.metadata) == {"edited": "by hand"}
+    assert len(again.history) == len(first.history) > 0
+    trimmed = await send(engine, **_send_kwargs({}), history_length=0)
+    assert trimmed.id == first.id
+    assert list(trimmed.history) == []
+    assert dict(trimmed.metadata) == {"edited": "by hand"}
 
 
 async def test_a_found_key_of_an_expired_task_is_gone_with_it(
