@@ -395,6 +395,11 @@ def _always_emitted(desc: descriptor.Descriptor) -> tuple[tuple[str, Any], ...]:
 
 
 def to_json(msg: message.Message) -> bytes:
+    if type(msg) is pb.SendMessageResponse and msg.WhichOneof("payload") == "task":
+        # A blocking send's task, most often just stored: its dict is built once.
+        task = msg.task
+        recent = proto_dict.recent_task_dict(task)
+        return orjson.dumps({"task": recent if recent is not None else proto_dict.to_dict(task)})
     return orjson.dumps(to_dict(msg))
 
 

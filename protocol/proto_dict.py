@@ -219,6 +219,41 @@ _SPECIAL: dict[type, Callable[[Any], dict[str, Any]]] = {
 }
 
 
+# --- the task a blocking send just stored -----------------------------------------------
+# A blocking send's answer is the task its run just saved: the task file's encoding
+# builds the task's dict (:func:`remember_task_dict`) and the answer finds it again
+# (:func:`recent_task_dict`) by the task's id, checked against the task's binary form,
+# which determines the dict (equal bytes, equal message). So the answer is the same
+# JSON without encoding the task a second time. A few small tasks only: at most
+# RECENT_TASKS, of at most RECENT_TASK_BYTES each. The dicts are shared: callers must
+# not change them (the bindings only serialize them).
+
+RECENT_TASKS = 64
+RECENT_TASK_BYTES = 4096
+_recent_tasks: dict[str, tuple[bytes, dict[str, Any]]] = {}
+
+
+def remember_task_dict(task: pb.Task) -> dict[str, Any]:
+    """``to_dict(task)``, kept for :func:`recent_task_dict` (not to be changed)."""
+    out = _task(task)
+    recent = _recent_tasks
+    if task.ByteSize() <= RECENT_TASK_BYTES:
+        if len(recent) >= RECENT_TASKS:
+            recent.pop(next(iter(recent)), None)
+        recent[task.id] = (task.SerializeToString(), out)
+    else:
+        recent.pop(task.id, None)
+    return out
+
+
+def recent_task_dict(task: pb.Task) -> dict[str, Any] | None:
+    """The dict :func:`remember_task_dict` kept for a task equal to ``task``, or None."""
+    entry = _recent_tasks.get(task.id)
+    if entry is None or entry[0] != task.SerializeToString():
+        return None
+    return entry[1]
+
+
 def _message_value(value: message.Message) -> Any:
     if isinstance(value, timestamp_pb2.Timestamp):
         return timestamp_text(value)

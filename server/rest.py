@@ -55,6 +55,7 @@ from .http_request import (
 from .http_response import (
     A2A_JSON_CONTENT_TYPE,
     JSON_CONTENT_TYPE,
+    Answer,
     echo_extensions,
     error_headers,
     json_response,
@@ -195,7 +196,7 @@ STREAM_CODEC = _StreamCodec()
 
 
 def result_response(result: message.Message, context: CallContext) -> web.Response:
-    response = json_response(codec.to_dict(result), content_type=CONTENT_TYPE)
+    response = Answer(body=codec.to_json(result), content_type=CONTENT_TYPE)
     echo_extensions(response, context)
     return response
 

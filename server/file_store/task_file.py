@@ -32,7 +32,7 @@ def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
     document: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "owner": {"name": record.owner.name, "workspace": record.owner.workspace},
-        "task": proto_dict.to_dict(record.task),
+        "task": proto_dict.remember_task_dict(record.task),  # for the send's answer
         "pushConfigs": [proto_dict.to_dict(c) for c in configs],
     }
     if record.push_versions:

@@ -11,7 +11,14 @@ import pytest
 from google.protobuf import descriptor, json_format, message, message_factory, timestamp_pb2
 
 from a2a_gateway.protocol import codec
-from a2a_gateway.protocol.proto_dict import timestamp_text, to_dict
+from a2a_gateway.protocol.proto_dict import (
+    RECENT_TASK_BYTES,
+    RECENT_TASKS,
+    recent_task_dict,
+    remember_task_dict,
+    timestamp_text,
+    to_dict,
+)
 from lf.a2a.v1 import a2a_pb2 as pb
 
 _FD = descriptor.FieldDescriptor
@@ -129,3 +136,42 @@ def test_stream_event_json_is_to_json(payload: str) -> None:
         assert codec.stream_event_json(event) == codec.to_json(event)
         assert orjson.loads(codec.stream_event_json(event)) == json_format.MessageToDict(event)
     assert codec.stream_event_json(pb.StreamResponse()) == codec.to_json(pb.StreamResponse())
+
+
+def test_a_send_answers_the_task_it_stored_with_the_same_json() -> None:
+    """The task file's encoding keeps the task's dict; a send's answer of a task equal
+    to it reuses it, and of a task changed since (same id) or too large encodes anew."""
+    task = pb.Task(id="t-remembered", context_id="c")
+    task.status.state = pb.TASK_STATE_COMPLETED
+    task.status.timestamp.FromMilliseconds(1_764_000_000_120)
+    task.history.add(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="hi")])
+    kept = remember_task_dict(task)
+    assert kept == json_format.MessageToDict(task)
+    answer = pb.SendMessageResponse()
+    answer.task.CopyFrom(task)
+    assert recent_task_dict(answer.task) is kept
+    assert orjson.loads(codec.to_json(answer)) == json_format.MessageToDict(answer)
+
+    answer.task.status.state = pb.TASK_STATE_FAILED  # changed since it was stored
+    assert recent_task_dict(answer.task) is None
+    assert orjson.loads(codec.to_json(answer)) == json_format.MessageToDict(answer)
+
+    task.artifacts.add(artifact_id="a", parts=[pb.Part(raw=b"x" * (RECENT_TASK_BYTES + 1))])
+    remember_task_dict(task)  # too large to keep: the smaller one is forgotten too
+    assert recent_task_dict(task) is None
+    assert recent_task_dict(answer.task) is None
+    assert orjson.loads(codec.to_json(pb.SendMessageResponse(task=task))) == (
+        json_format.MessageToDict(pb.SendMessageResponse(task=task))
+    )
+
+
+def test_the_tasks_kept_for_answers_are_bounded() -> None:
+    first = pb.Task(id="t-first", context_id="c")
+    remember_task_dict(first)
+    for n in range(RECENT_TASKS):
+        remember_task_dict(pb.Task(id=f"t-{n}", context_id="c"))
+    assert recent_task_dict(first) is None
+    assert recent_task_dict(pb.Task(id=f"t-{RECENT_TASKS - 1}", context_id="c")) == {
+        "id": f"t-{RECENT_TASKS - 1}",
+        "contextId": "c",
+    }
