@@ -237,10 +237,11 @@ def remember_task_dict(task: pb.Task) -> dict[str, Any]:
     """``to_dict(task)``, kept for :func:`recent_task_dict` (not to be changed)."""
     out = _task(task)
     recent = _recent_tasks
-    if task.ByteSize() <= RECENT_TASK_BYTES:
+    binary = task.SerializeToString()  # (ByteSize() serializes too: once, not twice)
+    if len(binary) <= RECENT_TASK_BYTES:
         if len(recent) >= RECENT_TASKS:
             recent.pop(next(iter(recent)), None)
-        recent[task.id] = (task.SerializeToString(), out)
+        recent[task.id] = (binary, out)
     else:
         recent.pop(task.id, None)
     return out
