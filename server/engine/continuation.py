@@ -81,34 +81,16 @@ class Intake:
     ) -> pb.SendMessageResponse:
         history_length = send_history_length(request)
         got = await self._accept(request, context, None)
-        if isinstance(got, pb.Message):
-            return pb.SendMessageResponse(message=got)
-        response = pb.SendMessageResponse()
-        if isinstance(got, bytes):  # a retry of a stored task, as stored (_existing)
-            if history_length is None:
-                response.task.MergeFromString(got)
-            else:
-                task_view(pb.Task.FromString(got), history_length, into=response.task)
-            return response
-        if isinstance(got, pb.Task):
-            task_view(got, history_length, into=response.task)
-            return response
+        if not isinstance(got, Run):
+            return _answer_without_run(got, history_length)
         run = got
         if not request.configuration.return_immediately and not run.replyable.is_set():
-            remaining = context.remaining()
-            if remaining is None:
-                # Bounded: every run ends within run_timeout_s. A run that waits for
-                # out-of-band credentials (AUTH_REQUIRED) answers at once.
-                await run.replyable.wait()
-            else:
-                # At the call's deadline, answer with the task as it is then.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):
-                        await run.replyable.wait()
+            await _until_replyable(run, context)
         if run.unstored is not None:  # not a task the store holds: UNAVAILABLE
             raise run.unstored
         # The answer is the task as stored: its view is taken before the write, which
         # may wait (a database) while the run goes on.
+        response = pb.SendMessageResponse()
         task_view(run.record.task, history_length, into=response.task)
         if not run.finished:
             await self._records.persist_if_dirty(run)  # its id is about to leave the engine
@@ -468,6 +450,38 @@ class Intake:
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+
+def _answer_without_run(
+    got: pb.Message | pb.Task | bytes, history_length: int | None
+) -> pb.SendMessageResponse:
+    """The answer of a send that started no run: a message, a task, or a retry of a
+    stored task as the store's bytes (no record parsed and copied when whole)."""
+    if isinstance(got, pb.Message):
+        return pb.SendMessageResponse(message=got)
+    response = pb.SendMessageResponse()
+    if isinstance(got, bytes):
+        if history_length is None:
+            response.task.MergeFromString(got)
+        else:
+            task_view(pb.Task.FromString(got), history_length, into=response.task)
+        return response
+    task_view(got, history_length, into=response.task)
+    return response
+
+
+async def _until_replyable(run: Run, context: CallContext) -> None:
+    """Wait until the run can be answered, or the call's deadline comes (then the
+    answer is the task as it is)."""
+    remaining = context.remaining()
+    if remaining is None:
+        # Bounded: every run ends within run_timeout_s. A run that waits for
+        # out-of-band credentials (AUTH_REQUIRED) answers at once.
+        await run.replyable.wait()
+    else:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(remaining):
+                await run.replyable.wait()
 
 
 def _terminal(task_id: str, state: pb.TaskState.ValueType) -> UnsupportedOperationError:
