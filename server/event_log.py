@@ -130,11 +130,12 @@ class MemoryEventLog:
         self.bytes = 0
         self._logs: dict[str, _MemoryLog] = {}  # oldest first
 
-    def start(self, task_id: str) -> int:
-        """Open the task's log (a new one if it has none); its last event's number."""
+    def start(self, task_id: str, renewed: bool = False) -> int:
+        """Open the task's log (a new one if it has none: ``renewed`` for a task that
+        may have had one); its last event's number."""
         found = self._logs.get(task_id)
         if found is None:
-            found = self._logs[task_id] = _MemoryLog()
+            found = self._logs[task_id] = _MemoryLog(renewed_first() if renewed else 1)
         return found.first + len(found.events) - 1
 
     async def open(self, task_id: str, create: bool) -> int | None:
@@ -434,11 +435,14 @@ class FileEventLog:
 
     # --- opening and numbering ----------------------------------------------------
 
-    def start(self, task_id: str) -> int:
-        """Open the log of a task created by this process (none can be on disk)."""
+    def start(self, task_id: str, renewed: bool = False) -> int:
+        """Open the log of a task created by this process (none can be on disk), or
+        (``renewed``) of a stored task whose log :meth:`open` did not find: a new one
+        numbered above any it had."""
         found = self._tasks.get(task_id)
         if found is None:
-            found = self._tasks[task_id] = _TaskLog()
+            first = renewed_first() if renewed else 1
+            found = self._tasks[task_id] = _TaskLog(first, first - 1)
         if not found.open:
             self._index.reopen(task_id, found)
         return found.last

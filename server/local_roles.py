@@ -106,8 +106,8 @@ class OneProcessEventLogs(NoOtherProcessEvents, Generic[Log]):
     ) -> list[pb.StreamResponse]:
         return await self.event_log.read(task_id, after_seq, upto_seq)
 
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
-        return self.event_log.start(task_id)
+    def start_event_log(self, owner: Caller, task_id: str, *, renewed: bool = False) -> int | None:
+        return self.event_log.start(task_id, renewed)
 
     async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
         return await self.event_log.open(task_id, create)

@@ -157,11 +157,12 @@ class EventLogs(Protocol):
         ``after_seq + 1`` to ``upto_seq`` that are still kept, in order."""
         ...
 
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+    def start_event_log(self, owner: Caller, task_id: str, *, renewed: bool = False) -> int | None:
         """The task is streamed here: log its events from now on (a store of one
         process opens its log, a new one if none is open: call :meth:`open_event_log`
-        first for a task that may have one on disk). The number of its last logged
-        event (None: not logged)."""
+        first for a task that may have one on disk; ``renewed``: the task is not new,
+        so a new log numbers above any it had). The number of its last logged event
+        (None: not logged)."""
         ...
 
     async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:

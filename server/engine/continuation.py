@@ -449,7 +449,9 @@ class Intake:
                 raise
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
-            return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+            run = self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+            run.continued = True
+            return run
 
 
 def _answer_without_run(

@@ -94,6 +94,7 @@ class Run:
         "aio",
         "awaiting_auth",
         "busy_key",
+        "continued",
         "deadline",
         "dirty",
         "file_notes",
@@ -137,6 +138,9 @@ class Run:
         #: Its final state could not be stored (the store's database was away): a
         #: blocking send answers this error, not a task the store does not hold.
         self.unstored: StoreOutageError | None = None
+        #: The run continues a stored task (not one it created): a log opened for a
+        #: stream that joins it is numbered above any log the task had.
+        self.continued = False
 
     def flush_text(self) -> None:
         """Append the response text streamed since the last flush to the response
@@ -261,7 +265,8 @@ class EngineState:
         hub.add(subscriber)
         if owner is None:
             return subscriber.seq
-        seq = self.store.start_event_log(owner, task_id)
+        run = self.runs.get(task_id)
+        seq = self.store.start_event_log(owner, task_id, renewed=run is not None and run.continued)
         if seq is not None:
             if not self.shared_events:
                 self.logged.add(task_id)

@@ -106,9 +106,9 @@ class WorkspaceTaskStores(
     ) -> None:
         self.store_for(owner).remember_message(owner, message_id, fingerprint, task_id)
 
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+    def start_event_log(self, owner: Caller, task_id: str, *, renewed: bool = False) -> int | None:
         store = self._logging[task_id] = self.store_for(owner)
-        return store.start_event_log(owner, task_id)
+        return store.start_event_log(owner, task_id, renewed=renewed)
 
     async def open_event_log(self, owner: Caller, task_id: str, *, create: bool) -> int | None:
         store = self.store_for(owner)

@@ -272,7 +272,7 @@ class PgEventLogs(PgConnection):
             seq += 1
         return events
 
-    def start_event_log(self, owner: Caller, task_id: str) -> int | None:
+    def start_event_log(self, owner: Caller, task_id: str, *, renewed: bool = False) -> int | None:
         self._unhold(task_id)  # a stream here has the events' numbers: they are logged
         return self._seq.get(task_id)  # a run here: its last event's number
 

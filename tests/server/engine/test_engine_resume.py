@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.local.layout import WorkspaceLayout
@@ -20,6 +21,7 @@ from a2a_gateway.server.event_log import (
     segment_numbers,
 )
 from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.task_store import TaskStore
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -245,5 +247,49 @@ async def test_a_task_streamed_again_after_its_log_was_pushed_out_numbers_above_
         await collect(engine.send_streaming_message(again, ctx()))
         events, _ = await resumed(engine, older.id, f"{older.id}:2")
         assert len(events) == 1 and events[0].task.metadata[RESUME_EXPIRED]
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("store_kind", ["file", "memory"])
+async def test_a_stream_joining_a_continued_task_whose_log_was_dropped_numbers_above_its_old_ids(
+    tmp_path: Path, store_kind: str
+) -> None:
+    """A task whose log is gone (out of the file log's index; dropped by the memory
+    logs' total bound) is continued by a send with no stream, and a stream joins that
+    run: the log opened then numbers above every id the old one gave (not from 1)."""
+    store: TaskStore
+    if store_kind == "file":
+        store = WorkspaceTaskStore(tmp_path / "ws", event_log_tasks=1)
+    else:
+        store = MemoryTaskStore(event_logs_bytes=1)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        context = ctx()
+        old_last = 0
+        async with asyncio.timeout(WAIT_S):
+            async for event in engine.send_streaming_message(request("ask:Which city?"), context):
+                old_last = int(context.event_id.rsplit(":", 1)[1])
+                if event.HasField("task"):
+                    older = event.task
+        assert old_last >= 2
+        await collect(engine.send_streaming_message(request("chunks:4"), ctx()))
+        if isinstance(store, WorkspaceTaskStore):
+            async with asyncio.timeout(WAIT_S):
+                while True:  # the older one is pushed out
+                    if store.event_log.indexed == 1:
+                        break
+                    await asyncio.sleep(0.01)
+        again = request("hold:0.3", task_id=older.id, context_id=older.context_id)
+        again.configuration.return_immediately = True
+        await engine.send_message(again, ctx())
+        context = ctx()
+        numbers = []
+        joining = engine.subscribe_to_task(pb.SubscribeToTaskRequest(id=older.id), context)
+        async with asyncio.timeout(WAIT_S):
+            async for _ in joining:
+                numbers.append(int(context.event_id.rsplit(":", 1)[1]))
+        assert len(numbers) >= 2 and numbers == sorted(numbers)
+        assert numbers[0] > old_last  # a new log: microseconds since the epoch
     finally:
         await engine.aclose()
