@@ -187,8 +187,10 @@ class LocalPostgres:
                 "listen_addresses=127.0.0.1",
                 "-c",
                 f"fsync={self._durability}",
+                # A commit waits for its WAL written to the OS (flushed to disk only
+                # with fsync on): the default, as on a production cluster.
                 "-c",
-                f"synchronous_commit={self._durability}",
+                "synchronous_commit=on",
                 "-c",
                 f"full_page_writes={self._durability}",
                 "-c",
