@@ -437,7 +437,7 @@ class PgTaskRows(PgConnection):
     async def _store_save(self, s: Save) -> asyncpg.Record:
         """One save alone (group commit: ``self._saves``): its statement's row."""
         keys = s.keys
-        rows = await self._fetch(
+        rows = await self._fetch_kept(
             _SAVE_ONE, *s[:7], s.config_ids, s.config_versions, s.configs,
             [k[0] for k in keys], [k[1] for k in keys], s.runner, s.lease_until, s.held,
             s.settles, s.event_seq, s.as_of, s.settled_now,
@@ -455,7 +455,7 @@ class PgTaskRows(PgConnection):
             )
         ]
         keys = [(s.task_id, message_id, fp) for s in saves for message_id, fp in s.keys]
-        return await self._fetch(
+        return await self._fetch_kept(
             _SAVE,
             *zip(*(s[:14] for s in saves), strict=True),
             *(zip(*configs, strict=True) if configs else ((), (), (), (), ())),
