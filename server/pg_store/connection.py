@@ -683,7 +683,7 @@ class PgConnection(TaskStore, RoleHooks):
             taken: tuple[asyncpg.Pool, PoolConnectionProxy] | None = None
             while self._kept:
                 taken = self._kept.pop()
-                if not taken[1].is_closed():
+                if _usable(taken[1]):
                     break
                 self._kept_out -= 1
                 await self._give_back(*taken)
@@ -795,6 +795,15 @@ async def migrate(conn: asyncpg.Connection | PoolConnectionProxy) -> int:
             await conn.execute("INSERT INTO a2a_schema VALUES ($1)", version)
             log.info("task database: schema migrated to version %d", version)
         return found
+
+
+def _usable(conn: PoolConnectionProxy) -> bool:
+    """Whether a kept connection is still open (one the server closed was already given
+    back to its pool by asyncpg, and its proxy says so by raising)."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:

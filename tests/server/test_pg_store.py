@@ -398,3 +398,65 @@ async def test_a_final_state_written_again_is_not_taken_for_another_process(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+@pytest.mark.parametrize(("pool_size", "kept_most"), [(1, 0), (4, 1), (10, 4)])
+async def test_the_group_commits_keep_a_share_of_the_pool(
+    postgres: LocalPostgres, tmp_path: Path, pool_size: int, kept_most: int
+) -> None:
+    """The saves' and lookups' statements keep pooled connections between them (no
+    acquire and release each), never more than their share of the pool: the other
+    calls (a load here, with one more statement on its way) still get a connection."""
+    url = await fresh_database(postgres)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), pool_size=pool_size)
+    try:
+
+        async def send(n: int) -> None:
+            found, claimed = await store.lookup_or_claim(ALICE, f"m-{n}", "fp", f"c-{n}", f"t-{n}")
+            assert (found, claimed) == (None, True)
+            store.remember_message(ALICE, f"m-{n}", "fp", f"t-{n}")
+            await store.save(record(f"t-{n}"))
+
+        await asyncio.gather(*(send(n) for n in range(40)))
+        assert store.store_gauges()["pool_in_use"] <= kept_most
+        reading = asyncio.ensure_future(store.load(ALICE, "t-0"))
+        await send(40)
+        loaded = await reading
+        assert loaded is not None and loaded.task.id == "t-0"
+        assert await store.lookup_message(ALICE, "m-40", "fp") == "t-40"
+    finally:
+        await store.aclose()
+    assert store.store_gauges()["pool_in_use"] == 0
+
+
+async def test_a_kept_connection_the_server_closed_is_not_an_outage(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A connection kept between saves that the server ended meanwhile (a restart, an
+    administrator) is given back and another taken: the next save is stored, not
+    answered UNAVAILABLE."""
+    url = await fresh_database(postgres)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    admin = await asyncpg.connect(url)
+    try:
+        await store.save(record("t-kept-1"))
+        assert store.store_gauges()["pool_in_use"] == 1  # the kept connection
+        (kept,) = store._kept
+        listener = store._listener
+        assert listener is not None
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> $1",
+            listener.get_server_pid(),
+        )
+        async with asyncio.timeout(10):  # the client sees the connection end
+            while store.store_gauges()["pool_in_use"]:  # (given back by asyncpg)
+                await asyncio.sleep(0.01)
+        assert store._kept == [kept]
+        await store.save(record("t-kept-2"))
+        assert store.outage.down is False
+        loaded = await store.load(ALICE, "t-kept-2")
+        assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await admin.close()
+        await store.aclose()
