@@ -450,7 +450,7 @@ async def test_a_kept_connection_the_server_closed_is_not_an_outage(
             listener.get_server_pid(),
         )
         async with asyncio.timeout(10):  # the client sees the connection end
-            while store.store_gauges()["pool_in_use"]:  # (given back by asyncpg)
+            while store.store_gauges()["pool_in_use"]:  # noqa: ASYNC110 - given back by asyncpg
                 await asyncio.sleep(0.01)
         assert store._kept == [kept]
         await store.save(record("t-kept-2"))
