@@ -286,13 +286,15 @@ class PgTaskRows(PgConnection):
         return listed, total, named
 
     def store_gauges(self) -> Mapping[str, int]:
-        """The pool's connections (open, in use, the most) and the LISTEN reconnects."""
+        """The pool's connections (open, in use, the most) and the LISTEN reconnects.
+        The connections the group commits keep between statements count as open, not
+        in use, while they wait for the next (the pool counts them taken)."""
         pool = self._pool
         size = pool.get_size() if pool is not None else 0
         idle = pool.get_idle_size() if pool is not None else 0
         return {
             "pool_size": size,
-            "pool_in_use": size - idle,
+            "pool_in_use": max(0, size - idle - len(self._kept)),
             "pool_max": self.pool_size,
             "listen_reconnects": self.relistens,
         }
