@@ -463,3 +463,29 @@ async def test_a_kept_connection_the_server_closed_is_not_an_outage(
     finally:
         await admin.close()
         await store.aclose()
+
+
+async def test_a_kept_connection_unused_for_a_minute_is_closed_not_used(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A connection the saves kept but nobody used for KEPT_IDLE_S (one a firewall may
+    have dropped without a word) is closed, and the next save takes another."""
+    url = await fresh_database(postgres)
+    clock = Clock()
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), clock=clock)
+    try:
+        await store.save(record("t-idle-1"))
+        ((_, first, _),) = store._kept
+        first_pid = first.get_server_pid()
+        clock.now += 30 * 1_000_000_000  # used again within the minute: the same one
+        await store.save(record("t-idle-2"))
+        ((_, again, _),) = store._kept
+        assert again.get_server_pid() == first_pid
+        clock.now += 61 * 1_000_000_000
+        await store.save(record("t-idle-3"))
+        ((_, fresh, _),) = store._kept
+        assert fresh.get_server_pid() != first_pid
+        loaded = await store.load(ALICE, "t-idle-3")
+        assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await store.aclose()
