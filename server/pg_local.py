@@ -12,8 +12,11 @@ then SIGKILL if it does not exit in time), removing the folder.
   system user (else ``nobody``), which owns the folder.
 - Password authentication (SCRAM) on TCP with a random password (:attr:`url` carries
   it); the unix socket trusts its local user. Durability is off (``fsync=off``,
-  ``synchronous_commit=off``): the cluster is thrown away (``durable=True`` turns them
-  on, for benchmarks of what a commit costs on a production cluster).
+  ``full_page_writes=off``): the cluster is thrown away (``durable=True`` turns them
+  on, for benchmarks of what a commit costs on a production cluster). A commit still
+  waits for its WAL written to the OS (``synchronous_commit=on``, the default), as the
+  file store's write without ``--fsync`` does; with it off every commit woke the WAL
+  writer (a signal), which cost PostgreSQL more than the write (docs/performance.md).
 
 ``python -m a2a_gateway.server.pg_local`` (``make pg``) starts one, prints its URL and
 keeps it until Ctrl-C or SIGTERM.
@@ -187,8 +190,10 @@ class LocalPostgres:
                 "listen_addresses=127.0.0.1",
                 "-c",
                 f"fsync={self._durability}",
+                # A commit waits for its WAL written to the OS (flushed to disk only
+                # with fsync on): the default, as on a production cluster.
                 "-c",
-                f"synchronous_commit={self._durability}",
+                "synchronous_commit=on",
                 "-c",
                 f"full_page_writes={self._durability}",
                 "-c",

@@ -56,14 +56,24 @@ async def measure(url: str, postmaster: int, sends: int, clients: int) -> str:
                 await asyncio.gather(*(caller() for _ in range(clients)))
 
             await load()  # warm: connections, prepared statements, plans
+            statements0 = _statements(store)
             pg0, cpu0, wall0 = _postgres_cpu_s(postmaster), time.process_time(), time.monotonic()
             await load()
             pg1, cpu1, wall1 = _postgres_cpu_s(postmaster), time.process_time(), time.monotonic()
+            statements = _statements(store) - statements0
         finally:
             await engine.aclose()
     return (
         f"{sends / (wall1 - wall0):7,.0f} sends/s  cpu/send: this process"
-        f" {1e6 * (cpu1 - cpu0) / sends:5.0f} us, PostgreSQL {1e6 * (pg1 - pg0) / sends:5.0f} us"
+        f" {1e6 * (cpu1 - cpu0) / sends:5.0f} us, PostgreSQL {1e6 * (pg1 - pg0) / sends:5.0f} us,"
+        f" {statements / sends:.2f} grouped statements/send"
+    )
+
+
+def _statements(store: object) -> int:
+    """The group commits' statements so far (saves and lookups; 0 where none)."""
+    return sum(
+        getattr(getattr(store, name, None), "statements", 0) for name in ("_saves", "_lookups")
     )
 
 

@@ -20,8 +20,10 @@ alternating the order of the configurations from one round to the next:
   in order, then the completed status. In the paced runs a second subscriber joins on B
   ``--late-subscriber-ms`` later and is checked the same way (not timed). A lost,
   repeated or reordered chunk is printed as an error (exit status 1).
-- a statement census: ``log_statement = all`` for 100 blocking sends and 5
-  ``chunks:200`` streams on A, the statements PostgreSQL ran per operation.
+- a statement census: ``log_statement = all`` for 100 blocking sends from 4 clients,
+  400 from ``--clients`` (as in the timed rows: group commit takes more calls a
+  statement when more wait at once), and 5 ``chunks:200`` streams on A, the statements
+  PostgreSQL ran per operation.
 
 ``--base REV`` adds a fourth gateway, A0, on the same database and workspace, running
 revision REV of this repository (its package tree laid out as ``bench_compare.py``
@@ -337,7 +339,7 @@ async def timed_row(
 
 
 async def statement_census(
-    pg: LocalPostgres, a: Server, sends: int, streams: int, label: str = "A"
+    pg: LocalPostgres, a: Server, sends: int, streams: int, label: str = "A", clients: int = 16
 ) -> None:
     """The statements PostgreSQL executes per blocking send and per ``chunks:200`` stream
     on one gateway (``log_statement = all`` for the time of it; outside every timed row);
@@ -351,9 +353,14 @@ async def statement_census(
         await asyncio.sleep(1)  # backends read the configuration at their next command
         censuses: list[tuple[str, Callable[[], Awaitable[int]], int]] = [
             (
-                "blocking send",
+                "blocking send (4 clients)",
                 lambda: blocking_sends([a], sends, 4, f"census-{time.time_ns()}"),
                 sends,
+            ),
+            (
+                f"blocking send ({clients} clients)",
+                lambda: blocking_sends([a], 4 * sends, clients, f"census-{time.time_ns()}"),
+                4 * sends,
             ),
             (
                 "chunks:200 stream",
@@ -361,7 +368,7 @@ async def statement_census(
                 streams,
             ),
         ]
-        for what, work, count in censuses[: 2 if streams else 1]:
+        for what, work, count in censuses[: 3 if streams else 2]:
             offset = log_path.stat().st_size
             await work()
             await asyncio.sleep(1)  # the event writer and the lease loop finish their statements
@@ -434,9 +441,11 @@ async def main(args: argparse.Namespace) -> None:
                 errors = await run_rounds(args, pg.pid, f, a, b, a0)
                 if args.census:
                     streams = 0 if args.sends_only else 5
-                    await statement_census(pg, a, 100, streams)
+                    await statement_census(pg, a, 100, streams, "A", args.clients)
                     if a0 is not None:
-                        await statement_census(pg, a0, 100, streams, f"A0 ({args.base})")
+                        await statement_census(
+                            pg, a0, 100, streams, f"A0 ({args.base})", args.clients
+                        )
     if errors:
         raise SystemExit(1)
 

@@ -71,7 +71,10 @@ the finished task (row, retry key and the claim's release). Both are group commi
 saves of different tasks (at most two statements of a kind at a time; a call alone
 takes its own single-row statement), each call answered once the statement that
 carried it committed, so under load a send costs PostgreSQL a fraction of two
-statements (docs/performance.md).
+statements (docs/performance.md). Their statements run on pooled connections kept
+between statements (up to ``(pool_size - 2) // 2`` of them, the rest left to the
+other calls; one that fails or that the server closed goes back to the pool), so a
+statement takes no connection from the pool and gives none back.
 
 Stream events cross processes through ``a2a_events``: every event of a run of this
 process is numbered per task (continuing from the number the task's row holds when

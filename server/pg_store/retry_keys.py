@@ -110,7 +110,7 @@ class PgRetryKeys(PgConnection):
 
     async def _lookup_or_claim(self, one: Lookup) -> asyncpg.Record:
         """One lookup alone: its statement's row."""
-        rows = await self._fetch(
+        rows = await self._fetch_kept(
             _LOOKUP_OR_CLAIM_ONE, one.workspace, one.caller, one.context_id, one.task_id,
             self.replica, self._lease_until(), self._db_now(), one.message_id, one.fingerprint,
         )  # fmt: skip
@@ -118,7 +118,7 @@ class PgRetryKeys(PgConnection):
 
     async def _lookups_or_claims(self, lookups: list[Lookup]) -> list[asyncpg.Record]:
         """One statement for the lookups waiting at once: a row each, in order."""
-        return await self._fetch(
+        return await self._fetch_kept(
             _LOOKUP_OR_CLAIM,
             *zip(*lookups, strict=True),
             self.replica,

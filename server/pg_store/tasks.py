@@ -286,13 +286,15 @@ class PgTaskRows(PgConnection):
         return listed, total, named
 
     def store_gauges(self) -> Mapping[str, int]:
-        """The pool's connections (open, in use, the most) and the LISTEN reconnects."""
+        """The pool's connections (open, in use, the most) and the LISTEN reconnects.
+        The connections the group commits keep between statements count as open, not
+        in use, while they wait for the next (the pool counts them taken)."""
         pool = self._pool
         size = pool.get_size() if pool is not None else 0
         idle = pool.get_idle_size() if pool is not None else 0
         return {
             "pool_size": size,
-            "pool_in_use": size - idle,
+            "pool_in_use": max(0, size - idle - len(self._kept)),
             "pool_max": self.pool_size,
             "listen_reconnects": self.relistens,
         }
@@ -437,7 +439,7 @@ class PgTaskRows(PgConnection):
     async def _store_save(self, s: Save) -> asyncpg.Record:
         """One save alone (group commit: ``self._saves``): its statement's row."""
         keys = s.keys
-        rows = await self._fetch(
+        rows = await self._fetch_kept(
             _SAVE_ONE, *s[:7], s.config_ids, s.config_versions, s.configs,
             [k[0] for k in keys], [k[1] for k in keys], s.runner, s.lease_until, s.held,
             s.settles, s.event_seq, s.as_of, s.settled_now,
@@ -455,7 +457,7 @@ class PgTaskRows(PgConnection):
             )
         ]
         keys = [(s.task_id, message_id, fp) for s in saves for message_id, fp in s.keys]
-        return await self._fetch(
+        return await self._fetch_kept(
             _SAVE,
             *zip(*(s[:14] for s in saves), strict=True),
             *(zip(*configs, strict=True) if configs else ((), (), (), (), ())),

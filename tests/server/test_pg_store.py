@@ -398,3 +398,94 @@ async def test_a_final_state_written_again_is_not_taken_for_another_process(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+@pytest.mark.parametrize(("pool_size", "kept_most"), [(1, 0), (4, 1), (10, 4)])
+async def test_the_group_commits_keep_a_share_of_the_pool(
+    postgres: LocalPostgres, tmp_path: Path, pool_size: int, kept_most: int
+) -> None:
+    """The saves' and lookups' statements keep pooled connections between them (no
+    acquire and release each), never more than their share of the pool: the other
+    calls (a load here, with one more statement on its way) still get a connection."""
+    url = await fresh_database(postgres)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), pool_size=pool_size)
+    try:
+
+        async def send(n: int) -> None:
+            found, claimed = await store.lookup_or_claim(ALICE, f"m-{n}", "fp", f"c-{n}", f"t-{n}")
+            assert (found, claimed) == (None, True)
+            store.remember_message(ALICE, f"m-{n}", "fp", f"t-{n}")
+            await store.save(record(f"t-{n}"))
+
+        await asyncio.gather(*(send(n) for n in range(40)))
+        assert store._pool is not None
+        taken = store._pool.get_size() - store._pool.get_idle_size()
+        assert taken == len(store._kept) <= kept_most
+        assert store.store_gauges()["pool_in_use"] == 0  # kept, waiting: not in use
+        reading = asyncio.ensure_future(store.load(ALICE, "t-0"))
+        await send(40)
+        loaded = await reading
+        assert loaded is not None and loaded.task.id == "t-0"
+        assert await store.lookup_message(ALICE, "m-40", "fp") == "t-40"
+    finally:
+        await store.aclose()
+
+
+async def test_a_kept_connection_the_server_closed_is_not_an_outage(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A connection kept between saves that the server ended meanwhile (a restart, an
+    administrator) is given back and another taken: the next save is stored, not
+    answered UNAVAILABLE."""
+    url = await fresh_database(postgres)
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path))
+    admin = await asyncpg.connect(url)
+    try:
+        await store.save(record("t-kept-1"))
+        (kept,) = store._kept
+        pool = store._pool
+        assert pool is not None and pool.get_size() - pool.get_idle_size() == 1
+        listener = store._listener
+        assert listener is not None
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> $1",
+            listener.get_server_pid(),
+        )
+        async with asyncio.timeout(10):  # the client sees the connection end
+            while pool.get_size() - pool.get_idle_size():  # noqa: ASYNC110 - given back by asyncpg
+                await asyncio.sleep(0.01)
+        assert store._kept == [kept]
+        await store.save(record("t-kept-2"))
+        assert store.outage.down is False
+        loaded = await store.load(ALICE, "t-kept-2")
+        assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await admin.close()
+        await store.aclose()
+
+
+async def test_a_kept_connection_unused_for_a_minute_is_closed_not_used(
+    postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    """A connection the saves kept but nobody used for KEPT_IDLE_S (one a firewall may
+    have dropped without a word) is closed, and the next save takes another."""
+    url = await fresh_database(postgres)
+    clock = Clock()
+    store = PostgresTaskStore(url, box=SecretBox(tmp_path), clock=clock)
+    try:
+        await store.save(record("t-idle-1"))
+        ((_, first, _),) = store._kept
+        first_pid = first.get_server_pid()
+        clock.now += 30 * 1_000_000_000  # used again within the minute: the same one
+        await store.save(record("t-idle-2"))
+        ((_, again, _),) = store._kept
+        assert again.get_server_pid() == first_pid
+        clock.now += 61 * 1_000_000_000
+        await store.save(record("t-idle-3"))
+        ((_, fresh, _),) = store._kept
+        assert fresh.get_server_pid() != first_pid
+        loaded = await store.load(ALICE, "t-idle-3")
+        assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await store.aclose()
