@@ -64,7 +64,7 @@ from google.protobuf import descriptor, message, message_factory
 from a2a_gateway.local import signing
 from a2a_gateway.protocol import codec, versioning
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
-from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext, Caller
 from a2a_gateway.protocol.errors import (
     A2AError,
     DeadlineExceededError,
@@ -80,9 +80,10 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .auth import Authenticator
+from .auth import Authenticator, Identity
 from .http_sse import WRITE_TIMEOUT_S
 from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
+from .retry_memo import RetryMemo
 from .tls import grpc_peer_certificate
 
 log = logging.getLogger(__name__)
@@ -464,8 +465,12 @@ class RpcAdapter:
         wire: descriptor.MethodDescriptor | None = None,
         watch: CallWatch | None = None,
         meter: Meter = NULL_METER,
+        memo: RetryMemo | None = None,
     ) -> None:
         wire = wire or method
+        #: Kept answers of retried calls (:mod:`.retry_memo`): SendMessage's, when the
+        #: gateway keeps them.
+        self.memo = memo
         #: Bounds the request read and the unary deadline; one per server, shared by
         #: all its adapters (a2a_rpc_handler and legacy_rpc_handler pass it).
         self.watch = watch or CallWatch()
@@ -556,6 +561,14 @@ class RpcAdapter:
     ) -> tuple[message.Message, CallContext]:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
+        identity = await self._admit(raw, context, metadata)
+        return self._decoded(raw, context, metadata, identity.caller, default_deadline_s)
+
+    async def _admit(
+        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
+    ) -> Identity:
+        """Admit the call (authentication, rate limits) and check a signing caller's
+        signature over ``raw``; raise A2AError."""
         get = metadata.single
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
@@ -565,6 +578,18 @@ class RpcAdapter:
         secret = identity.policy.signing_secret
         if secret is not None:  # right after admission, as on HTTP
             signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
+        return identity
+
+    def _decoded(
+        self,
+        raw: bytes,
+        context: grpc.aio.ServicerContext[Any, Any],
+        metadata: MetadataView,
+        caller: Caller,
+        default_deadline_s: float | None,
+    ) -> tuple[message.Message, CallContext]:
+        """Negotiate, decode and validate an admitted call; raise A2AError."""
+        get = metadata.single
         # The rest by their lower-case names straight from the view's dict: most calls
         # send none of them (no method call, no lower() per name).
         values = metadata.values
@@ -577,7 +602,7 @@ class RpcAdapter:
                 metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
             )
         call_context = CallContext(
-            caller=identity.caller,
+            caller=caller,
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
             version=version,
             extensions=extensions,
@@ -644,11 +669,24 @@ class RpcAdapter:
         watch = self.watch
         watched = watch.watch(self.bounds.request_s)
         arrived = False
+        memo = self.memo
         try:
             try:
                 raw = await self.receive(context)
                 arrived = True
-                decoded, call_context = await self._prepare(raw, context, self.bounds.unary_s)
+                # (a tuple of pairs from grpc.aio's server, whatever its stubs say)
+                invocation: Any = context.invocation_metadata()
+                metadata = MetadataView(invocation)
+                caller = (await self._admit(raw, context, metadata)).caller
+                if memo is not None:  # the same call again: its kept answer, if it holds
+                    key = (raw, invocation if type(invocation) is tuple else tuple(invocation))
+                    kept = memo.answer(key, caller)
+                    if kept is not None:
+                        meter.done(self.metric_name, OK, started)
+                        return kept
+                decoded, call_context = self._decoded(
+                    raw, context, metadata, caller, self.bounds.unary_s
+                )
                 del raw
                 assert call_context.deadline is not None  # the client's, or the default
                 watch.reschedule(watched, call_context.deadline + self.bounds.grace_s)
@@ -663,6 +701,8 @@ class RpcAdapter:
             response = self.serialize(result)
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
+            elif memo is not None and call_context.replay is not None:
+                memo.keep(key, caller, response, call_context.replay)
             meter.done(self.metric_name, OK, started)
             return response
         except asyncio.CancelledError:  # the client cancelled or went away
@@ -796,11 +836,13 @@ def a2a_rpc_handler(
     write_timeout_s: float | None = None,
     watch: CallWatch | None = None,
     meter: Meter = NULL_METER,
+    memo: RetryMemo | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``,
     within ``bounds``; ``write_timeout_s`` overrides their write bound (tests shorten it);
     ``watch`` keeps the bounds (the server's, shared with the 0.3 service; a new one
-    when not given); every call is reported to ``meter``."""
+    when not given); every call is reported to ``meter``; ``memo`` keeps SendMessage's
+    answers of retries from the stored task (:mod:`.retry_memo`; None: none kept)."""
     watch = watch or CallWatch()
     handlers = {
         method.name: RpcAdapter(
@@ -811,6 +853,7 @@ def a2a_rpc_handler(
             write_timeout_s=write_timeout_s,
             watch=watch,
             meter=meter,
+            memo=memo if method.name == "SendMessage" else None,
         ).method_handler()
         for method in SERVICE_DESCRIPTOR.methods
     }

@@ -26,6 +26,7 @@ from .continuation import Intake
 from .push_configs import PushConfigs
 from .reads import Reads
 from .records import Records
+from .replay import replay_holds
 from .state import DEFAULT_LIST_MAX_BYTES, EngineState
 from .turns import Runner
 
@@ -171,6 +172,12 @@ class TaskEngine(A2AService, Startable):
         if refused is not None:
             return refused
         return self._intake.send_streaming_message(request, context)
+
+    def replay_holds(self, replay: object) -> bool:
+        """Whether an answer the engine noted as ``CallContext.replay`` may be given
+        again to the same call (same caller, request and metadata) without the engine
+        (:mod:`.replay`)."""
+        return replay_holds(replay, self._state, self._store, self._store)
 
     # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
 
