@@ -595,7 +595,7 @@ class Gateway(Startable):
         # drain gate sees each call: no access log, no tracing.
         self.retry_memo: RetryMemo | None = None
         if self.engine is not None and not settings.access_log and self.tracing is None:
-            self.retry_memo = RetryMemo(self.engine.replay_holds, self.drain_gate)
+            self.retry_memo = RetryMemo(self.engine.replay_check(), self.drain_gate)
         # The PACT URL (server/pact) serves the hosted agent, not an upstream's.
         self.pact = build_pact(self.config, self.service) if self.engine is not None else None
         # Metrics in a registry of this gateway's own; off, the bindings' meters do

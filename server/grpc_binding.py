@@ -54,7 +54,7 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -498,7 +498,11 @@ class RpcAdapter:
     async def receive(self, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         """The request message's bytes, once they have all arrived (InvalidRequest when
         the client ended the call without one). The caller bounds the wait."""
-        data = await context.read()
+        return self.received(await context.read())
+
+    def received(self, data: object) -> bytes:
+        """What ``context.read()`` gave, as the request's bytes (InvalidRequest when the
+        client ended the call without one, or it is over ``max_request_bytes``)."""
         if not isinstance(data, bytes):  # grpc.aio.EOF (no deserializer: bytes otherwise)
             raise InvalidRequestError("the call ended without a request message")
         if len(data) > self.bounds.max_request_bytes:
@@ -561,24 +565,29 @@ class RpcAdapter:
     ) -> tuple[message.Message, CallContext]:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
-        identity = await self._admit(raw, context, metadata)
+        identity = await self._admit(context, metadata)
+        self._check_signature(identity, metadata, raw)
         return self._decoded(raw, context, metadata, identity.caller, default_deadline_s)
 
-    async def _admit(
-        self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
-    ) -> Identity:
-        """Admit the call (authentication, rate limits) and check a signing caller's
-        signature over ``raw``; raise A2AError."""
-        get = metadata.single
+    def _admit(
+        self, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
+    ) -> Coroutine[Any, Any, Identity]:
+        """Admit the call (authentication, rate limits); raise A2AError. The
+        authenticator's coroutine itself (no frame of ours around it): every call
+        awaits it, then checks the signature (:meth:`_check_signature`)."""
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
         # The peer string is built by grpc on each ask: only when per-address limits count it.
         address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
-        identity = await authenticator.admit(get, address, certificate)
+        return authenticator.admit(metadata.single, address, certificate)
+
+    @staticmethod
+    def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
+        """A signing caller's signature over the request's bytes, right after admission
+        (as on HTTP); raise A2AError."""
         secret = identity.policy.signing_secret
-        if secret is not None:  # right after admission, as on HTTP
-            signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
-        return identity
+        if secret is not None:
+            signing.check(secret, metadata.single(signing.SIGNATURE_METADATA_KEY), raw)
 
     def _decoded(
         self,
@@ -672,18 +681,23 @@ class RpcAdapter:
         memo = self.memo
         try:
             try:
-                raw = await self.receive(context)
+                raw = self.received(await context.read())  # (no coroutine of ours)
                 arrived = True
                 # (a tuple of pairs from grpc.aio's server, whatever its stubs say)
                 invocation: Any = context.invocation_metadata()
-                metadata = MetadataView(invocation)
-                caller = (await self._admit(raw, context, metadata)).caller
-                if memo is not None:  # the same call again: its kept answer, if it holds
+                kept = None
+                if memo is not None:  # the same call again? (its metadata's view is kept)
                     key = (raw, invocation if type(invocation) is tuple else tuple(invocation))
-                    kept = memo.answer(key, caller)
-                    if kept is not None:
+                    kept = memo.get(key)
+                metadata = MetadataView(invocation) if kept is None else kept.metadata
+                identity = await self._admit(context, metadata)
+                self._check_signature(identity, metadata, raw)
+                caller = identity.caller
+                if kept is not None and memo is not None:  # as kept, if it holds for caller
+                    answer = memo.answer(kept, caller)
+                    if answer is not None:
                         meter.done(self.metric_name, OK, started)
-                        return kept
+                        return answer
                 decoded, call_context = self._decoded(
                     raw, context, metadata, caller, self.bounds.unary_s
                 )
@@ -702,7 +716,7 @@ class RpcAdapter:
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             elif memo is not None and call_context.replay is not None:
-                memo.keep(key, caller, response, call_context.replay)
+                memo.keep(key, caller, response, call_context.replay, metadata)
             meter.done(self.metric_name, OK, started)
             return response
         except asyncio.CancelledError:  # the client cancelled or went away

@@ -40,13 +40,18 @@ ENTRY_OVERHEAD = 400
 MemoKey = tuple[bytes, Any]
 
 
-class _Answer:
-    __slots__ = ("answer", "caller", "replay")
+class Kept:
+    """One kept answer: the caller it was given to, its bytes, the service's
+    ``replay``, and the call's metadata as the binding reads it (``metadata``: the
+    same for the same call, so not read again)."""
 
-    def __init__(self, caller: Caller, answer: bytes, replay: object) -> None:
+    __slots__ = ("answer", "caller", "metadata", "replay")
+
+    def __init__(self, caller: Caller, answer: bytes, replay: object, metadata: Any) -> None:
         self.caller = caller
         self.answer = answer
         self.replay = replay
+        self.metadata = metadata
 
 
 class RetryMemo:
@@ -65,15 +70,17 @@ class RetryMemo:
     ) -> None:
         self._holds = holds
         self._drain = drain
-        self._answers: ByteLRU[MemoKey, _Answer] = ByteLRU(max_entries, max_bytes)
+        self._answers: ByteLRU[MemoKey, Kept] = ByteLRU(max_entries, max_bytes)
         self.hits = 0
 
-    def answer(self, key: MemoKey, caller: Caller) -> bytes | None:
-        """The kept answer of this call for ``caller``, if it still holds; None: call
-        the service."""
-        found = self._answers.get(key)
-        if found is None:
-            return None
+    def get(self, key: MemoKey) -> Kept | None:
+        """What is kept for this call (request bytes and metadata), if anything: its
+        answer is given with :meth:`answer`, once the call is admitted."""
+        return self._answers.get(key)
+
+    def answer(self, found: Kept, caller: Caller) -> bytes | None:
+        """The kept answer for ``caller``, the call's admitted caller, if it still
+        holds; None: call the service."""
         kept = found.caller
         if kept is not caller and (
             kept != caller or kept.on_behalf != caller.on_behalf or kept.delegate != caller.delegate
@@ -85,18 +92,20 @@ class RetryMemo:
         self.hits += 1
         return found.answer
 
-    def keep(self, key: MemoKey, caller: Caller, answer: bytes, replay: object) -> None:
+    def keep(
+        self, key: MemoKey, caller: Caller, answer: bytes, replay: object, metadata: Any = None
+    ) -> None:
         """Keep the answer the service gave this call (its ``CallContext.replay``)."""
         if len(answer) > MAX_ANSWER_BYTES:
             return
-        raw, metadata = key
+        raw, pairs = key
         size = ENTRY_OVERHEAD + len(raw) + len(answer)
-        for name, value in metadata:
-            size += len(name) + len(value)
-        self._answers.put(key, _Answer(caller, answer, replay), size)
+        for name, value in pairs:  # twice: the key's, and the view's
+            size += 2 * (len(name) + len(value))
+        self._answers.put(key, Kept(caller, answer, replay, metadata), size)
 
     def __len__(self) -> int:
         return len(self._answers)
 
 
-__all__ = ["MAX_ANSWER_BYTES", "RetryMemo"]
+__all__ = ["MAX_ANSWER_BYTES", "Kept", "RetryMemo"]

@@ -39,7 +39,7 @@ class StoredReplay:
         self.task_bytes = task_bytes
 
 
-def replay_holds(replay: object, state: EngineState, keys: RetryKeys, tasks: TaskRecords) -> bool:
+def replay_holds(state: EngineState, keys: RetryKeys, tasks: TaskRecords, replay: object) -> bool:
     """Whether the engine would answer the call that gave ``replay`` as it did then:
     not closing, no live run of the task, the retry key still naming it (known without
     waiting), and the task file as it was (its ``stat`` as ``stored_bytes`` checks it,

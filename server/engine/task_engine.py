@@ -3,6 +3,7 @@ around one shared :class:`~.state.EngineState`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -173,11 +174,11 @@ class TaskEngine(A2AService, Startable):
             return refused
         return self._intake.send_streaming_message(request, context)
 
-    def replay_holds(self, replay: object) -> bool:
+    def replay_check(self) -> Callable[[object], bool]:
         """Whether an answer the engine noted as ``CallContext.replay`` may be given
         again to the same call (same caller, request and metadata) without the engine
-        (:mod:`.replay`)."""
-        return replay_holds(replay, self._state, self._store, self._store)
+        (:mod:`.replay`): a function of the replay (no frame of the engine's around it)."""
+        return functools.partial(replay_holds, self._state, self._store, self._store)
 
     # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
 
