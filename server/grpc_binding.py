@@ -565,21 +565,23 @@ class RpcAdapter:
     ) -> tuple[message.Message, CallContext]:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
-        identity = await self._admit(context, metadata)
+        admitted = self._admit(context, metadata)
+        identity = admitted if isinstance(admitted, Identity) else await admitted
         self._check_signature(identity, metadata, raw)
         return self._decoded(raw, context, metadata, identity.caller, default_deadline_s)
 
     def _admit(
         self, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
-    ) -> Coroutine[Any, Any, Identity]:
-        """Admit the call (authentication, rate limits); raise A2AError. The
-        authenticator's coroutine itself (no frame of ours around it): every call
-        awaits it, then checks the signature (:meth:`_check_signature`)."""
+    ) -> Identity | Coroutine[Any, Any, Identity]:
+        """Admit the call (authentication, rate limits); raise A2AError. The identity
+        when known without waiting (a key, the anonymous caller), else the
+        authenticator's coroutine to await for it (no frame of ours around either);
+        then the signature is checked (:meth:`_check_signature`)."""
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
         # The peer string is built by grpc on each ask: only when per-address limits count it.
         address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
-        return authenticator.admit(metadata.single, address, certificate)
+        return authenticator.admit_now(metadata.single, address, certificate)
 
     @staticmethod
     def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
@@ -690,7 +692,8 @@ class RpcAdapter:
                     key = (raw, invocation if type(invocation) is tuple else tuple(invocation))
                     kept = memo.get(key)
                 metadata = MetadataView(invocation) if kept is None else kept.metadata
-                identity = await self._admit(context, metadata)
+                admitted = self._admit(context, metadata)
+                identity = admitted if isinstance(admitted, Identity) else await admitted
                 self._check_signature(identity, metadata, raw)
                 caller = identity.caller
                 if kept is not None and memo is not None:  # as kept, if it holds for caller
