@@ -99,7 +99,9 @@ class RetryMemo:
         if len(answer) > MAX_ANSWER_BYTES:
             return
         raw, pairs = key
-        size = ENTRY_OVERHEAD + len(raw) + len(answer)
+        # The answer, and about as much again: the stored task it was made of, which
+        # the replay holds (shared with the store's cache while it keeps it).
+        size = ENTRY_OVERHEAD + len(raw) + 2 * len(answer)
         for name, value in pairs:  # twice: the key's, and the view's
             size += 2 * (len(name) + len(value))
         self._answers.put(key, Kept(caller, answer, replay, metadata), size)

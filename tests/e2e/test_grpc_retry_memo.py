@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import orjson
@@ -195,8 +196,12 @@ async def test_a_kept_answer_is_counted_as_the_engine_path_counts_it(
     assert operations == {None, "load", "lookup_message"}  # None: a2a_requests_total
 
 
-async def test_no_memo_where_each_call_is_seen(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, access_log=True) as gateway:
+@pytest.mark.parametrize(
+    "settings", [{"access_log": True}, {"otlp_endpoint": "http://127.0.0.1:9"}], ids=str
+)
+async def test_no_memo_where_each_call_is_seen(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """An access log or tracing sees every call: no call is answered around them."""
+    async with running_gateway(tmp_path, **settings) as gateway:
         assert gateway.retry_memo is None
 
 
