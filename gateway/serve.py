@@ -79,6 +79,7 @@ from a2a_gateway.server.pg_store import PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.push import PushDispatcher
 from a2a_gateway.server.push_receiver import PushWaker
 from a2a_gateway.server.retention import Retention, parse_duration
+from a2a_gateway.server.retry_memo import RetryMemo
 from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.secret_links import SecretLinks
 from a2a_gateway.server.task_store import TaskStore
@@ -589,6 +590,12 @@ class Gateway(Startable):
         if tracing_wanted(settings.otlp_endpoint):
             self.tracing = Tracing(settings.otlp_endpoint)
             self.service = Traced(self.service, self.tracing.tracer)
+        # A retried gRPC send answered from the stored task is given again from the
+        # binding's memo (server/retry_memo.py) when nothing around the engine but the
+        # drain gate sees each call: no access log, no tracing.
+        self.retry_memo: RetryMemo | None = None
+        if self.engine is not None and not settings.access_log and self.tracing is None:
+            self.retry_memo = RetryMemo(self.engine.replay_check(), self.drain_gate)
         # The PACT URL (server/pact) serves the hosted agent, not an upstream's.
         self.pact = build_pact(self.config, self.service) if self.engine is not None else None
         # Metrics in a registry of this gateway's own; off, the bindings' meters do
@@ -610,6 +617,7 @@ class Gateway(Startable):
                 self.authenticator,
                 meter=self.metrics.grpc,
                 readiness=self.readiness,
+                memo=self.retry_memo,
             ),
             config,
         )

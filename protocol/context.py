@@ -76,6 +76,11 @@ class CallContext:
     #: Set by the service before each event of a stream: the event's id in its task's
     #: event log (``<taskId>:<number>``), empty when it has none.
     event_id: str = ""
+    #: Set by the service when its answer can be given again without it while a check
+    #: of its own holds (a retry answered with the stored task, ``server/engine/
+    #: replay.py``); a binding that keeps answers (the gRPC retry memo) keeps it with
+    #: the answer and asks the service's check before each reuse. None: not so.
+    replay: object = None
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative), or ``None``."""

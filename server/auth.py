@@ -42,7 +42,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,6 +262,13 @@ class Authenticator(AsyncCloseable, abc.ABC):
         identity = await self.identify(get, certificate)
         self.limiter.check_caller(identity.caller, identity.policy.limits)
         return identity
+
+    def admit_now(
+        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+    ) -> Identity | Coroutine[Any, Any, Identity]:
+        """:meth:`admit`, as the identity when it is known without waiting, or as the
+        coroutine to await for it (here always the coroutine)."""
+        return self.admit(get, client_address, certificate)
 
     async def aclose(self) -> None:  # most authenticators hold nothing
         """Release what the schemes hold (connections to identity providers)."""
@@ -547,12 +554,29 @@ class WorkspaceCallers(Authenticator):
         self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
     ) -> Identity:
         """:meth:`Authenticator.admit`, then refuse a caller of an unpublished workspace
-        (every binding admits here, so every call is refused the same way). Written out,
-        not ``super().admit``: one coroutine less on every call."""
-        limiter = self.limiter
-        limiter.check_address(client_address)
-        identity = await self.identify(get, certificate)
-        limiter.check_caller(identity.caller, identity.policy.limits)
+        (every binding admits here, so every call is refused the same way)."""
+        admitted = self.admit_now(get, client_address, certificate)
+        return admitted if isinstance(admitted, Identity) else await admitted
+
+    def admit_now(
+        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+    ) -> Identity | Coroutine[Any, Any, Identity]:
+        """:meth:`admit` without a coroutine when no scheme asks someone else (a key, a
+        certificate, the anonymous caller): the identity, or the coroutine to await
+        for it (Basic, a JWT, an introspected token). Raises as :meth:`admit` does, in
+        the same order (the address's rate first)."""
+        self.limiter.check_address(client_address)
+        found = self._identify(get, certificate)
+        if isinstance(found, Identity):
+            return self._admitted(found)
+        return self._admitted_later(found)
+
+    async def _admitted_later(self, found: Coroutine[Any, Any, Identity]) -> Identity:
+        return self._admitted(await found)
+
+    def _admitted(self, identity: Identity) -> Identity:
+        """The caller's rate, and its workspace published."""
+        self.limiter.check_caller(identity.caller, identity.policy.limits)
         if not self.publication.published(identity.caller.workspace):
             raise UnauthenticatedError(
                 "This agent is not published", challenge=self._challenge(self.entries())
@@ -565,6 +589,13 @@ class WorkspaceCallers(Authenticator):
         return BEARER_CHALLENGE
 
     async def identify(self, get: HeaderGetter, certificate: bytes | None = None) -> Identity:
+        found = self._identify(get, certificate)
+        return found if isinstance(found, Identity) else await found
+
+    def _identify(
+        self, get: HeaderGetter, certificate: bytes | None
+    ) -> Identity | Coroutine[Any, Any, Identity]:
+        """The identity, when no one else must be asked; else the coroutine that asks."""
         try:
             presented = presented_credentials(get)
         except UnauthenticatedError as exc:  # malformed: name the schemes that would do
@@ -579,7 +610,7 @@ class WorkspaceCallers(Authenticator):
             if self.allow_anonymous:
                 return ANONYMOUS_IDENTITY
         if isinstance(presented, BasicCredentials):
-            return await self._basic(presented, entries)
+            return self._basic(presented, entries)
         if not presented:
             raise UnauthenticatedError(
                 "An API key is required (X-API-Key or Authorization: Bearer)",
@@ -590,9 +621,9 @@ class WorkspaceCallers(Authenticator):
         # Tokens travel as Authorization: Bearer; X-API-Key carries keys only.
         if not matches and get(AUTHORIZATION_HEADER) is not None:
             if self.verifier is not None and self._is_ours_to_verify(presented, entries):
-                return await self._jwt(presented, entries, self.verifier)
+                return self._jwt(presented, entries, self.verifier)
             if self.introspector is not None and any(e.introspection for e in entries):
-                return await self._introspected(presented, entries, self.introspector)
+                return self._introspected(presented, entries, self.introspector)
         refusal = UnauthenticatedError(
             "The API key is not valid", challenge=self._challenge(entries)
         )

@@ -54,7 +54,7 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -64,7 +64,7 @@ from google.protobuf import descriptor, message, message_factory
 from a2a_gateway.local import signing
 from a2a_gateway.protocol import codec, versioning
 from a2a_gateway.protocol.codec import MAX_ANSWER_BYTES, MAX_BODY_BYTES
-from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext
+from a2a_gateway.protocol.context import PROTOCOL_VERSION, CallContext, Caller
 from a2a_gateway.protocol.errors import (
     A2AError,
     DeadlineExceededError,
@@ -80,9 +80,10 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .auth import Authenticator
+from .auth import Authenticator, Identity
 from .http_sse import WRITE_TIMEOUT_S
 from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
+from .retry_memo import RetryMemo
 from .tls import grpc_peer_certificate
 
 log = logging.getLogger(__name__)
@@ -464,8 +465,12 @@ class RpcAdapter:
         wire: descriptor.MethodDescriptor | None = None,
         watch: CallWatch | None = None,
         meter: Meter = NULL_METER,
+        memo: RetryMemo | None = None,
     ) -> None:
         wire = wire or method
+        #: Kept answers of retried calls (:mod:`.retry_memo`): SendMessage's, when the
+        #: gateway keeps them.
+        self.memo = memo
         #: Bounds the request read and the unary deadline; one per server, shared by
         #: all its adapters (a2a_rpc_handler and legacy_rpc_handler pass it).
         self.watch = watch or CallWatch()
@@ -493,7 +498,11 @@ class RpcAdapter:
     async def receive(self, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         """The request message's bytes, once they have all arrived (InvalidRequest when
         the client ended the call without one). The caller bounds the wait."""
-        data = await context.read()
+        return self.received(await context.read())
+
+    def received(self, data: object) -> bytes:
+        """What ``context.read()`` gave, as the request's bytes (InvalidRequest when the
+        client ended the call without one, or it is over ``max_request_bytes``)."""
         if not isinstance(data, bytes):  # grpc.aio.EOF (no deserializer: bytes otherwise)
             raise InvalidRequestError("the call ended without a request message")
         if len(data) > self.bounds.max_request_bytes:
@@ -556,15 +565,42 @@ class RpcAdapter:
     ) -> tuple[message.Message, CallContext]:
         """Admit, negotiate, check the signature, decode and validate; raise A2AError."""
         metadata = MetadataView(context.invocation_metadata())
-        get = metadata.single
+        admitted = self._admit(context, metadata)
+        identity = admitted if isinstance(admitted, Identity) else await admitted
+        self._check_signature(identity, metadata, raw)
+        return self._decoded(raw, context, metadata, identity.caller, default_deadline_s)
+
+    def _admit(
+        self, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
+    ) -> Identity | Coroutine[Any, Any, Identity]:
+        """Admit the call (authentication, rate limits); raise A2AError. The identity
+        when known without waiting (a key, the anonymous caller), else the
+        authenticator's coroutine to await for it (no frame of ours around either);
+        then the signature is checked (:meth:`_check_signature`)."""
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
         # The peer string is built by grpc on each ask: only when per-address limits count it.
         address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
-        identity = await authenticator.admit(get, address, certificate)
+        return authenticator.admit_now(metadata.single, address, certificate)
+
+    @staticmethod
+    def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
+        """A signing caller's signature over the request's bytes, right after admission
+        (as on HTTP); raise A2AError."""
         secret = identity.policy.signing_secret
-        if secret is not None:  # right after admission, as on HTTP
-            signing.check(secret, get(signing.SIGNATURE_METADATA_KEY), raw)
+        if secret is not None:
+            signing.check(secret, metadata.single(signing.SIGNATURE_METADATA_KEY), raw)
+
+    def _decoded(
+        self,
+        raw: bytes,
+        context: grpc.aio.ServicerContext[Any, Any],
+        metadata: MetadataView,
+        caller: Caller,
+        default_deadline_s: float | None,
+    ) -> tuple[message.Message, CallContext]:
+        """Negotiate, decode and validate an admitted call; raise A2AError."""
+        get = metadata.single
         # The rest by their lower-case names straight from the view's dict: most calls
         # send none of them (no method call, no lower() per name).
         values = metadata.values
@@ -577,7 +613,7 @@ class RpcAdapter:
                 metadata.get_all(EXTENSIONS_KEY) + metadata.get_all(LEGACY_EXTENSIONS_KEY)
             )
         call_context = CallContext(
-            caller=identity.caller,
+            caller=caller,
             tenant=str(getattr(request, "tenant", "")),  # every A2A request has one
             version=version,
             extensions=extensions,
@@ -644,11 +680,30 @@ class RpcAdapter:
         watch = self.watch
         watched = watch.watch(self.bounds.request_s)
         arrived = False
+        memo = self.memo
         try:
             try:
-                raw = await self.receive(context)
+                raw = self.received(await context.read())  # (no coroutine of ours)
                 arrived = True
-                decoded, call_context = await self._prepare(raw, context, self.bounds.unary_s)
+                # (a tuple of pairs from grpc.aio's server, whatever its stubs say)
+                invocation: Any = context.invocation_metadata()
+                kept = None
+                if memo is not None:  # the same call again? (its metadata's view is kept)
+                    key = (raw, invocation if type(invocation) is tuple else tuple(invocation))
+                    kept = memo.get(key)
+                metadata = MetadataView(invocation) if kept is None else kept.metadata
+                admitted = self._admit(context, metadata)
+                identity = admitted if isinstance(admitted, Identity) else await admitted
+                self._check_signature(identity, metadata, raw)
+                caller = identity.caller
+                if kept is not None and memo is not None:  # as kept, if it holds for caller
+                    answer = memo.answer(kept, caller)
+                    if answer is not None:
+                        meter.done(self.metric_name, OK, started)
+                        return answer
+                decoded, call_context = self._decoded(
+                    raw, context, metadata, caller, self.bounds.unary_s
+                )
                 del raw
                 assert call_context.deadline is not None  # the client's, or the default
                 watch.reschedule(watched, call_context.deadline + self.bounds.grace_s)
@@ -663,6 +718,8 @@ class RpcAdapter:
             response = self.serialize(result)
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
+            elif memo is not None and call_context.replay is not None:
+                memo.keep(key, caller, response, call_context.replay, metadata)
             meter.done(self.metric_name, OK, started)
             return response
         except asyncio.CancelledError:  # the client cancelled or went away
@@ -796,11 +853,13 @@ def a2a_rpc_handler(
     write_timeout_s: float | None = None,
     watch: CallWatch | None = None,
     meter: Meter = NULL_METER,
+    memo: RetryMemo | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The generic handler serving every rpc of ``lf.a2a.v1.A2AService`` from ``service``,
     within ``bounds``; ``write_timeout_s`` overrides their write bound (tests shorten it);
     ``watch`` keeps the bounds (the server's, shared with the 0.3 service; a new one
-    when not given); every call is reported to ``meter``."""
+    when not given); every call is reported to ``meter``; ``memo`` keeps SendMessage's
+    answers of retries from the stored task (:mod:`.retry_memo`; None: none kept)."""
     watch = watch or CallWatch()
     handlers = {
         method.name: RpcAdapter(
@@ -811,6 +870,7 @@ def a2a_rpc_handler(
             write_timeout_s=write_timeout_s,
             watch=watch,
             meter=meter,
+            memo=memo if method.name == "SendMessage" else None,
         ).method_handler()
         for method in SERVICE_DESCRIPTOR.methods
     }

@@ -35,6 +35,7 @@ from .grpc03 import LEGACY_SERVICE_NAME, legacy_rpc_handler
 from .grpc_binding import CallWatch, GrpcBounds, a2a_rpc_handler
 from .health import Readiness
 from .metrics import NULL_METER, UNKNOWN_METHOD, Meter
+from .retry_memo import RetryMemo
 from .tls import grpc_server_credentials
 
 SERVICE_NAME = SERVICE_DESCRIPTOR.full_name  # "lf.a2a.v1.A2AService"
@@ -151,6 +152,7 @@ async def build_grpc_server(
     *,
     meter: Meter = NULL_METER,
     readiness: Readiness | None = None,
+    memo: RetryMemo | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """A gRPC server for ``service`` bound to ``config.host:config.grpc_port`` (0: any
     free port), and the port it is bound to. Not started: ``await server.start()``.
@@ -158,7 +160,8 @@ async def build_grpc_server(
     Serves ``lf.a2a.v1.A2AService`` (1.0), ``a2a.v1.A2AService`` (0.3),
     ``grpc.health.v1.Health`` (SERVING for ``""`` and both A2A services; with
     ``readiness``, NOT_SERVING while it is not ready) and server reflection for all
-    four. Every A2A call is reported to ``meter``.
+    four. Every A2A call is reported to ``meter``. ``memo`` keeps the 1.0 SendMessage's
+    answers of retries from the stored task (:mod:`.retry_memo`).
     """
     if config.grpc_port is None:
         raise ValueError("gRPC is disabled (config.grpc_port is None)")
@@ -175,7 +178,9 @@ async def build_grpc_server(
     watch = CallWatch()  # one timer bounds every call of both services
     server.add_generic_rpc_handlers(
         (
-            a2a_rpc_handler(service, authenticator, bounds=bounds, watch=watch, meter=meter),
+            a2a_rpc_handler(
+                service, authenticator, bounds=bounds, watch=watch, meter=meter, memo=memo
+            ),
             legacy_rpc_handler(service, authenticator, bounds=bounds, watch=watch, meter=meter),
         )
     )

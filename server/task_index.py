@@ -692,6 +692,13 @@ class _IndexRetryKeys(_IndexCore):
         self._found_retry.put(key, task_id, size)
         return task_id
 
+    def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        """What :meth:`lookup_message` answers, when it would answer without waiting
+        (open, no keys owed by a reconcile); None otherwise (or no task has the key)."""
+        if self._db is None or self._keys_behind:
+            return None
+        return self.find_message(owner, message_id, fingerprint)
+
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """:meth:`find_message` once the index is open (an open that fails is logged
         and the lookup answered from the keys queued so far)."""

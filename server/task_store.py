@@ -286,6 +286,13 @@ class TaskStore(
         processes (PostgreSQL) asks its database here."""
         return self.find_message(owner, message_id, fingerprint)
 
+    def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        """What :meth:`lookup_message` would answer, when the store knows it without
+        waiting (the file store's open index, its keys recovered); None: ask
+        :meth:`lookup_message` (most stores; or no task has the key). A retried send's
+        stored answer is checked with it (``engine/replay.py``)."""
+        return None
+
     @abc.abstractmethod
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

@@ -9,7 +9,8 @@ is called with a stand-in for grpc's servicer context that hands over the reques
 bytes (the bench's request: one text part, messageId ``m1``, ``a2a-version: 1.0``
 metadata, no deadline). The first call makes the task; the measured ones are retries
 answered from it, as in the side-by-side bench's gRPC load (``--new``: a new messageId
-each call instead; ``--no-metrics``: as ``serve --no-metrics``). Prints microseconds
+each call instead; ``--no-metrics``: as ``serve --no-metrics``; ``--no-memo``: without
+the binding's retry memo, ``server/retry_memo.py``). Prints microseconds
 per call (best of several rounds); ``--profile`` prints cProfile's top functions
 instead. Under valgrind's callgrind, the count of a run of 6,000 calls less one of 2,000,
 over 4,000, is instructions per call (docs/performance.md). A measurement, never a
@@ -88,6 +89,7 @@ async def main(args: argparse.Namespace) -> None:
             bounds=GrpcBounds(),
             watch=CallWatch(),
             meter=gateway.metrics.grpc,
+            memo=None if args.no_memo else gateway.retry_memo,
         )
         unary = adapter.unary
         ids = itertools.count()
@@ -127,6 +129,7 @@ if __name__ == "__main__":
     parser.add_argument("--new", action="store_true")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--no-metrics", action="store_true", help="as serve --no-metrics")
+    parser.add_argument("--no-memo", action="store_true", help="without the retry memo")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=45)
     uvloop.run(main(parser.parse_args()))

@@ -32,6 +32,7 @@ from ..task_states import INTERRUPTED, TERMINAL, agent_message, set_now, task_vi
 from ..task_store import UNSTORED, TaskRecord
 from .push_configs import PushConfigs, check_push_room, upsert_push
 from .records import Records
+from .replay import StoredReplay
 from .retries import RetryKey, retry_key
 from .rules import apply_status, archive_status_message, check_answer, check_message, new_turn
 from .state import (
@@ -186,6 +187,8 @@ class Intake:
                 # record parsed and copied into the answer; the file still stat'ed).
                 stored = self._records.stored_answer(caller, retried)
                 if stored is not None:
+                    if inline_push is None:  # nothing but the request and these shape it
+                        context.replay = StoredReplay(caller, *seen_key[2:], retried, stored)
                     return stored
             existing = await self._existing(retried, caller, subscriber)
             if existing is not None:

@@ -3,6 +3,7 @@ around one shared :class:`~.state.EngineState`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -26,6 +27,7 @@ from .continuation import Intake
 from .push_configs import PushConfigs
 from .reads import Reads
 from .records import Records
+from .replay import replay_holds
 from .state import DEFAULT_LIST_MAX_BYTES, EngineState
 from .turns import Runner
 
@@ -171,6 +173,12 @@ class TaskEngine(A2AService, Startable):
         if refused is not None:
             return refused
         return self._intake.send_streaming_message(request, context)
+
+    def replay_check(self) -> Callable[[object], bool]:
+        """Whether an answer the engine noted as ``CallContext.replay`` may be given
+        again to the same call (same caller, request and metadata) without the engine
+        (:mod:`.replay`): a function of the replay (no frame of the engine's around it)."""
+        return functools.partial(replay_holds, self._state, self._store, self._store)
 
     # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
 

@@ -24,6 +24,11 @@ class FileRetryKeys(TaskFiles):
         # coroutine itself, not one around it (a retried send makes this lookup).
         return self._start().lookup_message(owner, message_id, fingerprint)
 
+    def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        if not self._started:  # lookup_message starts the index (and its reconcile)
+            return None
+        return self.index.found_message(owner, message_id, fingerprint)
+
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None:

@@ -101,6 +101,9 @@ class WorkspaceTaskStores(
     ) -> Coroutine[Any, Any, str | None]:
         return self.store_for(owner).lookup_message(owner, message_id, fingerprint)
 
+    def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
+        return self.store_for(owner).found_message(owner, message_id, fingerprint)
+
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None:
