@@ -101,6 +101,7 @@ async def test_an_open_stream_does_not_keep_its_request(
             assert _live(marker) == []
             # Nor its body reader's buffer (read to its end: an immutable empty one).
             served = [found for found in gc.get_objects() if isinstance(found, web.BaseRequest)]
+            assert [found._cache for found in served] == [{}]  # nor its computed properties
             assert [type(found.content._buffer) for found in served] == [tuple]
         finally:
             service.release.set()
