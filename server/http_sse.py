@@ -352,6 +352,7 @@ async def stream_events(
             _drop_body_buffer(request)
             _drop_message_queue(request)
             _drop_request_cache(request)
+            _drop_response_headers(response)
             while data is not None:
                 await pump.write(response, data, watch.now)
                 data = None  # not held while the stream waits (a held stream's last event)
@@ -430,6 +431,14 @@ def _drop_message_queue(request: web.BaseRequest) -> None:
     queue = getattr(protocol, "_messages", None)
     if type(queue) is deque and not queue:
         protocol._messages = _Pipelined()  # type: ignore[assignment]
+
+
+def _drop_response_headers(response: web.StreamResponse) -> None:
+    """Empty the response's header map once it is prepared (~0.5 KB for the stream's
+    life): aiohttp serialized the headers when it prepared them (they leave with the
+    first write), and a prepared ``StreamResponse`` never reads its map again (its
+    writes, its end, the access log's status and length do not)."""
+    response.headers.clear()
 
 
 def _drop_request_cache(request: web.BaseRequest) -> None:

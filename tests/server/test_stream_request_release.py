@@ -102,6 +102,9 @@ async def test_an_open_stream_does_not_keep_its_request(
             # Nor its body reader's buffer (read to its end: an immutable empty one).
             served = [found for found in gc.get_objects() if isinstance(found, web.BaseRequest)]
             assert [found._cache for found in served] == [{}]  # nor its computed properties
+            # Nor the response its header map (sent already: the client has them).
+            streams = [found for found in gc.get_objects() if type(found) is web.StreamResponse]
+            assert [len(found.headers) for found in streams] == [0]
             assert [type(found.content._buffer) for found in served] == [tuple]
         finally:
             service.release.set()
