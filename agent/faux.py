@@ -186,9 +186,7 @@ class FauxAgent(Agent):
         elif head == "hold":
             # Ends early when the task is canceled: the engine sets the signal and
             # cancels this coroutine.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_hold_seconds(arg)):  # no extra task, unlike wait_for
-                    await turn.cancelled.wait()
+            await turn.cancelled.wait_at_most(_hold_seconds(arg))  # one timer for all holds
             yield Completed()
         elif head == "ask":
             yield InputRequired(arg)

@@ -19,18 +19,19 @@ PostgreSQL keeps its own log (``a2a_events``, :mod:`.pg_store`), shared by proce
   the open segment, inline on the event loop without fsync (as the task files are: no
   file is created per task), on one writer thread with fsync (then ``fdatasync``'d, and
   the folder when a segment is created). A frame torn by a crash is cut off when the
-  log is first used after a start.
+  log is loaded (the store's start, else its first use).
 
   An index in memory (task -> its frames' places) serves reads after a number. It is
   bounded: the tasks open here (a run or a stream of them in this process) plus the
   ``index_tasks`` most recently closed ones, within ``index_bytes`` (estimated); a task
   pushed out of it loses its logged events (a resume point of it answers with the
   snapshot and ``resumeExpired``, as an expired point does). The scan that rebuilds the
-  index at the first use after a start keeps what the same bound allows (the most
-  recently written tasks). A task past ``task_bytes`` of frames keeps its newest within
-  half of it; the segments together are kept within ``total_bytes`` (the oldest segment
-  dropped first, with its frames); a task removed (retention) drops its frames; a segment
-  none of whose frames is indexed is removed from disk.
+  index at the store's start (:meth:`FileEventLog.load`; else at the first use) keeps
+  what the same bound allows (the most recently written tasks). A task past
+  ``task_bytes`` of frames keeps its newest within half of it; the segments together are
+  kept within ``total_bytes`` (the oldest segment dropped first, with its frames); a
+  task removed (retention) drops its frames; a segment none of whose frames is indexed
+  is removed from disk.
 
   Logs of earlier versions (``tasks/<id>.events``, a file per task) are not read: a
   resume point of such a task answers with the snapshot and ``resumeExpired``; the file
@@ -68,9 +69,10 @@ DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 #: Bytes of all the segments of a workspace's log (the oldest dropped first past it).
 DEFAULT_LOG_TOTAL_BYTES = 512 * 1024 * 1024
 #: Closed tasks the file log's index keeps (the most recently closed), and their bytes.
-#: (~0.7 KB an entry: a restarted gateway fills the index from the segments at its first
-#: stream, so this is memory every workspace holds once streamed; at 10,000 the side-by-side
-#: bench's held streams measured 33 KiB a stream in RSS after the stream scenario, not 22.)
+#: (~0.7 KB an entry: a restarted gateway fills the index from the segments when its store
+#: starts, so this is memory every workspace holds once streamed; at 10,000, filled at the
+#: first stream then, the side-by-side bench's held streams measured 33 KiB a stream in RSS
+#: after the stream scenario, not 22.)
 DEFAULT_INDEX_TASKS = 1_000
 DEFAULT_INDEX_BYTES = 1024 * 1024
 #: What an index entry costs in memory (estimated: the entry, its object and lists),
@@ -493,7 +495,14 @@ class FileEventLog:
                 )
         return found.last
 
-    # --- the scan of what is on disk (once, at the first use) ----------------------
+    # --- the scan of what is on disk (once: at the store's start, else the first use) --
+
+    async def load(self) -> None:
+        """Scan the segments now (the store's start): the index a first stream would
+        otherwise fill (bounded: ``index_tasks`` closed tasks) and the thread that
+        reads it are held from the start, not grown by the first stream's request. An
+        unreadable log is logged and left empty, as at a first use."""
+        await self._loaded()
 
     def _thread(self) -> ThreadPoolExecutor:
         if self._writer is None:

@@ -87,7 +87,12 @@ def _kind(exc: BaseException) -> str:
 class _RequestHandler(web.RequestHandler):
     """aiohttp's connection handler, answering malformed HTTP with a fixed text: its
     own answer quotes up to 100 bytes of the offending line (which may be a header
-    carrying a key)."""
+    carrying a key).
+
+    No ``__dict__``: aiohttp's handler has slots, and a held stream keeps its
+    connection's handler (a dict of its own would be ~200 bytes a connection)."""
+
+    __slots__ = ()
 
     def handle_error(
         self,
@@ -105,6 +110,8 @@ class _DrainingRequestHandler(_RequestHandler):
     """A connection of a draining server: its next answer (a call in flight, or the
     refusal of a new call on a kept-alive connection) closes it (``Connection:
     close``), so that the client's next call goes to another replica."""
+
+    __slots__ = ()
 
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Protocol
 
@@ -349,6 +350,9 @@ async def stream_events(
             pump.prepared = True
             _drop_idle_timer(request)
             _drop_body_buffer(request)
+            _drop_message_queue(request)
+            _drop_request_cache(request)
+            _drop_response_headers(response)
             while data is not None:
                 await pump.write(response, data, watch.now)
                 data = None  # not held while the stream waits (a held stream's last event)
@@ -404,6 +408,45 @@ def _drop_body_buffer(request: web.BaseRequest) -> None:
     payload = request.content
     if type(payload) is StreamReader and payload.is_eof():
         payload._buffer = _NO_BUFFER  # type: ignore[assignment]
+
+
+class _Pipelined(list[Any]):
+    """What a held stream's connection queues the requests a client pipelines behind
+    the stream in, instead of aiohttp's own deque (760 bytes for the stream's life; an
+    empty list holds no item storage): the queue's operations aiohttp uses (``append``,
+    ``popleft``, ``len``, truth), a few items at most (aiohttp pauses reading past its
+    bound)."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Any:
+        return self.pop(0)
+
+
+def _drop_message_queue(request: web.BaseRequest) -> None:
+    """Release the connection's empty request queue (aiohttp's ``deque``) while the
+    stream is held, for a :class:`_Pipelined`: a request pipelined behind the stream is
+    queued there and served once the stream ends, as before."""
+    protocol = request.protocol
+    queue = getattr(protocol, "_messages", None)
+    if type(queue) is deque and not queue:
+        protocol._messages = _Pipelined()  # type: ignore[assignment]
+
+
+def _drop_response_headers(response: web.StreamResponse) -> None:
+    """Empty the response's header map once it is prepared (~0.5 KB for the stream's
+    life): aiohttp serialized the headers when it prepared them (they leave with the
+    first write), and a prepared ``StreamResponse`` never reads its map again (its
+    writes, its end, the access log's status and length do not)."""
+    response.headers.clear()
+
+
+def _drop_request_cache(request: web.BaseRequest) -> None:
+    """Empty the request's cache of computed properties (its URL, method, headers view,
+    remote address: a dict of 9 entries, ~200 bytes for the stream's life) once the
+    stream's headers are sent: nothing here reads them again, and what aiohttp reads
+    after the handler (its access log) is computed again from the request's message."""
+    request._cache.clear()
 
 
 def serve_stream(

@@ -180,6 +180,11 @@ class TaskFiles(TaskStore):
             self.index.start()
         return self.index
 
+    async def start(self) -> None:
+        """Load the event log's index now (bounded: ``--event-log-tasks``), so that the
+        gateway holds it from its start rather than growing by it at its first stream."""
+        await self.event_log.load()
+
     async def readiness(self) -> str | None:
         try:
             await self._start().check_readable()

@@ -146,6 +146,10 @@ class WorkspaceTaskStores(
                 return why
         return None
 
+    async def start(self) -> None:
+        """The default workspace's store (the others load at their first use)."""
+        await self.default.start()
+
     async def aclose(self) -> None:
         for store in self.stores():
             await store.aclose()

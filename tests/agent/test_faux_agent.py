@@ -112,3 +112,30 @@ async def test_message_directive_is_a_direct_reply() -> None:
 async def test_crash_raises() -> None:
     with pytest.raises(RuntimeError):
         await outputs(FauxAgent(), turn("crash"))
+
+
+async def test_waits_at_most_share_one_timer_and_end_in_deadline_order() -> None:
+    """``Signal.wait_at_most`` (the hold's wait): each ends at its own deadline or when
+    its signal is set, whichever is first, under one timer for all; a wait added with a
+    nearer deadline than those pending ends first."""
+    ended: list[str] = []
+    signals = {name: Signal() for name in ("late", "early", "set", "cancelled")}
+
+    async def wait(name: str, seconds: float) -> None:
+        await signals[name].wait_at_most(seconds)
+        ended.append(name)
+
+    late = asyncio.create_task(wait("late", 0.2))
+    await asyncio.sleep(0)
+    early = asyncio.create_task(wait("early", 0.05))  # nearer than the pending one
+    set_early = asyncio.create_task(wait("set", 60))
+    cancelled = asyncio.create_task(wait("cancelled", 60))
+    await asyncio.sleep(0)
+    signals["set"].set()
+    cancelled.cancel()
+    async with asyncio.timeout(30):
+        await asyncio.gather(late, early, set_early)
+    assert ended == ["set", "early", "late"]
+    assert cancelled.cancelled()
+    assert signals["late"]._waiters == []  # its waiter is not left behind
+    assert await asyncio.wait_for(signals["set"].wait_at_most(60), 30) is None  # set: at once

@@ -20,6 +20,7 @@ from a2a_gateway.server.event_log import (
     encode_frame,
     read_segments,
 )
+from a2a_gateway.server.file_store.workspaces import WorkspaceTaskStores
 from lf.a2a.v1 import a2a_pb2 as pb
 
 
@@ -295,3 +296,28 @@ async def test_a_log_opened_anew_for_a_stored_task_numbers_above_any_earlier_log
     assert await log.bounds("stored") == (last + 1, last + 1)
     assert log.start("new") == 0
     await log.aclose()
+
+
+async def test_a_workspace_store_loads_its_event_log_at_its_start_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """The index of an earlier process's segments is loaded when the store starts (the
+    gateway holds it from its start, not from its first stream), no more of it than
+    ``--event-log-tasks`` allows."""
+    earlier = WorkspaceTaskStores(tmp_path)
+    log = earlier.default.event_log
+    for task_id in ("a", "b", "c"):
+        earlier.default.path(task_id).parent.mkdir(parents=True, exist_ok=True)
+        earlier.default.path(task_id).touch()  # a stored task (its log is kept)
+        log.start(task_id)
+        log.append(task_id, chunk(1))
+        await log.flush()
+        log.close(task_id)
+    await earlier.aclose()
+    store = WorkspaceTaskStores(tmp_path, event_log_tasks=2)
+    assert store.default.event_log.indexed == 0
+    await store.start()
+    assert store.default.event_log.indexed == 2  # the last written, before any call
+    assert await store.default.event_log.bounds("c") == (1, 1)
+    assert await store.default.event_log.bounds("a") is None
+    await store.aclose()

@@ -101,8 +101,54 @@ async def test_an_open_stream_does_not_keep_its_request(
             assert _live(marker) == []
             # Nor its body reader's buffer (read to its end: an immutable empty one).
             served = [found for found in gc.get_objects() if isinstance(found, web.BaseRequest)]
+            assert [found._cache for found in served] == [{}]  # nor its computed properties
+            # Nor the response its header map (sent already: the client has them).
+            streams = [found for found in gc.get_objects() if type(found) is web.StreamResponse]
+            assert [len(found.headers) for found in streams] == [0]
             assert [type(found.content._buffer) for found in served] == [tuple]
         finally:
             service.release.set()
         async with asyncio.timeout(TIMEOUT_S):
             await response.read()  # the stream ends once the service returns
+
+
+async def test_a_request_pipelined_behind_a_held_stream_is_served_after_it(
+    start_http: Starter,
+) -> None:
+    """While a stream is held its connection queues pipelined requests without
+    aiohttp's deque (released for the stream's life); one sent behind the stream is
+    queued there and answered, in order, once the stream ends."""
+    service = HoldingService()
+    http: Http = await start_http(service=service)
+    server = http.client.server
+    message = {"messageId": "m-pipelined", "role": "ROLE_USER", "parts": [{"text": "x"}]}
+    envelope = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
+    body = json.dumps({**envelope, "params": {"message": message}}).encode()
+    head = (
+        "POST /a2a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    async with asyncio.timeout(TIMEOUT_S):
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        try:
+            writer.write(head.encode() + body)
+            first = await reader.readuntil(b"m-pipelined")
+            await service.started.wait()
+            assert first.startswith(b"HTTP/1.1 200")
+            served = [found for found in gc.get_objects() if isinstance(found, web.BaseRequest)]
+            queues = [found.protocol._messages for found in served]
+            assert [type(queue).__name__ for queue in queues] == ["_Pipelined"]
+            writer.write(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n")
+            writer.write(b"Connection: close\r\n\r\n")
+            await writer.drain()
+            # aiohttp's parser tells nothing when it queues: look until it has.
+            while not queues[0]:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            service.release.set()
+            rest = await reader.read()  # to the end: the card answer closes it
+        finally:
+            writer.close()
+    stream_end = rest.index(b"\r\n0\r\n\r\n")  # the stream's last chunk, then the card
+    card = rest[stream_end + 7 :]
+    assert card.startswith(b"HTTP/1.1 200"), card[:200]
+    assert b'"supportedInterfaces"' in card
