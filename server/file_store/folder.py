@@ -133,7 +133,9 @@ class TaskFiles(TaskStore):
         self.folder = self.workspace / TASKS_FOLDER
         self.fsync = fsync
         self.box = SecretBox(self.workspace)
-        self._dir = str(self.folder)
+        # Absolute: the unnamed files' link (``writes``) resolves its target path from
+        # "/", so a relative workspace would make every write fall back to a rename.
+        self._dir = os.path.abspath(self.folder)
         self._folder_ready = False
         self._unnamed_files = O_TMPFILE != 0
         # Recently loaded records, validated by the file's stamp before use.

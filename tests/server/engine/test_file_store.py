@@ -505,6 +505,27 @@ async def test_both_write_paths_replace_files_and_leave_no_temp_files(
         await engine.aclose()
 
 
+async def test_a_relative_workspace_keeps_the_unnamed_file_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The link that publishes an unnamed file resolves its target from "/": with the
+    # folder's path relative, it failed, and the store fell back to renames for good.
+    monkeypatch.chdir(tmp_path)
+    store = WorkspaceTaskStore(Path("ws"))
+    big = _versioned("t-big", pb.TASK_STATE_WORKING, "x" * 10_000)  # never created in place
+    try:
+        await store.save(big)
+        await store.save(_versioned("t-big", pb.TASK_STATE_COMPLETED, "y" * 10_000))
+        assert store._unnamed_files  # both written as unnamed files, linked in
+        loaded = await store.load(ALICE, "t-big")
+        assert loaded is not None and loaded.task.artifacts[0].parts[0].text == "y" * 10_000
+        assert sorted(p.name for p in (tmp_path / "ws" / ".a2a" / "tasks").iterdir()) == [
+            "t-big.json"
+        ]
+    finally:
+        await store.aclose()
+
+
 async def test_a_fifo_task_file_reads_as_not_found_without_hanging(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path)
     path = task_file(tmp_path, "t-fifo")
