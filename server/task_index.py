@@ -184,6 +184,9 @@ class _Change:
     expect: Stamp | None
     row: tuple[Caller, TaskSummary, Stamp] | None
     retry_keys: tuple[MessageKey, ...] = ()
+    #: The file was empty: a new task file whose creation a killed process did not
+    #: finish (``file_store.writes``), removed with its row if it is still empty.
+    empty: bool = False
 
 
 def _owner_hash(owner: Caller) -> int:
@@ -837,6 +840,11 @@ class _FolderSync(_IndexCore):
         keys: list[tuple[Any, ...]] = []
         for change in changes:
             expect, row = change.expect, change.row
+            if change.empty:
+                if self._remove_empty(change.task_id) and expect is not None:
+                    self._rows_deleted()
+                    self._write(_DELETE_IF, (change.task_id, *expect))
+                continue
             if row is None:
                 if expect is not None:
                     self._rows_deleted()
@@ -860,6 +868,22 @@ class _FolderSync(_IndexCore):
         if keys:
             self._write(_RECOVER_KEY, keys, many=True)
         self.commit()
+
+    def _remove_empty(self, task_id: str) -> bool:
+        """Remove a task file that is (still) empty; whether it was. On the event loop,
+        where the store writes without fsync: from a new file's creation to its write
+        nothing else runs there, so an empty file here is never one half made."""
+        path = f"{self.folder}/{task_id}.json"
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != 0:
+                return False
+            os.unlink(path)
+        except OSError:
+            return False
+        self.wrote_folder()
+        log.info("removed the empty task file %s (a write a stopped process left)", path)
+        return True
 
 
 class TaskIndex(_IndexQueries, _IndexRetryKeys, _FolderSync):
@@ -973,7 +997,7 @@ class _Scan:
         """The changes among the next ``BATCH`` files of the folder; None at the end."""
         if self.entries is None:
             return None
-        batch: list[tuple[str, str, Stamp | None]] = []
+        batch: list[tuple[str, str, Stamp | None, bool]] = []
         for entry in self.entries:
             name = entry.name
             if is_stale_temp(name):  # left by a killed writer
@@ -988,9 +1012,10 @@ class _Scan:
             try:
                 st = entry.stat(follow_symlinks=False)
                 stamp: Stamp | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+                empty = st.st_size == 0 and stat.S_ISREG(st.st_mode)
             except OSError:
-                stamp = None
-            batch.append((task_id, entry.path, stamp))
+                stamp, empty = None, False
+            batch.append((task_id, entry.path, stamp, empty))
             if len(batch) >= BATCH:
                 break
         if not batch:
@@ -1010,8 +1035,11 @@ class _Scan:
             )
         }
         changes: list[_Change] = []
-        for task_id, path, stamp in batch:
+        for task_id, path, stamp, empty in batch:
             indexed = known.get(task_id)
+            if empty:  # never a task: removed on the event loop (TaskIndex._apply)
+                changes.append(_Change(task_id, indexed, None, empty=True))
+                continue
             if stamp is not None and indexed == stamp:
                 continue
             parsed = self.parse(task_id, path)

@@ -9,6 +9,7 @@ import logging
 import os
 import resource
 import shutil
+import signal
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -191,6 +192,74 @@ async def test_stale_temp_files_are_removed_by_the_first_reconcile(tmp_path: Pat
         await store.summaries(ALICE)  # a new index: the first pass runs at start
         await store.index.wait_reconciled()
         assert list(folder.iterdir()) == [ours]
+    finally:
+        await store.aclose()
+
+
+async def test_an_empty_task_file_left_by_a_killed_write_reads_as_absent_and_is_removed(
+    tmp_path: Path,
+) -> None:
+    """A new task file is created in place, then written: a process killed between the
+    two leaves an empty file (its task was never answered). It reads as no such task,
+    is not listed, and the next start's reconcile removes it; whole files stay."""
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path))
+    try:
+        kept = await send(engine, "hi")
+    finally:
+        await engine.aclose()
+    # What the killed process left: the creation done, the write never (and no row).
+    task_file(tmp_path, "t-empty").write_bytes(b"")
+    store = WorkspaceTaskStore(tmp_path)
+    engine = TaskEngine(FauxAgent(), store)  # the restart
+    try:
+        with pytest.raises(errors.TaskNotFoundError):
+            await get(engine, "t-empty")
+        listed = await engine.list_tasks(pb.ListTasksRequest(), ctx())
+        assert [t.id for t in listed.tasks] == [kept.id] and listed.total_size == 1
+        await store.index.wait_reconciled()  # (started by the changed folder)
+        assert sorted(p.name for p in task_file(tmp_path, "x").parent.iterdir()) == [
+            f"{kept.id}.json"
+        ]
+        assert (await get(engine, kept.id)).status.state == pb.TASK_STATE_COMPLETED
+        again = await send(engine, "hi")  # new files are created in place as before
+        assert task_file(tmp_path, again.id).stat().st_size > 0
+    finally:
+        await engine.aclose()
+
+
+async def test_a_new_task_file_whose_write_fails_is_not_left_behind(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "one"))
+        await store.index.flushed()
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, hard))  # EFBIG past 100 bytes
+        try:  # (the save does not suspend: nothing else writes meanwhile)
+            with pytest.raises(OSError):
+                await store.save(_versioned("t-2", pb.TASK_STATE_COMPLETED, "two"))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, previous)
+        assert sorted(p.name for p in task_file(tmp_path, "x").parent.iterdir()) == ["t-1.json"]
+        assert await store.load(ALICE, "t-2") is None
+    finally:
+        await store.aclose()
+
+
+async def test_a_task_file_written_after_the_scan_saw_it_empty_is_kept(tmp_path: Path) -> None:
+    """The reconcile removes an empty file only if it is still empty when its change
+    is applied on the event loop (a creation of this process is done by then)."""
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "one"))
+        await store.index.flushed()
+        path = task_file(tmp_path, "t-1")
+        assert not store.index._remove_empty("t-1")  # whole: kept
+        assert path.stat().st_size > 0
+        path.write_bytes(b"")
+        assert store.index._remove_empty("t-1")
+        assert not path.exists()
     finally:
         await store.aclose()
 
