@@ -138,6 +138,8 @@ class TaskFiles(TaskStore):
         self._dir = os.path.abspath(self.folder)
         self._folder_ready = False
         self._unnamed_files = O_TMPFILE != 0
+        # (writes) Ids of tasks last written in a state that is not final (bounded).
+        self._unfinished: dict[str, None] = {}
         # Recently loaded records, validated by the file's stamp before use.
         self._cache: ByteLRU[str, tuple[Stamp, Loaded | object]] = ByteLRU(
             cache_entries, cache_bytes

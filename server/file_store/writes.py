@@ -11,6 +11,7 @@ from a2a_gateway.local.atomic_files import fsync_folder, removed_on_failure, tem
 from a2a_gateway.protocol.context import Caller
 
 from ..ids import valid_id
+from ..task_states import TERMINAL
 from ..task_store import TaskRecord, TaskSummary
 from .folder import O_TMPFILE, Stamp, TaskFiles, file_stamp
 from .task_file import encode_record
@@ -20,6 +21,10 @@ _root: list[int] = []
 #: A new task file of at most this many bytes is created in place (see ``_create``):
 #: a write of one page at offset 0 lands whole or not at all, also under SIGKILL.
 CREATE_IN_PLACE_BYTES = mmap.PAGESIZE
+#: Tasks written in a state that is not final, most recent last, at most this many: the
+#: ones likely written again, whose next write goes straight to the replacing path (no
+#: ``O_EXCL`` create or link that fails first, each a system call and an exception).
+UNFINISHED_KEPT = 4096
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
@@ -67,6 +72,13 @@ class FileTaskWrites(TaskFiles):
         # Not cached: most tasks written are never read back, and the next read fills
         # the record cache (stat-validated like any other read).
         self._forget(task_id)
+        unfinished = self._unfinished
+        if summary.state in TERMINAL:
+            unfinished.pop(task_id, None)
+        else:
+            unfinished[task_id] = None
+            if len(unfinished) > UNFINISHED_KEPT:
+                del unfinished[next(iter(unfinished))]
         index = self._start() if not self._started else self.index
         index.put(owner, summary, stamp)
         index.wrote_folder()
@@ -78,10 +90,11 @@ class FileTaskWrites(TaskFiles):
         path = f"{self._dir}/{task_id}.json"
         stamp = None
         if self._unnamed_files:
-            if not self.fsync and len(data) <= CREATE_IN_PLACE_BYTES:
+            again = task_id in self._unfinished  # (a hint: both paths check)
+            if not again and not self.fsync and len(data) <= CREATE_IN_PLACE_BYTES:
                 stamp = self._create(path, data)
             if stamp is None:
-                stamp = self._write_unnamed(path, task_id, data)
+                stamp = self._write_unnamed(path, task_id, data, again)
         if stamp is None:
             stamp = self._write_renamed(path, task_id, data)
         if self.fsync:
@@ -113,7 +126,9 @@ class FileTaskWrites(TaskFiles):
                 os.close(fd)
         return stamp
 
-    def _write_unnamed(self, path: str, task_id: str, data: bytes) -> Stamp | None:
+    def _write_unnamed(
+        self, path: str, task_id: str, data: bytes, again: bool = False
+    ) -> Stamp | None:
         """Linux: write an unnamed file (O_TMPFILE) and link it in. A new task file
         takes one directory change instead of three (create, rename, remove), about a
         quarter less kernel time; a replaced one is linked to a temp name and renamed.
@@ -132,8 +147,12 @@ class FileTaskWrites(TaskFiles):
             try:
                 # dst_dir_fd makes Python call linkat(..., AT_SYMLINK_FOLLOW), which
                 # links the open file itself; the absolute path ignores that fd.
-                os.link(source, path, dst_dir_fd=_root_fd(), follow_symlinks=True)
-            except FileExistsError:
+                if not again:  # (again: most likely there, so replaced at once)
+                    try:
+                        os.link(source, path, dst_dir_fd=_root_fd(), follow_symlinks=True)
+                        return stamp
+                    except FileExistsError:
+                        pass
                 tmp = self._temp_name(task_id)
                 os.link(source, tmp, dst_dir_fd=_root_fd(), follow_symlinks=True)
                 with removed_on_failure(tmp):

@@ -227,6 +227,34 @@ async def test_an_empty_task_file_left_by_a_killed_write_reads_as_absent_and_is_
         await engine.aclose()
 
 
+async def test_a_task_written_again_is_replaced_whole_also_when_its_file_is_gone(
+    tmp_path: Path,
+) -> None:
+    """A task written unfinished is most likely written again: that write replaces the
+    file at once; it still lands when the file was removed meanwhile."""
+    store = WorkspaceTaskStore(tmp_path)
+
+    async def text(task_id: str) -> str:
+        loaded = await store.load(ALICE, task_id)
+        assert loaded is not None
+        return loaded.task.artifacts[0].parts[0].text
+
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_WORKING, "one"))
+        await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "two"))
+        assert await text("t-1") == "two"
+        await store.save(_versioned("t-2", pb.TASK_STATE_WORKING, "one"))
+        task_file(tmp_path, "t-2").unlink()  # removed behind the store's back
+        await store.save(_versioned("t-2", pb.TASK_STATE_INPUT_REQUIRED, "two"))
+        assert await text("t-2") == "two"
+        await store.save(_versioned("t-1", pb.TASK_STATE_FAILED, "three"))  # finished before
+        assert await text("t-1") == "three"
+        folder = task_file(tmp_path, "x").parent
+        assert sorted(p.name for p in folder.iterdir()) == ["t-1.json", "t-2.json"]
+    finally:
+        await store.aclose()
+
+
 async def test_a_new_task_file_whose_write_fails_is_not_left_behind(tmp_path: Path) -> None:
     store = WorkspaceTaskStore(tmp_path)
     try:
