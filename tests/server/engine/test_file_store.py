@@ -4,6 +4,7 @@ routing by workspace, and lazy restart recovery (a new store and engine on one f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -207,8 +208,13 @@ async def test_an_empty_task_file_left_by_a_killed_write_reads_as_absent_and_is_
         kept = await send(engine, "hi")
     finally:
         await engine.aclose()
-    # What the killed process left: the creation done, the write never (and no row).
+    # What the killed process left: the creation done, the write never (and no row),
+    # and its index not closed cleanly (the folder's mtime may not have moved: a clock
+    # tick is coarser than this test).
     task_file(tmp_path, "t-empty").write_bytes(b"")
+    with contextlib.closing(sqlite3.connect(WorkspaceLayout(tmp_path).task_index)) as db:
+        db.execute("UPDATE meta SET value = 0 WHERE key = 'clean'")
+        db.commit()
     store = WorkspaceTaskStore(tmp_path)
     engine = TaskEngine(FauxAgent(), store)  # the restart
     try:
@@ -216,7 +222,7 @@ async def test_an_empty_task_file_left_by_a_killed_write_reads_as_absent_and_is_
             await get(engine, "t-empty")
         listed = await engine.list_tasks(pb.ListTasksRequest(), ctx())
         assert [t.id for t in listed.tasks] == [kept.id] and listed.total_size == 1
-        await store.index.wait_reconciled()  # (started by the changed folder)
+        await store.index.wait_reconciled()  # (owed at start: ListTasks waited for it)
         assert sorted(p.name for p in task_file(tmp_path, "x").parent.iterdir()) == [
             f"{kept.id}.json"
         ]
