@@ -40,16 +40,19 @@ def new_id() -> str:
 _last_ms = 0
 _last_seq = 0
 _pool = b""
+_taken = 0  # bytes of _pool used
 
 
 def _random_bits(bits: int) -> int:
-    """Bits from the OS CSPRNG, read 4 KiB at a time (one syscall per ~500 ids)."""
-    global _pool
+    """Bits from the OS CSPRNG, read 4 KiB at a time (one syscall per ~500 ids); each
+    byte is used once (an offset into the pool: cutting the rest off copied it)."""
+    global _pool, _taken
     size = (bits + 7) // 8
-    if len(_pool) < size:
-        _pool = os.urandom(4096)
-    chunk, _pool = _pool[:size], _pool[size:]
-    return int.from_bytes(chunk, "big") >> (size * 8 - bits)
+    start = _taken
+    if start + size > len(_pool):
+        _pool, start = os.urandom(4096), 0
+    _taken = start + size
+    return int.from_bytes(_pool[start : start + size], "big") >> (size * 8 - bits)
 
 
 __all__ = ["ID_PATTERN", "new_id", "valid_id"]

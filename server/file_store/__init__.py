@@ -28,13 +28,18 @@ on read, so records in memory hold plaintext and files never do. A plaintext val
 does not open (the key file was replaced or removed) is dropped from the record, with
 a warning naming the config id and the file, never the value.
 
-Writes are atomic: the record is written whole to an unnamed file (Linux
-``O_TMPFILE``) that is then linked in as the task file, or, when it replaces a file or
-the system cannot do that, to a temp file in the same folder (``.<id>.<pid>.<n>.tmp``)
-renamed over the task file. A reader, or a process killed with SIGKILL at any instant,
-sees the old file or the new one, never a half-written one (an unnamed file of a
-killed process just vanishes). Stale temp files (another process id in their name)
-are removed by the index's reconcile, which runs at start after an unclean stop.
+Writes are atomic: a new task file of at most a page (without fsync, Linux) is
+created in place (``O_EXCL``) and written with one ``write``; a larger one, or with
+fsync, is written whole to an unnamed file (``O_TMPFILE``) that is then linked in; a
+replacement, or where the system cannot do that, goes to a temp file in the same folder
+(``.<id>.<pid>.<n>.tmp``) renamed over the task file. A reader, or a process killed
+with SIGKILL at any instant, sees the old file or the new one, never a half-written
+one, with one exception that no answer depends on: a process killed between a new
+file's creation and its write (one page lands whole or not at all) leaves it empty;
+its task was never answered, an empty file reads as no such task, and the index's
+reconcile removes it (on the event loop, where no write of this process is ever half
+done). Stale temp files (another process id in their name) are removed by the index's
+reconcile too, which runs at start after an unclean stop.
 
 Reads are fresh: every load ``stat``s the file; a cache of recently read records, as
 serialized protobuf bytes, bounded by a count and a byte budget (``cache_entries``,

@@ -133,9 +133,13 @@ class TaskFiles(TaskStore):
         self.folder = self.workspace / TASKS_FOLDER
         self.fsync = fsync
         self.box = SecretBox(self.workspace)
-        self._dir = str(self.folder)
+        # Absolute: the unnamed files' link (``writes``) resolves its target path from
+        # "/", so a relative workspace would make every write fall back to a rename.
+        self._dir = os.path.abspath(self.folder)
         self._folder_ready = False
         self._unnamed_files = O_TMPFILE != 0
+        # (writes) Ids of tasks last written in a state that is not final (bounded).
+        self._unfinished: dict[str, None] = {}
         # Recently loaded records, validated by the file's stamp before use.
         self._cache: ByteLRU[str, tuple[Stamp, Loaded | object]] = ByteLRU(
             cache_entries, cache_bytes

@@ -84,8 +84,13 @@ async def test_sigkill_with_runs_in_flight_leaves_every_file_valid(tmp_path: Pat
 
     folder = WorkspaceLayout(workspace).tasks
     files = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    # A new task file is created in place, then written with one write: the kill may
+    # land between the two (that task was never answered), leaving it empty.
+    empty = [p for p in files if p.stat().st_size == 0]
+    assert len(empty) <= 1
+    files = [p for p in files if p not in empty]
     assert len(files) > 200
-    for path in files:  # every task file is whole and parses
+    for path in files:  # every other task file is whole and parses
         task, owner, _ = decode_record(path.read_bytes(), path.stem)
         assert owner == ALICE
 
@@ -105,6 +110,7 @@ async def test_sigkill_with_runs_in_flight_leaves_every_file_valid(tmp_path: Pat
         states = {state_name(t) for t in listed.tasks}
         assert states <= {"COMPLETED", "CANCELED", "FAILED", "INPUT_REQUIRED"}
         assert not list(folder.glob(".*.tmp"))  # the new store removed leftovers
+        assert not [p for p in empty if p.exists()]  # ... and the empty file, if any
         # The index (rows committed up to ~10 ms before the kill, then reconciled at
         # the start after the unclean stop) matches the files exactly.
         with sqlite3.connect(WorkspaceLayout(workspace).task_index) as db:

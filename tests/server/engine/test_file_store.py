@@ -4,11 +4,13 @@ routing by workspace, and lazy restart recovery (a new store and engine on one f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import resource
 import shutil
+import signal
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -191,6 +193,107 @@ async def test_stale_temp_files_are_removed_by_the_first_reconcile(tmp_path: Pat
         await store.summaries(ALICE)  # a new index: the first pass runs at start
         await store.index.wait_reconciled()
         assert list(folder.iterdir()) == [ours]
+    finally:
+        await store.aclose()
+
+
+async def test_an_empty_task_file_left_by_a_killed_write_reads_as_absent_and_is_removed(
+    tmp_path: Path,
+) -> None:
+    """A new task file is created in place, then written: a process killed between the
+    two leaves an empty file (its task was never answered). It reads as no such task,
+    is not listed, and the next start's reconcile removes it; whole files stay."""
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(tmp_path))
+    try:
+        kept = await send(engine, "hi")
+    finally:
+        await engine.aclose()
+    # What the killed process left: the creation done, the write never (and no row),
+    # and its index not closed cleanly (the folder's mtime may not have moved: a clock
+    # tick is coarser than this test).
+    task_file(tmp_path, "t-empty").write_bytes(b"")
+    with contextlib.closing(sqlite3.connect(WorkspaceLayout(tmp_path).task_index)) as db:
+        db.execute("UPDATE meta SET value = 0 WHERE key = 'clean'")
+        db.commit()
+    store = WorkspaceTaskStore(tmp_path)
+    engine = TaskEngine(FauxAgent(), store)  # the restart
+    try:
+        with pytest.raises(errors.TaskNotFoundError):
+            await get(engine, "t-empty")
+        listed = await engine.list_tasks(pb.ListTasksRequest(), ctx())
+        assert [t.id for t in listed.tasks] == [kept.id] and listed.total_size == 1
+        await store.index.wait_reconciled()  # (owed at start: ListTasks waited for it)
+        assert sorted(p.name for p in task_file(tmp_path, "x").parent.iterdir()) == [
+            f"{kept.id}.json"
+        ]
+        assert (await get(engine, kept.id)).status.state == pb.TASK_STATE_COMPLETED
+        again = await send(engine, "hi")  # new files are created in place as before
+        assert task_file(tmp_path, again.id).stat().st_size > 0
+    finally:
+        await engine.aclose()
+
+
+async def test_a_task_written_again_is_replaced_whole_also_when_its_file_is_gone(
+    tmp_path: Path,
+) -> None:
+    """A task written unfinished is most likely written again: that write replaces the
+    file at once; it still lands when the file was removed meanwhile."""
+    store = WorkspaceTaskStore(tmp_path)
+
+    async def text(task_id: str) -> str:
+        loaded = await store.load(ALICE, task_id)
+        assert loaded is not None
+        return loaded.task.artifacts[0].parts[0].text
+
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_WORKING, "one"))
+        await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "two"))
+        assert await text("t-1") == "two"
+        await store.save(_versioned("t-2", pb.TASK_STATE_WORKING, "one"))
+        task_file(tmp_path, "t-2").unlink()  # removed behind the store's back
+        await store.save(_versioned("t-2", pb.TASK_STATE_INPUT_REQUIRED, "two"))
+        assert await text("t-2") == "two"
+        await store.save(_versioned("t-1", pb.TASK_STATE_FAILED, "three"))  # finished before
+        assert await text("t-1") == "three"
+        folder = task_file(tmp_path, "x").parent
+        assert sorted(p.name for p in folder.iterdir()) == ["t-1.json", "t-2.json"]
+    finally:
+        await store.aclose()
+
+
+async def test_a_new_task_file_whose_write_fails_is_not_left_behind(tmp_path: Path) -> None:
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "one"))
+        await store.index.flushed()
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, hard))  # EFBIG past 100 bytes
+        try:  # (the save does not suspend: nothing else writes meanwhile)
+            with pytest.raises(OSError):
+                await store.save(_versioned("t-2", pb.TASK_STATE_COMPLETED, "two"))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, previous)
+        assert sorted(p.name for p in task_file(tmp_path, "x").parent.iterdir()) == ["t-1.json"]
+        assert await store.load(ALICE, "t-2") is None
+    finally:
+        await store.aclose()
+
+
+async def test_a_task_file_written_after_the_scan_saw_it_empty_is_kept(tmp_path: Path) -> None:
+    """The reconcile removes an empty file only if it is still empty when its change
+    is applied on the event loop (a creation of this process is done by then)."""
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "one"))
+        await store.index.flushed()
+        path = task_file(tmp_path, "t-1")
+        assert not store.index._remove_empty("t-1")  # whole: kept
+        assert path.stat().st_size > 0
+        path.write_bytes(b"")
+        assert store.index._remove_empty("t-1")
+        assert not path.exists()
     finally:
         await store.aclose()
 
@@ -503,6 +606,27 @@ async def test_both_write_paths_replace_files_and_leave_no_temp_files(
         assert task_file(tmp_path, again.id).exists()
     finally:
         await engine.aclose()
+
+
+async def test_a_relative_workspace_keeps_the_unnamed_file_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The link that publishes an unnamed file resolves its target from "/": with the
+    # folder's path relative, it failed, and the store fell back to renames for good.
+    monkeypatch.chdir(tmp_path)
+    store = WorkspaceTaskStore(Path("ws"))
+    big = _versioned("t-big", pb.TASK_STATE_WORKING, "x" * 10_000)  # never created in place
+    try:
+        await store.save(big)
+        await store.save(_versioned("t-big", pb.TASK_STATE_COMPLETED, "y" * 10_000))
+        assert store._unnamed_files  # both written as unnamed files, linked in
+        loaded = await store.load(ALICE, "t-big")
+        assert loaded is not None and loaded.task.artifacts[0].parts[0].text == "y" * 10_000
+        assert sorted(p.name for p in (tmp_path / "ws" / ".a2a" / "tasks").iterdir()) == [
+            "t-big.json"
+        ]
+    finally:
+        await store.aclose()
 
 
 async def test_a_fifo_task_file_reads_as_not_found_without_hanging(tmp_path: Path) -> None:

@@ -588,3 +588,51 @@ async def test_the_writer_checkpoints_so_a_rebuild_keeps_the_wal_small(
     monkeypatch.setattr(task_index, "CHECKPOINT_PAGES", 8)
     checked = await _wal_frames_after_a_rebuild(tmp_path)
     assert checked * 3 < unchecked, (checked, unchecked)
+
+
+async def _committed(store: WorkspaceTaskStore) -> None:
+    """Until every queued index write is committed and taken in on the loop (the keys
+    it carried are then read from the database, no longer from memory)."""
+    await store.index.flushed()
+    async with asyncio.timeout(5):
+        while store.index._pending_retry:  # noqa: ASYNC110 (the batch's callback)
+            await asyncio.sleep(0.001)
+
+
+async def test_lookups_in_one_read_transaction_see_every_committed_key(
+    store: WorkspaceTaskStore,
+) -> None:
+    """Lookups made between two batches share one read transaction of the loop's
+    connection; it ends before the next batch goes to the writer, so a key committed
+    by that batch is found once its in-memory copy is dropped."""
+    await store.index.opened()
+    for round_ in range(3):
+        for n in range(3):  # a second lookup before the next batch: the snapshot
+            assert store.find_message(ALICE, f"new-{round_}-{n}", "fp") is None
+        store.remember_message(ALICE, f"m-{round_}", "fp", f"task-{round_}")
+        await _committed(store)
+        for done in range(round_ + 1):
+            assert store.find_message(ALICE, f"m-{done}", "fp") == f"task-{done}"
+
+
+async def test_lookups_between_batches_leave_the_wal_restarting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lookups' read transaction is never held while a batch commits, so the
+    writer's checkpoint backfills the whole WAL and the next batch starts it over:
+    the WAL file stays about as small as a checkpoint interval's frames."""
+    monkeypatch.setattr(task_index, "CHECKPOINT_PAGES", 8)
+    store = WorkspaceTaskStore(tmp_path)
+    try:
+        await store.index.opened()
+        for n in range(300):
+            for k in range(3):
+                store.find_message(ALICE, f"miss-{n}-{k}", "fp")
+            await store.save(record(n))
+            store.remember_message(ALICE, f"m-{n}-{'x' * 400}", "fp", f"task-{n:04d}")
+            await _committed(store)
+        wal = os.stat(f"{WorkspaceLayout(tmp_path).task_index}-wal").st_size
+        assert wal < 40 * 4096 * 2, wal  # not 300 batches' frames (about 1,200 pages)
+        assert store.find_message(ALICE, f"m-299-{'x' * 400}", "fp") == "task-0299"
+    finally:
+        await store.aclose()
