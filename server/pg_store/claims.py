@@ -8,13 +8,13 @@ import logging
 from a2a_gateway.protocol.context import Caller
 
 from .connection import (
-    DB_ERRORS,
     SETTLED_SQL,
     PgConnection,
     StoreUnavailable,
     outage,
     why,
 )
+from .errors import DB_ERRORS
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
 

@@ -29,7 +29,10 @@ from ..task_store import (
     TaskFilter,
     TaskStore,
 )
+from .db_clock import DatabaseClock, clamp
+from .errors import DB_ERRORS
 from .group_commit import GroupCommit
+from .kept import KeptConnections
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
 
@@ -62,9 +65,6 @@ LISTEN_RETRY_FIRST_S = 0.1
 LISTEN_RETRY_MAX_S = 5.0
 ACQUIRE_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
-INT64_MAX = (1 << 63) - 1
-#: The database's time now, in ns (its own clock, whatever the clocks of the processes).
-DB_NOW_SQL = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
 #: The states whose events are kept (a task in any other is settled: its events are
 #: pruned ``event_keep_s`` after it settled).
 EVENTS_KEPT = ACTIVE | INTERRUPTED
@@ -73,13 +73,6 @@ RETRY_KEY_OVERHEAD = 200
 #: meanwhile wait for one to end, then go together), and this many saves in one.
 SAVES_IN_FLIGHT = 2
 SAVE_BATCH = 100
-#: Of the pool's connections, the group commits' statements keep up to this share
-#: between statements (:meth:`PgConnection._fetch_kept`), leaving the rest to the others.
-KEPT_OF_POOL = 2
-#: A kept connection unused this long is closed rather than used: an idle connection
-#: that a firewall or NAT dropped silently would hold the next statement until its
-#: timeout (the pool closes its own idle connections after 300 s).
-KEPT_IDLE_S = 60.0
 
 #: Migration n (1-based) takes the schema from version n-1 to n.
 MIGRATIONS: tuple[str, ...] = (
@@ -174,15 +167,6 @@ class StoreUnavailable(Exception):
     neither the URL nor its password)."""
 
 
-#: What a database call raises when the database is unreachable, slow or refuses
-#: (a call that meets an outage raises StoreOutageError).
-DB_ERRORS = (
-    OSError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    TimeoutError,
-    StoreOutageError,
-)
 #: Of those, the ones that say the database is away rather than that a statement was
 #: refused: connections refused, dropped or gone (PostgreSQL's class 08 and asyncpg's
 #: client side), no pooled connection in time, a server shutting down, starting up or
@@ -206,10 +190,6 @@ def outage(exc: BaseException) -> bool:
     return isinstance(exc, StoreOutageError)
 
 
-#: Status times are stamped to the millisecond (rounded down).
-_STAMP_NS = 1_000_000
-
-
 def unnest_params(*params: str) -> str:
     """``unnest`` of array parameters (``"$1::text[]"``), each read through a sub-select.
 
@@ -220,10 +200,6 @@ def unnest_params(*params: str) -> str:
     about 370 us a statement, three times what the statement itself costs (measured).
     """
     return "unnest(" + ", ".join(f"(SELECT {param})" for param in params) + ")"
-
-
-def clamp(value: int) -> int:
-    return max(min(value, INT64_MAX), -INT64_MAX)
 
 
 def filter_conditions(flt: TaskFilter, sql: list[str], params: list[Any]) -> None:
@@ -326,7 +302,7 @@ class RoleHooks(abc.ABC):
         """(cancel) A NOTIFY on the cancel channel."""
 
 
-class PgConnection(TaskStore, RoleHooks):
+class PgConnection(DatabaseClock, TaskStore, RoleHooks):
     """Tasks as rows of a PostgreSQL database (see the module docstring).
 
     The pool opens on :meth:`start` (which also migrates the schema), or on first use.
@@ -408,12 +384,10 @@ class PgConnection(TaskStore, RoleHooks):
         self._recent: ByteLRU[tuple[Caller, str, str], str] = ByteLRU(retry_keys, retry_bytes)
         self.outage = OutageLog("the task database")
         # Pooled connections the group commits' statements keep between statements
-        # (no acquire and release each: _fetch_kept), with the pool they came from and
-        # when they were last used (_ticks); how many are out (kept or running a
-        # statement), and the most kept.
-        self._kept: list[tuple[asyncpg.Pool, PoolConnectionProxy, int]] = []
-        self._kept_out = 0
-        self._kept_most = max(0, (pool_size - 2) // KEPT_OF_POOL)
+        # (no acquire and release each: _fetch_kept).
+        self._kept = KeptConnections(
+            pool_size, self.acquire_timeout_s, self._ready, lambda: self._pool, self._ticks
+        )
 
     def __repr__(self) -> str:
         return "PostgresTaskStore(<database url>)"  # never the URL: it holds a password
@@ -527,10 +501,7 @@ class PgConnection(TaskStore, RoleHooks):
         bound = self.acquire_timeout_s + self.command_timeout_s
         await self._saves.aclose(bound)  # (idle once the saves landed)
         await self._lookups.aclose(bound)
-        kept, self._kept = self._kept, []
-        for from_pool, conn, _ in kept:  # back to their pool, which waits for them to close
-            self._kept_out -= 1
-            await self._give_back(from_pool, conn)
+        await self._kept.aclose()
         follows, self._follows = list(self._follows.values()), {}
         self._delivered.clear()
         self._last.clear()
@@ -675,58 +646,9 @@ class PgConnection(TaskStore, RoleHooks):
 
     async def _fetch_kept(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         """:meth:`_fetch` for the group commits' statements (saves, lookups), on a pooled
-        connection kept between them: taking one from the pool and giving it back cost
-        about as much of this process as the statement's round trip (30 us against
-        37, measured: two timers, a task and the pool's queue). At most
-        ``_kept_most`` are kept (a share of the pool: the other calls keep the rest);
-        at most ``SAVES_IN_FLIGHT`` statements of each group run at once, so no more
-        are ever out. One that fails in any way (the database away, a statement
-        cancelled or refused) goes back to the pool, which resets or drops it, as
-        does one the server closed while it was kept (a restart); one unused for
-        ``KEPT_IDLE_S`` is closed: the next is taken from the pool, within
-        ``acquire_timeout_s``."""
+        connection kept between them (``kept.py``)."""
         with self._database_call():
-            taken: tuple[asyncpg.Pool, PoolConnectionProxy] | None = None
-            stale = self._ticks() - int(KEPT_IDLE_S * 1e9)
-            while self._kept:
-                from_pool, conn, used = self._kept.pop()
-                if used > stale and _usable(conn):
-                    taken = (from_pool, conn)
-                    break
-                self._kept_out -= 1
-                await self._give_back(from_pool, conn, close=used <= stale)
-            if self._kept and self._kept[0][2] <= stale:  # the least used one, idle too long
-                from_pool, conn, _ = self._kept.pop(0)
-                self._kept_out -= 1
-                await self._give_back(from_pool, conn, close=True)
-            if taken is None:
-                pool = await self._ready()
-                taken = (pool, await pool.acquire(timeout=self.acquire_timeout_s))
-                self._kept_out += 1
-            try:
-                rows = await taken[1].fetch(sql, *args)
-            except BaseException:
-                self._kept_out -= 1
-                await self._give_back(*taken)
-                raise
-            if self._kept_out > self._kept_most or taken[0] is not self._pool:
-                self._kept_out -= 1
-                await self._give_back(*taken)
-            else:
-                self._kept.append((*taken, self._ticks()))
-            return rows
-
-    @staticmethod
-    async def _give_back(
-        pool: asyncpg.Pool, conn: PoolConnectionProxy, *, close: bool = False
-    ) -> None:
-        """A kept connection back to its pool (bounded: the pool's release waits at
-        most the timeout of the acquire that took it; a closed one is dropped); with
-        ``close``, closed first, without a word to the server (it may be gone)."""
-        with contextlib.suppress(*DB_ERRORS):
-            if close and _usable(conn):
-                conn.terminate()
-            await pool.release(conn)
+            return await self._kept.fetch(sql, *args)
 
     @contextlib.contextmanager
     def _database_call(self) -> Iterator[None]:
@@ -743,38 +665,6 @@ class PgConnection(TaskStore, RoleHooks):
 
     def on_outage(self, handler: Callable[[], None]) -> None:
         self.outage.listen(handler)
-
-    # --- run leases -----------------------------------------------------------------
-
-    def _db_now(self) -> int:
-        """The database's time now, in ns (leases are on its clock, not this host's)."""
-        return self._ticks() + self._db_offset
-
-    def _db_time(self, wall_ns: int) -> int:
-        """``wall_ns``, a status time this host's wall clock stamped, on the database's
-        clock, where push configs' ``added_ns`` are (so a config added on a replica whose
-        clock is off still gets the runner's next status change, and none before it)."""
-        return clamp(wall_ns + self._status_to_db())
-
-    def _status_to_db(self) -> int:
-        """What moves a status time of this host onto the database's clock: the latest
-        it may stand for there (stamped to the millisecond, rounded down, and the offset
-        known to half a round trip), so a config added before a status change always
-        counts as added by it (one added within that margin after it does too: the
-        webhook gets the status current when it was registered, never misses one)."""
-        return self._db_now() - time.time_ns() + _STAMP_NS + self._db_error
-
-    def _lease_until(self) -> int:
-        return self._db_now() + int(self.lease_s * 1e9)
-
-    async def _read_db_offset(self, conn: asyncpg.Connection | PoolConnectionProxy) -> None:
-        """Keep the database's time minus this process's ticks (the middle of the round
-        trip; its error is half of it, nothing next to a lease)."""
-        before = self._ticks()
-        db_ns = await conn.fetchval(f"SELECT {DB_NOW_SQL}")
-        after = self._ticks()
-        self._db_offset = int(db_ns) - (before + after) // 2
-        self._db_error = (after - before) // 2 + 1
 
     # --- page tokens -----------------------------------------------------------------
 
@@ -811,15 +701,6 @@ async def migrate(conn: asyncpg.Connection | PoolConnectionProxy) -> int:
             await conn.execute("INSERT INTO a2a_schema VALUES ($1)", version)
             log.info("task database: schema migrated to version %d", version)
         return found
-
-
-def _usable(conn: PoolConnectionProxy) -> bool:
-    """Whether a kept connection is still open (one the server closed was already given
-    back to its pool by asyncpg, and its proxy says so by raising)."""
-    try:
-        return not conn.is_closed()
-    except asyncpg.InterfaceError:
-        return False
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:

@@ -15,16 +15,16 @@ from ..task_store import (
     STORE_RETRY_PAUSES_S,
 )
 from .connection import (
-    DB_ERRORS,
     EVENT_BATCH,
     EVENTS_KEPT,
-    INT64_MAX,
     OUTAGE_EVENTS_KEPT_BYTES,
     OUTAGE_EVENTS_RETRY_S,
     PgConnection,
     outage,
     why,
 )
+from .db_clock import INT64_MAX
+from .errors import DB_ERRORS
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
 

@@ -10,9 +10,9 @@ from ..task_store import (
     StoredPush,
 )
 from .connection import (
-    DB_NOW_SQL,
     PgConnection,
 )
+from .db_clock import DB_NOW_SQL
 
 _READ_PUSH = """
 SELECT config, version, added_ns FROM a2a_push_configs WHERE task_id = $1 ORDER BY position

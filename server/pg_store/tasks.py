@@ -27,21 +27,19 @@ from ..task_store import (
     status_key,
 )
 from .connection import (
-    DB_ERRORS,
-    DB_NOW_SQL,
     EVENTS_KEPT,
-    INT64_MAX,
     RETENTION_LOCK,
     SETTLED_SQL,
     PgConnection,
     Save,
     StoreUnavailable,
-    clamp,
     filter_conditions,
     outage,
     unnest_params,
     why,
 )
+from .db_clock import DB_NOW_SQL, INT64_MAX, clamp
+from .errors import DB_ERRORS
 
 log = logging.getLogger(__package__)  # one logger for the package, named as before
 

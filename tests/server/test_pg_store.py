@@ -442,7 +442,7 @@ async def test_a_kept_connection_the_server_closed_is_not_an_outage(
     admin = await asyncpg.connect(url)
     try:
         await store.save(record("t-kept-1"))
-        (kept,) = store._kept
+        (kept,) = store._kept.waiting
         pool = store._pool
         assert pool is not None and pool.get_size() - pool.get_idle_size() == 1
         listener = store._listener
@@ -455,7 +455,7 @@ async def test_a_kept_connection_the_server_closed_is_not_an_outage(
         async with asyncio.timeout(10):  # the client sees the connection end
             while pool.get_size() - pool.get_idle_size():  # noqa: ASYNC110 - given back by asyncpg
                 await asyncio.sleep(0.01)
-        assert store._kept == [kept]
+        assert store._kept.waiting == [kept]
         await store.save(record("t-kept-2"))
         assert store.outage.down is False
         loaded = await store.load(ALICE, "t-kept-2")
@@ -475,15 +475,15 @@ async def test_a_kept_connection_unused_for_a_minute_is_closed_not_used(
     store = PostgresTaskStore(url, box=SecretBox(tmp_path), clock=clock)
     try:
         await store.save(record("t-idle-1"))
-        ((_, first, _),) = store._kept
+        ((_, first, _),) = store._kept.waiting
         first_pid = first.get_server_pid()
         clock.now += 30 * 1_000_000_000  # used again within the minute: the same one
         await store.save(record("t-idle-2"))
-        ((_, again, _),) = store._kept
+        ((_, again, _),) = store._kept.waiting
         assert again.get_server_pid() == first_pid
         clock.now += 61 * 1_000_000_000
         await store.save(record("t-idle-3"))
-        ((_, fresh, _),) = store._kept
+        ((_, fresh, _),) = store._kept.waiting
         assert fresh.get_server_pid() != first_pid
         loaded = await store.load(ALICE, "t-idle-3")
         assert loaded is not None and loaded.task.status.state == pb.TASK_STATE_COMPLETED
