@@ -46,7 +46,7 @@ from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.protocol.json_schemas import ask_user_part
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Subscriber
+from ..events import ChunkEvent, ChunkStream, Subscriber
 from ..files import (
     FileRefused,
     SavedFile,
@@ -156,20 +156,16 @@ class _TurnIO:
             artifact.parts.add(text=text)
         else:
             append = True
-            artifact = task.artifacts[run.response_index]
             run.pending_text.append(text)
         if self._state.listened(task_id := task.id):
-            event = pb.StreamResponse()  # built in place: no copies
-            update = event.artifact_update
-            update.task_id = task_id
-            update.context_id = task.context_id
-            update.append = append
-            update.last_chunk = chunk.last
-            built = update.artifact  # (each read of a field costs a name lookup)
-            built.artifact_id = artifact.artifact_id
-            built.name = RESPONSE_ARTIFACT
-            built.parts.add(text=text)
-            self._state.emit(task_id, event)
+            # The event as its pieces: no protobuf built (events.ChunkEvent).
+            stream = run.chunk_stream
+            if stream is None:
+                artifact = task.artifacts[run.response_index]
+                stream = run.chunk_stream = ChunkStream(
+                    task_id, task.context_id, artifact.artifact_id, RESPONSE_ARTIFACT
+                )
+            self._state.emit(task_id, ChunkEvent(stream, text, append, chunk.last))
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
         run.flush_text()  # the chunk may go to the response artifact
