@@ -49,7 +49,16 @@ LOG_PAGE = 256  # events a catching-up subscriber reads from the log at a time
 LogReader = Callable[[int, int], Awaitable[list[pb.StreamResponse]]]
 
 
+#: The varints of 0 to 127 (one byte each).
+_SMALL = tuple(bytes((n,)) for n in range(0x80))
+
+
 def _varint(n: int) -> bytes:
+    """A protobuf varint (of a size: not negative)."""
+    if n < 0x80:
+        return _SMALL[n]
+    if n < 0x4000:  # two bytes (one: _SMALL): the usual size of an event
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -61,7 +70,7 @@ def _varint(n: int) -> bytes:
 def _field(tag: bytes, data: bytes) -> bytes:
     """A length-delimited protobuf field: its tag, its length, its bytes."""
     size = len(data)
-    return b"".join((tag, bytes((size,)) if size < 0x80 else _varint(size), data))
+    return b"".join((tag, _SMALL[size] if size < 0x80 else _varint(size), data))
 
 
 class ChunkStream:
@@ -75,7 +84,9 @@ class ChunkStream:
         "json_head",
         "name",
         "pb_artifact",
+        "pb_artifact_size",
         "pb_ids",
+        "pb_ids_size",
         "task_id",
     )
 
@@ -101,6 +112,8 @@ class ChunkStream:
         self.pb_artifact = (_field(b"\x0a", artifact_id.encode()) if artifact_id else b"") + (
             _field(b"\x12", name.encode()) if name else b""
         )
+        self.pb_ids_size = len(self.pb_ids)
+        self.pb_artifact_size = len(self.pb_artifact)
 
 
 #: The ProtoJSON after a chunk's text, by (append, last_chunk).
@@ -158,17 +171,35 @@ class ChunkEvent:
         )
 
     def serialized(self) -> bytes:
-        """``self.proto().SerializeToString()``."""
+        """``self.proto().SerializeToString()``: the fields' lengths counted, the
+        pieces joined once (StreamResponse.artifact_update, its ids, its artifact (the
+        run's ids, one part of one text), its flags)."""
         stream = self.stream
-        part = _field(b"\x22", _field(b"\x0a", self.text.encode()))
-        update = b"".join(
+        text = self.text.encode()
+        flags = _PB_FLAGS[self.append, self.last]
+        size = len(text)
+        text_size = _SMALL[size] if size < 0x80 else _varint(size)
+        part = 1 + len(text_size) + size  # Part: field 1, the text
+        part_size = _SMALL[part] if part < 0x80 else _varint(part)
+        artifact = stream.pb_artifact_size + 1 + len(part_size) + part  # its parts: field 4
+        artifact_size = _SMALL[artifact] if artifact < 0x80 else _varint(artifact)
+        update = stream.pb_ids_size + 1 + len(artifact_size) + artifact + len(flags)
+        return b"".join(
             (
+                b"\x22",  # StreamResponse.artifact_update
+                _SMALL[update] if update < 0x80 else _varint(update),
                 stream.pb_ids,
-                _field(b"\x1a", stream.pb_artifact + part),
-                _PB_FLAGS[self.append, self.last],
+                b"\x1a",  # TaskArtifactUpdateEvent.artifact
+                artifact_size,
+                stream.pb_artifact,
+                b"\x22",  # Artifact.parts
+                part_size,
+                b"\x0a",  # Part.text
+                text_size,
+                text,
+                flags,
             )
         )
-        return _field(b"\x22", update)
 
 
 #: An event as the hub carries it: a protobuf, or a text chunk's pieces.

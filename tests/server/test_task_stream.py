@@ -23,6 +23,7 @@ from a2a_gateway.server.events import (
     ChunkStream,
     Event,
     TaskStream,
+    _field,
     event_proto,
     serialized,
 )
@@ -61,6 +62,12 @@ def test_a_chunk_events_bytes_are_its_protobufs(text: str, ids: tuple[str, ...])
             assert pb.StreamResponse.FromString(event.serialized()) == proto
             assert event_proto(event) == proto
             assert event_proto(proto) is proto
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 16383, 16384, 2**21 + 3])
+def test_a_fields_length_is_protobufs_varint(size: int) -> None:
+    data = b"x" * size
+    assert _field(b"\x12", data) == pb.Part(raw=data).SerializeToString()
 
 
 def _status(state: int) -> pb.StreamResponse:
