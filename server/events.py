@@ -85,6 +85,7 @@ class ChunkStream:
         "name",
         "pb_artifact",
         "pb_artifact_size",
+        "pb_heads",
         "pb_ids",
         "pb_ids_size",
         "task_id",
@@ -114,7 +115,12 @@ class ChunkStream:
         )
         self.pb_ids_size = len(self.pb_ids)
         self.pb_artifact_size = len(self.pb_artifact)
+        #: ChunkEvent.serialized's heads, by text length and flags (at most _PB_HEADS).
+        self.pb_heads: dict[int, bytes] = {}
 
+
+#: The most heads of chunk events' protobuf bytes a run keeps (:class:`ChunkStream`).
+_PB_HEADS = 16
 
 #: The ProtoJSON after a chunk's text, by (append, last_chunk).
 _JSON_TAILS = {
@@ -171,19 +177,32 @@ class ChunkEvent:
         )
 
     def serialized(self) -> bytes:
-        """``self.proto().SerializeToString()``: the fields' lengths counted, the
-        pieces joined once (StreamResponse.artifact_update, its ids, its artifact (the
-        run's ids, one part of one text), its flags)."""
-        stream = self.stream
+        """``self.proto().SerializeToString()``: everything before the text depends
+        only on the text's length and the flags, so it is made once per length and
+        flags in a run (a few, kept in the run's :class:`ChunkStream`)."""
         text = self.text.encode()
         flags = _PB_FLAGS[self.append, self.last]
-        size = len(text)
+        key = len(text) * 8 + len(flags)
+        head = self.stream.pb_heads.get(key)
+        if head is None:
+            head = self._head(len(text), len(flags))
+            heads = self.stream.pb_heads
+            if len(heads) < _PB_HEADS:
+                heads[key] = head
+        return b"".join((head, text, flags))
+
+    def _head(self, size: int, flags: int) -> bytes:
+        """The bytes before a text of ``size`` bytes, with ``flags`` bytes of flags
+        after it: the fields' lengths counted, the pieces joined once
+        (StreamResponse.artifact_update, its ids, its artifact (the run's ids, one part
+        of one text))."""
+        stream = self.stream
         text_size = _SMALL[size] if size < 0x80 else _varint(size)
         part = 1 + len(text_size) + size  # Part: field 1, the text
         part_size = _SMALL[part] if part < 0x80 else _varint(part)
         artifact = stream.pb_artifact_size + 1 + len(part_size) + part  # its parts: field 4
         artifact_size = _SMALL[artifact] if artifact < 0x80 else _varint(artifact)
-        update = stream.pb_ids_size + 1 + len(artifact_size) + artifact + len(flags)
+        update = stream.pb_ids_size + 1 + len(artifact_size) + artifact + flags
         return b"".join(
             (
                 b"\x22",  # StreamResponse.artifact_update
@@ -196,8 +215,6 @@ class ChunkEvent:
                 part_size,
                 b"\x0a",  # Part.text
                 text_size,
-                text,
-                flags,
             )
         )
 

@@ -64,6 +64,17 @@ def test_a_chunk_events_bytes_are_its_protobufs(text: str, ids: tuple[str, ...])
             assert event_proto(proto) is proto
 
 
+def test_a_runs_chunks_of_many_lengths_keep_their_bytes() -> None:
+    """One run's chunk events share heads by text length and flags (a bounded few):
+    every length, before and after the bound, gives the protobuf's bytes."""
+    stream = ChunkStream("t-1", "c-1", "a-1", "response")
+    for size in [*range(40), 126, 127, 128, 129, 300, 7, 3, 0]:
+        for append, last in ((False, False), (True, False), (True, True), (False, True)):
+            event = ChunkEvent(stream, "é" * (size // 2) + "x" * (size % 2), append, last)
+            assert event.serialized() == event.proto().SerializeToString()
+    assert 0 < len(stream.pb_heads) <= 16
+
+
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 16383, 16384, 2**21 + 3])
 def test_a_fields_length_is_protobufs_varint(size: int) -> None:
     data = b"x" * size
