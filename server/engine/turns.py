@@ -136,13 +136,14 @@ class _TurnIO:
             artifact = pb.Artifact(name=name, parts=built.parts)
             self._artifact(run, ArtifactChunk(artifact, last_chunk=True))
 
-    def _text(self, run: Run, chunk: TextChunk) -> None:
+    def _text(self, run: Run, chunk: TextChunk, task_id: str) -> None:
         """The chunk's text into the response artifact (one text part: a run's first
         chunk replaces the artifact's parts, later ones are appended to its last text
-        part by ``Run.flush_text``); its event carries the chunk alone."""
-        task = run.record.task
+        part by ``Run.flush_text``); its event carries the chunk alone. (``task_id``:
+        the task's, read once per run.)"""
         text = chunk.text
         if run.response_index < 0:
+            task = run.record.task
             append = False
             for index, existing in enumerate(task.artifacts):
                 if existing.name == RESPONSE_ARTIFACT:
@@ -157,10 +158,11 @@ class _TurnIO:
         else:
             append = True
             run.pending_text.append(text)
-        if self._state.listened(task_id := task.id):
+        if self._state.listened(task_id):
             # The event as its pieces: no protobuf built (events.ChunkEvent).
             stream = run.chunk_stream
             if stream is None:
+                task = run.record.task
                 artifact = task.artifacts[run.response_index]
                 stream = run.chunk_stream = ChunkStream(
                     task_id, task.context_id, artifact.artifact_id, RESPONSE_ARTIFACT
@@ -334,7 +336,7 @@ class Runner(_TurnIO):
             if run.awaiting_auth:
                 self._resume(run, output)
             if isinstance(output, TextChunk):
-                self._text(run, output)
+                self._text(run, output, task_id)
             elif isinstance(output, ArtifactChunk):
                 self._artifact(run, output)
             elif isinstance(output, Progress):
