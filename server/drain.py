@@ -32,6 +32,8 @@ from a2a_gateway.protocol.service import A2AService
 from a2a_gateway.protocol.service_wrapper import WrappedService
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .events import Batch
+
 log = logging.getLogger(__name__)
 
 #: What a refused call and an ended stream say in ``Retry-After``: the replicas behind
@@ -171,6 +173,43 @@ class _GatedStream(AsyncIterator[T]):
             await close()
 
 
+class _GatedBatches(_GatedStream[pb.StreamResponse]):
+    """A stream through the gate that also gives its events a batch at a time
+    (``events.TaskStream``: the SSE writer's way), gated as :meth:`__anext__` is."""
+
+    __slots__ = ()
+
+    async def next_batch(self) -> Batch:
+        """The next batch (``events.TaskStream.next_batch``); StopAsyncIteration at
+        the end."""
+        if self._ended:
+            raise shutting_down()
+        events = self._events
+        if events is None:  # closed
+            raise StopAsyncIteration
+        if self._task is None:  # the first batch: the stream opens (or is refused)
+            drain = self._drain
+            if drain.draining:
+                self._ended = True
+                raise shutting_down()
+            self._task = asyncio.current_task()
+            drain._streams.add(self)
+        self._waiting = True
+        try:
+            return await events.next_batch()  # type: ignore[attr-defined,no-any-return]
+        except asyncio.CancelledError:
+            if self._cancelled and self._claim():
+                raise shutting_down() from None
+            raise
+        except StopAsyncIteration:
+            self._drain._streams.discard(self)
+            raise
+        finally:
+            self._waiting = False
+            if self._cancelled:  # one the stream swallowed is taken back too
+                self._claim()
+
+
 class DrainGate(WrappedService):
     """``service`` behind a :class:`Drain`'s gate (see the module doc)."""
 
@@ -202,6 +241,8 @@ class DrainGate(WrappedService):
         events: AsyncIterator[pb.StreamResponse],
         context: CallContext,
     ) -> AsyncIterator[pb.StreamResponse]:
+        if hasattr(events, "next_batch"):
+            return _GatedBatches(self._drain, events)
         return _GatedStream(self._drain, events)
 
 

@@ -56,6 +56,8 @@ from itertools import chain
 from a2a_gateway.local.atomic_files import fsync_folder, write_all
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .events import Event, serialized
+
 log = logging.getLogger(__name__)
 
 #: Bytes of events kept per task (the encoded events; the file log counts its frames).
@@ -152,11 +154,11 @@ class MemoryEventLog:
     def close(self, task_id: str) -> None:
         """Nothing to release: the events stay (bounded) for a stream to resume."""
 
-    def append(self, task_id: str, event: pb.StreamResponse) -> int | None:
+    def append(self, task_id: str, event: Event) -> int | None:
         found = self._logs.get(task_id)
         if found is None:
             return None
-        data = event.SerializeToString()  # as dear as ByteSize(), and smaller to keep
+        data = serialized(event)  # as dear as ByteSize(), and smaller to keep
         size = len(data) + _BYTES_OVERHEAD
         found.events.append(data)
         found.bytes += size
@@ -481,12 +483,15 @@ class FileEventLog:
         self._index.touch(task_id)
         return (found.first, found.last)
 
-    def append(self, task_id: str, event: pb.StreamResponse) -> int | None:
+    def append(self, task_id: str, event: Event) -> int | None:
         found = self._tasks.get(task_id)
         if found is None:
             return None
         found.last += 1
-        found.pending.append(event.SerializeToString())
+        # (serialized(), inline: a call fewer per event)
+        found.pending.append(
+            event.SerializeToString() if type(event) is pb.StreamResponse else event.serialized()
+        )
         if task_id not in self._dirty:
             self._dirty[task_id] = found
             if self._flusher is None or self._flusher.done():

@@ -30,8 +30,11 @@ and is never taken for a slow reader. Only events queued in memory count against
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 
+import orjson
+
+from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError, UnavailableError
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -44,6 +47,192 @@ LOG_PAGE = 256  # events a catching-up subscriber reads from the log at a time
 
 #: Reads the logged events numbered after the first number, up to the second, in order.
 LogReader = Callable[[int, int], Awaitable[list[pb.StreamResponse]]]
+
+
+#: The varints of 0 to 127 (one byte each).
+_SMALL = tuple(bytes((n,)) for n in range(0x80))
+
+
+def _varint(n: int) -> bytes:
+    """A protobuf varint (of a size: not negative)."""
+    if n < 0x80:
+        return _SMALL[n]
+    if n < 0x4000:  # two bytes (one: _SMALL): the usual size of an event
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, data: bytes) -> bytes:
+    """A length-delimited protobuf field: its tag, its length, its bytes."""
+    size = len(data)
+    return b"".join((tag, _SMALL[size] if size < 0x80 else _varint(size), data))
+
+
+class ChunkStream:
+    """What every text chunk event of one run's response artifact shares: the task's
+    and the artifact's ids, and the heads of the event's ProtoJSON and protobuf bytes
+    built from them once per run (see :class:`ChunkEvent`)."""
+
+    __slots__ = (
+        "artifact_id",
+        "context_id",
+        "json_head",
+        "name",
+        "pb_artifact",
+        "pb_artifact_size",
+        "pb_heads",
+        "pb_ids",
+        "pb_ids_size",
+        "task_id",
+    )
+
+    def __init__(self, task_id: str, context_id: str, artifact_id: str, name: str) -> None:
+        self.task_id = task_id
+        self.context_id = context_id
+        self.artifact_id = artifact_id
+        self.name = name
+        # ProtoJSON prints no empty string field: neither do these heads.
+        ids = (b'"taskId":' + orjson.dumps(task_id) + b"," if task_id else b"") + (
+            b'"contextId":' + orjson.dumps(context_id) + b"," if context_id else b""
+        )
+        artifact = (b'"artifactId":' + orjson.dumps(artifact_id) + b"," if artifact_id else b"") + (
+            b'"name":' + orjson.dumps(name) + b"," if name else b""
+        )
+        self.json_head = (
+            b'{"artifactUpdate":{' + ids + b'"artifact":{' + artifact + b'"parts":[{"text":'
+        )
+        # Protobuf: TaskArtifactUpdateEvent fields 1 and 2, Artifact fields 1 and 2.
+        self.pb_ids = (_field(b"\x0a", task_id.encode()) if task_id else b"") + (
+            _field(b"\x12", context_id.encode()) if context_id else b""
+        )
+        self.pb_artifact = (_field(b"\x0a", artifact_id.encode()) if artifact_id else b"") + (
+            _field(b"\x12", name.encode()) if name else b""
+        )
+        self.pb_ids_size = len(self.pb_ids)
+        self.pb_artifact_size = len(self.pb_artifact)
+        #: ChunkEvent.serialized's heads, by text length and flags (at most _PB_HEADS).
+        self.pb_heads: dict[int, bytes] = {}
+
+
+#: The most heads of chunk events' protobuf bytes a run keeps (:class:`ChunkStream`).
+_PB_HEADS = 16
+
+#: The ProtoJSON after a chunk's text, by (append, last_chunk).
+_JSON_TAILS = {
+    (False, False): b"}]}}}",
+    (True, False): b'}]},"append":true}}',
+    (False, True): b'}]},"lastChunk":true}}',
+    (True, True): b'}]},"append":true,"lastChunk":true}}',
+}
+#: The protobuf after the artifact, by (append, last_chunk): fields 4 and 5, true.
+_PB_FLAGS = {
+    (False, False): b"",
+    (True, False): b"\x20\x01",
+    (False, True): b"\x28\x01",
+    (True, True): b"\x20\x01\x28\x01",
+}
+
+
+class ChunkEvent:
+    """A stream event of one text chunk of a run's response artifact (an
+    ``artifact_update`` with one text part), held as its pieces rather than as a
+    protobuf: most of its consumers need only bytes, its ProtoJSON (:meth:`json`: the
+    SSE bindings) or its serialized protobuf (:meth:`serialized`: the event log), and
+    both come straight from the pieces, with no protobuf built and no field read
+    back. :meth:`proto` builds the protobuf for those that need it (gRPC, a wrapper
+    of the service's stream). Tests compare all three with the protobuf path's
+    bytes."""
+
+    __slots__ = ("append", "last", "stream", "text")
+
+    def __init__(self, stream: ChunkStream, text: str, append: bool, last: bool) -> None:
+        self.stream = stream
+        self.text = text
+        self.append = append
+        self.last = last
+
+    def proto(self) -> pb.StreamResponse:
+        stream = self.stream
+        event = pb.StreamResponse()  # built in place: no copies
+        update = event.artifact_update
+        update.task_id = stream.task_id
+        update.context_id = stream.context_id
+        update.append = self.append
+        update.last_chunk = self.last
+        built = update.artifact  # (each read of a field costs a name lookup)
+        built.artifact_id = stream.artifact_id
+        built.name = stream.name
+        built.parts.add(text=self.text)
+        return event
+
+    def json(self) -> bytes:
+        """``codec.stream_event_json(self.proto())``."""
+        return b"".join(
+            (self.stream.json_head, orjson.dumps(self.text), _JSON_TAILS[self.append, self.last])
+        )
+
+    def serialized(self) -> bytes:
+        """``self.proto().SerializeToString()``: everything before the text depends
+        only on the text's length and the flags, so it is made once per length and
+        flags in a run (a few, kept in the run's :class:`ChunkStream`)."""
+        text = self.text.encode()
+        flags = _PB_FLAGS[self.append, self.last]
+        key = len(text) * 8 + len(flags)
+        head = self.stream.pb_heads.get(key)
+        if head is None:
+            head = self._head(len(text), len(flags))
+            heads = self.stream.pb_heads
+            if len(heads) < _PB_HEADS:
+                heads[key] = head
+        return b"".join((head, text, flags))
+
+    def _head(self, size: int, flags: int) -> bytes:
+        """The bytes before a text of ``size`` bytes, with ``flags`` bytes of flags
+        after it: the fields' lengths counted, the pieces joined once
+        (StreamResponse.artifact_update, its ids, its artifact (the run's ids, one part
+        of one text))."""
+        stream = self.stream
+        text_size = _SMALL[size] if size < 0x80 else _varint(size)
+        part = 1 + len(text_size) + size  # Part: field 1, the text
+        part_size = _SMALL[part] if part < 0x80 else _varint(part)
+        artifact = stream.pb_artifact_size + 1 + len(part_size) + part  # its parts: field 4
+        artifact_size = _SMALL[artifact] if artifact < 0x80 else _varint(artifact)
+        update = stream.pb_ids_size + 1 + len(artifact_size) + artifact + flags
+        return b"".join(
+            (
+                b"\x22",  # StreamResponse.artifact_update
+                _SMALL[update] if update < 0x80 else _varint(update),
+                stream.pb_ids,
+                b"\x1a",  # TaskArtifactUpdateEvent.artifact
+                artifact_size,
+                stream.pb_artifact,
+                b"\x22",  # Artifact.parts
+                part_size,
+                b"\x0a",  # Part.text
+                text_size,
+            )
+        )
+
+
+#: An event as the hub carries it: a protobuf, or a text chunk's pieces.
+Event = pb.StreamResponse | ChunkEvent
+
+
+def event_proto(event: Event) -> pb.StreamResponse:
+    """The event as a protobuf."""
+    return event if type(event) is pb.StreamResponse else event.proto()
+
+
+def serialized(event: Event) -> bytes:
+    """The event's protobuf bytes (what an event log stores)."""
+    if type(event) is pb.StreamResponse:
+        return event.SerializeToString()
+    return event.serialized()
 
 
 class Subscriber:
@@ -67,7 +256,7 @@ class Subscriber:
     def __init__(self, *, until_interrupted: bool) -> None:
         # A list, swapped out whole by take(): cheaper than a deque (800 bytes empty)
         # for the thousand mostly idle streams a server may hold.
-        self.events: list[pb.StreamResponse] = []
+        self.events: list[Event] = []
         #: The queued events' numbers in the task's event log (-1: not logged).
         self.seqs: list[int] = []
         #: The numbers of the batch :meth:`next_batch` returned last.
@@ -108,7 +297,7 @@ class Subscriber:
         self.events = [self.events[i] for i in kept]
         self.seqs = [self.seqs[i] for i in kept]
 
-    def push(self, event: pb.StreamResponse, seq: int = 0) -> None:
+    def push(self, event: Event, seq: int = 0) -> None:
         """Queue ``event``; ``seq`` is its number in the task's event log (0: not
         logged)."""
         if seq:
@@ -122,7 +311,7 @@ class Subscriber:
         self.seqs.append(seq or -1)
         self._wake()
 
-    def take(self) -> list[pb.StreamResponse]:
+    def take(self) -> list[Event]:
         """Every queued event, oldest first; the queue is empty afterwards (their
         numbers: :attr:`taken_seqs`)."""
         events, self.events = self.events, []
@@ -145,7 +334,7 @@ class Subscriber:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def next_batch(self) -> list[pb.StreamResponse]:
+    async def next_batch(self) -> Sequence[Event]:
         """The queued events, waiting for some if there are none; ``[]`` once the
         stream is done (raising its error, if it ended with one); their numbers in
         :attr:`taken_seqs`. Streams loop on this directly: no extra generator hop per
@@ -200,7 +389,7 @@ class Hub:
         if subscriber in self.subscribers:
             self.subscribers.remove(subscriber)
 
-    def publish(self, event: pb.StreamResponse, state: int | None = None, seq: int = 0) -> None:
+    def publish(self, event: Event, state: int | None = None, seq: int = 0) -> None:
         """Queue ``event`` for every subscriber; ``state`` is set for status events and
         decides who is closed after it; ``seq`` is the event's number in a shared event
         log (see :meth:`Subscriber.push`)."""
@@ -232,3 +421,67 @@ class Hub:
         for subscriber in self.subscribers:
             subscriber.finish(error)
         self.subscribers = []
+
+
+#: The numbers of a batch of one event that is not logged (a snapshot, a message).
+NOT_LOGGED: Sequence[int] = (-1,)
+
+
+async def _ready(batch: Batch) -> Batch:
+    return batch
+
+
+#: A batch of a task stream: its events, their numbers in the task's event log (-1:
+#: not logged) and the prefix of their ids (``<taskId>:``).
+Batch = tuple[Sequence[Event], Sequence[int], str]
+
+
+class TaskStream(AsyncIterator[pb.StreamResponse]):
+    """A task stream as the engine gives it: its events one at a time (the service's
+    contract: ``async for``, each event's id in ``context.event_id``, ``""`` when not
+    logged) or a batch at a time (:meth:`next_batch`: the SSE writer, with no hop per
+    event and the events as the hub carries them, a text chunk's as its pieces).
+    ``batches`` yields the stream's batches (never an empty one) and is closed by
+    :meth:`aclose`."""
+
+    __slots__ = ("_at", "_batches", "_context", "_events", "_prefix", "_seqs")
+
+    def __init__(self, batches: AsyncGenerator[Batch], context: CallContext) -> None:
+        self._batches = batches
+        self._context = context
+        self._events: Sequence[Event] = ()
+        self._seqs: Sequence[int] = ()
+        self._prefix = ""
+        self._at = 0
+
+    def __aiter__(self) -> TaskStream:
+        return self
+
+    async def __anext__(self) -> pb.StreamResponse:
+        at = self._at
+        events = self._events
+        if at >= len(events):
+            self._events = self._seqs = ()  # not held while the stream waits
+            events, self._seqs, self._prefix = await self._batches.__anext__()
+            self._events = events
+            at = 0
+        self._at = at + 1
+        seq = self._seqs[at]
+        self._context.event_id = self._prefix + str(seq) if seq >= 0 else ""
+        event = events[at]
+        return event if type(event) is pb.StreamResponse else event.proto()
+
+    def next_batch(self) -> Awaitable[Batch]:
+        """The next batch (what :meth:`__anext__` left of the current one first);
+        StopAsyncIteration at the end. The batch generator's own awaitable: a stream
+        waiting for its next batch holds no coroutine frame of this method."""
+        at, events, seqs = self._at, self._events, self._seqs
+        self._events = self._seqs = ()
+        self._at = 0
+        if at < len(events):
+            return _ready((events[at:], seqs[at:], self._prefix))
+        return self._batches.__anext__()
+
+    async def aclose(self) -> None:
+        self._events = self._seqs = ()
+        await self._batches.aclose()

@@ -18,6 +18,7 @@ from a2a_gateway.protocol.context import CallContext
 from a2a_gateway.protocol.errors import A2AError
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .events import Batch, ChunkEvent, event_proto
 from .http_request import CONFIG
 from .http_response import echo_extensions, unexpected
 from .metrics import CLIENT_GONE, INTERNAL, NULL_METER, OK, Meter, outcome_of
@@ -47,6 +48,11 @@ class StreamCodec(Protocol):
     def error(self, error: A2AError) -> bytes: ...
 
     def error_response(self, error: A2AError) -> web.StreamResponse: ...
+
+
+#: A codec's ``json_frame``: what goes before and after a StreamResponse's ProtoJSON in
+#: its event, when that is the event (None: not, as in A2A 0.3's shapes).
+JsonFrame = tuple[bytes, bytes] | None
 
 
 SSE_HEADERS = {
@@ -87,6 +93,7 @@ class EventPump:
         "_context",
         "_encode",
         "_events",
+        "_frame",
         "_producer",
         "_room",
         "_waiter",
@@ -109,10 +116,12 @@ class EventPump:
         keepalive_s: float,
         now: float,
         context: CallContext | None = None,
+        frame: JsonFrame = None,
     ) -> None:
         self.transport = transport
         self._events = events
         self._encode = encode
+        self._frame = frame  # a text chunk's ProtoJSON in this, not encode()
         self._context = context  # names each event (``event_id``): its SSE ``id:``
         self.keepalive_s = keepalive_s
         self._chunks: list[bytes] = []
@@ -135,6 +144,23 @@ class EventPump:
         encode = self._encode
         context = self._context
         try:
+            next_batch = getattr(self._events, "next_batch", None)
+            if next_batch is not None:
+                # The engine's streams (events.TaskStream) give their events a batch at
+                # a time (StopAsyncIteration at the end), ids along: no hop per event, a
+                # text chunk's ProtoJSON straight from its pieces. (Inline: a held
+                # stream keeps no frame of a method of its own.)
+                loop = asyncio.get_running_loop()
+                while True:
+                    try:
+                        batch = await next_batch()
+                    except StopAsyncIteration:
+                        return
+                    at = 0
+                    while (at := self._encode_batch(batch, at)) >= 0:
+                        self._room = loop.create_future()  # full: the rest once written
+                        await self._room
+                    del batch  # not held while the stream waits
             async for event in self._events:
                 if context is not None and context.event_id:
                     chunks.append(
@@ -152,6 +178,31 @@ class EventPump:
         finally:
             self.ended = True
             self.wake()
+
+    def _encode_batch(self, batch: Batch, at: int) -> int:
+        """Encode ``batch``'s events from ``at`` to its end (then -1), or until
+        :data:`MAX_BUFFERED_EVENTS` are buffered (then the index to go on from, once
+        the writer made room)."""
+        chunks = self._chunks
+        events, seqs, prefix = batch
+        frame = self._frame
+        encode = self._encode
+        named = b"id: " + prefix.encode()
+        end = len(events)
+        while at < end:
+            if len(chunks) >= MAX_BUFFERED_EVENTS:
+                self.wake()
+                return at
+            event = events[at]
+            seq = seqs[at]
+            at += 1
+            line = b"%b%d\n" % (named, seq) if seq >= 0 else b""
+            if frame is not None and type(event) is ChunkEvent:
+                chunks.append(b"".join((line, frame[0], event.json(), frame[1])))
+            else:
+                chunks.append(line + encode(event_proto(event)))
+        self.wake()
+        return -1
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -316,7 +367,7 @@ async def stream_events(
     its outcome when it ends and its open time (between the headers and the end).
     """
     watch = request.app[STREAM_WATCH]
-    pump = EventPump(request.transport, events, codec.event, keepalive_s, 0.0, context)
+    pump = _pump(request, events, context, keepalive_s, codec)
     watch.add(pump)  # sets its clock
     # Until the stream ends one way or another: a cancelled handler (aiohttp cancels
     # it when its client disconnects) keeps it.
@@ -377,6 +428,19 @@ async def stream_events(
         meter.count(method, outcome)
         watch.discard(pump)
         await pump.aclose()
+
+
+def _pump(
+    request: web.Request,
+    events: AsyncIterator[pb.StreamResponse],
+    context: CallContext,
+    keepalive_s: float,
+    codec: StreamCodec,
+) -> EventPump:
+    """:func:`stream_events`' pump (made here: a held stream's frame is the smaller
+    for the fewer arguments of its calls)."""
+    frame = getattr(codec, "json_frame", None)
+    return EventPump(request.transport, events, codec.event, keepalive_s, 0.0, context, frame)
 
 
 def _drop_idle_timer(request: web.BaseRequest) -> None:

@@ -277,6 +277,11 @@ class StreamCodec:
     def event(self, event: pb.StreamResponse) -> bytes:
         return b"".join((self._head, codec.stream_event_json(event), b"}\n\n"))
 
+    @property
+    def json_frame(self) -> tuple[bytes, bytes] | None:
+        """An event is this head, the StreamResponse's ProtoJSON and this tail."""
+        return self._head, b"}\n\n"
+
     def error(self, error: A2AError) -> bytes:
         return sse.encode(orjson.dumps(error_payload(self.request_id, error)), event="error")
 
@@ -317,6 +322,11 @@ class LegacyStreamCodec(StreamCodec):
 
     def event(self, event: pb.StreamResponse) -> bytes:
         return b"".join((self._head, orjson.dumps(compat03.stream_event(event)), b"}\n\n"))
+
+    @property
+    def json_frame(self) -> tuple[bytes, bytes] | None:
+        """None: a 0.3 event is not the 1.0 ProtoJSON."""
+        return None
 
     def error(self, error: A2AError) -> bytes:
         return sse.encode(orjson.dumps(legacy_error_payload(self.request_id, error)))

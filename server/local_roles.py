@@ -13,6 +13,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .event_log import EventLog
+from .events import Event
 from .task_store import PushAdded, StoredPush, TaskStore
 
 #: The kind of event log a store of one process keeps (memory, files).
@@ -98,7 +99,7 @@ class OneProcessEventLogs(NoOtherProcessEvents, Generic[Log]):
     #: The tasks' event logs, which the methods below read and write.
     event_log: Log
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+    def log_event(self, task_id: str, event: Event, state: int | None) -> int | None:
         return self.event_log.append(task_id, event)
 
     async def read_events(

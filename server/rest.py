@@ -181,6 +181,9 @@ class _StreamCodec:
 
     __slots__ = ()
 
+    #: An event is this head, the StreamResponse's ProtoJSON and this tail.
+    json_frame = (b"data: ", b"\n\n")
+
     def event(self, event: pb.StreamResponse) -> bytes:
         # Compact JSON is one line: no need for sse.encode's line splitting.
         return b"".join((b"data: ", codec.stream_event_json(event), b"\n\n"))

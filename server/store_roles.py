@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from .events import Event
+
 if TYPE_CHECKING:
     from .task_store import (
         Listing,
@@ -120,7 +122,7 @@ class EventLogs(Protocol):
     #: Whether stream events go through the store to subscribers in other processes.
     shares_events: bool
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+    def log_event(self, task_id: str, event: Event, state: int | None) -> int | None:
         """An event of the task, to its log (``shares_events`` stores: for the
         subscribers of other processes too); ``state`` is set for status events. Its
         number in the task's log (None when not logged)."""

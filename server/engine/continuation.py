@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -23,7 +23,7 @@ from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
-from ..events import Subscriber
+from ..events import NOT_LOGGED, Batch, Subscriber, TaskStream
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
@@ -97,9 +97,15 @@ class Intake:
             await self._records.persist_if_dirty(run)  # its id is about to leave the engine
         return response
 
-    async def send_streaming_message(
+    def send_streaming_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        return TaskStream(self._streaming_batches(request, context), context)
+
+    async def _streaming_batches(
+        self, request: pb.SendMessageRequest, context: CallContext
+    ) -> AsyncGenerator[Batch]:
+        """The batches of :meth:`send_streaming_message`'s :class:`TaskStream`."""
         if not self._state.agent.streaming:
             raise UnsupportedOperationError(NO_STREAMING)
         history_length = send_history_length(request)
@@ -110,12 +116,12 @@ class Intake:
         if isinstance(got, bytes):  # (not with a subscriber: for the types)
             got = pb.Task.FromString(got)
         if isinstance(got, pb.Message):
-            yield pb.StreamResponse(message=got)
+            yield [pb.StreamResponse(message=got)], NOT_LOGGED, ""
             return
         snapshot = pb.StreamResponse()
         if isinstance(got, pb.Task):
             task_view(got, history_length, into=snapshot.task)
-            yield snapshot
+            yield [snapshot], NOT_LOGGED, ""
             return
         run = got
         # The snapshot is taken in the same step the subscriber joined the hub.
@@ -140,10 +146,8 @@ class Intake:
         prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:
-                for event, seq in zip(batch, seqs, strict=True):
-                    context.event_id = prefix + str(seq) if seq >= 0 else ""
-                    yield event
-                del batch, seqs, event  # (never empty) not held while the stream waits
+                yield batch, seqs, prefix
+                del batch, seqs  # not held while the stream waits
 
     async def _accept(
         self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None

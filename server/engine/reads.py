@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.protocol.resume import RESUME_EXPIRED, RESUME_EXTENSION, resume_point
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Subscriber
+from ..events import Batch, Subscriber, TaskStream
 from ..ids import valid_id
 from ..store_roles import EventLogs, TaskRecords
 from ..task_states import KNOWN_STATES, TERMINAL, task_view, timestamp_ns
@@ -141,9 +141,15 @@ class Reads:
             if task_id not in self._state.runs:
                 await self._records.load(caller, task_id)
 
-    async def subscribe_to_task(
+    def subscribe_to_task(
         self, request: pb.SubscribeToTaskRequest, context: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        return TaskStream(self._subscription_batches(request, context), context)
+
+    async def _subscription_batches(
+        self, request: pb.SubscribeToTaskRequest, context: CallContext
+    ) -> AsyncGenerator[Batch]:
+        """The batches of :meth:`subscribe_to_task`'s :class:`TaskStream`."""
         caller = context.caller
         task_id = request.id
         del request  # not held for the stream's life
@@ -157,10 +163,8 @@ class Reads:
         prefix = task_id + ":"
         async with contextlib.aclosing(stream) as batches:
             async for batch, seqs in batches:
-                for event, seq in zip(batch, seqs, strict=True):
-                    context.event_id = prefix + str(seq) if seq >= 0 else ""
-                    yield event
-                del batch, seqs, event  # (never empty) not held while the stream waits
+                yield batch, seqs, prefix
+                del batch, seqs  # not held while the stream waits
 
     async def _resume(
         self,

@@ -8,7 +8,15 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +32,7 @@ from a2a_gateway.protocol.errors import (
 )
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Hub, Subscriber
+from ..events import ChunkStream, Event, Hub, Subscriber
 from ..limits import RunSlot, TaskLimiter
 from ..outbound import OutboundClient
 from ..paging import PageTokens
@@ -94,6 +102,7 @@ class Run:
         "aio",
         "awaiting_auth",
         "busy_key",
+        "chunk_stream",
         "continued",
         "deadline",
         "dirty",
@@ -131,6 +140,8 @@ class Run:
         self.stopping = ""  # why the engine is stopping the run (timeout, shutdown)
         self.dirty = False
         self.response_index = -1  # index of the response artifact, once this run wrote it
+        #: The ids of the response artifact's chunk events, once one was shown.
+        self.chunk_stream: ChunkStream | None = None
         # Response text streamed since the artifact was last written (see flush_text).
         self.pending_text: list[str] = []
         self.file_notes: tuple[str, ...] = ()  # outgoing files skipped, for the final status
@@ -363,7 +374,7 @@ class EngineState:
         snapshot: pb.StreamResponse | None,
         snapshot_seq: int,
         ready: Callable[[], Awaitable[None]] | None = None,
-    ) -> AsyncGenerator[tuple[list[pb.StreamResponse], list[int]]]:
+    ) -> AsyncGenerator[tuple[Sequence[Event], Sequence[int]]]:
         """A task stream of a subscriber that joined the task's hub: the snapshot
         (once ``ready`` has run; none for a resumed stream), numbered ``snapshot_seq``
         (the last logged event it reflects; -1: not logged), then its events as they come, until its
@@ -378,7 +389,7 @@ class EngineState:
                 await ready()
                 ready = None  # (a closure) not held while the stream waits
             if snapshot is not None:
-                batch = [snapshot]
+                batch: Sequence[Event] = [snapshot]
                 del snapshot  # nor the batches: not held while the stream waits
                 yield batch, [snapshot_seq]
                 del batch
@@ -481,7 +492,7 @@ class EngineState:
             or (hub is not None and bool(hub.subscribers))
         )
 
-    def emit(self, task_id: str, event: pb.StreamResponse, state: int | None = None) -> int | None:
+    def emit(self, task_id: str, event: Event, state: int | None = None) -> int | None:
         """Give the event to the shared event log (if any) and to the streams here;
         its number in the log, if logged."""
         seq = None

@@ -46,7 +46,7 @@ from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.protocol.json_schemas import ask_user_part
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Subscriber
+from ..events import ChunkEvent, ChunkStream, Subscriber
 from ..files import (
     FileRefused,
     SavedFile,
@@ -136,13 +136,14 @@ class _TurnIO:
             artifact = pb.Artifact(name=name, parts=built.parts)
             self._artifact(run, ArtifactChunk(artifact, last_chunk=True))
 
-    def _text(self, run: Run, chunk: TextChunk) -> None:
+    def _text(self, run: Run, chunk: TextChunk, task_id: str) -> None:
         """The chunk's text into the response artifact (one text part: a run's first
         chunk replaces the artifact's parts, later ones are appended to its last text
-        part by ``Run.flush_text``); its event carries the chunk alone."""
-        task = run.record.task
+        part by ``Run.flush_text``); its event carries the chunk alone. (``task_id``:
+        the task's, read once per run.)"""
         text = chunk.text
         if run.response_index < 0:
+            task = run.record.task
             append = False
             for index, existing in enumerate(task.artifacts):
                 if existing.name == RESPONSE_ARTIFACT:
@@ -156,20 +157,17 @@ class _TurnIO:
             artifact.parts.add(text=text)
         else:
             append = True
-            artifact = task.artifacts[run.response_index]
             run.pending_text.append(text)
-        if self._state.listened(task_id := task.id):
-            event = pb.StreamResponse()  # built in place: no copies
-            update = event.artifact_update
-            update.task_id = task_id
-            update.context_id = task.context_id
-            update.append = append
-            update.last_chunk = chunk.last
-            built = update.artifact  # (each read of a field costs a name lookup)
-            built.artifact_id = artifact.artifact_id
-            built.name = RESPONSE_ARTIFACT
-            built.parts.add(text=text)
-            self._state.emit(task_id, event)
+        if self._state.listened(task_id):
+            # The event as its pieces: no protobuf built (events.ChunkEvent).
+            stream = run.chunk_stream
+            if stream is None:
+                task = run.record.task
+                artifact = task.artifacts[run.response_index]
+                stream = run.chunk_stream = ChunkStream(
+                    task_id, task.context_id, artifact.artifact_id, RESPONSE_ARTIFACT
+                )
+            self._state.emit(task_id, ChunkEvent(stream, text, append, chunk.last))
 
     def _artifact(self, run: Run, chunk: ArtifactChunk) -> None:
         run.flush_text()  # the chunk may go to the response artifact
@@ -338,7 +336,7 @@ class Runner(_TurnIO):
             if run.awaiting_auth:
                 self._resume(run, output)
             if isinstance(output, TextChunk):
-                self._text(run, output)
+                self._text(run, output, task_id)
             elif isinstance(output, ArtifactChunk):
                 self._artifact(run, output)
             elif isinstance(output, Progress):

@@ -10,6 +10,7 @@ from typing import Any
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from ..events import Event
 from ..local_roles import (
     NoOtherProcessEvents,
     OneProcessCancels,
@@ -125,7 +126,7 @@ class WorkspaceTaskStores(
         if store is not None:
             store.close_event_log(task_id)
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+    def log_event(self, task_id: str, event: Event, state: int | None) -> int | None:
         store = self._logging.get(task_id)
         return None if store is None else store.log_event(task_id, event, state)
 

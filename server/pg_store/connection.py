@@ -20,6 +20,7 @@ from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..byte_lru import ByteLRU
+from ..events import Event
 from ..secret_box import SecretBox, SecretBoxError
 from ..store_outage import OutageLog, StoreOutageError
 from ..task_states import ACTIVE, INTERRUPTED, TERMINAL
@@ -351,7 +352,7 @@ class PgConnection(DatabaseClock, TaskStore, RoleHooks):
         self._outbox: list[tuple[str, int, bytes]] = []
         # Runs of new tasks nobody can see yet (no row, no stream here): their events,
         # numbered but not logged (PgEventLogs.log_event; _unhold logs them).
-        self._held: dict[str, list[tuple[int, pb.StreamResponse]]] = {}
+        self._held: dict[str, list[tuple[int, Event]]] = {}
         self._writer: asyncio.Task[None] | None = None
         self._follows: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         self._delivered: dict[str, int] = {}  # followed tasks: the last event delivered

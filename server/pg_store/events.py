@@ -10,6 +10,7 @@ from collections.abc import Callable
 from a2a_gateway.protocol.context import Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
+from ..events import Event, serialized
 from ..task_states import ACTIVE, INTERRUPTED
 from ..task_store import (
     STORE_RETRY_PAUSES_S,
@@ -43,7 +44,7 @@ class PgEventLogs(PgConnection):
 
     # --- events across processes ------------------------------------------------------
 
-    def log_event(self, task_id: str, event: pb.StreamResponse, state: int | None) -> int | None:
+    def log_event(self, task_id: str, event: Event, state: int | None) -> int | None:
         seq = self._seq.get(task_id)
         if seq is None:
             return None  # not a run of this process
@@ -55,7 +56,7 @@ class PgEventLogs(PgConnection):
             self._seq[task_id] = seq
         held = self._held.get(task_id)
         if held is None:
-            self._queue(task_id, seq, event.SerializeToString())
+            self._queue(task_id, seq, serialized(event))
         elif last:
             # The run ends unseen: its task was stored only now, settled (its row
             # reflects this event too), and no stream here ever had an event's number.
@@ -80,7 +81,7 @@ class PgEventLogs(PgConnection):
         following ones too."""
         held = self._held.pop(task_id, None)
         for seq, event in held or ():
-            self._queue(task_id, seq, event.SerializeToString())
+            self._queue(task_id, seq, serialized(event))
 
     async def _write_events(self) -> None:
         """Write what the outbox holds, a batch per statement, one statement at a time

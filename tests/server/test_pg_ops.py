@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -19,7 +19,7 @@ from a2a_gateway.agent.base import Completed, InputRequired, Output, TextChunk, 
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.server.engine import TaskEngine
-from a2a_gateway.server.events import HIGH_WATER, MAX_BACKLOG
+from a2a_gateway.server.events import HIGH_WATER, MAX_BACKLOG, TaskStream
 from a2a_gateway.server.pg_local import LocalPostgres
 from a2a_gateway.server.pg_store import MIGRATION_LOCK, PostgresTaskStore, StoreUnavailable
 from a2a_gateway.server.secret_box import SecretBox
@@ -666,7 +666,7 @@ async def test_a_follow_nobody_listens_to_any_more_ends_though_the_run_goes_on(
     try:
         task = await send(a, "hold:60", return_immediately=True)
         stream = b.subscribe_to_task(pb.SubscribeToTaskRequest(id=task.id), ctx())
-        assert isinstance(stream, AsyncGenerator)
+        assert isinstance(stream, TaskStream)
         async with asyncio.timeout(WAIT_S):
             assert (await anext(stream)).HasField("task")
         assert store_b.followed_seq(task.id) is not None

@@ -5,6 +5,7 @@ on PostgreSQL, on another replica; numbering goes on across runs and restarts.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import asyncpg
@@ -20,6 +21,7 @@ from a2a_gateway.server.event_log import (
     read_segments,
     segment_numbers,
 )
+from a2a_gateway.server.events import ChunkEvent, Event, TaskStream, event_proto
 from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.memory_store import MemoryTaskStore
 from a2a_gateway.server.pg_local import LocalPostgres
@@ -293,3 +295,29 @@ async def test_a_stream_joining_a_continued_task_whose_log_was_dropped_numbers_a
         assert numbers[0] > old_last  # a new log: microseconds since the epoch
     finally:
         await engine.aclose()
+
+
+async def test_a_stream_read_by_batches_gives_the_events_its_log_keeps(engine: TaskEngine) -> None:
+    """The SSE writer's way (``TaskStream.next_batch``): the text chunks come as their
+    pieces (no protobuf built), and are the events the log keeps (resumed from the
+    snapshot's number, the log's bytes parsed) with the same numbers."""
+    stream = engine.send_streaming_message(request("chunks:6"), ctx())
+    assert isinstance(stream, TaskStream)
+    live: list[tuple[Event, int]] = []
+    prefix = ""
+    async with asyncio.timeout(WAIT_S):
+        with contextlib.suppress(StopAsyncIteration):
+            while True:
+                events, seqs, prefix = await stream.next_batch()
+                live.extend(zip(events, seqs, strict=True))
+    await stream.aclose()
+    snapshot, snapshot_seq = live[0]
+    assert isinstance(snapshot, pb.StreamResponse) and snapshot.HasField("task")
+    task_id = snapshot.task.id
+    assert prefix == task_id + ":"
+    chunks = [event for event, _ in live if isinstance(event, ChunkEvent)]
+    assert [chunk.text for chunk in chunks] == [f"chunk-{i}" for i in range(6)]
+    logged, ids = await resumed(engine, task_id, f"{task_id}:{snapshot_seq}")
+    assert logged == [event_proto(event) for event, _ in live[1:]]
+    assert ids == [f"{task_id}:{seq}" for _, seq in live[1:]]
+    assert state_name(pb.Task(status=logged[-1].status_update.status)) == "COMPLETED"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -11,7 +11,7 @@ from a2a_gateway.agent.base import Output, TextChunk, Turn
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.server.engine import SHUTDOWN, TaskEngine
-from a2a_gateway.server.events import MAX_BACKLOG
+from a2a_gateway.server.events import MAX_BACKLOG, TaskStream
 from a2a_gateway.server.task_store import TaskStore
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -31,11 +31,9 @@ from .engine_helpers import (
 )
 
 
-def subscribe(
-    engine: TaskEngine, task_id: str, caller: Caller = ALICE
-) -> AsyncGenerator[pb.StreamResponse, None]:
+def subscribe(engine: TaskEngine, task_id: str, caller: Caller = ALICE) -> TaskStream:
     stream = engine.subscribe_to_task(pb.SubscribeToTaskRequest(id=task_id), ctx(caller))
-    assert isinstance(stream, AsyncGenerator)
+    assert isinstance(stream, TaskStream)
     return stream
 
 
