@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -23,7 +23,7 @@ from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
-from ..events import NOT_LOGGED, Batch, Subscriber, TaskStream
+from ..events import NOT_LOGGED, Batch, Subscriber
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
@@ -97,15 +97,10 @@ class Intake:
             await self._records.persist_if_dirty(run)  # its id is about to leave the engine
         return response
 
-    def send_streaming_message(
-        self, request: pb.SendMessageRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return TaskStream(self._streaming_batches(request, context), context)
-
-    async def _streaming_batches(
+    async def streaming_batches(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> AsyncGenerator[Batch]:
-        """The batches of :meth:`send_streaming_message`'s :class:`TaskStream`."""
+        """SendStreamingMessage: the batches of its :class:`~..events.TaskStream`."""
         if not self._state.agent.streaming:
             raise UnsupportedOperationError(NO_STREAMING)
         history_length = send_history_length(request)
@@ -456,9 +451,7 @@ class Intake:
                 raise
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
-            run = self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
-            run.continued = True
-            return run
+            return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
 
 
 def _answer_without_run(

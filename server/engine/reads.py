@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.protocol.resume import RESUME_EXPIRED, RESUME_EXTENSION, resume_point
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Batch, Subscriber, TaskStream
+from ..events import Batch, Subscriber
 from ..ids import valid_id
 from ..store_roles import EventLogs, TaskRecords
 from ..task_states import KNOWN_STATES, TERMINAL, task_view, timestamp_ns
@@ -141,15 +141,10 @@ class Reads:
             if task_id not in self._state.runs:
                 await self._records.load(caller, task_id)
 
-    def subscribe_to_task(
-        self, request: pb.SubscribeToTaskRequest, context: CallContext
-    ) -> AsyncIterator[pb.StreamResponse]:
-        return TaskStream(self._subscription_batches(request, context), context)
-
-    async def _subscription_batches(
+    async def subscription_batches(
         self, request: pb.SubscribeToTaskRequest, context: CallContext
     ) -> AsyncGenerator[Batch]:
-        """The batches of :meth:`subscribe_to_task`'s :class:`TaskStream`."""
+        """SubscribeToTask: the batches of its :class:`~..events.TaskStream`."""
         caller = context.caller
         task_id = request.id
         del request  # not held for the stream's life

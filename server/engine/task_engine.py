@@ -19,6 +19,7 @@ from a2a_gateway.protocol.service import A2AService
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
+from ..events import TaskStream
 from ..limits import TaskLimiter
 from ..outbound import OutboundClient
 from ..push import PushDispatcher
@@ -172,7 +173,7 @@ class TaskEngine(A2AService, Startable):
         refused = self._refusal(context)
         if refused is not None:
             return refused
-        return self._intake.send_streaming_message(request, context)
+        return TaskStream(self._intake.streaming_batches(request, context), context)
 
     def replay_check(self) -> Callable[[object], bool]:
         """Whether an answer the engine noted as ``CallContext.replay`` may be given
@@ -198,7 +199,7 @@ class TaskEngine(A2AService, Startable):
         refused = self._refusal(context)
         if refused is not None:
             return refused
-        return self._reads.subscribe_to_task(request, context)
+        return TaskStream(self._reads.subscription_batches(request, context), context)
 
     # --- CancelTask (turns.py) --------------------------------------------------------
 

@@ -242,6 +242,7 @@ class Runner(_TurnIO):
             payload=self._state.agent.wants_payload,
         )
         run = Run(record, busy_key, turn, slot)
+        run.continued = bool(request.message.task_id)  # (a new task's message names none)
         task_id = task.id
         self._state.runs[task_id] = run
         self._state.busy[busy_key] = task_id
