@@ -120,19 +120,7 @@ class _GatedStream(AsyncIterator[T]):
         self._cancelled = False  # end() cancelled the consumer; not yet taken back
 
     async def __anext__(self) -> T:
-        if self._ended:
-            raise shutting_down()
-        events = self._events
-        if events is None:  # closed
-            raise StopAsyncIteration
-        if self._task is None:  # the first event: the stream opens (or is refused)
-            drain = self._drain
-            if drain.draining:
-                self._ended = True
-                raise shutting_down()
-            self._task = asyncio.current_task()
-            drain._streams.add(self)
-        self._waiting = True
+        events = self._pull()
         try:
             return await events.__anext__()
         except asyncio.CancelledError:
@@ -143,9 +131,31 @@ class _GatedStream(AsyncIterator[T]):
             self._drain._streams.discard(self)
             raise
         finally:
-            self._waiting = False
-            if self._cancelled:  # one the stream swallowed is taken back too
-                self._claim()
+            self._pulled()
+
+    def _pull(self) -> AsyncIterator[T]:
+        """Before each pull (of an event or a batch): the stream's events, the first
+        pull gated (the stream opens, or is refused while draining)."""
+        if self._ended:
+            raise shutting_down()
+        events = self._events
+        if events is None:  # closed
+            raise StopAsyncIteration
+        if self._task is None:  # the first pull: the stream opens (or is refused)
+            drain = self._drain
+            if drain.draining:
+                self._ended = True
+                raise shutting_down()
+            self._task = asyncio.current_task()
+            drain._streams.add(self)
+        self._waiting = True
+        return events
+
+    def _pulled(self) -> None:
+        """After each pull, however it ended."""
+        self._waiting = False
+        if self._cancelled:  # one the stream swallowed is taken back too
+            self._claim()
 
     def end(self) -> None:
         """End the stream with :func:`shutting_down` (cancelling its consumer if it is
@@ -182,19 +192,7 @@ class _GatedBatches(_GatedStream[pb.StreamResponse]):
     async def next_batch(self) -> Batch:
         """The next batch (``events.TaskStream.next_batch``); StopAsyncIteration at
         the end."""
-        if self._ended:
-            raise shutting_down()
-        events = self._events
-        if events is None:  # closed
-            raise StopAsyncIteration
-        if self._task is None:  # the first batch: the stream opens (or is refused)
-            drain = self._drain
-            if drain.draining:
-                self._ended = True
-                raise shutting_down()
-            self._task = asyncio.current_task()
-            drain._streams.add(self)
-        self._waiting = True
+        events = self._pull()
         try:
             return await events.next_batch()  # type: ignore[attr-defined,no-any-return]
         except asyncio.CancelledError:
@@ -205,9 +203,7 @@ class _GatedBatches(_GatedStream[pb.StreamResponse]):
             self._drain._streams.discard(self)
             raise
         finally:
-            self._waiting = False
-            if self._cancelled:  # one the stream swallowed is taken back too
-                self._claim()
+            self._pulled()
 
 
 class DrainGate(WrappedService):
