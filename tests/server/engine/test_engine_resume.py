@@ -38,6 +38,15 @@ def append_to(path: Path, data: bytes) -> None:
         file.write(data)
 
 
+async def pushed_out(store: WorkspaceTaskStore) -> None:
+    """Until the file log's index of one closed task holds the newer one only."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            if store.event_log.indexed == 1:
+                return
+            await asyncio.sleep(0.01)
+
+
 def chunk_of(event: pb.StreamResponse) -> str:
     if not event.HasField("artifact_update"):
         return ""
@@ -213,11 +222,7 @@ async def test_a_task_pushed_out_of_the_file_logs_index_resumes_expired(tmp_path
     try:
         older = (await collect(engine.send_streaming_message(request("chunks:4"), ctx())))[0]
         newer = (await collect(engine.send_streaming_message(request("chunks:4"), ctx())))[0]
-        async with asyncio.timeout(WAIT_S):
-            while True:  # the newer is closed (the older pushed out) once its run ends
-                if store.event_log.indexed == 1:
-                    break
-                await asyncio.sleep(0.01)
+        await pushed_out(store)  # (the older one)
         events, _ = await resumed(engine, older.task.id, f"{older.task.id}:2")
         assert len(events) == 1 and events[0].task.metadata[RESUME_EXPIRED]
         events, ids = await resumed(engine, newer.task.id, f"{newer.task.id}:2")
@@ -240,11 +245,7 @@ async def test_a_task_streamed_again_after_its_log_was_pushed_out_numbers_above_
         asked = await collect(engine.send_streaming_message(request("ask:Which city?"), ctx()))
         older = asked[0].task
         await collect(engine.send_streaming_message(request("chunks:4"), ctx()))
-        async with asyncio.timeout(WAIT_S):
-            while True:  # the older one is pushed out
-                if store.event_log.indexed == 1:
-                    break
-                await asyncio.sleep(0.01)
+        await pushed_out(store)  # (the older one)
         again = request("chunks:6", task_id=older.id, context_id=older.context_id)
         await collect(engine.send_streaming_message(again, ctx()))
         events, _ = await resumed(engine, older.id, f"{older.id}:2")
@@ -277,11 +278,7 @@ async def test_a_stream_joining_a_continued_task_whose_log_was_dropped_numbers_a
         assert old_last >= 2
         await collect(engine.send_streaming_message(request("chunks:4"), ctx()))
         if isinstance(store, WorkspaceTaskStore):
-            async with asyncio.timeout(WAIT_S):
-                while True:  # the older one is pushed out
-                    if store.event_log.indexed == 1:
-                        break
-                    await asyncio.sleep(0.01)
+            await pushed_out(store)  # (the older one)
         again = request("hold:0.3", task_id=older.id, context_id=older.context_id)
         again.configuration.return_immediately = True
         await engine.send_message(again, ctx())
