@@ -728,6 +728,17 @@ class _IndexRetryKeys(_IndexCore):
         (open, no keys owed by a reconcile); None otherwise (or no task has the key)."""
         if self._db is None or self._keys_behind:
             return None
+        # find_message's first two lookups written out: a key answered again (the
+        # memo's check on every kept answer, server/retry_memo.py) needs no frame more.
+        owner_id = self._owners.get(owner)
+        if owner_id is None:
+            owner_id = _owner_hash(owner)
+        key = (owner_id, message_id, fingerprint)
+        found = self._pending_retry.get(key)
+        if found is None:
+            found = self._found_retry.get(key)
+        if found is not None:
+            return found
         return self.find_message(owner, message_id, fingerprint)
 
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
