@@ -132,12 +132,18 @@ class Signal:
                 self._waiters.remove(waiter)
 
 
+#: The heap size at which :class:`_Deadlines` first sweeps out the waits ended early.
+_FIRST_SWEEP = 64
+
+
 class _Deadlines:
     """One event loop's timer for :meth:`Signal.wait_at_most`: the waiters by deadline
     (a heap), one timer handle at the nearest. A waiter done early (its signal set, its
-    task cancelled) leaves its entry until its deadline (it is skipped then)."""
+    task cancelled) leaves its entry until its deadline (it is skipped then) or until
+    the heap, grown to twice what was live at the last sweep, is swept of them: at
+    most about twice the waits pending, however many end early."""
 
-    __slots__ = ("_handle", "_heap", "_loop", "_order")
+    __slots__ = ("_handle", "_heap", "_loop", "_order", "_sweep_at")
 
     _current: _Deadlines | None = None
 
@@ -146,6 +152,7 @@ class _Deadlines:
         self._heap: list[tuple[float, int, asyncio.Future[None]]] = []
         self._handle: asyncio.TimerHandle | None = None
         self._order = 0  # ties in time keep their order (futures do not compare)
+        self._sweep_at = _FIRST_SWEEP
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> _Deadlines:
@@ -155,6 +162,12 @@ class _Deadlines:
         return current
 
     def add(self, when: float, waiter: asyncio.Future[None]) -> None:
+        if len(self._heap) >= self._sweep_at:
+            # Only entries go: the nearest pending one is the same or later, and the
+            # timer set for the old nearest finds nothing due and sets the next.
+            self._heap = [entry for entry in self._heap if not entry[2].done()]
+            heapq.heapify(self._heap)
+            self._sweep_at = max(_FIRST_SWEEP, 2 * len(self._heap))
         self._order += 1
         heapq.heappush(self._heap, (when, self._order, waiter))
         if self._heap[0][2] is waiter:  # the nearest now

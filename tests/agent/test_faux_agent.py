@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from a2a_gateway.agent.base import (
+    _FIRST_SWEEP,
     AuthRequired,
     Completed,
     Failed,
@@ -14,6 +15,7 @@ from a2a_gateway.agent.base import (
     Rejected,
     Signal,
     TextChunk,
+    _Deadlines,
 )
 from a2a_gateway.agent.faux import FauxAgent, _chunk_gap_s, _chunks, _hold_seconds
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -139,3 +141,23 @@ async def test_waits_at_most_share_one_timer_and_end_in_deadline_order() -> None
     assert cancelled.cancelled()
     assert signals["late"]._waiters == []  # its waiter is not left behind
     assert await asyncio.wait_for(signals["set"].wait_at_most(60), 30) is None  # set: at once
+
+
+async def test_waits_ended_early_do_not_pile_up_under_the_shared_timer() -> None:
+    """Waits whose signal is set long before their deadline (a thousand of a minute
+    each) leave the shared timer's heap bounded by the waits still pending, not by
+    every wait of the last minute."""
+    pending = Signal()
+    holding = asyncio.create_task(pending.wait_at_most(60))
+    await asyncio.sleep(0)
+    for _ in range(1000):
+        signal = Signal()
+        waiting = asyncio.create_task(signal.wait_at_most(60))
+        await asyncio.sleep(0)
+        signal.set()
+        await asyncio.wait_for(waiting, 30)
+    deadlines = _Deadlines.of(asyncio.get_running_loop())
+    assert len(deadlines._heap) <= 2 * _FIRST_SWEEP
+    assert not holding.done()  # the one still pending is kept
+    pending.set()
+    await asyncio.wait_for(holding, 30)
