@@ -57,7 +57,7 @@ from ..files import (
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
 from ..store_roles import CancelSignals
-from ..task_states import ACTIVE, INTERRUPTED, agent_message, task_view
+from ..task_states import ACTIVE, INTERRUPTED, agent_message, task_view, valid_text
 from ..task_store import TaskRecord
 from .records import Records
 from .retries import RetryKey
@@ -141,7 +141,7 @@ class _TurnIO:
         chunk replaces the artifact's parts, later ones are appended to its last text
         part by ``Run.flush_text``); its event carries the chunk alone. (``task_id``:
         the task's, read once per run.)"""
-        text = chunk.text
+        text = valid_text(chunk.text)
         if run.response_index < 0:
             task = run.record.task
             append = False
