@@ -141,7 +141,9 @@ class _TurnIO:
         chunk replaces the artifact's parts, later ones are appended to its last text
         part by ``Run.flush_text``); its event carries the chunk alone. (``task_id``:
         the task's, read once per run.)"""
-        text = valid_text(chunk.text)
+        text = chunk.text
+        if not text.isascii():  # (the common case costs no call: stream events' path)
+            text = valid_text(text)
         if run.response_index < 0:
             task = run.record.task
             append = False
