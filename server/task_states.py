@@ -41,6 +41,20 @@ def timestamp_ns(ts: timestamp_pb2.Timestamp) -> int:
     return ts.seconds * 1_000_000_000 + ts.nanos
 
 
+def valid_text(text: str) -> str:
+    """``text`` as a task and the wire can hold it: UTF-8 cannot encode a lone
+    surrogate (a Python agent can make one, e.g. ``json.loads('"\\ud800"')``), and the
+    protobuf runtime raises on one; it becomes U+FFFD, a surrogate pair its character.
+    Agent text comes through here where the engine takes it in."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def agent_message(text: str, *, context_id: str, task_id: str = "") -> pb.Message:
     """An agent-role text message (status messages, failures, questions)."""
     return pb.Message(
@@ -48,7 +62,7 @@ def agent_message(text: str, *, context_id: str, task_id: str = "") -> pb.Messag
         context_id=context_id,
         task_id=task_id,
         role=pb.ROLE_AGENT,
-        parts=[pb.Part(text=text)],
+        parts=[pb.Part(text=valid_text(text))],
     )
 
 

@@ -57,7 +57,7 @@ from ..files import (
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
 from ..store_roles import CancelSignals
-from ..task_states import ACTIVE, INTERRUPTED, agent_message, task_view
+from ..task_states import ACTIVE, INTERRUPTED, agent_message, task_view, valid_text
 from ..task_store import TaskRecord
 from .records import Records
 from .retries import RetryKey
@@ -142,6 +142,8 @@ class _TurnIO:
         part by ``Run.flush_text``); its event carries the chunk alone. (``task_id``:
         the task's, read once per run.)"""
         text = chunk.text
+        if not text.isascii():  # (the common case costs no call: stream events' path)
+            text = valid_text(text)
         if run.response_index < 0:
             task = run.record.task
             append = False

@@ -10,6 +10,8 @@ import pytest
 from a2a_gateway.agent.base import (
     AgentError,
     ArtifactChunk,
+    Completed,
+    Failed,
     InputRequired,
     Output,
     Progress,
@@ -574,3 +576,39 @@ async def test_streaming_continuation(engine: TaskEngine) -> None:
     events = await collect(engine.send_streaming_message(request("A", task_id=asked.id), ctx()))
     assert kinds(events) == ["task:WORKING", "artifact_update", "status:COMPLETED"]
     assert events[0].task.id == asked.id
+
+
+# Text with a lone surrogate (a Python agent can make one, e.g. from json.loads of
+# "\ud800"): not encodable as UTF-8, so it cannot go into a task or onto the wire.
+_LONE = "a\ud800b"
+_SHOWN = "a\ufffdb"
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        [TextChunk(_LONE)],
+        [TextChunk("x"), TextChunk(_LONE)],
+        [Progress(_LONE), TextChunk("x")],
+        [TextChunk("x"), InputRequired(_LONE)],
+        [TextChunk("x"), Completed(_LONE)],
+        [TextChunk("x"), Failed(_LONE)],
+    ],
+    ids=["first-chunk", "later-chunk", "progress", "question", "completed", "failed"],
+)
+async def test_agent_text_with_a_lone_surrogate_is_shown_with_a_replacement_character(
+    new_engine: Callable[..., TaskEngine], outputs: list[Output]
+) -> None:
+    async def script(turn: Turn) -> AsyncIterator[Output]:
+        for output in outputs:
+            yield output
+
+    engine = new_engine(Scripted(script))
+    events = await collect(engine.send_streaming_message(request("go"), ctx()))
+    task = await send(engine, "go", context_id=events[0].task.context_id)
+    for seen in (task, (await engine.get_task(pb.GetTaskRequest(id=task.id), ctx()))):
+        blob = seen.SerializeToString()  # valid UTF-8 everywhere, or this raises
+        assert _SHOWN.encode() in blob
+        assert state_name(seen) != "WORKING"
+    assert any(_SHOWN.encode() in event.SerializeToString() for event in events)
+    assert engine._state.runs == {}
