@@ -146,7 +146,14 @@ class Intake:
             del snapshot  # nor the batches
             yield batch, [snapshot_seq], prefix
             del batch
-            while batch := await subscriber.next_batch():
+            while True:
+                if (idle := subscriber.idle()) is not None:
+                    await idle  # (next_batch's wait, here: no frame of its held)
+                    del idle
+                    continue
+                batch = await subscriber.next_batch()
+                if not batch:
+                    break
                 yield batch, subscriber.taken_seqs, prefix
                 del batch
         finally:
