@@ -5,6 +5,7 @@ by a binding's codec."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -78,6 +79,11 @@ MAX_BUFFERED_EVENTS = 64
 KEEPALIVE = sse.comment("keep-alive")
 #: :meth:`EventPump.ready`'s answer when nothing is ready (an encoded event is never empty).
 NOTHING_YET = b""
+
+
+#: The context of :meth:`EventPump._on_pending` (it only wakes the writer): one for all,
+#: not a copy of the current one per wait (what ``add_done_callback`` makes by default).
+_WAKE_CONTEXT = contextvars.Context()
 
 
 def _complete(future: asyncio.Future[None]) -> None:
@@ -180,7 +186,7 @@ class EventPump:
             asyncio.get_running_loop().call_soon(_complete, waits_for)
         else:
             waits_for._asyncio_future_blocking = False  # taken, as a task takes it
-        waits_for.add_done_callback(self._on_pending)
+        waits_for.add_done_callback(self._on_pending, context=_WAKE_CONTEXT)
         self._pending = waits_for
 
     async def _unwind(self) -> None:
@@ -210,16 +216,16 @@ class EventPump:
         encode = self._encode
         context = self._context
         try:
-            next_batch = getattr(self._events, "next_batch", None)
-            if next_batch is not None:
+            events: Any = self._events
+            if hasattr(events, "next_batch"):
                 # The engine's streams (events.TaskStream) give their events a batch at
                 # a time (StopAsyncIteration at the end), ids along: no hop per event, a
                 # text chunk's ProtoJSON straight from its pieces. (Inline: a held
-                # stream keeps no frame of a method of its own.)
+                # stream keeps no frame of a method of its own, nor a bound method.)
                 loop = asyncio.get_running_loop()
                 while True:
                     try:
-                        batch = await next_batch()
+                        batch = await events.next_batch()
                     except StopAsyncIteration:
                         return
                     at = 0
