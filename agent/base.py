@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import heapq
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -117,19 +118,33 @@ class Signal:
         first. The waits of every signal share one timer (:class:`_Deadlines`): an
         ``asyncio.timeout`` each costs a timer handle and its scope (~0.7 KB a wait
         for as long as it lasts; the bench holds a thousand runs waiting)."""
-        if self._set:
-            return
+        await self.until(seconds)
+
+    def until(self, seconds: float) -> asyncio.Future[None]:
+        """:meth:`wait_at_most` as a future to await (no coroutine frame held while
+        it waits): done once the signal is set or ``seconds`` have passed; cancelling
+        it (as cancelling the task that awaits it does) ends the wait."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
+        if self._set:
+            waiter.set_result(None)
+            return waiter
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
+        waiter.add_done_callback(self._forget, context=_FORGET_CONTEXT)
         _Deadlines.of(loop).add(loop.time() + seconds, waiter)
-        try:
-            await waiter
-        finally:
-            if self._waiters is not None and waiter in self._waiters:
-                self._waiters.remove(waiter)
+        return waiter
+
+    def _forget(self, waiter: asyncio.Future[None]) -> None:
+        """A wait ended (its deadline, its cancellation, the signal): not a waiter now."""
+        if self._waiters is not None and waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+
+#: The context :meth:`Signal._forget` runs in (it reads no context variable): one for
+#: all, not a copy of the current one per wait (``add_done_callback``'s default).
+_FORGET_CONTEXT = contextvars.Context()
 
 
 #: The heap size at which :class:`_Deadlines` first sweeps out the waits ended early.

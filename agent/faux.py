@@ -186,7 +186,9 @@ class FauxAgent(Agent):
         elif head == "hold":
             # Ends early when the task is canceled: the engine sets the signal and
             # cancels this coroutine.
-            await turn.cancelled.wait_at_most(_hold_seconds(arg))  # one timer for all holds
+            seconds = _hold_seconds(arg)
+            del text, head, sep, arg  # not held for the hold's time
+            await turn.cancelled.until(seconds)  # one timer for all holds, no frame of its own
             yield Completed()
         elif head == "ask":
             yield InputRequired(arg)

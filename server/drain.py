@@ -9,12 +9,14 @@ error (the resumable close: a client resumes it elsewhere), and :meth:`Drain.run
 for the unary calls in flight (a blocking SendMessage holds its call until its task
 settles) for at most the grace, or until asked to stop at once.
 
-A stream is ended where it waits: a stream's consumer (the HTTP pump's producer task,
-the gRPC handler task) that is inside the gate's ``__anext__`` is cancelled, and the
-gate turns that one cancellation back into :class:`UnavailableError` (taking it back
-from the task, as ``asyncio.timeout`` does); a consumer busy elsewhere (writing to a
-slow client) gets the error on its next ``__anext__``. So the gate costs a stream no
-task and no timer per event.
+A stream is ended where it waits: a stream's consumer (the HTTP handler task, which
+steps the SSE pump's producer; the gRPC handler task) that is inside the gate's
+``__anext__`` is cancelled, and the gate turns that one cancellation back into
+:class:`UnavailableError` (taking it back from the task, as ``asyncio.timeout`` does);
+a consumer busy elsewhere (writing to a slow client) gets the error on its next
+``__anext__`` (the SSE pump hands a cancellation that reached its write back to its
+producer, waiting in the gate: taken back there, it ends the stream the same way). So
+the gate costs a stream no task and no timer per event.
 """
 
 from __future__ import annotations

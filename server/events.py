@@ -362,6 +362,16 @@ class Subscriber:
             finally:
                 self.waiter = None
 
+    def idle(self) -> asyncio.Future[None] | None:
+        """None when :meth:`next_batch` answers without waiting for the hub (events
+        queued, the log to read, the end); else a future done when it will. A held
+        stream's loop awaits this itself, then asks :meth:`next_batch`: no coroutine
+        frame of :meth:`next_batch` is held while the stream waits."""
+        if self.events or self.done or (self.log_at < self.log_end and self.read_log is not None):
+            return None
+        waiter = self.waiter = asyncio.get_running_loop().create_future()
+        return waiter
+
     async def wait(self) -> None:
         """Return when an event is queued or the stream is done."""
         if self.events or self.done:

@@ -5,6 +5,7 @@ by a binding's codec."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -30,10 +31,13 @@ STREAM_WATCH: web.AppKey[StreamWatch] = web.AppKey("a2a_stream_watch")
 
 # --- Server-Sent Events ---------------------------------------------------------------
 #
-# Per stream, two tasks: aiohttp's handler task writes, and a producer task owned by the
-# stream's EventPump pulls the service's iterator and encodes each event into a list of
-# chunks. Events the service has ready together (a burst of artifact chunks) are pulled
-# without suspending and leave in one write. Nothing here keeps a timer per stream: one
+# Per stream, one task: aiohttp's handler task writes, and between writes steps the
+# producer, a coroutine of the stream's EventPump that pulls the service's iterator and
+# encodes each event into a list of chunks (stepped as a task would step it: a held
+# stream costs no task of its own; another service's iterator than the engine's, a
+# proxy's, is pulled by a producer task of its own). Events the service has ready
+# together (a burst of artifact chunks) are pulled without suspending and leave in one
+# write. Nothing here keeps a timer per stream: one
 # StreamWatch per application ticks every DISCONNECT_POLL_S for all open streams and
 # wakes a stream only when its client has gone, its keep-alive is due or a write has been
 # stuck for WRITE_TIMEOUT_S (then the connection is aborted).
@@ -77,6 +81,16 @@ KEEPALIVE = sse.comment("keep-alive")
 NOTHING_YET = b""
 
 
+#: The context of :meth:`EventPump._on_pending` (it only wakes the writer): one for all,
+#: not a copy of the current one per wait (what ``add_done_callback`` makes by default).
+_WAKE_CONTEXT = contextvars.Context()
+
+
+def _complete(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class ClientGone(Exception):
     """The HTTP client disconnected; stop streaming."""
 
@@ -94,8 +108,10 @@ class EventPump:
         "_encode",
         "_events",
         "_frame",
+        "_pending",
         "_producer",
         "_room",
+        "_task",
         "_waiter",
         "ended",
         "error",
@@ -125,7 +141,12 @@ class EventPump:
         self._context = context  # names each event (``event_id``): its SSE ``id:``
         self.keepalive_s = keepalive_s
         self._chunks: list[bytes] = []
-        self._producer: asyncio.Task[None] | None = None
+        # The producer: a coroutine the writer's task steps itself (see wait()), not a
+        # task of its own (a held stream's task, its context and its registry entry);
+        # ``_pending`` is the future it waits for (None: it is due to be stepped).
+        self._producer: Coroutine[Any, Any, None] | None = None
+        self._pending: asyncio.Future[Any] | None = None
+        self._task: asyncio.Task[None] | None = None  # the producer's, when not stepped
         self._waiter: asyncio.Future[None] | None = None  # the writer, waiting for work
         self._room: asyncio.Future[None] | None = None  # the producer, waiting for room
         self.ended = False  # the service's iterator is finished (``error`` says how)
@@ -137,23 +158,74 @@ class EventPump:
         self.writing_since: float | None = None
 
     def start(self) -> None:
-        self._producer = asyncio.get_running_loop().create_task(self._produce())
+        if hasattr(self._events, "next_batch"):  # the engine's: stepped by wait()
+            self._producer = self._produce()
+        else:
+            # Another service's iterator (a proxy's upstream stream: httpx over anyio,
+            # whose cancel scopes look at the task's own waits) pulls in a task of its
+            # own, as before.
+            self._task = asyncio.get_running_loop().create_task(self._produce())
+
+    def _step(self, thrown: BaseException | None) -> None:
+        """One step of the producer, as a task steps its coroutine: it runs until it
+        waits for a future (``_pending``), yields bare (``_pending`` None) or ends
+        (``_producer`` None). A cancellation it does not take back is raised here."""
+        producer = self._producer
+        assert producer is not None
+        self._pending = None
+        try:
+            waits_for = producer.send(None) if thrown is None else producer.throw(thrown)
+        except StopIteration:
+            self._producer = None
+            return
+        except BaseException:
+            self._producer = None
+            raise
+        if waits_for is None:  # a bare yield (``sleep(0)``): its turn comes again soon
+            waits_for = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(_complete, waits_for)
+        else:
+            waits_for._asyncio_future_blocking = False  # taken, as a task takes it
+        waits_for.add_done_callback(self._on_pending, context=_WAKE_CONTEXT)
+        self._pending = waits_for
+
+    async def _unwind(self) -> None:
+        """Cancel the producer where it waits and step it until it has ended."""
+        pending = self._pending
+        if pending is not None:
+            pending.cancel()
+        thrown: BaseException | None = asyncio.CancelledError()
+        while self._producer is not None:
+            pending = self._pending
+            if thrown is None and pending is not None and not pending.done():
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                await waiter  # its future's completion wakes it
+                continue
+            try:
+                self._step(thrown)
+            except asyncio.CancelledError:
+                return  # its expected end
+            thrown = None
+
+    def _on_pending(self, _: asyncio.Future[Any]) -> None:
+        """The producer's future is done: wake the writer, which steps the producer."""
+        self.wake()
 
     async def _produce(self) -> None:
         chunks = self._chunks
         encode = self._encode
         context = self._context
         try:
-            next_batch = getattr(self._events, "next_batch", None)
-            if next_batch is not None:
+            events: Any = self._events
+            if hasattr(events, "next_batch"):
                 # The engine's streams (events.TaskStream) give their events a batch at
                 # a time (StopAsyncIteration at the end), ids along: no hop per event, a
                 # text chunk's ProtoJSON straight from its pieces. (Inline: a held
-                # stream keeps no frame of a method of its own.)
+                # stream keeps no frame of a method of its own, nor a bound method.)
                 loop = asyncio.get_running_loop()
                 while True:
                     try:
-                        batch = await next_batch()
+                        batch = await events.next_batch()
                     except StopAsyncIteration:
                         return
                     at = 0
@@ -217,7 +289,11 @@ class EventPump:
         """
         data = self.ready()
         while data == NOTHING_YET:
-            await self.wait()
+            try:
+                await self.wait()
+            except asyncio.CancelledError:
+                if not self.taken_back():
+                    raise
             data = self.ready()
         return data
 
@@ -245,10 +321,36 @@ class EventPump:
         return NOTHING_YET
 
     def wait(self) -> asyncio.Future[None]:
-        """A future the producer or the watch completes when there is something to take
-        (the wake-up of :meth:`ready`'s ``NOTHING_YET``)."""
+        """A future completed when there is something to take (the wake-up of
+        :meth:`ready`'s ``NOTHING_YET``), once the producer has been stepped as its task
+        would step it: here, in the writer's task, until it has encoded what the service
+        had ready and waits for more, or has ended; its future's completion, or the
+        watch, wakes the writer, which asks again. A cancellation of the writer's task
+        while it awaits this is the producer's too: see :meth:`taken_back`."""
         waiter = self._waiter = asyncio.get_running_loop().create_future()
+        while self._producer is not None and not waiter.done():
+            pending = self._pending
+            if pending is not None and not pending.done():
+                break
+            self._step(None)
         return waiter
+
+    def taken_back(self) -> bool:
+        """Throw the cancellation of the writer's task (caught where it awaited
+        :meth:`wait` or a write) into the producer, where it waits, as its task would
+        have: True when the producer took it back (the drain's gate ends a stream so:
+        the producer then ends, with the gate's error), False when it stands."""
+        if self._producer is None:
+            return False
+        pending = self._pending
+        if pending is not None:
+            pending.cancel()
+        try:
+            self._step(asyncio.CancelledError())
+        except asyncio.CancelledError:
+            return False
+        task = asyncio.current_task()
+        return task is not None and not task.cancelling()
 
     async def write(self, response: web.StreamResponse, data: bytes, now: float) -> None:
         self.writing_since = now
@@ -256,6 +358,11 @@ class EventPump:
             await response.write(data)
         except ConnectionError:
             raise ClientGone from None
+        except asyncio.CancelledError:
+            # Perhaps meant for the producer, where it waits (the drain's gate ends a
+            # stream so: the writer's task is the stream's consumer); the data is out.
+            if not self.taken_back():
+                raise
         finally:
             self.writing_since = None
         self.last_write = now
@@ -278,11 +385,18 @@ class EventPump:
         self.wake()
 
     async def aclose(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None and not producer.done():
-            producer.cancel()
-            await asyncio.wait({producer}, timeout=CLOSE_GRACE_S)
-            if not producer.done():
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_GRACE_S)
+            if not task.done():
+                log.warning("stream iterator ignored cancellation for %.0f s", CLOSE_GRACE_S)
+                return
+        if self._producer is not None:
+            try:
+                async with asyncio.timeout(CLOSE_GRACE_S):
+                    await self._unwind()
+            except TimeoutError:
                 log.warning("stream iterator ignored cancellation for %.0f s", CLOSE_GRACE_S)
                 return
         close = getattr(self._events, "aclose", None)
@@ -409,7 +523,11 @@ async def stream_events(
                 data = None  # not held while the stream waits (a held stream's last event)
                 data = pump.ready()
                 while data == NOTHING_YET:  # take(), inline: one frame fewer while held
-                    await pump.wait()
+                    try:
+                        await pump.wait()
+                    except asyncio.CancelledError:
+                        if not pump.taken_back():
+                            raise
                     data = pump.ready()
             outcome = OK
             if pump.error is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -23,7 +23,7 @@ from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
-from ..events import NOT_LOGGED, Batch, Subscriber
+from ..events import NOT_LOGGED, Batch, Event, Subscriber
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
@@ -134,15 +134,30 @@ class Intake:
                 await asyncio.sleep(0)
                 await self._records.persist_if_dirty(run)
 
-        stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq, persist)
-        # The stream holds the snapshot until it is sent and ``persist`` until it ran,
-        # not for their whole life.
-        del snapshot, persist, got
+        del got
         prefix = task_id + ":"
-        async with contextlib.aclosing(stream) as batches:
-            async for batch, seqs in batches:
-                yield batch, seqs, prefix
-                del batch, seqs  # not held while the stream waits
+        # The snapshot once ``persist`` ran, then the events as they come; it leaves
+        # the hub however the stream ends. (Here, not in a generator of the state's
+        # that this one would relay: one generator fewer per held stream.)
+        try:
+            await persist()
+            del persist  # (a closure) not held while the stream waits
+            batch: Sequence[Event] = [snapshot]
+            del snapshot  # nor the batches
+            yield batch, [snapshot_seq], prefix
+            del batch
+            while True:
+                if (idle := subscriber.idle()) is not None:
+                    await idle  # (next_batch's wait, here: no frame of its held)
+                    del idle
+                    continue
+                batch = await subscriber.next_batch()
+                if not batch:
+                    break
+                yield batch, subscriber.taken_seqs, prefix
+                del batch
+        finally:
+            self._state.leave(task_id, subscriber)
 
     async def _accept(
         self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None

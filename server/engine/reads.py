@@ -4,16 +4,15 @@ and SubscribeToTask."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 
 from a2a_gateway.protocol.context import CallContext, Caller
 from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.protocol.resume import RESUME_EXPIRED, RESUME_EXTENSION, resume_point
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Batch, Subscriber
+from ..events import Batch, Event, Subscriber
 from ..ids import valid_id
 from ..store_roles import EventLogs, TaskRecords
 from ..task_states import KNOWN_STATES, TERMINAL, task_view, timestamp_ns
@@ -153,13 +152,28 @@ class Reads:
         snapshot, snapshot_seq = await self._join(caller, task_id, subscriber, resume)
         if resume is not None or RESUME_EXTENSION in context.extensions:
             context.activated_extensions.add(RESUME_EXTENSION)
-        stream = self._state.follow(task_id, subscriber, snapshot, snapshot_seq)
-        del snapshot  # the stream holds it until it is sent, not for its whole life
         prefix = task_id + ":"
-        async with contextlib.aclosing(stream) as batches:
-            async for batch, seqs in batches:
-                yield batch, seqs, prefix
-                del batch, seqs  # not held while the stream waits
+        # The snapshot (none for a resumed stream), then the events as they come; it
+        # leaves the hub however the stream ends (inline, as in ``streaming_batches``:
+        # one generator fewer per held stream).
+        try:
+            if snapshot is not None:
+                batch: Sequence[Event] = [snapshot]
+                del snapshot  # nor the batches: not held while the stream waits
+                yield batch, [snapshot_seq], prefix
+                del batch
+            while True:
+                if (idle := subscriber.idle()) is not None:
+                    await idle  # (next_batch's wait, here: no frame of its held)
+                    del idle
+                    continue
+                batch = await subscriber.next_batch()
+                if not batch:
+                    break
+                yield batch, subscriber.taken_seqs, prefix
+                del batch
+        finally:
+            self._state.leave(task_id, subscriber)
 
     async def _resume(
         self,

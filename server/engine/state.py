@@ -9,13 +9,10 @@ import contextlib
 import logging
 import math
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterator,
     Mapping,
-    Sequence,
 )
 from pathlib import Path
 from typing import Any, Protocol
@@ -365,38 +362,6 @@ class EngineState:
             return
         for subscriber in [s for s in hub.subscribers if s.seq < last]:
             subscriber.finish(UnavailableError(EVENTS_GONE))
-            self.leave(task_id, subscriber)
-
-    async def follow(
-        self,
-        task_id: str,
-        subscriber: Subscriber,
-        snapshot: pb.StreamResponse | None,
-        snapshot_seq: int,
-        ready: Callable[[], Awaitable[None]] | None = None,
-    ) -> AsyncGenerator[tuple[Sequence[Event], Sequence[int]]]:
-        """A task stream of a subscriber that joined the task's hub: the snapshot
-        (once ``ready`` has run; none for a resumed stream), numbered ``snapshot_seq``
-        (the last logged event it reflects; -1: not logged), then its events as they come, until its
-        stream ends; it leaves the hub however the stream ends (``ready`` failing
-        included). It yields batches with their events' numbers (-1: not logged), not
-        events: one generator hop a batch (the stream flattens them, naming each event in
-        ``context.event_id`` for the binding: ``<taskId>:<number>``, empty when not logged).
-        Iterate it under ``contextlib.aclosing`` so that a closed stream leaves at
-        once."""
-        try:
-            if ready is not None:
-                await ready()
-                ready = None  # (a closure) not held while the stream waits
-            if snapshot is not None:
-                batch: Sequence[Event] = [snapshot]
-                del snapshot  # nor the batches: not held while the stream waits
-                yield batch, [snapshot_seq]
-                del batch
-            while batch := await subscriber.next_batch():
-                yield batch, subscriber.taken_seqs
-                del batch
-        finally:
             self.leave(task_id, subscriber)
 
     def remember_message(self, seen_key: RetryKey, record: TaskRecord) -> None:

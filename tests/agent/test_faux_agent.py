@@ -161,3 +161,23 @@ async def test_waits_ended_early_do_not_pile_up_under_the_shared_timer() -> None
     assert not holding.done()  # the one still pending is kept
     pending.set()
     await asyncio.wait_for(holding, 30)
+
+
+async def test_until_is_a_wait_at_most_to_await_as_a_future() -> None:
+    """``Signal.until`` (the hold's wait, with no coroutine of its own): a future done at
+    its deadline or when its signal is set; cancelled, it ends the wait; no waiter is
+    left behind either way."""
+    timed, early, dropped = Signal(), Signal(), Signal()
+    async with asyncio.timeout(30):
+        by_deadline = timed.until(0.05)
+        by_signal = early.until(60)
+        cancelled = dropped.until(60)
+        assert isinstance(by_deadline, asyncio.Future) and not by_deadline.done()
+        early.set()
+        cancelled.cancel()
+        assert await by_signal is None
+        assert await by_deadline is None
+        await asyncio.sleep(0)  # the cancelled one's callbacks
+    assert cancelled.cancelled()
+    assert timed._waiters == [] and dropped._waiters == []
+    assert early.until(60).done()  # set: done at once

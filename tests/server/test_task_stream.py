@@ -298,3 +298,57 @@ async def test_a_batch_stream_that_ends_leaves_the_gate() -> None:
         assert drain.open_streams == 0
         await events.aclose()  # type: ignore[attr-defined]
     assert service.closed == 1
+
+
+class SlowClient:
+    """What the SSE writer writes to: a client that takes nothing until ``release``
+    (its write waits, as aiohttp's does on a full socket buffer)."""
+
+    def __init__(self) -> None:
+        self.writing = asyncio.Event()
+        self.released = asyncio.Event()
+        self.written: list[bytes] = []
+
+    async def write(self, data: bytes) -> None:
+        self.written.append(data)
+        self.writing.set()
+        await self.released.wait()
+
+
+async def test_the_drain_ends_a_stream_whose_writer_waits_on_a_slow_client() -> None:
+    """The SSE writer's task steps its pump's producer (no task of its own): the drain
+    cancels it while its write waits, with the producer waiting in the gate; the write
+    hands the cancellation to the producer, the gate takes it back, and the stream ends
+    with the drain's error after the data written."""
+    drain = Drain()
+    service = BatchService()
+    context = CallContext()
+    events = drain.gate(service).subscribe_to_task(pb.SubscribeToTaskRequest(id="t"), context)
+    service.feed.put_nowait(([_events(1)[0]], [1], "t:"))
+    codec_ = StreamCodec("s-1")
+    pump = EventPump(None, events, codec_.event, 15.0, 0.0, context, codec_.json_frame)
+    client = SlowClient()
+
+    async def serve() -> tuple[bytes | None, int]:
+        pump.start()
+        data = await pump.take()
+        assert data is not None and b"id: t:1\n" in data
+        await pump.write(client, data, 0.0)  # type: ignore[arg-type]
+        task = asyncio.current_task()
+        assert task is not None
+        return await pump.take(), task.cancelling()
+
+    async with asyncio.timeout(BOUND):
+        writer = asyncio.create_task(serve())
+        await client.writing.wait()
+        await service.waiting.wait()  # the producer waits in the gate for the next batch
+        assert drain.open_streams == 1
+        drain.begin()
+        end, cancelling = await writer
+        await pump.aclose()
+    assert end is None  # the stream ended
+    assert isinstance(pump.error, UnavailableError)
+    assert pump.error.message == shutting_down().message
+    assert cancelling == 0  # the drain's cancellation was taken back
+    assert len(client.written) == 1
+    assert service.closed == 1 and drain.open_streams == 0
