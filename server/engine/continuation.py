@@ -57,8 +57,7 @@ OWNER_GIVES = (
 
 
 class Intake:
-    """SendMessage and SendStreamingMessage: validate, find or continue the task, start
-    its run."""
+    """SendMessage and SendStreamingMessage: validate, find or continue the task, run it."""
 
     def __init__(
         self,
@@ -125,23 +124,13 @@ class Intake:
         snapshot_seq = self._state.snapshot_seq(task_id, subscriber)
         if RESUME_EXTENSION in context.extensions:
             context.activated_extensions.add(RESUME_EXTENSION)
-
-        async def persist() -> None:
-            if run.dirty:
-                # Its id is about to leave the engine, so it must be on disk. Let the
-                # run take its first step first: a run that finishes without waiting
-                # (the faux chunks) is then written once, finished, not twice.
-                await asyncio.sleep(0)
-                await self._records.persist_if_dirty(run)
-
         del got
         prefix = task_id + ":"
-        # The snapshot once ``persist`` ran, then the events as they come; it leaves
-        # the hub however the stream ends. (Here, not in a generator of the state's
-        # that this one would relay: one generator fewer per held stream.)
+        # The snapshot once the task is on disk, then the events as they come; it
+        # leaves the hub however the stream ends. (Here, not in a generator of the
+        # state's that this one would relay: one generator fewer per held stream.)
         try:
-            await persist()
-            del persist  # (a closure) not held while the stream waits
+            await _stored_before_shown(self._records, run)
             batch: Sequence[Event] = [snapshot]
             del snapshot  # nor the batches
             yield batch, [snapshot_seq], prefix
@@ -485,6 +474,15 @@ def _answer_without_run(
         return response
     task_view(got, history_length, into=response.task)
     return response
+
+
+async def _stored_before_shown(records: Records, run: Run) -> None:
+    """A streamed run's task on disk before its id leaves the engine. The run takes
+    its first step first: one that finishes without waiting (the faux chunks) is then
+    written once, finished, not twice."""
+    if run.dirty:
+        await asyncio.sleep(0)
+        await records.persist_if_dirty(run)
 
 
 async def _until_replyable(run: Run, context: CallContext) -> None:
