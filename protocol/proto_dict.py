@@ -62,14 +62,17 @@ _ROLE = {v.number: v.name for v in pb.Role.DESCRIPTOR.values}
 _STATE = {v.number: v.name for v in pb.TaskState.DESCRIPTOR.values}
 
 
+_PART_TEXT = pb.Part.DESCRIPTOR.fields_by_name["text"]
+# The repeated fields below: one item (the common case) is read by index, which costs a
+# third of iterating the field.
+
+
 def _part(part: pb.Part) -> dict[str, Any]:
-    if (
-        part.WhichOneof("content") == "text"
-        and not part.filename
-        and not part.media_type
-        and not part.HasField("metadata")
-    ):
-        return {"text": part.text}
+    fields = part.ListFields()  # (one call: the four checks of a plain text part)
+    if len(fields) == 1:
+        fd, value = fields[0]
+        if fd is _PART_TEXT:
+            return {"text": value}
     return _generic(part)
 
 
@@ -77,17 +80,17 @@ def _message(msg: pb.Message) -> dict[str, Any]:
     if msg.HasField("metadata") or msg.extensions or msg.reference_task_ids:
         return _generic(msg)
     out: dict[str, Any] = {}
-    if msg.message_id:
-        out["messageId"] = msg.message_id
-    if msg.context_id:
-        out["contextId"] = msg.context_id
-    if msg.task_id:
-        out["taskId"] = msg.task_id
-    role = msg.role
-    if role:
+    # Each field read once (a read is a name lookup and, for strings, a new object).
+    if message_id := msg.message_id:
+        out["messageId"] = message_id
+    if context_id := msg.context_id:
+        out["contextId"] = context_id
+    if task_id := msg.task_id:
+        out["taskId"] = task_id
+    if role := msg.role:
         out["role"] = _ROLE.get(role, role)
-    if msg.parts:
-        out["parts"] = [_part(p) for p in msg.parts]
+    if parts := msg.parts:
+        out["parts"] = [_part(parts[0])] if len(parts) == 1 else [_part(x) for x in parts]
     return out
 
 
@@ -112,8 +115,7 @@ def timestamp_text(ts: timestamp_pb2.Timestamp) -> str:
 
 def _status(status: pb.TaskStatus) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    state = status.state
-    if state:
+    if state := status.state:
         out["state"] = _STATE.get(state, state)
     if status.HasField("message"):
         out["message"] = _message(status.message)
@@ -131,7 +133,7 @@ def _artifact(artifact: pb.Artifact) -> dict[str, Any]:
     if name := artifact.name:
         out["name"] = name
     if parts := artifact.parts:
-        out["parts"] = [_part(p) for p in parts]
+        out["parts"] = [_part(parts[0])] if len(parts) == 1 else [_part(x) for x in parts]
     return out
 
 
@@ -139,16 +141,20 @@ def _task(task: pb.Task) -> dict[str, Any]:
     if task.HasField("metadata"):
         return _generic(task)
     out: dict[str, Any] = {}
-    if task.id:
-        out["id"] = task.id
-    if task.context_id:
-        out["contextId"] = task.context_id
+    if task_id := task.id:
+        out["id"] = task_id
+    if context_id := task.context_id:
+        out["contextId"] = context_id
     if task.HasField("status"):
         out["status"] = _status(task.status)
-    if task.artifacts:
-        out["artifacts"] = [_artifact(a) for a in task.artifacts]
-    if task.history:
-        out["history"] = [_message(m) for m in task.history]
+    if artifacts := task.artifacts:
+        out["artifacts"] = (
+            [_artifact(artifacts[0])] if len(artifacts) == 1 else [_artifact(x) for x in artifacts]
+        )
+    if history := task.history:
+        out["history"] = (
+            [_message(history[0])] if len(history) == 1 else [_message(x) for x in history]
+        )
     return out
 
 

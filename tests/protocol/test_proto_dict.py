@@ -116,6 +116,40 @@ def test_typical_shapes_and_unknown_enum_values() -> None:
         assert to_dict(msg) == json_format.MessageToDict(msg)
 
 
+@pytest.mark.parametrize("items", [0, 1, 2, 3])
+def test_tasks_of_plain_parts_print_json_formats_bytes(items: int) -> None:
+    """The hand-written encoders' paths for plain tasks (each list of 0-3 items, read
+    by index when it holds one): the same keys in the same order as json_format, so the
+    same bytes; texts with escapes, non-ASCII and an empty one."""
+    texts = [
+        "",
+        'quote " back \\ nl \n tab \t \x01',
+        "caf\u00e9 \u6f22\u5b57 \U0001f600",
+        "x" * 5000,
+    ]
+    task = pb.Task(id="t-1", context_id="c-1")
+    task.status.state = pb.TASK_STATE_WORKING
+    task.status.timestamp.FromNanoseconds(1_764_000_000_123_456_789)
+    if items:
+        task.status.message.message_id = "s"
+        task.status.message.parts.add(text=texts[items])
+    for n in range(items):
+        task.artifacts.add(
+            artifact_id=f"a-{n}", name="response", parts=[pb.Part(text=t) for t in texts[: n + 1]]
+        )
+        task.history.add(
+            message_id=f"m-{n}",
+            context_id="c-1",
+            task_id="t-1",
+            role=pb.ROLE_AGENT if n % 2 else pb.ROLE_USER,
+            parts=[pb.Part(text=t) for t in texts[n:]],
+        )
+    expected = orjson.dumps(json_format.MessageToDict(task))
+    assert orjson.dumps(to_dict(task)) == expected
+    answer = pb.SendMessageResponse(task=task)
+    assert codec.to_json(answer) == orjson.dumps(json_format.MessageToDict(answer))
+
+
 @pytest.mark.parametrize(
     ("seconds", "nanos"),
     [(0, 0), (1, 1), (-1, 999_999_999), (253_402_300_799, 999_000_000), (1_700_000_000, 5_000)],
