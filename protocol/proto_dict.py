@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from google.protobuf import descriptor, json_format, message, message_factory, timestamp_pb2
 
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -227,21 +228,21 @@ _SPECIAL: dict[type, Callable[[Any], dict[str, Any]]] = {
 
 # --- the task a blocking send just stored -----------------------------------------------
 # A blocking send's answer is the task its run just saved: the task file's encoding
-# builds the task's dict (:func:`remember_task_dict`) and the answer finds it again
-# (:func:`recent_task_dict`) by the task's id, checked against the task's binary form,
-# which determines the dict (equal bytes, equal message). So the answer is the same
-# JSON without encoding the task a second time. A few small tasks only: at most
-# RECENT_TASKS, of at most RECENT_TASK_BYTES each. The dicts are shared: callers must
-# not change them (the bindings only serialize them).
+# builds the task's ProtoJSON bytes (:func:`remember_task_json`, the file holds them as
+# they are) and the answer finds them again (:func:`recent_task_json`) by the task's id,
+# checked against the task's binary form, which determines the JSON (equal bytes, equal
+# message). So the answer is the same JSON without encoding or serializing the task a
+# second time. A few small tasks only: at most RECENT_TASKS, of at most
+# RECENT_TASK_BYTES each.
 
 RECENT_TASKS = 64
 RECENT_TASK_BYTES = 4096
-_recent_tasks: dict[str, tuple[bytes, dict[str, Any]]] = {}
+_recent_tasks: dict[str, tuple[bytes, bytes]] = {}
 
 
-def remember_task_dict(task: pb.Task) -> dict[str, Any]:
-    """``to_dict(task)``, kept for :func:`recent_task_dict` (not to be changed)."""
-    out = _task(task)
+def remember_task_json(task: pb.Task) -> bytes:
+    """``orjson.dumps(to_dict(task))``, kept for :func:`recent_task_json`."""
+    out = orjson.dumps(_task(task))
     recent = _recent_tasks
     binary = task.SerializeToString()  # (ByteSize() serializes too: once, not twice)
     if len(binary) <= RECENT_TASK_BYTES:
@@ -253,8 +254,8 @@ def remember_task_dict(task: pb.Task) -> dict[str, Any]:
     return out
 
 
-def recent_task_dict(task: pb.Task) -> dict[str, Any] | None:
-    """The dict :func:`remember_task_dict` kept for a task equal to ``task``, or None."""
+def recent_task_json(task: pb.Task) -> bytes | None:
+    """The JSON :func:`remember_task_json` kept for a task equal to ``task``, or None."""
     entry = _recent_tasks.get(task.id)
     if entry is None or entry[0] != task.SerializeToString():
         return None
