@@ -252,6 +252,11 @@ class _IndexCore(abc.ABC):
         self.reconcile_interval_s = reconcile_interval_s
         self._parse = parse
         self._owners: dict[Caller, int] = {}
+        # The last owner asked for and its id (by identity: a Caller's hash and equality
+        # are Python code, and most sends come from one caller object), while it is in
+        # ``_owners`` (its row queued).
+        self._last_owner: Caller | None = None
+        self._last_owner_id = 0
         self._pending: list[tuple[str, Any, bool]] = []  # writes not yet sent
         self._flush_timer: asyncio.TimerHandle | None = None
         self._inflight: Future[bool] | None = None  # the last batch sent to the writer
@@ -444,6 +449,7 @@ class _IndexCore(abc.ABC):
             # The owners rows it carried are not in: the next write naming each owner
             # queues its row again (retention finds owners there).
             self._owners.clear()
+            self._last_owner = None
             self.request_reconcile()
             return
 
@@ -490,6 +496,8 @@ class _IndexCore(abc.ABC):
         """The owner's id in this index: a 64-bit hash of (workspace, name), so that
         neither a write nor a lookup waits on the database for it; its ``owners`` row
         is queued with the first write that names it."""
+        if owner is self._last_owner:
+            return self._last_owner_id
         known = self._owners.get(owner)
         if known is None:
             known = self._owners[owner] = _owner_hash(owner)
@@ -497,6 +505,7 @@ class _IndexCore(abc.ABC):
                 "INSERT OR IGNORE INTO owners(id, workspace, name) VALUES (?, ?, ?)",
                 (known, owner.workspace, owner.name),
             )
+        self._last_owner, self._last_owner_id = owner, known
         return known
 
     def put(self, owner: Caller, summary: TaskSummary, stamp: Stamp) -> None:
@@ -684,7 +693,10 @@ class _IndexRetryKeys(_IndexCore):
         self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        owner_id = self._owners.get(owner)
+        if owner is self._last_owner:
+            owner_id: int | None = self._last_owner_id
+        else:
+            owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
         key = (owner_id, message_id, fingerprint)
@@ -730,7 +742,10 @@ class _IndexRetryKeys(_IndexCore):
             return None
         # find_message's first two lookups written out: a key answered again (the
         # memo's check on every kept answer, server/retry_memo.py) needs no frame more.
-        owner_id = self._owners.get(owner)
+        if owner is self._last_owner:
+            owner_id: int | None = self._last_owner_id
+        else:
+            owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
         key = (owner_id, message_id, fingerprint)
