@@ -287,6 +287,7 @@ class _IndexCore(abc.ABC):
         self._keys_behind = False
         # The event loop's connection (retry-key lookups), once the open is taken in.
         self._db: sqlite3.Connection | None = None
+        self._lookup: sqlite3.Cursor | None = None  # its cursor, reused by each lookup
         # Lookups since the last batch went to the writer, and whether the loop's
         # connection holds a read transaction for them (see find_message).
         self._lookups = 0
@@ -353,6 +354,7 @@ class _IndexCore(abc.ABC):
     def _take_opened(self, found: _Opened) -> None:
         """(event loop) Take in what the open found."""
         self._db = found.db
+        self._lookup = found.db.cursor()
         self.rebuilding = found.rebuilding
         self._wanted_at_start = found.wanted
         # The folder as it was at open is indexed (or about to be): a change from there
@@ -706,7 +708,8 @@ class _IndexRetryKeys(_IndexCore):
         known = self._found_retry.get(key)
         if known is not None:
             return known
-        db = self._db
+        db, cursor = self._db, self._lookup
+        assert cursor is not None  # (set with _db)
         if not self._snapshot:
             self._lookups += 1
             inflight = self._inflight
@@ -721,7 +724,7 @@ class _IndexRetryKeys(_IndexCore):
                     db.execute("BEGIN")
                     self._snapshot = True
         try:
-            found = db.execute(
+            found = cursor.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
                 key,
             ).fetchone()
