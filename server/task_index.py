@@ -473,11 +473,12 @@ class _IndexCore(abc.ABC):
             self._local.writes = True
         try:
             db.execute("BEGIN")
+            cursor = db.cursor()  # one for the batch: not one made per row
             for sql, params, many in batch:
                 if many:
-                    db.executemany(sql, params)
+                    cursor.executemany(sql, params)
                 else:
-                    db.execute(sql, params)
+                    cursor.execute(sql, params)
             db.execute("COMMIT")
         except sqlite3.Error:
             log.exception("task index write failed; the next reconcile repairs it")
