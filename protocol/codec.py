@@ -398,8 +398,10 @@ def to_json(msg: message.Message) -> bytes:
     if type(msg) is pb.SendMessageResponse and msg.WhichOneof("payload") == "task":
         # A blocking send's task, most often just stored: its dict is built once.
         task = msg.task
-        recent = proto_dict.recent_task_dict(task)
-        return orjson.dumps({"task": recent if recent is not None else proto_dict.to_dict(task)})
+        recent = proto_dict.recent_task_json(task)
+        if recent is not None:
+            return b"".join((b'{"task":', recent, b"}"))
+        return orjson.dumps({"task": proto_dict.to_dict(task)})
     return orjson.dumps(to_dict(msg))
 
 

@@ -252,6 +252,11 @@ class _IndexCore(abc.ABC):
         self.reconcile_interval_s = reconcile_interval_s
         self._parse = parse
         self._owners: dict[Caller, int] = {}
+        # The last owner asked for and its id (by identity: a Caller's hash and equality
+        # are Python code, and most sends come from one caller object), while it is in
+        # ``_owners`` (its row queued).
+        self._last_owner: Caller | None = None
+        self._last_owner_id = 0
         self._pending: list[tuple[str, Any, bool]] = []  # writes not yet sent
         self._flush_timer: asyncio.TimerHandle | None = None
         self._inflight: Future[bool] | None = None  # the last batch sent to the writer
@@ -282,6 +287,7 @@ class _IndexCore(abc.ABC):
         self._keys_behind = False
         # The event loop's connection (retry-key lookups), once the open is taken in.
         self._db: sqlite3.Connection | None = None
+        self._lookup: sqlite3.Cursor | None = None  # its cursor, reused by each lookup
         # Lookups since the last batch went to the writer, and whether the loop's
         # connection holds a read transaction for them (see find_message).
         self._lookups = 0
@@ -348,6 +354,7 @@ class _IndexCore(abc.ABC):
     def _take_opened(self, found: _Opened) -> None:
         """(event loop) Take in what the open found."""
         self._db = found.db
+        self._lookup = found.db.cursor()
         self.rebuilding = found.rebuilding
         self._wanted_at_start = found.wanted
         # The folder as it was at open is indexed (or about to be): a change from there
@@ -444,6 +451,7 @@ class _IndexCore(abc.ABC):
             # The owners rows it carried are not in: the next write naming each owner
             # queues its row again (retention finds owners there).
             self._owners.clear()
+            self._last_owner = None
             self.request_reconcile()
             return
 
@@ -465,11 +473,12 @@ class _IndexCore(abc.ABC):
             self._local.writes = True
         try:
             db.execute("BEGIN")
+            cursor = db.cursor()  # one for the batch: not one made per row
             for sql, params, many in batch:
                 if many:
-                    db.executemany(sql, params)
+                    cursor.executemany(sql, params)
                 else:
-                    db.execute(sql, params)
+                    cursor.execute(sql, params)
             db.execute("COMMIT")
         except sqlite3.Error:
             log.exception("task index write failed; the next reconcile repairs it")
@@ -490,6 +499,8 @@ class _IndexCore(abc.ABC):
         """The owner's id in this index: a 64-bit hash of (workspace, name), so that
         neither a write nor a lookup waits on the database for it; its ``owners`` row
         is queued with the first write that names it."""
+        if owner is self._last_owner:
+            return self._last_owner_id
         known = self._owners.get(owner)
         if known is None:
             known = self._owners[owner] = _owner_hash(owner)
@@ -497,6 +508,7 @@ class _IndexCore(abc.ABC):
                 "INSERT OR IGNORE INTO owners(id, workspace, name) VALUES (?, ?, ?)",
                 (known, owner.workspace, owner.name),
             )
+        self._last_owner, self._last_owner_id = owner, known
         return known
 
     def put(self, owner: Caller, summary: TaskSummary, stamp: Stamp) -> None:
@@ -684,7 +696,10 @@ class _IndexRetryKeys(_IndexCore):
         self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        owner_id = self._owners.get(owner)
+        if owner is self._last_owner:
+            owner_id: int | None = self._last_owner_id
+        else:
+            owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
         key = (owner_id, message_id, fingerprint)
@@ -694,7 +709,8 @@ class _IndexRetryKeys(_IndexCore):
         known = self._found_retry.get(key)
         if known is not None:
             return known
-        db = self._db
+        db, cursor = self._db, self._lookup
+        assert cursor is not None  # (set with _db)
         if not self._snapshot:
             self._lookups += 1
             inflight = self._inflight
@@ -709,7 +725,7 @@ class _IndexRetryKeys(_IndexCore):
                     db.execute("BEGIN")
                     self._snapshot = True
         try:
-            found = db.execute(
+            found = cursor.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
                 key,
             ).fetchone()
@@ -730,7 +746,10 @@ class _IndexRetryKeys(_IndexCore):
             return None
         # find_message's first two lookups written out: a key answered again (the
         # memo's check on every kept answer, server/retry_memo.py) needs no frame more.
-        owner_id = self._owners.get(owner)
+        if owner is self._last_owner:
+            owner_id: int | None = self._last_owner_id
+        else:
+            owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
         key = (owner_id, message_id, fingerprint)

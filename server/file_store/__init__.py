@@ -9,6 +9,9 @@ File format (ProtoJSON for the protocol objects; edit it by hand if you like)::
      "pushConfigVersions": {"<config id>": "0.3"},
      "retryKeys": [{"messageId": "...", "fingerprint": "..."}]}
 
+The task is written on one line, as a send's answer prints it (its bytes are reused for
+the answer); the rest of the document is indented.
+
 ``pushConfigVersions`` (only when there are any) names the configs registered over an
 A2A version other than 1.0: their deliveries take that version's shape.
 

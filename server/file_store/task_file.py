@@ -32,7 +32,8 @@ def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
     document: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "owner": {"name": record.owner.name, "workspace": record.owner.workspace},
-        "task": proto_dict.remember_task_dict(record.task),  # for the send's answer
+        # Its JSON as the send's answer will print it (kept for it), in the file as is.
+        "task": orjson.Fragment(proto_dict.remember_task_json(record.task)),
         "pushConfigs": [proto_dict.to_dict(c) for c in configs],
     }
     if record.push_versions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -119,12 +120,19 @@ class FileTaskWrites(TaskFiles):
             fd = os.open(path, _CREATE_FLAGS, 0o600)
         except OSError:  # there already (a replacement), or removed under us
             return None
-        with removed_on_failure(path):  # ours: O_EXCL created it
+        try:  # (removed_on_failure written out: ours, O_EXCL created it)
             try:
-                stamp = self._fill(fd, data)
+                written = os.write(fd, data)  # (one page: whole; checked all the same)
+                if written != len(data):
+                    write_all(fd, data[written:])
+                st = os.fstat(fd)
             finally:
                 os.close(fd)
-        return stamp
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return (st.st_mtime_ns, st.st_size, st.st_ino)  # (file_stamp)
 
     def _write_unnamed(
         self, path: str, task_id: str, data: bytes, again: bool = False

@@ -14,8 +14,8 @@ from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.proto_dict import (
     RECENT_TASK_BYTES,
     RECENT_TASKS,
-    recent_task_dict,
-    remember_task_dict,
+    recent_task_json,
+    remember_task_json,
     timestamp_text,
     to_dict,
 )
@@ -116,6 +116,40 @@ def test_typical_shapes_and_unknown_enum_values() -> None:
         assert to_dict(msg) == json_format.MessageToDict(msg)
 
 
+@pytest.mark.parametrize("items", [0, 1, 2, 3])
+def test_tasks_of_plain_parts_print_json_formats_bytes(items: int) -> None:
+    """The hand-written encoders' paths for plain tasks (each list of 0-3 items, read
+    by index when it holds one): the same keys in the same order as json_format, so the
+    same bytes; texts with escapes, non-ASCII and an empty one."""
+    texts = [
+        "",
+        'quote " back \\ nl \n tab \t \x01',
+        "caf\u00e9 \u6f22\u5b57 \U0001f600",
+        "x" * 5000,
+    ]
+    task = pb.Task(id="t-1", context_id="c-1")
+    task.status.state = pb.TASK_STATE_WORKING
+    task.status.timestamp.FromNanoseconds(1_764_000_000_123_456_789)
+    if items:
+        task.status.message.message_id = "s"
+        task.status.message.parts.add(text=texts[items])
+    for n in range(items):
+        task.artifacts.add(
+            artifact_id=f"a-{n}", name="response", parts=[pb.Part(text=t) for t in texts[: n + 1]]
+        )
+        task.history.add(
+            message_id=f"m-{n}",
+            context_id="c-1",
+            task_id="t-1",
+            role=pb.ROLE_AGENT if n % 2 else pb.ROLE_USER,
+            parts=[pb.Part(text=t) for t in texts[n:]],
+        )
+    expected = orjson.dumps(json_format.MessageToDict(task))
+    assert orjson.dumps(to_dict(task)) == expected
+    answer = pb.SendMessageResponse(task=task)
+    assert codec.to_json(answer) == orjson.dumps(json_format.MessageToDict(answer))
+
+
 @pytest.mark.parametrize(
     ("seconds", "nanos"),
     [(0, 0), (1, 1), (-1, 999_999_999), (253_402_300_799, 999_000_000), (1_700_000_000, 5_000)],
@@ -139,39 +173,41 @@ def test_stream_event_json_is_to_json(payload: str) -> None:
 
 
 def test_a_send_answers_the_task_it_stored_with_the_same_json() -> None:
-    """The task file's encoding keeps the task's dict; a send's answer of a task equal
-    to it reuses it, and of a task changed since (same id) or too large encodes anew."""
+    """The task file's encoding keeps the task's JSON; a send's answer of a task equal
+    to it reuses it, and of a task changed since (same id) or too large encodes anew:
+    each time the bytes json_format's dict prints."""
     task = pb.Task(id="t-remembered", context_id="c")
     task.status.state = pb.TASK_STATE_COMPLETED
     task.status.timestamp.FromMilliseconds(1_764_000_000_120)
-    task.history.add(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="hi")])
-    kept = remember_task_dict(task)
-    assert kept == json_format.MessageToDict(task)
+    task.history.add(
+        message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text='h\u00e9 "\\ \U0001f600')]
+    )
+    kept = remember_task_json(task)
+    assert kept == orjson.dumps(json_format.MessageToDict(task))
     answer = pb.SendMessageResponse()
     answer.task.CopyFrom(task)
-    assert recent_task_dict(answer.task) is kept
-    assert orjson.loads(codec.to_json(answer)) == json_format.MessageToDict(answer)
+    assert recent_task_json(answer.task) is kept
+    assert codec.to_json(answer) == orjson.dumps(json_format.MessageToDict(answer))
 
     answer.task.status.state = pb.TASK_STATE_FAILED  # changed since it was stored
-    assert recent_task_dict(answer.task) is None
-    assert orjson.loads(codec.to_json(answer)) == json_format.MessageToDict(answer)
+    assert recent_task_json(answer.task) is None
+    assert codec.to_json(answer) == orjson.dumps(json_format.MessageToDict(answer))
 
     task.artifacts.add(artifact_id="a", parts=[pb.Part(raw=b"x" * (RECENT_TASK_BYTES + 1))])
-    remember_task_dict(task)  # too large to keep: the smaller one is forgotten too
-    assert recent_task_dict(task) is None
-    assert recent_task_dict(answer.task) is None
-    assert orjson.loads(codec.to_json(pb.SendMessageResponse(task=task))) == (
-        json_format.MessageToDict(pb.SendMessageResponse(task=task))
+    remember_task_json(task)  # too large to keep: the smaller one is forgotten too
+    assert recent_task_json(task) is None
+    assert recent_task_json(answer.task) is None
+    assert codec.to_json(pb.SendMessageResponse(task=task)) == (
+        orjson.dumps(json_format.MessageToDict(pb.SendMessageResponse(task=task)))
     )
 
 
 def test_the_tasks_kept_for_answers_are_bounded() -> None:
     first = pb.Task(id="t-first", context_id="c")
-    remember_task_dict(first)
+    remember_task_json(first)
     for n in range(RECENT_TASKS):
-        remember_task_dict(pb.Task(id=f"t-{n}", context_id="c"))
-    assert recent_task_dict(first) is None
-    assert recent_task_dict(pb.Task(id=f"t-{RECENT_TASKS - 1}", context_id="c")) == {
-        "id": f"t-{RECENT_TASKS - 1}",
-        "contextId": "c",
-    }
+        remember_task_json(pb.Task(id=f"t-{n}", context_id="c"))
+    assert recent_task_json(first) is None
+    assert recent_task_json(pb.Task(id=f"t-{RECENT_TASKS - 1}", context_id="c")) == (
+        b'{"id":"t-%d","contextId":"c"}' % (RECENT_TASKS - 1)
+    )
