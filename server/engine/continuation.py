@@ -80,12 +80,13 @@ class Intake:
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
-        history_length = send_history_length(request)
+        history_length, blocking = send_history_length(request), _blocking(request)
         got = await self._accept(request, context, None)
         if not isinstance(got, Run):
             return _answer_without_run(got, history_length)
         run = got
-        if not request.configuration.return_immediately and not run.replyable.is_set():
+        self._runner.take_over(run, blocking=blocking)  # in the step the run started
+        if blocking and not run.replyable.is_set():
             await _until_replyable(run, context)
         if run.unstored is not None:  # not a task the store holds: UNAVAILABLE
             raise run.unstored
@@ -452,6 +453,11 @@ class Intake:
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+
+def _blocking(request: pb.SendMessageRequest) -> bool:
+    """Whether a SendMessage waits for its run."""
+    return not request.configuration.return_immediately
 
 
 def _answer_without_run(

@@ -106,6 +106,7 @@ class Run:
         "continued",
         "deadline",
         "dirty",
+        "eager",
         "file_notes",
         "finished",
         "pending_text",
@@ -152,6 +153,9 @@ class Run:
         #: The run continues a stored task (not one it created): a log opened for a
         #: stream that joins it is numbered above any log the task had.
         self.continued = False
+        #: Left by ``Runner.start`` to its sender (a SendMessage), which drives or
+        #: launches it in the step it started, before anything else can see the run.
+        self.eager = False
 
     def flush_text(self) -> None:
         """Append the response text streamed since the last flush to the response
