@@ -27,6 +27,7 @@ from ..events import NOT_LOGGED, Batch, Subscriber
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
+from ..local_roles import OneProcessClaims
 from ..store_roles import ContextClaims, TaskRecords
 from ..task_states import INTERRUPTED, TERMINAL, agent_message, set_now, task_view
 from ..task_store import UNSTORED, TaskRecord
@@ -75,6 +76,7 @@ class Intake:
         self._push_configs = push_configs
         self._tasks = tasks
         self._claims = claims
+        self._claims_granted = type(claims).claim_context is OneProcessClaims.claim_context
         self._never_set = Signal()  # the cancellation signal of reply() turns
 
     async def send_message(
@@ -291,6 +293,8 @@ class Intake:
         the stored task since it was read as ``loaded_as``), then the caller's
         task-cap slot. Nothing waits after the last busy check."""
         store = self._claims
+        if self._claims_granted and busy_key not in self._state.busy:  # (a store of one
+            return self._runner.admit(caller, context_id)  # process: nothing to await)
         if not await store.claim_context(caller, context_id, task_id, loaded_as):
             raise UnsupportedOperationError(CONTEXT_BUSY)
         try:
@@ -456,8 +460,9 @@ class Intake:
 
 
 def _blocking(request: pb.SendMessageRequest) -> bool:
-    """Whether a SendMessage waits for its run."""
-    return not request.configuration.return_immediately
+    """Whether a SendMessage waits for its run (a read of an absent ``configuration``
+    would make an empty one: asked first)."""
+    return not (request.HasField("configuration") and request.configuration.return_immediately)
 
 
 def _answer_without_run(

@@ -237,11 +237,17 @@ class _AtOnce(_TurnIO):
             return
         record = run.record
         task = record.task
+        state = self._state
         ending: tuple[int, str]
         try:
-            if task.status.state != pb.TASK_STATE_WORKING:
+            # WORKING is seen only by webhooks, streams and the event log: for none of
+            # them it is not set (the final status replaces it, nothing can see it
+            # meanwhile, the stored task is the same).
+            if task.status.state != pb.TASK_STATE_WORKING and (
+                state.push_feed is not None or state.listened(task.id)
+            ):
                 apply_status(task, pb.TASK_STATE_WORKING, None)
-                self._state.publish_status(record)
+                state.publish_status(record)
             ending = self._apply_now(run, outputs)
         except Exception:
             ending = _unexpected(run)
