@@ -413,9 +413,15 @@ class EngineState:
         self.keys_learned += 1
         if (message_id, fingerprint) not in record.retry_keys:
             record.retry_keys.append((message_id, fingerprint))
-        self.store.remember_message(
-            Caller(name, workspace), message_id, fingerprint, record.task.id
-        )
+        owner = record.owner  # the identity alone (see retried): most often it is
+        if (
+            owner.on_behalf is not None
+            or owner.delegate
+            or owner.name != name
+            or owner.workspace != workspace
+        ):
+            owner = Caller(name, workspace)
+        self.store.remember_message(owner, message_id, fingerprint, record.task.id)
 
     async def retried(self, seen_key: RetryKey, caller: Caller | None = None) -> str | None:
         """The task a message with this retry key created or continued, if any.
