@@ -57,7 +57,7 @@ import asyncio
 import contextvars
 import heapq
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -412,6 +412,15 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     def run(self, turn: Turn) -> AsyncIterator[Output]:
         """Run one turn (an async generator yielding outputs)."""
+
+    def answer_now(self, turn: Turn) -> Sequence[Output] | None:
+        """The turn's outputs when the agent has them at once, without waiting for
+        anything (None, the default: :meth:`run` it). They must be exactly what
+        :meth:`run` would yield for this turn, and asking must change nothing: the
+        engine may then drive a blocking send's run in the sender's own task, with no
+        task of its own (the same states and bytes, less work a send), and runs the
+        turn with :meth:`run` when this answers None."""
+        return None
 
 
 __all__ = [

@@ -157,6 +157,37 @@ class FauxAgent(Agent):
             parts=[pb.Part(text=text[8:])],
         )
 
+    def answer_now(self, turn: Turn) -> list[Output] | None:
+        """The outputs of the directives that wait for nothing and read no file
+        (``hi``, ``ask:``, ``fail:``, ...); None for the others (``chunks:``, ``hold:``,
+        ``file:``, ``crash``, text with files). :meth:`run` yields the same outputs
+        (``tests/server/engine/test_engine_inline.py`` compares the two)."""
+        text = turn.first_text()
+        head, sep, arg = text.partition(":")
+        if not sep:
+            if turn.files or text.strip() == "crash":
+                return None
+            if not text:
+                data = [p for p in turn.message.parts if p.WhichOneof("content") == "data"]
+                if data:
+                    return [_response(*data)]
+            return [TextChunk(text, last=True)]
+        if head == "ask":
+            return [InputRequired(arg)]
+        if head == "form":
+            return [InputRequired(arg, schema=FORM_SCHEMA)]
+        if head == "fail":
+            return [Failed(arg)]
+        if head == "reject":
+            return [Rejected(arg)]
+        if head == "auth":
+            return [AuthRequired(arg)]
+        if head == "data":
+            return [_data_artifact(arg) or TextChunk(text, last=True)]
+        if head in ("chunks", "hold", "file") or turn.files:
+            return None
+        return [TextChunk(text, last=True)]
+
     async def run(self, turn: Turn) -> AsyncIterator[Output]:
         text = turn.first_text()
         head, sep, arg = text.partition(":")

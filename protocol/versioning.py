@@ -62,6 +62,8 @@ def negotiate_version(value: str | None) -> str:
     A missing or empty value is 1.0; ``1.0`` and ``1.0.x`` (patch ignored) are
     accepted; anything else (0.3 included) is VersionNotSupported.
     """
+    if value == PROTOCOL_VERSION:  # (what clients send: no parse on every call)
+        return PROTOCOL_VERSION
     if value is None or not value.strip():
         return PROTOCOL_VERSION
     text = value.strip()

@@ -27,6 +27,7 @@ from ..events import NOT_LOGGED, Batch, Event, Subscriber
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
+from ..local_roles import OneProcessClaims
 from ..store_roles import ContextClaims, TaskRecords
 from ..task_states import INTERRUPTED, TERMINAL, agent_message, set_now, task_view
 from ..task_store import UNSTORED, TaskRecord
@@ -74,17 +75,19 @@ class Intake:
         self._push_configs = push_configs
         self._tasks = tasks
         self._claims = claims
+        self._claims_granted = type(claims).claim_context is OneProcessClaims.claim_context
         self._never_set = Signal()  # the cancellation signal of reply() turns
 
     async def send_message(
         self, request: pb.SendMessageRequest, context: CallContext
     ) -> pb.SendMessageResponse:
-        history_length = send_history_length(request)
+        history_length, blocking = send_history_length(request), _blocking(request)
         got = await self._accept(request, context, None)
         if not isinstance(got, Run):
             return _answer_without_run(got, history_length)
         run = got
-        if not request.configuration.return_immediately and not run.replyable.is_set():
+        self._runner.take_over(run, blocking=blocking)  # in the step the run started
+        if blocking and not run.replyable.is_set():
             await _until_replyable(run, context)
         if run.unstored is not None:  # not a task the store holds: UNAVAILABLE
             raise run.unstored
@@ -294,6 +297,8 @@ class Intake:
         the stored task since it was read as ``loaded_as``), then the caller's
         task-cap slot. Nothing waits after the last busy check."""
         store = self._claims
+        if self._claims_granted and busy_key not in self._state.busy:  # (a store of one
+            return self._runner.admit(caller, context_id)  # process: nothing to await)
         if not await store.claim_context(caller, context_id, task_id, loaded_as):
             raise UnsupportedOperationError(CONTEXT_BUSY)
         try:
@@ -456,6 +461,12 @@ class Intake:
             apply_status(task, pb.TASK_STATE_WORKING, None)
             self._state.publish_status(record)
             return self._runner.start(record, busy_key, seen_key, hops, request, subscriber, slot)
+
+
+def _blocking(request: pb.SendMessageRequest) -> bool:
+    """Whether a SendMessage waits for its run (a read of an absent ``configuration``
+    would make an empty one: asked first)."""
+    return not (request.HasField("configuration") and request.configuration.return_immediately)
 
 
 def _answer_without_run(

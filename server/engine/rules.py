@@ -35,10 +35,10 @@ def new_turn(
     """The agent's view of a turn. It keeps no reference to the request (a held
     stream should not pin the parsed request in memory); with ``payload`` its
     encoding (:func:`request_payload`) is kept instead."""
-    configuration = request.configuration
-    modes = (
-        tuple(configuration.accepted_output_modes) if configuration.accepted_output_modes else ()
-    )
+    modes: tuple[str, ...] = ()
+    if request.HasField("configuration"):  # (a read of an absent one makes an empty one)
+        accepted = request.configuration.accepted_output_modes
+        modes = tuple(accepted) if accepted else ()
     if payload:
         turn = new_turn(request, message, task, caller, context_id, cancelled, hops)
         return dataclasses.replace(turn, payload=request_payload(request))

@@ -103,6 +103,7 @@ class Run:
         "continued",
         "deadline",
         "dirty",
+        "eager",
         "file_notes",
         "finished",
         "pending_text",
@@ -149,6 +150,9 @@ class Run:
         #: The run continues a stored task (not one it created): a log opened for a
         #: stream that joins it is numbered above any log the task had.
         self.continued = False
+        #: Left by ``Runner.start`` to its sender (a SendMessage), which drives or
+        #: launches it in the step it started, before anything else can see the run.
+        self.eager = False
 
     def flush_text(self) -> None:
         """Append the response text streamed since the last flush to the response
@@ -374,9 +378,15 @@ class EngineState:
         self.keys_learned += 1
         if (message_id, fingerprint) not in record.retry_keys:
             record.retry_keys.append((message_id, fingerprint))
-        self.store.remember_message(
-            Caller(name, workspace), message_id, fingerprint, record.task.id
-        )
+        owner = record.owner  # the identity alone (see retried): most often it is
+        if (
+            owner.on_behalf is not None
+            or owner.delegate
+            or owner.name != name
+            or owner.workspace != workspace
+        ):
+            owner = Caller(name, workspace)
+        self.store.remember_message(owner, message_id, fingerprint, record.task.id)
 
     async def retried(self, seen_key: RetryKey, caller: Caller | None = None) -> str | None:
         """The task a message with this retry key created or continued, if any.

@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from a2a_gateway.agent.base import (
@@ -204,7 +204,88 @@ class _TurnIO:
 _DEADLINE_SLACK_S = 0.001
 
 
-class Runner(_TurnIO):
+class _AtOnce(_TurnIO):
+    """Runs whose agent has its outputs at once, driven by their sender."""
+
+    if TYPE_CHECKING:  # (the Runner's)
+
+        def launch(self, run: Run) -> None: ...
+        async def finish(self, run: Run, state: int, text: str) -> None: ...
+
+    def take_over(self, run: Run, *, blocking: bool) -> None:
+        """A run :meth:`Runner.start` left to its sender (``Run.eager``): driven (a
+        blocking send's) or launched, in the step it started."""
+        if not run.eager:
+            return
+        if blocking:
+            self.drive_now(run)
+        else:
+            self.launch(run)
+
+    def drive_now(self, run: Run) -> None:
+        """A blocking send's run that :meth:`Runner.start` left to it (``Run.eager``),
+        driven in the sender's task when the agent has its outputs at once
+        (:meth:`Agent.answer_now`): no task, timer or flusher wake-up of its own, the
+        same states, events and stored bytes as :meth:`_drive`. Its final save is
+        stepped here too; one that waits (a database, an fsync) goes on in a task of
+        its own (``run.aio``), as a run's end does, so the sender's wait (its deadline,
+        its cancellation) does not stop it. Otherwise the run's task is started."""
+        run.eager = False
+        outputs: Sequence[Any] | None = None
+        with contextlib.suppress(Exception):  # asked again, and handled, by run()
+            outputs = self._state.agent.answer_now(run.turn)
+        if outputs is None or not all(map(_at_once, outputs)):
+            self.launch(run)
+            return
+        record = run.record
+        task = record.task
+        state = self._state
+        ending: tuple[int, str]
+        try:
+            # WORKING is seen only by webhooks, streams and the event log: for none of
+            # them it is not set (the final status replaces it, nothing can see it
+            # meanwhile, the stored task is the same).
+            if task.status.state != pb.TASK_STATE_WORKING and (
+                state.push_feed is not None or state.listened(task.id)
+            ):
+                apply_status(task, pb.TASK_STATE_WORKING, None)
+                state.publish_status(record)
+            ending = self._apply_now(run, outputs)
+        except Exception:
+            ending = _unexpected(run)
+        end = self.finish(run, *ending)
+        try:
+            waiting = end.send(None)
+        except StopIteration:
+            return  # stored and shown without a wait
+        run.aio = asyncio.create_task(_rest_of(end, waiting), name=f"a2a-run-{task.id}")
+
+    def _apply_now(self, run: Run, outputs: Sequence[Any]) -> tuple[int, str]:
+        """:meth:`_consume` of outputs that need no wait (:func:`_at_once`)."""
+        task_id = run.record.task.id
+        for output in outputs:
+            if isinstance(output, TextChunk):
+                self._text(run, output, task_id)
+            elif isinstance(output, ArtifactChunk):
+                self._artifact(run, output)
+            elif isinstance(output, Progress):
+                self._progress(run, output)
+            else:
+                if isinstance(output, InputRequired) and output.schema is not None:
+                    run.status_data = output.schema
+                return _ending(output)
+        return (pb.TASK_STATE_COMPLETED, "")
+
+    def _progress(self, run: Run, output: Progress) -> None:
+        run.flush_text()  # the status goes to webhooks with the task as it is
+        task = run.record.task
+        message = agent_message(output.text, context_id=task.context_id, task_id=task.id)
+        apply_status(task, pb.TASK_STATE_WORKING, message)
+        self._records.mark_dirty(run)
+        self._state.publish_status(run.record)
+
+
+class Runner(_AtOnce):
     """Starts runs, drives the agent's outputs into the task, finishes and cancels runs."""
 
     def __init__(self, state: EngineState, records: Records, cancels: CancelSignals) -> None:
@@ -232,6 +313,10 @@ class Runner(_TurnIO):
         subscriber: Subscriber | None,
         slot: RunSlot | None,
     ) -> Run:
+        """Start the task's run. One without a subscriber (a SendMessage's) that nothing
+        else can see (no webhook, no stream, no span, no file) is left to its sender
+        (``Run.eager``), which in the same step drives it (:meth:`drive_now`, a blocking
+        send) or launches it (:meth:`launch`)."""
         task = record.task
         turn = new_turn(
             request,
@@ -251,6 +336,21 @@ class Runner(_TurnIO):
         self._state.remember_message(seen_key, record)
         if subscriber is not None:
             self._state.subscribe(task_id, subscriber, record.owner)
+        if (
+            subscriber is None
+            and not record.push_configs
+            and task_id not in self._state.hubs
+            and tracing.current_tracer() is None
+            and not _has_file_parts(turn.message)
+        ):
+            run.eager = True
+            return run
+        self.launch(run)
+        return run
+
+    def launch(self, run: Run) -> None:
+        """The run's task (and its span, when the call is traced)."""
+        task_id = run.record.task.id
         # The run's first step is scheduled before the flusher's wake-up, so a run that
         # finishes without suspending is written once, finished.
         # A traced call's run gets its span here, where the run is made: one parent
@@ -267,7 +367,6 @@ class Runner(_TurnIO):
                 context=context,
             )
         self._records.mark_dirty(run)
-        return run
 
     async def _traced(self, run: Run, current: Span, *, enter: bool) -> None:
         """The run with its span (started by :meth:`start`, current in the run's task
@@ -317,7 +416,7 @@ class Runner(_TurnIO):
         except AgentError as exc:
             ending = (pb.TASK_STATE_FAILED, redact_error(str(exc)) or UNEXPECTED)
         except Exception:
-            ending = self._unexpected(run)
+            ending = _unexpected(run)
         finally:
             run.deadline = math.inf
             if outputs is not None:
@@ -343,11 +442,7 @@ class Runner(_TurnIO):
             elif isinstance(output, ArtifactChunk):
                 self._artifact(run, output)
             elif isinstance(output, Progress):
-                run.flush_text()  # the status goes to webhooks with the task as it is
-                message = agent_message(output.text, context_id=task.context_id, task_id=task.id)
-                apply_status(task, pb.TASK_STATE_WORKING, message)
-                self._records.mark_dirty(run)
-                self._state.publish_status(run.record)
+                self._progress(run, output)
             elif isinstance(output, File):
                 await self._file(run, output)
             elif isinstance(output, AuthRequired) and output.resumes:
@@ -426,11 +521,6 @@ class Runner(_TurnIO):
             run.stopping = f"The run took longer than {self._state.run_timeout_s:g} s."
             run.turn.cancelled.set()
             run.aio.cancel()
-
-    @staticmethod
-    def _unexpected(run: Run) -> tuple[int, str]:
-        log.exception("run of task %s failed", run.record.task.id)
-        return (pb.TASK_STATE_FAILED, UNEXPECTED)
 
     async def finish(self, run: Run, state: int, text: str) -> None:
         """Store the run's final (terminal or interrupted) state, then show it."""
@@ -573,6 +663,50 @@ class Runner(_TurnIO):
         for run in runs:
             # Runs whose task never started, or whose agent ignored the cancellation.
             await self.finish(run, pb.TASK_STATE_FAILED, SHUTDOWN)
+
+
+def _unexpected(run: Run) -> tuple[int, str]:
+    log.exception("run of task %s failed", run.record.task.id)
+    return (pb.TASK_STATE_FAILED, UNEXPECTED)
+
+
+def _at_once(output: Any) -> bool:
+    """Whether :meth:`Runner._apply_now` applies the output (it needs no wait)."""
+    if isinstance(output, AuthRequired):
+        return not output.resumes
+    return isinstance(output, (TextChunk, ArtifactChunk, Progress, *ENDINGS))
+
+
+class _Rest:
+    """Awaited in a task: the rest of a coroutine that was stepped outside any task
+    (``send(None)``) and suspended on ``waiting`` (what it yielded), from there on."""
+
+    __slots__ = ("_coro", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+        self._coro = coro
+        self._waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, waiting = self._coro, self._waiting
+        del self._coro, self._waiting
+        while True:
+            try:
+                sent = yield waiting
+            except BaseException as exc:  # thrown into this task (its cancellation)
+                try:
+                    waiting = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    waiting = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+async def _rest_of(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    await _Rest(coro, waiting)
 
 
 def _ending(output: Any) -> tuple[int, str]:

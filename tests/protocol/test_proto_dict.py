@@ -203,11 +203,14 @@ def test_a_send_answers_the_task_it_stored_with_the_same_json() -> None:
 
 
 def test_the_tasks_kept_for_answers_are_bounded() -> None:
-    first = pb.Task(id="t-first", context_id="c")
+    # Ids no other test saves: a task another test stored earlier in the session (the
+    # file store keeps every task it writes) under one of them would be replaced in
+    # place, not added, and the first one would then stay.
+    first = pb.Task(id="bounded-first", context_id="c")
     remember_task_json(first)
     for n in range(RECENT_TASKS):
-        remember_task_json(pb.Task(id=f"t-{n}", context_id="c"))
+        remember_task_json(pb.Task(id=f"bounded-{n}", context_id="c"))
     assert recent_task_json(first) is None
-    assert recent_task_json(pb.Task(id=f"t-{RECENT_TASKS - 1}", context_id="c")) == (
-        b'{"id":"t-%d","contextId":"c"}' % (RECENT_TASKS - 1)
+    assert recent_task_json(pb.Task(id=f"bounded-{RECENT_TASKS - 1}", context_id="c")) == (
+        b'{"id":"bounded-%d","contextId":"c"}' % (RECENT_TASKS - 1)
     )
