@@ -309,13 +309,6 @@ class Intake:
             await store.release_context(caller, context_id, task_id)
             raise
 
-    async def _refuse_if_settled(self, caller: Caller, task_id: str) -> None:
-        """A continuation's claim was refused: when the task is now stored terminal
-        (another gateway cancelled it since it was read), say that instead."""
-        stored = await self._tasks.load(caller, task_id)
-        if stored is not None and stored.task.status.state in TERMINAL:
-            raise _terminal(task_id, stored.task.status.state)
-
     async def _unclaim(
         self, caller: Caller, context_id: str, task_id: str, slot: RunSlot | None
     ) -> None:
@@ -420,7 +413,7 @@ class Intake:
                         caller, task.context_id, task_id, busy_key, record.loaded_as
                     )
                 except UnsupportedOperationError:
-                    await self._refuse_if_settled(caller, task_id)
+                    await _refuse_if_settled(self._tasks, caller, task_id)
                     raise
             if inline_push is not None:
                 inline_push.task_id = task_id
@@ -444,7 +437,7 @@ class Intake:
                 # No run of it exists: stored only if no other process continued or
                 # cancelled the task since it was read (a shared store).
                 if not await self._records.replace_or_fail(record):
-                    await self._refuse_if_settled(caller, task_id)
+                    await _refuse_if_settled(self._tasks, caller, task_id)
                     raise UnsupportedOperationError(CONTEXT_BUSY)
                 self._state.publish_status(record)
                 if self._state.task_limiter is not None:
@@ -508,6 +501,14 @@ async def _until_replyable(run: Run, context: CallContext) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(remaining):
                 await run.replyable.wait()
+
+
+async def _refuse_if_settled(tasks: TaskRecords, caller: Caller, task_id: str) -> None:
+    """A continuation's claim was refused: when the task is now stored terminal
+    (another gateway cancelled it since it was read), say that instead."""
+    stored = await tasks.load(caller, task_id)
+    if stored is not None and stored.task.status.state in TERMINAL:
+        raise _terminal(task_id, stored.task.status.state)
 
 
 def _terminal(task_id: str, state: pb.TaskState.ValueType) -> UnsupportedOperationError:
