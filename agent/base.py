@@ -419,8 +419,19 @@ class Agent(abc.ABC):
         :meth:`run` would yield for this turn, and asking must change nothing: the
         engine may then drive a blocking send's run in the sender's own task, with no
         task of its own (the same states and bytes, less work a send), and runs the
-        turn with :meth:`run` when this answers None."""
+        turn with :meth:`run` when this answers None. A subclass that overrides
+        :meth:`run` but not this is always run (:func:`answers_at_once`): its parent's
+        answers do not know its run."""
         return None
+
+
+def answers_at_once(agent: Agent) -> bool:
+    """Whether the engine may ask ``agent.answer_now``: it is overridden, by the class
+    that defines the agent's ``run`` or one below it."""
+    cls = type(agent)
+    answers = next(c for c in cls.__mro__ if "answer_now" in c.__dict__)
+    runs = next(c for c in cls.__mro__ if "run" in c.__dict__)
+    return answers is not Agent and issubclass(answers, runs)
 
 
 __all__ = [
@@ -443,4 +454,5 @@ __all__ = [
     "Signal",
     "TextChunk",
     "Turn",
+    "answers_at_once",
 ]

@@ -37,6 +37,7 @@ from a2a_gateway.agent.base import (
     Rejected,
     Signal,
     TextChunk,
+    answers_at_once,
 )
 from a2a_gateway.local.files import sanitize_filename
 from a2a_gateway.local.redaction import redact_error
@@ -295,6 +296,7 @@ class Runner(_AtOnce):
         self._remote_cancels: set[asyncio.Task[None]] = set()
         #: The one timer of the live runs' deadlines (``_arm``), set for the nearest.
         self._deadline_timer: asyncio.TimerHandle | None = None
+        self._answers_at_once = answers_at_once(state.agent)  # (asked once: a class's)
         cancels.on_cancel_request(self.cancel_requested)
 
     def admit(self, caller: Caller, context_id: str) -> RunSlot | None:
@@ -337,7 +339,8 @@ class Runner(_AtOnce):
         if subscriber is not None:
             self._state.subscribe(task_id, subscriber, record.owner)
         if (
-            subscriber is None
+            self._answers_at_once
+            and subscriber is None
             and not record.push_configs
             and task_id not in self._state.hubs
             and tracing.current_tracer() is None

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 from google.protobuf import json_format
 
-from a2a_gateway.agent.base import Output, Turn
+from a2a_gateway.agent.base import Output, TextChunk, Turn, answers_at_once
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.file_store import WorkspaceTaskStore
@@ -24,7 +24,7 @@ from a2a_gateway.server.secret_box import SecretBox
 from a2a_gateway.server.task_store import TaskStore
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .engine_helpers import ALICE, WAIT_S, ctx, eventually
+from .engine_helpers import ALICE, WAIT_S, Scripted, ctx, eventually
 from .engine_helpers import request as send_request
 
 
@@ -170,6 +170,30 @@ async def test_directives_that_wait_still_run_in_their_task(
         async with asyncio.timeout(WAIT_S):
             await engine.send_message(send_request(text), ctx())
     assert len(run_tasks) == 3
+
+
+class Shouting(FauxAgent):
+    """A subclass with a run of its own and its parent's answer_now."""
+
+    async def run(self, turn: Turn) -> AsyncIterator[Output]:
+        async for output in super().run(turn):
+            yield (
+                TextChunk(output.text.upper(), last=True)
+                if isinstance(output, TextChunk)
+                else output
+            )
+
+
+async def test_a_subclass_that_runs_its_own_way_is_run(
+    new_engine: Callable[..., TaskEngine], run_tasks: RunTasks
+) -> None:
+    """Its parent's answers at once do not know its run: the run gives the answer."""
+    assert answers_at_once(FauxAgent()) and not answers_at_once(Shouting())
+    assert not answers_at_once(Scripted(None))  # type: ignore[arg-type]
+    async with asyncio.timeout(WAIT_S):
+        answer = await new_engine(Shouting()).send_message(send_request("hi"), ctx())
+    assert [p.text for a in answer.task.artifacts for p in a.parts] == ["HI"]
+    assert len(run_tasks) == 1
 
 
 @pytest.mark.parametrize("kind", ["file-fsync", "postgres"])
