@@ -741,6 +741,26 @@ class _IndexRetryKeys(_IndexCore):
             return found
         return self.find_message(owner, message_id, fingerprint)
 
+    def retry_key(self, owner: Caller, message_id: str, fingerprint: str) -> _RetryKey:
+        """The key :meth:`found_key` takes (the owner's id is a hash of the owner: the
+        same in every index)."""
+        owner_id = self._owners.get(owner)
+        if owner_id is None:
+            owner_id = _owner_hash(owner)
+        return (owner_id, message_id, fingerprint)
+
+    def found_key(self, key: _RetryKey, owner: Caller) -> str | None:
+        """:meth:`found_message` of a key made once by :meth:`retry_key` (the memo's
+        check, on every kept answer: no owner hashed again)."""
+        if self._db is None or self._keys_behind:
+            return None
+        found = self._pending_retry.get(key)
+        if found is None:
+            found = self._found_retry.get(key)
+        if found is not None:
+            return found
+        return self.find_message(owner, key[1], key[2])
+
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """:meth:`find_message` once the index is open (an open that fails is logged
         and the lookup answered from the keys queued so far)."""

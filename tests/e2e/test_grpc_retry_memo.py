@@ -206,7 +206,7 @@ async def test_no_memo_where_each_call_is_seen(tmp_path: Path, settings: dict[st
 
 
 def test_the_memo_is_bounded() -> None:
-    memo = RetryMemo(lambda replay: True, max_entries=2, max_bytes=10_000)
+    memo = RetryMemo(lambda replay: lambda: True, max_entries=2, max_bytes=10_000)
     metadata = (("a2a-version", "1.0"),)
     for n in range(3):
         memo.keep((b"r%d" % n, metadata), ANONYMOUS, b"answer", object())
@@ -216,7 +216,7 @@ def test_the_memo_is_bounded() -> None:
     assert kept is not None and memo.answer(kept, ANONYMOUS) == b"answer"
     memo.keep((b"big", metadata), ANONYMOUS, b"x" * (MAX_ANSWER_BYTES + 1), object())
     assert memo.get((b"big", metadata)) is None
-    refused = RetryMemo(lambda replay: False)
+    refused = RetryMemo(lambda replay: lambda: False)
     refused.keep((b"r", metadata), ANONYMOUS, b"answer", object())
     kept = refused.get((b"r", metadata))
     assert kept is not None and refused.answer(kept, ANONYMOUS) is None
