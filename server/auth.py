@@ -568,7 +568,8 @@ class WorkspaceCallers(Authenticator):
         certificate, the anonymous caller): the identity, or the coroutine to await
         for it (Basic, a JWT, an introspected token). Raises as :meth:`admit` does, in
         the same order (the address's rate first)."""
-        self.limiter.check_address(client_address)
+        if client_address is not None:  # (None: not counted; no frame)
+            self.limiter.check_address(client_address)
         found = self._identify(get, certificate)
         if isinstance(found, Identity):
             return self._admitted(found)

@@ -63,7 +63,7 @@ class RetryMemo:
     answer is kept and made before each giving (None: not kept); ``drain`` the
     gateway's gate."""
 
-    __slots__ = ("_answers", "_check", "_drain", "hits")
+    __slots__ = ("_answers", "_check", "_drain", "get", "hits")
 
     def __init__(
         self,
@@ -76,12 +76,11 @@ class RetryMemo:
         self._check = check
         self._drain = drain
         self._answers: ByteLRU[MemoKey, Kept] = ByteLRU(max_entries, max_bytes)
+        #: What is kept for this call (request bytes and metadata), if anything: its
+        #: answer is given with :meth:`answer`, once the call is admitted. (The map's
+        #: own method: no frame of the memo's on every call.)
+        self.get: Callable[[MemoKey], Kept | None] = self._answers.get
         self.hits = 0
-
-    def get(self, key: MemoKey) -> Kept | None:
-        """What is kept for this call (request bytes and metadata), if anything: its
-        answer is given with :meth:`answer`, once the call is admitted."""
-        return self._answers.get(key)
 
     def answer(self, found: Kept, caller: Caller) -> bytes | None:
         """The kept answer for ``caller``, the call's admitted caller, if it still
