@@ -580,8 +580,10 @@ class WorkspaceCallers(Authenticator):
 
     def _admitted(self, identity: Identity) -> Identity:
         """The caller's rate, and its workspace published."""
-        self.limiter.check_caller(identity.caller, identity.policy.limits)
-        if not self.publication.published(identity.caller.workspace):
+        caller = identity.caller
+        if caller is not ANONYMOUS:  # (never counted: no frame on its calls)
+            self.limiter.check_caller(caller, identity.policy.limits)
+        if not self.publication.published(caller.workspace):
             raise UnauthenticatedError(
                 "This agent is not published", challenge=self._challenge(self.entries())
             )

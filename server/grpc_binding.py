@@ -54,6 +54,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import sys
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -309,6 +310,18 @@ class WriteWatch:
             handle.cancel()
 
 
+def _current_task_of() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
+    """``asyncio.current_task``; on Python 3.11, where it is a Python function around
+    a lookup in the running tasks' map (a frame on every call watched), that lookup."""
+    running = getattr(asyncio.tasks, "_current_tasks", None)
+    if sys.version_info < (3, 12) and isinstance(running, dict):
+        return running.get
+    return asyncio.current_task
+
+
+_current_task = _current_task_of()
+
+
 class WatchedCall:
     """One call under a :class:`CallWatch`: its task, when it is due, and whether the
     watch has ended it."""
@@ -364,7 +377,7 @@ class CallWatch:
     def watch(self, timeout_s: float) -> WatchedCall:
         """Bound the running task: it is due in ``timeout_s``."""
         loop = asyncio.get_running_loop()
-        call = WatchedCall(asyncio.current_task(loop), loop.time() + timeout_s)
+        call = WatchedCall(_current_task(loop), loop.time() + timeout_s)
         self._calls.add(call)
         if call.due < self._armed_at or self._loop is not loop:
             self._arm(loop, call.due)
@@ -424,6 +437,14 @@ class CallWatch:
 #: client's timer: DEADLINE_EXCEEDED, and the client never learnt its task's id).
 ANSWER_MARGIN_SHARE = 0.2
 ANSWER_MARGIN_MAX_S = 1.0
+
+
+def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
+    """A signing caller's signature over the request's bytes, right after admission
+    (as on HTTP); raise A2AError."""
+    secret = identity.policy.signing_secret
+    if secret is not None:
+        signing.check(secret, metadata.single(signing.SIGNATURE_METADATA_KEY), raw)
 
 
 def _deadline(context: grpc.aio.ServicerContext[Any, Any], default_s: float | None) -> float | None:
@@ -574,7 +595,7 @@ class RpcAdapter:
         metadata = MetadataView(context.invocation_metadata())
         admitted = self._admit(context, metadata)
         identity = admitted if isinstance(admitted, Identity) else await admitted
-        self._check_signature(identity, metadata, raw)
+        _check_signature(identity, metadata, raw)
         return self._decoded(raw, context, metadata, identity.caller, default_deadline_s)
 
     def _admit(
@@ -583,20 +604,12 @@ class RpcAdapter:
         """Admit the call (authentication, rate limits); raise A2AError. The identity
         when known without waiting (a key, the anonymous caller), else the
         authenticator's coroutine to await for it (no frame of ours around either);
-        then the signature is checked (:meth:`_check_signature`)."""
+        then the signature is checked (:func:`_check_signature`)."""
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
         # The peer string is built by grpc on each ask: only when per-address limits count it.
         address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
         return authenticator.admit_now(metadata.single, address, certificate)
-
-    @staticmethod
-    def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
-        """A signing caller's signature over the request's bytes, right after admission
-        (as on HTTP); raise A2AError."""
-        secret = identity.policy.signing_secret
-        if secret is not None:
-            signing.check(secret, metadata.single(signing.SIGNATURE_METADATA_KEY), raw)
 
     def _decoded(
         self,
@@ -690,7 +703,9 @@ class RpcAdapter:
         memo = self.memo
         try:
             try:
-                raw = self.received(await context.read())  # (no coroutine of ours)
+                raw = await context.read()  # (no coroutine of ours; a frame for refusals)
+                if type(raw) is not bytes or len(raw) > self.bounds.max_request_bytes:
+                    raw = self.received(raw)
                 arrived = True
                 # (a tuple of pairs from grpc.aio's server, whatever its stubs say)
                 invocation: Any = context.invocation_metadata()
@@ -702,7 +717,7 @@ class RpcAdapter:
                 admitted = self._admit(context, metadata)
                 identity = admitted if isinstance(admitted, Identity) else await admitted
                 if identity.policy.signing_secret is not None:  # (no frame for most)
-                    self._check_signature(identity, metadata, raw)
+                    _check_signature(identity, metadata, raw)
                 caller = identity.caller
                 if kept is not None and memo is not None:  # as kept, if it holds for caller
                     answer = memo.answer(kept, caller)
@@ -741,12 +756,8 @@ class RpcAdapter:
         meter.done(self.metric_name, outcome_of(error), started)
         await self.abort(context, error)
 
-    # grpc.aio asks of a stream-unary rpc's handler, on every call and twice (for the
-    # request iterator, then to run it), whether it is async: ``inspect.isawaitable``,
-    # then ``inspect.iscoroutinefunction`` (six Python frames: ~8,300 instructions on a
-    # bound method each time). The adapter itself is the unary handler: calling it is
-    # :meth:`unary`, and as a class with ``__await__`` it is ``Awaitable``, which
-    # answers the first test at once (~3,900). Never awaited: grpc calls it.
+    # The unary handler grpc calls is the adapter (docs/performance.md): grpc.aio asks
+    # twice per call whether it is async, and ``Awaitable`` answers the first test.
     __call__ = unary
 
     def __await__(self) -> Generator[Any, None, NoReturn]:
