@@ -51,6 +51,7 @@ what ``grpcio-status``'s ``rpc_status.to_status`` reads on the client side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -88,7 +89,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .auth import Authenticator, Identity
+from .auth import NOT_READ, Authenticator, Identity, NotRead, Presented, presented_credentials
 from .http_sse import WRITE_TIMEOUT_S
 from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
 from .retry_memo import RetryMemo
@@ -150,9 +151,11 @@ class _StreamReport:
 
 class MetadataView:
     """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped).
-    ``values`` maps each lower-case key to its values, in order."""
+    ``values`` maps each lower-case key to its values, in order; ``presented`` is what
+    :func:`~.auth.presented_credentials` gives for them, once known (a view kept with
+    a memo's answer is the same for each of its calls: parsed once)."""
 
-    __slots__ = ("values",)
+    __slots__ = ("presented", "values")
 
     def __init__(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
         values: dict[str, list[str]] = {}
@@ -165,6 +168,7 @@ class MetadataView:
                 else:
                     found.append(value)
         self.values = values
+        self.presented: Presented | NotRead = NOT_READ
 
     def get(self, name: str) -> str | None:
         """First value of ``name``; the :data:`~.auth.HeaderGetter` shape."""
@@ -602,14 +606,13 @@ class RpcAdapter:
         self, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
     ) -> Identity | Coroutine[Any, Any, Identity]:
         """Admit the call (authentication, rate limits); raise A2AError. The identity
-        when known without waiting (a key, the anonymous caller), else the
-        authenticator's coroutine to await for it (no frame of ours around either);
-        then the signature is checked (:func:`_check_signature`)."""
+        when known without waiting (a key, the anonymous caller), else the coroutine
+        to await for it; then the signature is checked (:func:`_check_signature`)."""
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
         # The peer string is built by grpc on each ask: only when per-address limits count it.
         address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
-        return authenticator.admit_now(metadata.single, address, certificate)
+        return authenticator.admit_now(metadata.single, address, certificate, metadata.presented)
 
     def _decoded(
         self,
@@ -742,6 +745,8 @@ class RpcAdapter:
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             elif memo is not None and call_context.replay is not None:
+                with contextlib.suppress(A2AError):  # (an authenticator that reads none)
+                    metadata.presented = presented_credentials(metadata.single)
                 memo.keep(key, caller, response, call_context.replay, metadata)
             meter.done(self.metric_name, OK, started)
             return response
@@ -756,9 +761,8 @@ class RpcAdapter:
         meter.done(self.metric_name, outcome_of(error), started)
         await self.abort(context, error)
 
-    # The unary handler grpc calls is the adapter (docs/performance.md): grpc.aio asks
-    # twice per call whether it is async, and ``Awaitable`` answers the first test.
-    __call__ = unary
+    # grpc's unary handler is the adapter: Awaitable, it passes grpc.aio's async test fast
+    __call__ = unary  # (docs/performance.md)
 
     def __await__(self) -> Generator[Any, None, NoReturn]:
         raise TypeError("an RpcAdapter is called (it is grpc's handler), not awaited")
