@@ -63,22 +63,26 @@ class FileTaskReads(TaskFiles):
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes
     ) -> Callable[[], bool] | None:
         # found_message and stored_bytes prepared once (engine/replay.py): the key made
-        # and the record found now; each check then looks the key up in the index's
-        # maps and stats the file, and holds while the cache has this same record for
-        # that stamp (the same owner, bytes and state: an edit, a removal, a rewrite or
-        # an eviction fails it, and the engine's path answers and is kept anew).
+        # and the record read now, with the file's stamp it was read at; each check
+        # then looks the key up in the index's maps and stats the file, and holds while
+        # the file has that stamp (the cache's own test: the same record, so the same
+        # owner, bytes and state; an edit, a removal or a rewrite fails it, and the
+        # engine's path answers and is kept anew).
         loaded = self._read(task_id)
+        cached = self._cache.peek(task_id)
         if (
             loaded is None
+            or cached is None
+            or cached[1] is not loaded
             or loaded.owner != owner
             or loaded.summary.state in ACTIVE
             or (loaded.task_bytes is not task_bytes and loaded.task_bytes != task_bytes)
         ):
             return None
+        stamp = cached[0]
         index = self.index
         key = index.retry_key(owner, message_id, fingerprint)
         path = f"{self._dir}/{task_id}.json"
-        cache = self._cache
         stat = os.stat
 
         def holds() -> bool:
@@ -88,12 +92,7 @@ class FileTaskReads(TaskFiles):
                 st = stat(path)
             except OSError:
                 return False
-            cached = cache.get(task_id)
-            return (
-                cached is not None
-                and cached[1] is loaded
-                and cached[0] == (st.st_mtime_ns, st.st_size, st.st_ino)  # file_stamp
-            )
+            return (st.st_mtime_ns, st.st_size, st.st_ino) == stamp  # (file_stamp)
 
         return holds
 
