@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import orjson
 import pytest
@@ -118,6 +119,45 @@ async def test_an_edited_task_file_is_answered_anew(
     path.write_bytes(removed)
     assert _task(await _send(channel, _request())).id == fresh
     assert memo.hits == 1
+
+
+async def test_a_key_moved_behind_the_memo_is_not_answered_from_it(
+    served: tuple[Gateway, grpc.aio.Channel],
+) -> None:
+    """The task file set aside, the same message sent over JSON-RPC (a new task takes the
+    retry key; the gRPC memo never sees it), the file put back as it was (its stamp the
+    same): the kept answer's file is unchanged, but the key names the new task."""
+    gateway, channel = served
+    memo = _memo(gateway)
+    task_id = _task(await _send(channel, _request())).id
+    await _send(channel, _request())  # kept
+    path = _task_file(gateway, task_id)
+    aside = path.with_suffix(".aside")
+    path.rename(aside)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {"role": "ROLE_USER", "messageId": "m-memo", "parts": [{"text": "hello"}]}
+        },
+    }
+    headers = {"x-api-key": KEY_ALICE, "A2A-Version": "1.0"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://127.0.0.1:{gateway.http_port}{gateway.config.mounts.jsonrpc}",
+            json=body,
+            headers=headers,
+        ) as reply,
+    ):
+        answer = await reply.json()
+        assert "result" in answer, answer
+        moved = answer["result"]["task"]["id"]
+    assert moved != task_id
+    aside.rename(path)  # back as it was: the same inode, mtime and size
+    assert _task(await _send(channel, _request())).id == moved
+    assert memo.hits == 0
 
 
 async def test_another_caller_is_not_given_a_kept_answer(
