@@ -259,7 +259,8 @@ class _IndexCore(abc.ABC):
         # Keys a lookup found committed (see FOUND_KEYS); dropped with any task row.
         self._found_retry: ByteLRU[_RetryKey, str] = ByteLRU(FOUND_KEYS, FOUND_KEY_BYTES)
         self._deletes_unsent = False  # a queued write deletes task rows (and their keys)
-        self._unsent_retry: list[_RetryKey] = []
+        # (key, task id) of each retry key written since the last batch went.
+        self._unsent_retry: list[tuple[_RetryKey, str]] = []
         self._writer: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._reader: ThreadPoolExecutor | None = None
@@ -434,10 +435,18 @@ class _IndexCore(abc.ABC):
         self._deletes_unsent = True
 
     def _batch_done(
-        self, future: Future[bool], retry_keys: list[_RetryKey], deletes: bool = False
+        self,
+        future: Future[bool],
+        retry_keys: list[tuple[_RetryKey, str]],
+        deletes: bool = False,
     ) -> None:
-        for key in retry_keys:
-            self._pending_retry.pop(key, None)
+        pending = self._pending_retry
+        for key, task_id in retry_keys:
+            # Only while it names this batch's task: a key written again since (a later
+            # batch) stays pending until that one is in, or a lookup meanwhile would
+            # read (and keep) the task this batch committed.
+            if pending.get(key) == task_id:
+                del pending[key]
         if deletes:
             self._found_retry.clear()
         if future.cancelled() or future.exception() is not None or not future.result():
@@ -680,7 +689,7 @@ class _IndexRetryKeys(_IndexCore):
         key = (self.owner_id(owner), message_id, fingerprint)
         self._pending_retry[key] = task_id  # seen by lookups until committed
         self._found_retry.pop(key)  # (INSERT OR REPLACE) the next lookup reads it anew
-        self._unsent_retry.append(key)
+        self._unsent_retry.append((key, task_id))
         self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
