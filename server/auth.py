@@ -45,7 +45,7 @@ import secrets
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from a2a_gateway.local.layout import RELATIVE
 from a2a_gateway.local.redaction import register_secret
@@ -141,7 +141,20 @@ class BasicCredentials:
     password: str = field(repr=False)
 
 
-def presented_credentials(get: HeaderGetter) -> str | BasicCredentials | None:
+#: What :func:`presented_credentials` gives: a key or token, Basic credentials, or None.
+Presented: TypeAlias = str | BasicCredentials | None
+
+
+class NotRead:
+    """(:data:`NOT_READ`) The credentials not parsed yet: parse them."""
+
+    __slots__ = ()
+
+
+NOT_READ: Final = NotRead()
+
+
+def presented_credentials(get: HeaderGetter) -> Presented:
     """A key or bearer token (see :func:`presented_key`), Basic credentials, or None."""
     authorization = get(AUTHORIZATION_HEADER)
     if authorization is not None:
@@ -267,10 +280,15 @@ class Authenticator(AsyncCloseable, abc.ABC):
         return identity
 
     def admit_now(
-        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+        self,
+        get: HeaderGetter,
+        client_address: str | None,
+        certificate: bytes | None = None,
+        presented: Presented | NotRead = NOT_READ,
     ) -> Identity | Coroutine[Any, Any, Identity]:
         """:meth:`admit`, as the identity when it is known without waiting, or as the
-        coroutine to await for it (here always the coroutine)."""
+        coroutine to await for it (here always the coroutine). ``presented``: what
+        :func:`presented_credentials` gave for these same headers before, if known."""
         return self.admit(get, client_address, certificate)
 
     async def aclose(self) -> None:  # most authenticators hold nothing
@@ -562,14 +580,21 @@ class WorkspaceCallers(Authenticator):
         return admitted if isinstance(admitted, Identity) else await admitted
 
     def admit_now(
-        self, get: HeaderGetter, client_address: str | None, certificate: bytes | None = None
+        self,
+        get: HeaderGetter,
+        client_address: str | None,
+        certificate: bytes | None = None,
+        presented: Presented | NotRead = NOT_READ,
     ) -> Identity | Coroutine[Any, Any, Identity]:
         """:meth:`admit` without a coroutine when no scheme asks someone else (a key, a
         certificate, the anonymous caller): the identity, or the coroutine to await
         for it (Basic, a JWT, an introspected token). Raises as :meth:`admit` does, in
-        the same order (the address's rate first)."""
-        self.limiter.check_address(client_address)
-        found = self._identify(get, certificate)
+        the same order (the address's rate first). ``presented``: what
+        :func:`presented_credentials` gave for these same headers before, if known
+        (the gRPC binding's kept metadata: not parsed again)."""
+        if client_address is not None:  # (None: not counted; no frame)
+            self.limiter.check_address(client_address)
+        found = self._identify(get, certificate, presented)
         if isinstance(found, Identity):
             return self._admitted(found)
         return self._admitted_later(found)
@@ -579,8 +604,10 @@ class WorkspaceCallers(Authenticator):
 
     def _admitted(self, identity: Identity) -> Identity:
         """The caller's rate, and its workspace published."""
-        self.limiter.check_caller(identity.caller, identity.policy.limits)
-        if not self.publication.published(identity.caller.workspace):
+        caller = identity.caller
+        if caller is not ANONYMOUS:  # (never counted: no frame on its calls)
+            self.limiter.check_caller(caller, identity.policy.limits)
+        if not self.publication.published(caller.workspace):
             raise UnauthenticatedError(
                 "This agent is not published", challenge=self._challenge(self.entries())
             )
@@ -596,14 +623,18 @@ class WorkspaceCallers(Authenticator):
         return found if isinstance(found, Identity) else await found
 
     def _identify(
-        self, get: HeaderGetter, certificate: bytes | None
+        self,
+        get: HeaderGetter,
+        certificate: bytes | None,
+        presented: Presented | NotRead = NOT_READ,
     ) -> Identity | Coroutine[Any, Any, Identity]:
         """The identity, when no one else must be asked; else the coroutine that asks."""
-        try:
-            presented = presented_credentials(get)
-        except UnauthenticatedError as exc:  # malformed: name the schemes that would do
-            exc.challenge = exc.challenge or self._challenge(self.entries())
-            raise
+        if isinstance(presented, NotRead):
+            try:
+                presented = presented_credentials(get)
+            except UnauthenticatedError as exc:  # malformed: name the schemes that would do
+                exc.challenge = exc.challenge or self._challenge(self.entries())
+                raise
         if presented is None and certificate is None and self.allow_anonymous:
             return ANONYMOUS_IDENTITY  # before the file is even looked at: the hot path
         entries = self.entries()

@@ -78,29 +78,45 @@ class FreshFile(Generic[T]):
         self._what = what
         self._nothing = nothing
         self._stamp: tuple[int, int, int, int] | None = None
+        # The stamp of the value, once a look found the file older than FRESH_S: a later
+        # edit changes the stamp (its times are then after it), so until the stamp
+        # changes the value is final and the clock is not read again.
+        self._settled: tuple[int, int, int, int] | None = None
         self._warned: tuple[int, int, int, int] | None = None
         self._value = empty
+        # Missing at the last look: ``os.access`` first (no exception raised on every
+        # look at a file that is not there: a stat's FileNotFoundError costs ~5x more).
+        self._missing = False
 
     def value(self) -> T:
+        if self._missing and not os.access(self._fspath, os.F_OK):
+            return self._empty  # still missing (or no longer reachable: empty either way)
         try:
             st = os.stat(self._fspath)  # a str: no Path.__fspath__ on every look
         except FileNotFoundError:
-            self._stamp, self._value = None, self._empty
+            self._stamp, self._value, self._settled = None, self._empty, None
+            self._missing = True
             return self._empty
         except OSError as exc:
-            self._stamp, self._value = None, self._empty
+            self._stamp, self._value, self._settled = None, self._empty, None
+            self._missing = False
             self._warn_once(
                 (0, 0, 0, 0), [f"{self._what} unreadable ({exc.strerror}): {self.path}"]
             )
             return self._empty
+        self._missing = False
         stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+        if stamp == self._settled:  # (the common look: no clock read)
+            return self._value
         fresh = abs(time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns)) < FRESH_S * 1e9
-        if stamp != self._stamp or fresh:
+        if stamp == self._stamp and not fresh:
+            self._settled = stamp
+        else:  # changed, or young: read again
             value, warnings = read_file(
                 self.path, self._parse, self._empty, self._what, self._nothing
             )
             self._warn_once(stamp, warnings)
-            self._value, self._stamp = value, stamp
+            self._value, self._stamp, self._settled = value, stamp, None
         return self._value
 
     def _warn_once(self, stamp: tuple[int, int, int, int], warnings: list[str]) -> None:

@@ -51,10 +51,19 @@ what ``grpcio-status``'s ``rpc_status.to_status`` reads on the client side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+import sys
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+)
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -80,7 +89,7 @@ from a2a_gateway.protocol.service import SERVICE_DESCRIPTOR, A2AService, method_
 from a2a_gateway.protocol.tracing import TRACEPARENT, TRACESTATE
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from .auth import Authenticator, Identity
+from .auth import NOT_READ, Authenticator, Identity, NotRead, Presented, presented_credentials
 from .http_sse import WRITE_TIMEOUT_S
 from .metrics import CLIENT_GONE, NULL_METER, OK, Meter, outcome_of
 from .retry_memo import RetryMemo
@@ -142,9 +151,11 @@ class _StreamReport:
 
 class MetadataView:
     """Case-insensitive read access to text invocation metadata (``-bin`` keys skipped).
-    ``values`` maps each lower-case key to its values, in order."""
+    ``values`` maps each lower-case key to its values, in order; ``presented`` is what
+    :func:`~.auth.presented_credentials` gives for them, once known (a view kept with
+    a memo's answer is the same for each of its calls: parsed once)."""
 
-    __slots__ = ("values",)
+    __slots__ = ("presented", "values")
 
     def __init__(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
         values: dict[str, list[str]] = {}
@@ -157,6 +168,7 @@ class MetadataView:
                 else:
                     found.append(value)
         self.values = values
+        self.presented: Presented | NotRead = NOT_READ
 
     def get(self, name: str) -> str | None:
         """First value of ``name``; the :data:`~.auth.HeaderGetter` shape."""
@@ -302,6 +314,18 @@ class WriteWatch:
             handle.cancel()
 
 
+def _current_task_of() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
+    """``asyncio.current_task``; on Python 3.11, where it is a Python function around
+    a lookup in the running tasks' map (a frame on every call watched), that lookup."""
+    running = getattr(asyncio.tasks, "_current_tasks", None)
+    if sys.version_info < (3, 12) and isinstance(running, dict):
+        return running.get
+    return asyncio.current_task
+
+
+_current_task = _current_task_of()
+
+
 class WatchedCall:
     """One call under a :class:`CallWatch`: its task, when it is due, and whether the
     watch has ended it."""
@@ -357,7 +381,7 @@ class CallWatch:
     def watch(self, timeout_s: float) -> WatchedCall:
         """Bound the running task: it is due in ``timeout_s``."""
         loop = asyncio.get_running_loop()
-        call = WatchedCall(asyncio.current_task(loop), loop.time() + timeout_s)
+        call = WatchedCall(_current_task(loop), loop.time() + timeout_s)
         self._calls.add(call)
         if call.due < self._armed_at or self._loop is not loop:
             self._arm(loop, call.due)
@@ -417,6 +441,14 @@ class CallWatch:
 #: client's timer: DEADLINE_EXCEEDED, and the client never learnt its task's id).
 ANSWER_MARGIN_SHARE = 0.2
 ANSWER_MARGIN_MAX_S = 1.0
+
+
+def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
+    """A signing caller's signature over the request's bytes, right after admission
+    (as on HTTP); raise A2AError."""
+    secret = identity.policy.signing_secret
+    if secret is not None:
+        signing.check(secret, metadata.single(signing.SIGNATURE_METADATA_KEY), raw)
 
 
 def _deadline(context: grpc.aio.ServicerContext[Any, Any], default_s: float | None) -> float | None:
@@ -567,29 +599,20 @@ class RpcAdapter:
         metadata = MetadataView(context.invocation_metadata())
         admitted = self._admit(context, metadata)
         identity = admitted if isinstance(admitted, Identity) else await admitted
-        self._check_signature(identity, metadata, raw)
+        _check_signature(identity, metadata, raw)
         return self._decoded(raw, context, metadata, identity.caller, default_deadline_s)
 
     def _admit(
         self, context: grpc.aio.ServicerContext[Any, Any], metadata: MetadataView
     ) -> Identity | Coroutine[Any, Any, Identity]:
         """Admit the call (authentication, rate limits); raise A2AError. The identity
-        when known without waiting (a key, the anonymous caller), else the
-        authenticator's coroutine to await for it (no frame of ours around either);
-        then the signature is checked (:meth:`_check_signature`)."""
+        when known without waiting (a key, the anonymous caller), else the coroutine
+        to await for it; then the signature is checked (:func:`_check_signature`)."""
         authenticator = self._authenticator
         certificate = grpc_peer_certificate(context) if authenticator.certificates else None
         # The peer string is built by grpc on each ask: only when per-address limits count it.
         address = peer_address(context.peer()) if authenticator.limiter.limits_addresses else None
-        return authenticator.admit_now(metadata.single, address, certificate)
-
-    @staticmethod
-    def _check_signature(identity: Identity, metadata: MetadataView, raw: bytes) -> None:
-        """A signing caller's signature over the request's bytes, right after admission
-        (as on HTTP); raise A2AError."""
-        secret = identity.policy.signing_secret
-        if secret is not None:
-            signing.check(secret, metadata.single(signing.SIGNATURE_METADATA_KEY), raw)
+        return authenticator.admit_now(metadata.single, address, certificate, metadata.presented)
 
     def _decoded(
         self,
@@ -683,7 +706,9 @@ class RpcAdapter:
         memo = self.memo
         try:
             try:
-                raw = self.received(await context.read())  # (no coroutine of ours)
+                raw = await context.read()  # (no coroutine of ours; a frame for refusals)
+                if type(raw) is not bytes or len(raw) > self.bounds.max_request_bytes:
+                    raw = self.received(raw)
                 arrived = True
                 # (a tuple of pairs from grpc.aio's server, whatever its stubs say)
                 invocation: Any = context.invocation_metadata()
@@ -694,7 +719,8 @@ class RpcAdapter:
                 metadata = MetadataView(invocation) if kept is None else kept.metadata
                 admitted = self._admit(context, metadata)
                 identity = admitted if isinstance(admitted, Identity) else await admitted
-                self._check_signature(identity, metadata, raw)
+                if identity.policy.signing_secret is not None:  # (no frame for most)
+                    _check_signature(identity, metadata, raw)
                 caller = identity.caller
                 if kept is not None and memo is not None:  # as kept, if it holds for caller
                     answer = memo.answer(kept, caller)
@@ -719,6 +745,8 @@ class RpcAdapter:
             if call_context.activated_extensions:
                 await self._send_extensions(context, call_context)
             elif memo is not None and call_context.replay is not None:
+                with contextlib.suppress(A2AError):  # (an authenticator that reads none)
+                    metadata.presented = presented_credentials(metadata.single)
                 memo.keep(key, caller, response, call_context.replay, metadata)
             meter.done(self.metric_name, OK, started)
             return response
@@ -732,6 +760,12 @@ class RpcAdapter:
             error = InternalError()
         meter.done(self.metric_name, outcome_of(error), started)
         await self.abort(context, error)
+
+    # grpc's unary handler is the adapter: Awaitable, it passes grpc.aio's async test fast
+    __call__ = unary  # (docs/performance.md)
+
+    def __await__(self) -> Generator[Any, None, NoReturn]:
+        raise TypeError("an RpcAdapter is called (it is grpc's handler), not awaited")
 
     async def stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -841,7 +875,7 @@ class RpcAdapter:
         # path would read the message before our code runs, unbounded; its stream
         # path costs no more per call (measured, docs/performance.md).
         if not self.streaming:
-            return grpc.stream_unary_rpc_method_handler(self.unary)
+            return grpc.stream_unary_rpc_method_handler(self)  # (see __call__)
         return grpc.stream_stream_rpc_method_handler(self.stream)
 
 

@@ -80,6 +80,10 @@ class RetryKeys(Protocol):
 
     def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None: ...
 
+    def replay_check(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes
+    ) -> Callable[[], bool] | None: ...
+
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str
     ) -> None: ...

@@ -264,7 +264,8 @@ class _IndexCore(abc.ABC):
         # Keys a lookup found committed (see FOUND_KEYS); dropped with any task row.
         self._found_retry: ByteLRU[_RetryKey, str] = ByteLRU(FOUND_KEYS, FOUND_KEY_BYTES)
         self._deletes_unsent = False  # a queued write deletes task rows (and their keys)
-        self._unsent_retry: list[_RetryKey] = []
+        # (key, task id) of each retry key written since the last batch went.
+        self._unsent_retry: list[tuple[_RetryKey, str]] = []
         self._writer: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._reader: ThreadPoolExecutor | None = None
@@ -441,10 +442,18 @@ class _IndexCore(abc.ABC):
         self._deletes_unsent = True
 
     def _batch_done(
-        self, future: Future[bool], retry_keys: list[_RetryKey], deletes: bool = False
+        self,
+        future: Future[bool],
+        retry_keys: list[tuple[_RetryKey, str]],
+        deletes: bool = False,
     ) -> None:
-        for key in retry_keys:
-            self._pending_retry.pop(key, None)
+        pending = self._pending_retry
+        for key, task_id in retry_keys:
+            # Only while it names this batch's task: a key written again since (a later
+            # batch) stays pending until that one is in, or a lookup meanwhile would
+            # read (and keep) the task this batch committed.
+            if pending.get(key) == task_id:
+                del pending[key]
         if deletes:
             self._found_retry.clear()
         if future.cancelled() or future.exception() is not None or not future.result():
@@ -692,7 +701,7 @@ class _IndexRetryKeys(_IndexCore):
         key = (self.owner_id(owner), message_id, fingerprint)
         self._pending_retry[key] = task_id  # seen by lookups until committed
         self._found_retry.pop(key)  # (INSERT OR REPLACE) the next lookup reads it anew
-        self._unsent_retry.append(key)
+        self._unsent_retry.append((key, task_id))
         self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
@@ -759,6 +768,26 @@ class _IndexRetryKeys(_IndexCore):
         if found is not None:
             return found
         return self.find_message(owner, message_id, fingerprint)
+
+    def retry_key(self, owner: Caller, message_id: str, fingerprint: str) -> _RetryKey:
+        """The key :meth:`found_key` takes (the owner's id is a hash of the owner: the
+        same in every index)."""
+        owner_id = self._owners.get(owner)
+        if owner_id is None:
+            owner_id = _owner_hash(owner)
+        return (owner_id, message_id, fingerprint)
+
+    def found_key(self, key: _RetryKey, owner: Caller) -> str | None:
+        """:meth:`found_message` of a key made once by :meth:`retry_key` (the memo's
+        check, on every kept answer: no owner hashed again)."""
+        if self._db is None or self._keys_behind:
+            return None
+        found = self._pending_retry.get(key)
+        if found is None:
+            found = self._found_retry.get(key)
+        if found is not None:
+            return found
+        return self.find_message(owner, key[1], key[2])
 
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """:meth:`find_message` once the index is open (an open that fails is logged

@@ -293,6 +293,17 @@ class TaskStore(
         stored answer is checked with it (``engine/replay.py``)."""
         return None
 
+    def replay_check(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes
+    ) -> Callable[[], bool] | None:
+        """A check, made without waiting on each later call, that :meth:`found_message`
+        still names ``task_id`` for this key and :meth:`stored_bytes` still gives
+        ``task_bytes`` in a state that is not active (the file store's index maps and
+        the task file's ``stat``, prepared once); None: the store has no such check
+        (most stores: a retried send goes down the engine's path each time). The
+        retry memo's check (``engine/replay.py``)."""
+        return None
+
     @abc.abstractmethod
     def remember_message(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str

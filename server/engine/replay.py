@@ -7,20 +7,21 @@ come to name another task: a task file removed by hand makes the retry a new mes
 the task file (an edit by hand, a continuation, retention) and whether a run of the
 task is live here. The engine notes such an answer on the call's context as a
 :class:`StoredReplay`; a binding that keeps answers (the gRPC retry memo,
-``server/retry_memo.py``) keeps it beside the wire bytes and, before giving them
-again, asks :func:`replay_holds`: the same checks the retried path makes, each
+``server/retry_memo.py``) keeps, beside the wire bytes, the check :func:`replay_check` prepares once
+and makes before giving them again: the same checks the retried path makes, each
 answered without waiting (the index open, its keys recovered; the task file
 ``stat``ed as ``stored_bytes`` does), and the same store operations timed for the
-metrics (``found_message`` as ``lookup_message``, ``stored_bytes`` as ``load``).
+metrics (as ``lookup_message`` and ``load``, ``metrics.meter_store``).
 Anything that does not hold sends the call down the engine's path again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from a2a_gateway.protocol.context import Caller
 
-from ..store_roles import RetryKeys, TaskRecords
-from ..task_states import ACTIVE
+from ..store_roles import RetryKeys
 from .state import EngineState
 
 
@@ -39,24 +40,27 @@ class StoredReplay:
         self.task_bytes = task_bytes
 
 
-def replay_holds(state: EngineState, keys: RetryKeys, tasks: TaskRecords, replay: object) -> bool:
-    """Whether the engine would answer the call that gave ``replay`` as it did then:
-    not closing, no live run of the task, the retry key still naming it (known without
-    waiting), and the task file as it was (its ``stat`` as ``stored_bytes`` checks it,
-    the same bytes, not active)."""
-    if not isinstance(replay, StoredReplay) or state.closing:
-        return False
+def replay_check(state: EngineState, keys: RetryKeys, replay: object) -> Callable[[], bool] | None:
+    """The check of whether the engine would answer the call that gave ``replay`` as it
+    did then, made on each later call: not closing, no live run of the task, and the
+    store's :meth:`~..store_roles.RetryKeys.replay_check` (the retry key still naming
+    the task, known without waiting; the task file as it was, its ``stat`` as
+    ``stored_bytes`` checks it: the same bytes, not active). None: no check (not a
+    stored answer, or a store that cannot tell without waiting): nothing kept."""
+    if not isinstance(replay, StoredReplay):
+        return None
     task_id = replay.task_id
-    if task_id in state.runs:
-        return False
-    owner = replay.owner
-    if keys.found_message(owner, replay.message_id, replay.fingerprint) != task_id:
-        return False
-    stored = tasks.stored_bytes(owner, task_id)
-    if stored is None or stored[0] in ACTIVE:
-        return False
-    data = stored[1]
-    return data is replay.task_bytes or data == replay.task_bytes
+    stored = keys.replay_check(
+        replay.owner, replay.message_id, replay.fingerprint, task_id, replay.task_bytes
+    )
+    if stored is None:
+        return None
+    runs = state.runs
+
+    def holds() -> bool:
+        return not state.closing and task_id not in runs and stored()
+
+    return holds
 
 
-__all__ = ["StoredReplay", "replay_holds"]
+__all__ = ["StoredReplay", "replay_check"]

@@ -28,7 +28,7 @@ from .continuation import Intake
 from .push_configs import PushConfigs
 from .reads import Reads
 from .records import Records
-from .replay import replay_holds
+from .replay import replay_check
 from .state import DEFAULT_LIST_MAX_BYTES, EngineState
 from .turns import Runner
 
@@ -175,11 +175,12 @@ class TaskEngine(A2AService, Startable):
             return refused
         return TaskStream(self._intake.streaming_batches(request, context), context)
 
-    def replay_check(self) -> Callable[[object], bool]:
-        """Whether an answer the engine noted as ``CallContext.replay`` may be given
-        again to the same call (same caller, request and metadata) without the engine
-        (:mod:`.replay`): a function of the replay (no frame of the engine's around it)."""
-        return functools.partial(replay_holds, self._state, self._store, self._store)
+    def replay_check(self) -> Callable[[object], Callable[[], bool] | None]:
+        """For an answer the engine noted as ``CallContext.replay``: the check, made on
+        each later call, of whether it may be given again to the same call (same
+        caller, request and metadata) without the engine (:mod:`.replay`); None: it may
+        not be kept."""
+        return functools.partial(replay_check, self._state, self._store)
 
     # --- GetTask / ListTasks / SubscribeToTask (reads.py) -----------------------------
 

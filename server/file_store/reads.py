@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from a2a_gateway.protocol.context import Caller
@@ -17,6 +17,7 @@ from lf.a2a.v1 import a2a_pb2 as pb
 from ..ids import valid_id
 from ..secret_box import SecretBoxError
 from ..task_index import RECONCILE_WAIT_ROWS, Parsed, unreadable_for_now
+from ..task_states import ACTIVE
 from ..task_store import Listing, TaskFilter, TaskRecord, TaskSummary, Window
 from .folder import MALFORMED, Loaded, ReadBudget, Stamp, TaskFiles, file_stamp
 from .task_file import decode_document
@@ -57,6 +58,43 @@ class FileTaskReads(TaskFiles):
         if loaded is None or loaded.owner != owner:
             return None
         return loaded.summary.state, loaded.task_bytes
+
+    def replay_check(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes
+    ) -> Callable[[], bool] | None:
+        # found_message and stored_bytes prepared once (engine/replay.py): the key made
+        # and the record read now, with the file's stamp it was read at; each check
+        # then looks the key up in the index's maps and stats the file, and holds while
+        # the file has that stamp (the cache's own test: the same record, so the same
+        # owner, bytes and state; an edit, a removal or a rewrite fails it, and the
+        # engine's path answers and is kept anew).
+        loaded = self._read(task_id)
+        cached = self._cache.peek(task_id)
+        if (
+            loaded is None
+            or cached is None
+            or cached[1] is not loaded
+            or loaded.owner != owner
+            or loaded.summary.state in ACTIVE
+            or (loaded.task_bytes is not task_bytes and loaded.task_bytes != task_bytes)
+        ):
+            return None
+        stamp = cached[0]
+        index = self.index
+        key = index.retry_key(owner, message_id, fingerprint)
+        path = f"{self._dir}/{task_id}.json"
+        stat = os.stat
+
+        def holds() -> bool:
+            if not self._started or index.found_key(key, owner) != task_id:
+                return False
+            try:
+                st = stat(path)
+            except OSError:
+                return False
+            return (st.st_mtime_ns, st.st_size, st.st_ino) == stamp  # (file_stamp)
+
+        return holds
 
     def _read(self, task_id: str) -> Loaded | None:
         if not valid_id(task_id):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,14 @@ class WorkspaceTaskStores(
         if store is None:
             store = self.store_for(owner)
         return store.stored_bytes(owner, task_id)
+
+    def replay_check(
+        self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes
+    ) -> Callable[[], bool] | None:
+        # The workspace store's own check: no frame of the router's on each call.
+        return self.store_for(owner).replay_check(
+            owner, message_id, fingerprint, task_id, task_bytes
+        )
 
     async def save(self, record: TaskRecord) -> None:
         await self.store_for(record.owner).save(record)

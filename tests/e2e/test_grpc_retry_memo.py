@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import orjson
 import pytest
@@ -120,6 +121,45 @@ async def test_an_edited_task_file_is_answered_anew(
     assert memo.hits == 1
 
 
+async def test_a_key_moved_behind_the_memo_is_not_answered_from_it(
+    served: tuple[Gateway, grpc.aio.Channel],
+) -> None:
+    """The task file set aside, the same message sent over JSON-RPC (a new task takes the
+    retry key; the gRPC memo never sees it), the file put back as it was (its stamp the
+    same): the kept answer's file is unchanged, but the key names the new task."""
+    gateway, channel = served
+    memo = _memo(gateway)
+    task_id = _task(await _send(channel, _request())).id
+    await _send(channel, _request())  # kept
+    path = _task_file(gateway, task_id)
+    aside = path.with_suffix(".aside")
+    path.rename(aside)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {"role": "ROLE_USER", "messageId": "m-memo", "parts": [{"text": "hello"}]}
+        },
+    }
+    headers = {"x-api-key": KEY_ALICE, "A2A-Version": "1.0"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://127.0.0.1:{gateway.http_port}{gateway.config.mounts.jsonrpc}",
+            json=body,
+            headers=headers,
+        ) as reply,
+    ):
+        answer = await reply.json()
+        assert "result" in answer, answer
+        moved = answer["result"]["task"]["id"]
+    assert moved != task_id
+    aside.rename(path)  # back as it was: the same inode, mtime and size
+    assert _task(await _send(channel, _request())).id == moved
+    assert memo.hits == 0
+
+
 async def test_another_caller_is_not_given_a_kept_answer(
     served: tuple[Gateway, grpc.aio.Channel],
 ) -> None:
@@ -206,7 +246,7 @@ async def test_no_memo_where_each_call_is_seen(tmp_path: Path, settings: dict[st
 
 
 def test_the_memo_is_bounded() -> None:
-    memo = RetryMemo(lambda replay: True, max_entries=2, max_bytes=10_000)
+    memo = RetryMemo(lambda replay: lambda: True, max_entries=2, max_bytes=10_000)
     metadata = (("a2a-version", "1.0"),)
     for n in range(3):
         memo.keep((b"r%d" % n, metadata), ANONYMOUS, b"answer", object())
@@ -216,7 +256,7 @@ def test_the_memo_is_bounded() -> None:
     assert kept is not None and memo.answer(kept, ANONYMOUS) == b"answer"
     memo.keep((b"big", metadata), ANONYMOUS, b"x" * (MAX_ANSWER_BYTES + 1), object())
     assert memo.get((b"big", metadata)) is None
-    refused = RetryMemo(lambda replay: False)
+    refused = RetryMemo(lambda replay: lambda: False)
     refused.keep((b"r", metadata), ANONYMOUS, b"answer", object())
     kept = refused.get((b"r", metadata))
     assert kept is not None and refused.answer(kept, ANONYMOUS) is None

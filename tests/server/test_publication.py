@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+from a2a_gateway.server import fresh_file
 from a2a_gateway.server.publication import CARD_FILE, Publication
 
 
@@ -40,4 +43,28 @@ def test_a_broken_file_is_published_and_a_wrong_flag_is_not(
         assert publication.published(str(tmp_path))
     assert "(not valid JSON): published" in caplog.text
     _card(tmp_path, json.dumps({"published": "no"}))
+    assert not publication.published(str(tmp_path))
+
+
+def test_a_card_edited_after_it_settled_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An old card.json's flag is kept without reading the clock (settled: here every
+    file is old at once), and an edit keeping its size and mtime is still seen: its
+    ctime moved."""
+    monkeypatch.setattr(fresh_file, "FRESH_S", 0.0)
+    card = tmp_path / CARD_FILE
+    _card(tmp_path, '{"published": false}')
+    old = time.time() - 60
+    os.utime(card, (old, old))
+    time.sleep(0.05)  # the next change's ctime a timestamp tick (coarse clock) later
+    publication = Publication([tmp_path])
+    for _ in range(3):  # read, then settled, then answered as settled
+        assert not publication.published(str(tmp_path))
+    _card(tmp_path, '{"published": true }')  # the same size, in place (the same inode)
+    os.utime(card, (old, old))  # and the same mtime
+    assert publication.published(str(tmp_path))
+    card.unlink()  # missing: published (and a missing file is looked for without a stat)
+    assert publication.published(str(tmp_path))
+    _card(tmp_path, '{"published": false}')
     assert not publication.published(str(tmp_path))
