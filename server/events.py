@@ -469,8 +469,7 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
     and the generator ends, so a held stream keeps no frame of the engine's while it
     waits; it leaves the hub however it ends (its end, its error, :meth:`aclose`)."""
 
-    __slots__ = ("_at", "_batches", "_context", "_events", "_leave", "_prefix", "_seqs",
-                 "_subscriber")  # fmt: skip
+    __slots__ = ("_at", "_batches", "_context", "_events", "_follower", "_prefix", "_seqs")
 
     def __init__(self, batches: AsyncGenerator[Batch] | None, context: CallContext) -> None:
         self._batches = batches
@@ -479,8 +478,7 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
         self._seqs: Sequence[int] = ()
         self._prefix = ""
         self._at = 0
-        self._subscriber: Subscriber | None = None
-        self._leave: Callable[[str, Subscriber], None] | None = None
+        self._follower: _Follower | None = None
 
     def start(self, batches: AsyncGenerator[Batch]) -> TaskStream:
         """The batches of a stream made without them (they are given the stream, for
@@ -494,14 +492,14 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
         """After the batches' generator's last batch, the stream's events are
         ``subscriber``'s, their ids prefixed with ``prefix`` (``<taskId>:``); it leaves
         the hub with ``leave(task_id, subscriber)`` (once) however it ends."""
-        self._subscriber = subscriber
-        self._prefix = prefix
-        self._leave = leave
+        self._follower = _Follower(subscriber, prefix, leave)
 
     def followed(self) -> Awaitable[Batch]:
         """The subscriber's next batch, for the batches' generator itself (a stream
         whose first batch is its subscriber's)."""
-        return _NextBatch(self)
+        follower = self._follower
+        assert follower is not None
+        return follower
 
     def __aiter__(self) -> TaskStream:
         return self
@@ -523,7 +521,7 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
     def next_batch(self) -> Awaitable[Batch]:
         """The next batch (what :meth:`__anext__` left of the current one first);
         StopAsyncIteration at the end. The generator's own awaitable, then the
-        subscriber's (:class:`_NextBatch`): a stream waiting for its next batch holds
+        subscriber's (:class:`_Follower`): a stream waiting for its next batch holds
         no coroutine frame."""
         at, events, seqs = self._at, self._events, self._seqs
         self._events = self._seqs = ()
@@ -533,7 +531,8 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
         return self._next()
 
     def _next(self) -> Awaitable[Batch]:
-        if self._subscriber is None:
+        follower = self._follower
+        if follower is None:
             if self._batches is None:
                 raise StopAsyncIteration  # closed
             return self._batches.__anext__()
@@ -541,14 +540,7 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
         if batches is not None:  # handed over, done with its last batch: it ends now
             self._batches = None
             _close_now(batches)
-        return _NextBatch(self)
-
-    def _left(self) -> None:
-        """The stream leaves its hub (once)."""
-        leave, subscriber = self._leave, self._subscriber
-        self._leave = None
-        if leave is not None and subscriber is not None:
-            leave(self._prefix[:-1], subscriber)
+        return follower
 
     async def aclose(self) -> None:
         self._events = self._seqs = ()
@@ -557,7 +549,8 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
             if batches is not None:
                 await batches.aclose()
         finally:
-            self._left()
+            if self._follower is not None:
+                self._follower.left()
 
 
 def _close_now(batches: AsyncGenerator[Batch]) -> None:
@@ -571,52 +564,62 @@ def _close_now(batches: AsyncGenerator[Batch]) -> None:
     closing.close()  # (it waited: not a handed-over generator's end)
 
 
-class _NextBatch:
-    """:meth:`TaskStream.next_batch`'s awaitable once the stream follows its subscriber:
-    a coroutine written out (``send``/``throw``), so a held stream waits on the
-    subscriber's future with no frame. It answers the queued events at once; waits for
-    the subscriber's future (``Subscriber.idle``) and asks again; and lets
-    ``Subscriber.next_batch`` read the event log, when there is some to read."""
+class _Follower:
+    """A :class:`TaskStream` that follows its subscriber, and the awaitable of each of
+    its next batches: a coroutine written out (``__next__``/``send``/``throw``), one
+    for the stream's life, so a held stream waits on the subscriber's future with no
+    frame. It answers the queued events at once; waits for the subscriber's future
+    (``Subscriber.idle``) and looks again; lets ``Subscriber.next_batch`` read the
+    event log, when there is some to read; leaves the hub (once) at the end or error."""
 
-    __slots__ = ("_inner", "_stream")
+    __slots__ = ("_inner", "_leave", "_prefix", "_subscriber")
 
-    def __init__(self, stream: TaskStream) -> None:
-        self._stream = stream
+    def __init__(
+        self, subscriber: Subscriber, prefix: str, leave: Callable[[str, Subscriber], None]
+    ) -> None:
+        self._subscriber = subscriber
+        self._prefix = prefix
+        self._leave: Callable[[str, Subscriber], None] | None = leave
         self._inner: Coroutine[object, None, Sequence[Event]] | None = None
+
+    def left(self) -> None:
+        """The stream leaves its hub (once)."""
+        leave, self._leave = self._leave, None
+        if leave is not None:
+            leave(self._prefix[:-1], self._subscriber)
 
     def __await__(self) -> Generator[object, None, Batch]:
         return self  # type: ignore[return-value]
 
-    def __iter__(self) -> _NextBatch:
+    def __iter__(self) -> _Follower:
         return self
 
     def __next__(self) -> object:
-        return self.send(None)
-
-    def send(self, value: None) -> object:
         inner = self._inner
         if inner is None:
-            subscriber = self._stream._subscriber
-            assert subscriber is not None
+            subscriber = self._subscriber
             if subscriber.events and not (
                 subscriber.log_at < subscriber.log_end and subscriber.read_log is not None
             ):
                 events = subscriber.take()
-                raise StopIteration((events, subscriber.taken_seqs, self._stream._prefix))
+                raise StopIteration((events, subscriber.taken_seqs, self._prefix))
             idle = subscriber.idle()
             if idle is not None:
                 idle._asyncio_future_blocking = True  # (a future's own __await__)
                 return idle
             inner = self._inner = subscriber.next_batch()
         try:
-            return inner.send(value)
+            return inner.send(None)
         except StopIteration as done:
             self._inner = None
             return self._answer(done.value)
         except Exception:
             self._inner = None
-            self._stream._left()
+            self.left()
             raise
+
+    def send(self, value: None) -> object:
+        return self.__next__()
 
     def throw(
         self, typ: Any, val: BaseException | None = None, tb: TracebackType | None = None
@@ -635,7 +638,7 @@ class _NextBatch:
         except BaseException as error:
             self._inner = None
             if not isinstance(error, asyncio.CancelledError):
-                self._stream._left()
+                self.left()
             raise
 
     def close(self) -> None:
@@ -644,8 +647,7 @@ class _NextBatch:
             inner.close()
 
     def _answer(self, events: Sequence[Event]) -> NoReturn:
-        stream = self._stream
         if not events:
-            stream._left()
+            self.left()
             raise StopAsyncIteration
-        raise StopIteration((events, stream._subscriber.taken_seqs, stream._prefix))  # type: ignore[union-attr]
+        raise StopIteration((events, self._subscriber.taken_seqs, self._prefix))
