@@ -523,11 +523,18 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
         StopAsyncIteration at the end. The generator's own awaitable, then the
         subscriber's (:class:`_Follower`): a stream waiting for its next batch holds
         no coroutine frame."""
-        at, events, seqs = self._at, self._events, self._seqs
-        self._events = self._seqs = ()
-        self._at = 0
+        at, events = self._at, self._events
         if at < len(events):
+            seqs = self._seqs
+            self._events = self._seqs = ()
+            self._at = 0
             return _ready((events[at:], seqs[at:], self._prefix))
+        if events:
+            self._events = self._seqs = ()
+            self._at = 0
+        follower = self._follower  # (_next, inline: one call fewer a batch)
+        if follower is not None and self._batches is None:
+            return follower
         return self._next()
 
     def _next(self) -> Awaitable[Batch]:
@@ -603,8 +610,12 @@ class _Follower:
             ):
                 events = subscriber.take()
                 raise StopIteration((events, subscriber.taken_seqs, self._prefix))
-            idle = subscriber.idle()
-            if idle is not None:
+            if not (
+                subscriber.events
+                or subscriber.done
+                or (subscriber.log_at < subscriber.log_end and subscriber.read_log is not None)
+            ):  # (Subscriber.idle, inline: one call fewer a wait)
+                idle = subscriber.waiter = asyncio.get_running_loop().create_future()
                 idle._asyncio_future_blocking = True  # (a future's own __await__)
                 return idle
             inner = self._inner = subscriber.next_batch()
