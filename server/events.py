@@ -30,7 +30,17 @@ and is never taken for a slow reader. Only events queued in memory count against
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Sequence,
+)
+from types import TracebackType
+from typing import Any, NoReturn
 
 import orjson
 
@@ -451,18 +461,45 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
     contract: ``async for``, each event's id in ``context.event_id``, ``""`` when not
     logged) or a batch at a time (:meth:`next_batch`: the SSE writer, with no hop per
     event and the events as the hub carries them, a text chunk's as its pieces).
-    ``batches`` yields the stream's batches (never an empty one) and is closed by
-    :meth:`aclose`."""
 
-    __slots__ = ("_at", "_batches", "_context", "_events", "_prefix", "_seqs")
+    ``batches`` yields the stream's first batches (never an empty one: the snapshot)
+    and is closed by :meth:`aclose`. A stream that goes on with a hub's events hands
+    them over with :meth:`follow` (its subscriber, its id prefix, and how it leaves the
+    hub) before its last batch: from then on the stream reads the subscriber itself
+    and the generator ends, so a held stream keeps no frame of the engine's while it
+    waits; it leaves the hub however it ends (its end, its error, :meth:`aclose`)."""
 
-    def __init__(self, batches: AsyncGenerator[Batch], context: CallContext) -> None:
+    __slots__ = ("_at", "_batches", "_context", "_events", "_follower", "_prefix", "_seqs")
+
+    def __init__(self, batches: AsyncGenerator[Batch] | None, context: CallContext) -> None:
         self._batches = batches
         self._context = context
         self._events: Sequence[Event] = ()
         self._seqs: Sequence[int] = ()
         self._prefix = ""
         self._at = 0
+        self._follower: _Follower | None = None
+
+    def start(self, batches: AsyncGenerator[Batch]) -> TaskStream:
+        """The batches of a stream made without them (they are given the stream, for
+        :meth:`follow`)."""
+        self._batches = batches
+        return self
+
+    def follow(
+        self, subscriber: Subscriber, prefix: str, leave: Callable[[str, Subscriber], None]
+    ) -> None:
+        """After the batches' generator's last batch, the stream's events are
+        ``subscriber``'s, their ids prefixed with ``prefix`` (``<taskId>:``); it leaves
+        the hub with ``leave(task_id, subscriber)`` (once) however it ends."""
+        self._follower = _Follower(subscriber, prefix, leave)
+
+    def followed(self) -> Awaitable[Batch]:
+        """The subscriber's next batch, for the batches' generator itself (a stream
+        whose first batch is its subscriber's)."""
+        follower = self._follower
+        assert follower is not None
+        return follower
 
     def __aiter__(self) -> TaskStream:
         return self
@@ -472,7 +509,7 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
         events = self._events
         if at >= len(events):
             self._events = self._seqs = ()  # not held while the stream waits
-            events, self._seqs, self._prefix = await self._batches.__anext__()
+            events, self._seqs, self._prefix = await self._next()
             self._events = events
             at = 0
         self._at = at + 1
@@ -483,15 +520,145 @@ class TaskStream(AsyncIterator[pb.StreamResponse]):
 
     def next_batch(self) -> Awaitable[Batch]:
         """The next batch (what :meth:`__anext__` left of the current one first);
-        StopAsyncIteration at the end. The batch generator's own awaitable: a stream
-        waiting for its next batch holds no coroutine frame of this method."""
-        at, events, seqs = self._at, self._events, self._seqs
-        self._events = self._seqs = ()
-        self._at = 0
+        StopAsyncIteration at the end. The generator's own awaitable, then the
+        subscriber's (:class:`_Follower`): a stream waiting for its next batch holds
+        no coroutine frame."""
+        at, events = self._at, self._events
         if at < len(events):
+            seqs = self._seqs
+            self._events = self._seqs = ()
+            self._at = 0
             return _ready((events[at:], seqs[at:], self._prefix))
-        return self._batches.__anext__()
+        if events:
+            self._events = self._seqs = ()
+            self._at = 0
+        follower = self._follower  # (_next, inline: one call fewer a batch)
+        if follower is not None and self._batches is None:
+            return follower
+        return self._next()
+
+    def _next(self) -> Awaitable[Batch]:
+        follower = self._follower
+        if follower is None:
+            if self._batches is None:
+                raise StopAsyncIteration  # closed
+            return self._batches.__anext__()
+        batches = self._batches
+        if batches is not None:  # handed over, done with its last batch: it ends now
+            self._batches = None
+            _close_now(batches)
+        return follower
 
     async def aclose(self) -> None:
         self._events = self._seqs = ()
-        await self._batches.aclose()
+        batches, self._batches = self._batches, None
+        try:
+            if batches is not None:
+                await batches.aclose()
+        finally:
+            if self._follower is not None:
+                self._follower.left()
+
+
+def _close_now(batches: AsyncGenerator[Batch]) -> None:
+    """End a batch generator suspended at its last ``yield`` (nothing after it to
+    wait for): at once, not in a task of the loop's finalizer."""
+    closing = batches.aclose()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return
+    closing.close()  # (it waited: not a handed-over generator's end)
+
+
+class _Follower:
+    """A :class:`TaskStream` that follows its subscriber, and the awaitable of each of
+    its next batches: a coroutine written out (``__next__``/``send``/``throw``), one
+    for the stream's life, so a held stream waits on the subscriber's future with no
+    frame. It answers the queued events at once; waits for the subscriber's future
+    (``Subscriber.idle``) and looks again; lets ``Subscriber.next_batch`` read the
+    event log, when there is some to read; leaves the hub (once) at the end or error."""
+
+    __slots__ = ("_inner", "_leave", "_prefix", "_subscriber")
+
+    def __init__(
+        self, subscriber: Subscriber, prefix: str, leave: Callable[[str, Subscriber], None]
+    ) -> None:
+        self._subscriber = subscriber
+        self._prefix = prefix
+        self._leave: Callable[[str, Subscriber], None] | None = leave
+        self._inner: Coroutine[object, None, Sequence[Event]] | None = None
+
+    def left(self) -> None:
+        """The stream leaves its hub (once)."""
+        leave, self._leave = self._leave, None
+        if leave is not None:
+            leave(self._prefix[:-1], self._subscriber)
+
+    def __await__(self) -> Generator[object, None, Batch]:
+        return self  # type: ignore[return-value]
+
+    def __iter__(self) -> _Follower:
+        return self
+
+    def __next__(self) -> object:
+        inner = self._inner
+        if inner is None:
+            subscriber = self._subscriber
+            if subscriber.events and not (
+                subscriber.log_at < subscriber.log_end and subscriber.read_log is not None
+            ):
+                events = subscriber.take()
+                raise StopIteration((events, subscriber.taken_seqs, self._prefix))
+            if not (
+                subscriber.events
+                or subscriber.done
+                or (subscriber.log_at < subscriber.log_end and subscriber.read_log is not None)
+            ):  # (Subscriber.idle, inline: one call fewer a wait)
+                idle = subscriber.waiter = asyncio.get_running_loop().create_future()
+                idle._asyncio_future_blocking = True  # (a future's own __await__)
+                return idle
+            inner = self._inner = subscriber.next_batch()
+        try:
+            return inner.send(None)
+        except StopIteration as done:
+            self._inner = None
+            return self._answer(done.value)
+        except Exception:
+            self._inner = None
+            self.left()
+            raise
+
+    def send(self, value: None) -> object:
+        return self.__next__()
+
+    def throw(
+        self, typ: Any, val: BaseException | None = None, tb: TracebackType | None = None
+    ) -> object:
+        exc = val if val is not None else typ
+        if isinstance(exc, type):
+            exc = exc()
+        inner = self._inner
+        if inner is None:
+            raise exc  # (a cancellation while it waits: the consumer closes the stream)
+        try:
+            return inner.throw(exc)
+        except StopIteration as done:
+            self._inner = None
+            return self._answer(done.value)
+        except BaseException as error:
+            self._inner = None
+            if not isinstance(error, asyncio.CancelledError):
+                self.left()
+            raise
+
+    def close(self) -> None:
+        inner, self._inner = self._inner, None
+        if inner is not None:
+            inner.close()
+
+    def _answer(self, events: Sequence[Event]) -> NoReturn:
+        if not events:
+            self.left()
+            raise StopAsyncIteration
+        raise StopIteration((events, self._subscriber.taken_seqs, self._prefix))

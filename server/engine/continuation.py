@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 
 from a2a_gateway.agent.base import Signal
 from a2a_gateway.protocol.context import CallContext, Caller
@@ -23,7 +23,7 @@ from a2a_gateway.protocol.resume import RESUME_EXTENSION
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..drain import shutting_down
-from ..events import NOT_LOGGED, Batch, Event, Subscriber
+from ..events import NOT_LOGGED, Batch, Subscriber, TaskStream
 from ..files import is_file_part
 from ..ids import new_id, valid_id
 from ..limits import RunSlot
@@ -100,9 +100,10 @@ class Intake:
         return response
 
     async def streaming_batches(
-        self, request: pb.SendMessageRequest, context: CallContext
+        self, request: pb.SendMessageRequest, context: CallContext, stream: TaskStream
     ) -> AsyncGenerator[Batch]:
-        """SendStreamingMessage: the batches of its :class:`~..events.TaskStream`."""
+        """SendStreamingMessage: the first batches of its :class:`~..events.TaskStream`
+        (``stream``), which then follows the task's hub itself."""
         if not self._state.agent.streaming:
             raise UnsupportedOperationError(NO_STREAMING)
         history_length = send_history_length(request)
@@ -128,28 +129,18 @@ class Intake:
         if RESUME_EXTENSION in context.extensions:
             context.activated_extensions.add(RESUME_EXTENSION)
         del got
-        prefix = task_id + ":"
-        # The snapshot once the task is on disk, then the events as they come; it
-        # leaves the hub however the stream ends. (Here, not in a generator of the
-        # state's that this one would relay: one generator fewer per held stream.)
+        # The snapshot once the task is on disk; then the stream reads the hub's events
+        # itself (this generator ends: no frame of its held while the stream waits)
+        # and leaves the hub however it ends; until then, this leaves it.
         try:
             await _stored_before_shown(self._records, run)
-            batch: Sequence[Event] = [snapshot]
-            del snapshot  # nor the batches
-            yield batch, [snapshot_seq], prefix
-            del batch
-            while True:
-                if (idle := subscriber.idle()) is not None:
-                    await idle  # (next_batch's wait, here: no frame of its held)
-                    del idle
-                    continue
-                batch = await subscriber.next_batch()
-                if not batch:
-                    break
-                yield batch, subscriber.taken_seqs, prefix
-                del batch
-        finally:
+        except BaseException:
             self._state.leave(task_id, subscriber)
+            raise
+        del run
+        prefix = task_id + ":"
+        stream.follow(subscriber, prefix, self._state.leave)
+        yield [snapshot], [snapshot_seq], prefix
 
     async def _accept(
         self, request: pb.SendMessageRequest, context: CallContext, subscriber: Subscriber | None

@@ -12,7 +12,7 @@ from a2a_gateway.protocol.errors import UnavailableError
 from a2a_gateway.protocol.resume import RESUME_EXPIRED, RESUME_EXTENSION, resume_point
 from lf.a2a.v1 import a2a_pb2 as pb
 
-from ..events import Batch, Event, Subscriber
+from ..events import Batch, Event, Subscriber, TaskStream
 from ..ids import valid_id
 from ..store_roles import EventLogs, TaskRecords
 from ..task_states import KNOWN_STATES, TERMINAL, task_view, timestamp_ns
@@ -141,9 +141,10 @@ class Reads:
                 await self._records.load(caller, task_id)
 
     async def subscription_batches(
-        self, request: pb.SubscribeToTaskRequest, context: CallContext
+        self, request: pb.SubscribeToTaskRequest, context: CallContext, stream: TaskStream
     ) -> AsyncGenerator[Batch]:
-        """SubscribeToTask: the batches of its :class:`~..events.TaskStream`."""
+        """SubscribeToTask: the first batch of its :class:`~..events.TaskStream`
+        (``stream``), which then follows the task's hub itself."""
         caller = context.caller
         task_id = request.id
         del request  # not held for the stream's life
@@ -152,28 +153,22 @@ class Reads:
         snapshot, snapshot_seq = await self._join(caller, task_id, subscriber, resume)
         if resume is not None or RESUME_EXTENSION in context.extensions:
             context.activated_extensions.add(RESUME_EXTENSION)
+        # The snapshot (none for a resumed stream), then the stream reads the hub's
+        # events itself (this generator ends: no frame of its held while the stream
+        # waits) and leaves the hub however it ends (as ``streaming_batches``).
         prefix = task_id + ":"
-        # The snapshot (none for a resumed stream), then the events as they come; it
-        # leaves the hub however the stream ends (inline, as in ``streaming_batches``:
-        # one generator fewer per held stream).
+        stream.follow(subscriber, prefix, self._state.leave)
+        if snapshot is not None:
+            batch: Sequence[Event] = [snapshot]
+            del snapshot  # nor the batches: not held while the stream waits
+            yield batch, [snapshot_seq], prefix
+            return
+        # A resumed stream's first batch is its subscriber's (read from the log).
         try:
-            if snapshot is not None:
-                batch: Sequence[Event] = [snapshot]
-                del snapshot  # nor the batches: not held while the stream waits
-                yield batch, [snapshot_seq], prefix
-                del batch
-            while True:
-                if (idle := subscriber.idle()) is not None:
-                    await idle  # (next_batch's wait, here: no frame of its held)
-                    del idle
-                    continue
-                batch = await subscriber.next_batch()
-                if not batch:
-                    break
-                yield batch, subscriber.taken_seqs, prefix
-                del batch
-        finally:
-            self._state.leave(task_id, subscriber)
+            first = await stream.followed()
+        except StopAsyncIteration:
+            return
+        yield first
 
     async def _resume(
         self,

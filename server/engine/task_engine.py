@@ -173,7 +173,8 @@ class TaskEngine(A2AService, Startable):
         refused = self._refusal(context)
         if refused is not None:
             return refused
-        return TaskStream(self._intake.streaming_batches(request, context), context)
+        stream = TaskStream(None, context)
+        return stream.start(self._intake.streaming_batches(request, context, stream))
 
     def replay_check(self) -> Callable[[object], Callable[[], bool] | None]:
         """For an answer the engine noted as ``CallContext.replay``: the check, made on
@@ -200,7 +201,8 @@ class TaskEngine(A2AService, Startable):
         refused = self._refusal(context)
         if refused is not None:
             return refused
-        return TaskStream(self._reads.subscription_batches(request, context), context)
+        stream = TaskStream(None, context)
+        return stream.start(self._reads.subscription_batches(request, context, stream))
 
     # --- CancelTask (turns.py) --------------------------------------------------------
 

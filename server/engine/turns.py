@@ -262,7 +262,7 @@ class _AtOnce(_TurnIO):
         run.aio = asyncio.create_task(_rest_of(end, waiting), name=f"a2a-run-{task.id}")
 
     def _apply_now(self, run: Run, outputs: Sequence[Any]) -> tuple[int, str]:
-        """:meth:`_consume` of outputs that need no wait (:func:`_at_once`)."""
+        """:meth:`_drive`'s loop over outputs that need no wait (:func:`_at_once`)."""
         task_id = run.record.task.id
         for output in outputs:
             if isinstance(output, TextChunk):
@@ -411,7 +411,34 @@ class Runner(_AtOnce):
                 ending = (pb.TASK_STATE_FAILED, refused)
             else:
                 outputs = self._state.agent.run(run.turn)
-                ending = await self._consume(run, outputs)
+                # The agent's outputs applied until its ending (COMPLETED when it has
+                # none), inline: a held run keeps no frame of a method of its own.
+                task_id = task.id  # (read once: each read of a field costs a name lookup)
+                async for output in outputs:
+                    if run.finished or run.stopping:
+                        break
+                    if run.awaiting_auth:
+                        self._resume(run, output)
+                    if isinstance(output, TextChunk):
+                        self._text(run, output, task_id)
+                    elif isinstance(output, ArtifactChunk):
+                        self._artifact(run, output)
+                    elif isinstance(output, Progress):
+                        self._progress(run, output)
+                    elif isinstance(output, File):
+                        await self._file(run, output)
+                    elif isinstance(output, AuthRequired) and output.resumes:
+                        await self._await_auth(run, output.text)
+                    else:
+                        if isinstance(output, InputRequired) and output.schema is not None:
+                            run.status_data = output.schema
+                        ending = _ending(output)
+                        break
+                    del output  # not held while the run waits for the next one
+                    hub = self._state.hubs.get(task_id)
+                    if hub is not None and hub.pressure:
+                        hub.pressure = False
+                        await asyncio.sleep(0)  # let the streams catch up
         except asyncio.CancelledError:
             if run.finished:
                 return  # CancelTask already stored the outcome
@@ -430,35 +457,6 @@ class Runner(_AtOnce):
             state, text = ending
             ending = (state, "\n".join(t for t in (text, *run.file_notes) if t))
         await self.finish(run, *ending)
-
-    async def _consume(self, run: Run, outputs: AsyncIterator[Any]) -> tuple[int, str]:
-        """Apply the agent's outputs until its ending (COMPLETED when it has none)."""
-        task = run.record.task
-        task_id = task.id  # (read once: each read of a field costs a name lookup)
-        async for output in outputs:
-            if run.finished or run.stopping:
-                break
-            if run.awaiting_auth:
-                self._resume(run, output)
-            if isinstance(output, TextChunk):
-                self._text(run, output, task_id)
-            elif isinstance(output, ArtifactChunk):
-                self._artifact(run, output)
-            elif isinstance(output, Progress):
-                self._progress(run, output)
-            elif isinstance(output, File):
-                await self._file(run, output)
-            elif isinstance(output, AuthRequired) and output.resumes:
-                await self._await_auth(run, output.text)
-            else:
-                if isinstance(output, InputRequired) and output.schema is not None:
-                    run.status_data = output.schema
-                return _ending(output)
-            hub = self._state.hubs.get(task_id)
-            if hub is not None and hub.pressure:
-                hub.pressure = False
-                await asyncio.sleep(0)  # let the streams catch up
-        return (pb.TASK_STATE_COMPLETED, "")
 
     async def _await_auth(self, run: Run, text: str) -> None:
         """AUTH_REQUIRED while the run goes on (credentials come out of band): stored

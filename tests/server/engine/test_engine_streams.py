@@ -236,3 +236,37 @@ async def test_shutdown_fails_live_runs_and_ends_streams(
         assert status_text(record.task) == SHUTDOWN
     record = await store.load(ctx().caller, asked.id)
     assert record is not None and state_name(record.task) == "INPUT_REQUIRED"
+
+
+@pytest.mark.parametrize("ends", ["aclose", "cancelled", "after-next-batch"])
+async def test_a_held_stream_leaves_the_hub_however_it_ends(engine: TaskEngine, ends: str) -> None:
+    """A held stream reads its subscriber itself once its snapshot is out (its setup's
+    generator has ended): closing it, or closing it after its consumer was cancelled
+    while it waited, takes its subscriber out of the task's hub, and a new subscriber
+    still gets the task's events."""
+    held = await send(engine, "hold:30", return_immediately=True)
+    stream = subscribe(engine, held.id)
+    assert (await stream.__anext__()).task.id == held.id  # the snapshot
+    hub = engine._state.hubs[held.id]
+    assert len(hub.subscribers) == 1
+    if ends != "aclose":
+        for _ in range(5):  # the events queued after the snapshot (WORKING), then a wait
+            pull = stream.__anext__ if ends == "cancelled" else stream.next_batch
+            waiting = asyncio.ensure_future(pull())
+            await asyncio.sleep(0.01)
+            if not waiting.done():
+                break
+            assert not isinstance(waiting.result(), tuple) or waiting.result()[0]
+        assert not waiting.done()  # waits on its subscriber
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert len(hub.subscribers) == 1  # a cancellation leaves it to the consumer's close
+    await stream.aclose()
+    assert hub.subscribers == []
+    other = subscribe(engine, held.id)
+    assert (await other.__anext__()).task.id == held.id
+    canceled = await engine.cancel_task(pb.CancelTaskRequest(id=held.id), ctx())
+    assert state_name(canceled) == "CANCELED"
+    assert kinds(await collect(other))[-1] == "status:CANCELED"
+    assert held.id not in engine._state.hubs  # the stream that ended on its own left too
