@@ -80,12 +80,19 @@ class FreshFile(Generic[T]):
         self._stamp: tuple[int, int, int, int] | None = None
         self._warned: tuple[int, int, int, int] | None = None
         self._value = empty
+        self._absent = False
 
     def value(self) -> T:
+        # Found missing at the last look: while it still is, ``access`` says so without
+        # the exception a failed ``stat`` makes (1.5 against 2.8 us; a card.json is
+        # looked at on every call's admission, and most workspaces have none).
+        if self._absent and not os.access(self._fspath, os.F_OK):
+            return self._empty
+        self._absent = False
         try:
             st = os.stat(self._fspath)  # a str: no Path.__fspath__ on every look
         except FileNotFoundError:
-            self._stamp, self._value = None, self._empty
+            self._stamp, self._value, self._absent = None, self._empty, True
             return self._empty
         except OSError as exc:
             self._stamp, self._value = None, self._empty

@@ -41,3 +41,18 @@ def test_a_broken_file_is_published_and_a_wrong_flag_is_not(
     assert "(not valid JSON): published" in caplog.text
     _card(tmp_path, json.dumps({"published": "no"}))
     assert not publication.published(str(tmp_path))
+
+
+def test_a_file_removed_then_written_again_is_read_again(tmp_path: Path) -> None:
+    """A missing file is then looked for without a stat (``access``): it must still be
+    seen the moment it is back, on every look."""
+    publication = Publication([tmp_path])
+    _card(tmp_path, json.dumps({"published": False}))
+    assert not publication.published("")
+    (tmp_path / CARD_FILE).unlink()
+    for _ in range(3):  # missing, looked at again while missing
+        assert publication.published("")
+    _card(tmp_path, json.dumps({"published": False}))
+    assert not publication.published("")
+    (tmp_path / CARD_FILE).unlink()
+    assert publication.published("")
