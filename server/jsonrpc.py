@@ -106,9 +106,12 @@ def _error_response(payload: dict[str, Any], error: A2AError) -> web.Response:
     return json_response(payload, status=status, headers=error_headers(error))
 
 
+_ID_TYPES = (str, int, float)  # (a tuple: ``str | int | float`` makes a union per call)
+
+
 def _valid_id(value: Any) -> bool:
     # bool is an int subclass in Python, but not a JSON number.
-    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+    return value is None or (isinstance(value, _ID_TYPES) and not isinstance(value, bool))
 
 
 class _Envelope:

@@ -68,3 +68,18 @@ def test_a_card_edited_after_it_settled_is_read_again(
     assert publication.published(str(tmp_path))
     _card(tmp_path, '{"published": false}')
     assert not publication.published(str(tmp_path))
+
+
+def test_a_file_removed_then_written_again_is_read_again(tmp_path: Path) -> None:
+    """A missing file is then looked for without a stat (``access``): it must still be
+    seen the moment it is back, on every look."""
+    publication = Publication([tmp_path])
+    _card(tmp_path, json.dumps({"published": False}))
+    assert not publication.published("")
+    (tmp_path / CARD_FILE).unlink()
+    for _ in range(3):  # missing, looked at again while missing
+        assert publication.published("")
+    _card(tmp_path, json.dumps({"published": False}))
+    assert not publication.published("")
+    (tmp_path / CARD_FILE).unlink()
+    assert publication.published("")
