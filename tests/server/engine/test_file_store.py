@@ -167,6 +167,7 @@ async def test_a_listed_task_unread_for_lack_of_file_descriptors_keeps_its_row(
         # The index opens on its writer thread: done before the limit, which is the
         # whole process's (else that open may be what meets it).
         await store.index.opened()
+        await store.index.flushed()  # nor is a batch of the saves above in flight then
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         lowest_free = os.open("/", os.O_RDONLY)
         os.close(lowest_free)
