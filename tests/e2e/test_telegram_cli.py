@@ -247,7 +247,8 @@ async def test_a_bot_api_that_refuses_the_token_or_cannot_be_reached_is_one_line
 ) -> None:
     # python-telegram-bot's InvalidToken quotes the token whole: a traceback of it put
     # the token on stderr.
-    wrong = "4243:another-bot-token-9876543210fedcba"
+    # (The bot id longer than any port: "4243:" once matched 127.0.0.1:44243: in the text.)
+    wrong = "7654321:another-bot-token-9876543210fedcba"
     base = bot_api.base_url if reachable else f"http://127.0.0.1:{free_ports(1)[0]}"
     command = telegram_command(tmp_path, bot_api, llm)
     command[command.index(bot_api.base_url)] = base
@@ -261,7 +262,7 @@ async def test_a_bot_api_that_refuses_the_token_or_cannot_be_reached_is_one_line
     out, err = await asyncio.wait_for(process.communicate(), 60)
     text = out.decode() + err.decode()
     assert process.returncode == 2, text
-    assert wrong not in text and "4243:" not in text and "Traceback" not in text
+    assert wrong not in text and "7654321:" not in text and "Traceback" not in text
     last = err.decode().strip().splitlines()[-1]
     expected = "rejected the token" if reachable else "cannot reach the Telegram Bot API"
     assert last.startswith("a2a-gateway: ") and expected in last, text
