@@ -705,13 +705,9 @@ class _IndexRetryKeys(_IndexCore):
         self._write("INSERT OR REPLACE INTO retry VALUES (?, ?, ?, ?)", (*key, task_id))
 
     def find_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
-        if owner is self._last_owner:
-            owner_id: int | None = self._last_owner_id
-        else:
-            owner_id = self._owners.get(owner)
-        if owner_id is None:
-            owner_id = _owner_hash(owner)
-        key = (owner_id, message_id, fingerprint)
+        return self._find_key(self.retry_key(owner, message_id, fingerprint))
+
+    def _find_key(self, key: _RetryKey) -> str | None:
         pending = self._pending_retry.get(key)
         if pending is not None or self._db is None:
             return pending  # not open yet: :meth:`lookup_message` waits for the open
@@ -744,42 +740,28 @@ class _IndexRetryKeys(_IndexCore):
         if found is None:
             return None
         task_id = str(found[0])
-        size = len(message_id) + len(fingerprint) + len(task_id) + _FOUND_KEY_OVERHEAD
+        size = len(key[1]) + len(key[2]) + len(task_id) + _FOUND_KEY_OVERHEAD
         self._found_retry.put(key, task_id, size)
         return task_id
 
     def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """What :meth:`lookup_message` answers, when it would answer without waiting
         (open, no keys owed by a reconcile); None otherwise (or no task has the key)."""
-        if self._db is None or self._keys_behind:
-            return None
-        # find_message's first two lookups written out: a key answered again (the
-        # memo's check on every kept answer, server/retry_memo.py) needs no frame more.
-        if owner is self._last_owner:
-            owner_id: int | None = self._last_owner_id
-        else:
-            owner_id = self._owners.get(owner)
-        if owner_id is None:
-            owner_id = _owner_hash(owner)
-        key = (owner_id, message_id, fingerprint)
-        found = self._pending_retry.get(key)
-        if found is None:
-            found = self._found_retry.get(key)
-        if found is not None:
-            return found
-        return self.find_message(owner, message_id, fingerprint)
+        return self.found_key(self.retry_key(owner, message_id, fingerprint))
 
     def retry_key(self, owner: Caller, message_id: str, fingerprint: str) -> _RetryKey:
-        """The key :meth:`found_key` takes (the owner's id is a hash of the owner: the
-        same in every index)."""
+        """The key lookups take (the owner's id without queuing its row: a hash of the
+        owner, the same in every index)."""
+        if owner is self._last_owner:
+            return (self._last_owner_id, message_id, fingerprint)
         owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
         return (owner_id, message_id, fingerprint)
 
-    def found_key(self, key: _RetryKey, owner: Caller) -> str | None:
-        """:meth:`found_message` of a key made once by :meth:`retry_key` (the memo's
-        check, on every kept answer: no owner hashed again)."""
+    def found_key(self, key: _RetryKey) -> str | None:
+        """:meth:`found_message` of a key made by :meth:`retry_key` (the memo's check
+        makes it once per kept answer: no owner hashed on each call)."""
         if self._db is None or self._keys_behind:
             return None
         found = self._pending_retry.get(key)
@@ -787,7 +769,7 @@ class _IndexRetryKeys(_IndexCore):
             found = self._found_retry.get(key)
         if found is not None:
             return found
-        return self.find_message(owner, key[1], key[2])
+        return self._find_key(key)
 
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """:meth:`find_message` once the index is open (an open that fails is logged

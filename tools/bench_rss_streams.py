@@ -1,4 +1,4 @@
-"""RSS per held stream, as ``../shared/bench``'s ``mem_streams`` measures it, for several
+"""RSS per held stream, as the side-by-side bench's ``mem_streams`` measures it, for several
 revisions in interleaved rounds.
 
 Each round starts a fresh ``serve --faux`` of each revision (its package tree laid out

@@ -86,7 +86,7 @@ class FileTaskReads(TaskFiles):
         stat = os.stat
 
         def holds() -> bool:
-            if not self._started or index.found_key(key, owner) != task_id:
+            if not self._started or index.found_key(key) != task_id:
                 return False
             try:
                 st = stat(path)
