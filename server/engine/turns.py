@@ -265,17 +265,22 @@ class _AtOnce(_TurnIO):
         """:meth:`_drive`'s loop over outputs that need no wait (:func:`_at_once`)."""
         task_id = run.record.task.id
         for output in outputs:
-            if isinstance(output, TextChunk):
-                self._text(run, output, task_id)
-            elif isinstance(output, ArtifactChunk):
-                self._artifact(run, output)
-            elif isinstance(output, Progress):
-                self._progress(run, output)
-            else:
-                if isinstance(output, InputRequired) and output.schema is not None:
-                    run.status_data = output.schema
-                return _ending(output)
+            if not self._applied(run, output, task_id):
+                return _ending(run, output)
         return (pb.TASK_STATE_COMPLETED, "")
+
+    def _applied(self, run: Run, output: Any, task_id: str) -> bool:
+        """Apply an output that changes the task and needs no wait (text, an artifact,
+        progress): True; False for any other (the caller's to handle)."""
+        if isinstance(output, TextChunk):
+            self._text(run, output, task_id)
+        elif isinstance(output, ArtifactChunk):
+            self._artifact(run, output)
+        elif isinstance(output, Progress):
+            self._progress(run, output)
+        else:
+            return False
+        return True
 
     def _progress(self, run: Run, output: Progress) -> None:
         run.flush_text()  # the status goes to webhooks with the task as it is
@@ -419,20 +424,14 @@ class Runner(_AtOnce):
                         break
                     if run.awaiting_auth:
                         self._resume(run, output)
-                    if isinstance(output, TextChunk):
-                        self._text(run, output, task_id)
-                    elif isinstance(output, ArtifactChunk):
-                        self._artifact(run, output)
-                    elif isinstance(output, Progress):
-                        self._progress(run, output)
+                    if self._applied(run, output, task_id):
+                        pass
                     elif isinstance(output, File):
                         await self._file(run, output)
                     elif isinstance(output, AuthRequired) and output.resumes:
                         await self._await_auth(run, output.text)
                     else:
-                        if isinstance(output, InputRequired) and output.schema is not None:
-                            run.status_data = output.schema
-                        ending = _ending(output)
+                        ending = _ending(run, output)
                         break
                     del output  # not held while the run waits for the next one
                     hub = self._state.hubs.get(task_id)
@@ -710,10 +709,14 @@ async def _rest_of(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
     await _Rest(coro, waiting)
 
 
-def _ending(output: Any) -> tuple[int, str]:
+def _ending(run: Run, output: Any) -> tuple[int, str]:
+    """The run's final state and text from the agent's ending (a question's schema,
+    if any, kept for the status message)."""
     if isinstance(output, Completed):
         return (pb.TASK_STATE_COMPLETED, output.text)
     if isinstance(output, InputRequired):
+        if output.schema is not None:
+            run.status_data = output.schema
         return (pb.TASK_STATE_INPUT_REQUIRED, output.question)
     if isinstance(output, AuthRequired):
         return (pb.TASK_STATE_AUTH_REQUIRED, output.text)
