@@ -2,7 +2,8 @@
 of each, and the ratio.
 
     .venv/bin/python -P tools/bench_compare.py BASE [HEAD ...] [--sends 4000] [--rounds 4]
-        [--concurrency 32] [--transport jsonrpc|rest|grpc] [--retries] [--streams CHUNKS]
+        [--concurrency 32] [--transport jsonrpc|rest|grpc] [--retries | --replay]
+        [--streams CHUNKS]
         [--store memory] [--callgrind | --strace]
 
 For each revision (anything ``git rev-parse`` takes; HEAD by default for the second;
@@ -14,7 +15,10 @@ venv with ``PYTHONPATH``, on a fresh workspace of the file store (under ``build/
 /tmp), ``--sends`` blocking sends at ``--concurrency`` with unique messageIds, stopped
 after each round (``--retries``: every send has the same messageId, as in the
 side-by-side bench's gRPC scenario, so the measured ones are retries answered from the
-stored task; ``--transport grpc``: unary SendMessage over one grpc.aio channel).
+stored task; ``--replay``: each measured send retries once a send that a server stopped
+before made, as the side-by-side bench's JSON-RPC and HTTP+JSON sends mostly are (its
+ids repeat in every wrk run on one workspace); ``--transport grpc``: unary SendMessage
+over one grpc.aio channel).
 Prints sends/s per round and HEAD ÷ BASE per round and in the median,
 and the server's CPU time per send (steadier than the rate on a shared machine).
 With ``--streams CHUNKS`` each send is a JSON-RPC SendStreamingMessage of the faux
@@ -84,28 +88,56 @@ def server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[float, float]:
-    # A fresh folder each time, and the disk settled first: the previous run's fsynced
-    # files (or a folder removed just before) otherwise slow the next run's writes, and
-    # whichever server ran second in a round measured up to twice as fast.
-    workspace = WORK / "workspaces" / name
-    workspace.mkdir(parents=True)
-    os.sync()
-    await asyncio.sleep(1)
-    port, grpc_port = free_port(), free_port()
+async def start_server(
+    tree: Path, args: argparse.Namespace, workspace: Path, port: int, grpc_port: int, out: Path
+) -> asyncio.subprocess.Process:
+    """``a2a-gateway serve --faux`` of ``tree`` on ``workspace`` (under callgrind with
+    ``--callgrind``, its dump ``out``)."""
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
-    out = workspace.parent / f"{name}.callgrind"
     if args.callgrind:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
-    grpc_port = free_port() if args.transport == "grpc" else -1
     command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", str(grpc_port)]
     command += ["--store", args.store]
-    server = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         *command,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(tree)},
     )
+
+
+async def seed(tree: Path, args: argparse.Namespace, workspace: Path, name: str) -> None:
+    """(``--replay``) The sends the measured server retries: ``--sends`` of them, with
+    the ids ``replay-<name>-<n>``, through a server that is then stopped (the measured
+    one starts afresh on the same workspace, its record cache empty, as each repeat of
+    the side-by-side bench does)."""
+    port = free_port()
+    server = await start_server(tree, args, workspace, port, -1, workspace / "unused")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_ready(base + "/.well-known/agent-card.json", 10)
+        rest = args.transport == "rest"
+        url = base + ("/a2a/v1/message:send" if rest else "/a2a")
+        await sends(url, {}, args.sends, args.concurrency, rest=rest, id_prefix=f"replay-{name}")
+    finally:
+        server.terminate()
+        await asyncio.wait_for(server.wait(), 10)
+
+
+async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[float, float]:
+    # A fresh folder each time, and the disk settled first: the previous run's fsynced
+    # files otherwise slow the next run's writes, and whichever server ran second in a
+    # round measured up to twice as fast (files removed just before: see compare).
+    workspace = WORK / "workspaces" / name
+    workspace.mkdir(parents=True)
+    os.sync()
+    await asyncio.sleep(1)
+    if args.replay and not args.streams:
+        await seed(tree, args, workspace, name)
+    port = free_port()
+    grpc_port = free_port() if args.transport == "grpc" else -1
+    out = workspace.parent / f"{name}.callgrind"
+    server = await start_server(tree, args, workspace, port, grpc_port, out)
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_ready(base + "/.well-known/agent-card.json", 300 if args.callgrind else 10)
@@ -135,17 +167,20 @@ async def one_round(tree: Path, args: argparse.Namespace, name: str) -> tuple[fl
 
             same = "retried" if args.retries else None
 
-            async def load(count: int) -> float:
+            async def load(count: int, prefix: str | None = None) -> float:
                 if args.transport == "grpc":
                     target = f"127.0.0.1:{grpc_port}"
                     return await grpc_sends(target, count, args.concurrency, message_id=same)
-                return await sends(url, {}, count, args.concurrency, rest=rest, message_id=same)
+                return await sends(
+                    url, {}, count, args.concurrency, rest=rest, message_id=same, id_prefix=prefix
+                )
 
-            await load(min(500, args.sends))  # warm up (--retries: the message is stored)
+            # Warm up (--retries: the message is stored; --replay: new sends, other ids).
+            await load(min(500, args.sends), f"warm-{name}" if args.replay else None)
             if args.callgrind:
                 await callgrind_control(server.pid, "--zero")
             cpu = server_cpu_s(server.pid)
-            rate = await load(args.sends)
+            rate = await load(args.sends, f"replay-{name}" if args.replay else None)
             ops = args.sends
             if args.callgrind:
                 await callgrind_control(server.pid, "--dump")
@@ -191,7 +226,15 @@ async def compare(args: argparse.Namespace) -> None:
     trees = {rev: package_tree(rev) for rev in revisions}
     rates: dict[str, list[float]] = {rev: [] for rev in revisions}
     cpus: dict[str, list[float]] = {rev: [] for rev in revisions}
-    shutil.rmtree(WORK / "workspaces", ignore_errors=True)
+    # An earlier run's folders are moved aside now and removed after this run's rounds:
+    # on this host's ext4 (no journal) a new file skips every inode freed in the last
+    # minute (five, while the inode table is not yet written back) of its block group,
+    # one by one, so tens of thousands of task files removed just before made the next
+    # run's new sends 1.5-2x slower (``recently_deleted`` under ``__ext4_new_inode``, 53%
+    # of the server's CPU in perf).
+    stale = WORK / f"removed-{os.getpid()}"
+    if (WORK / "workspaces").exists():
+        (WORK / "workspaces").rename(stale)
     for number in range(args.rounds):
         # The order rotates (two revisions: alternates), so none always runs first.
         shift = number % len(revisions)
@@ -212,6 +255,7 @@ async def compare(args: argparse.Namespace) -> None:
         "head": revisions[1] if len(revisions) == 2 else revisions[1:],
         "transport": args.transport,
         "retries": args.retries,
+        "replay": args.replay,
         "streams": args.streams,
         "store": args.store,
     }
@@ -233,6 +277,7 @@ async def compare(args: argparse.Namespace) -> None:
         kept.mkdir(exist_ok=True)
         for dump in (WORK / "workspaces").glob("*.callgrind.1"):
             shutil.move(dump, kept / dump.name)
+    shutil.rmtree(stale, ignore_errors=True)
     if not args.keep:
         shutil.rmtree(WORK / "workspaces", ignore_errors=True)
 
@@ -250,6 +295,13 @@ def main() -> None:
         action="store_true",
         help="every send has the same messageId (as the side-by-side bench's gRPC sends):"
         " after the first, retries answered from the stored task",
+    )
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="the measured sends retry, each once, the sends a server stopped before made"
+        " (as the side-by-side bench's JSON-RPC and HTTP+JSON sends do after its first"
+        " warm-up): retries answered from the stored task files by a fresh process",
     )
     parser.add_argument("--streams", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--store", choices=("workspace", "memory"), default="workspace")
@@ -271,7 +323,10 @@ def main() -> None:
         help="keep build/bench-compare/workspaces (the stores, callgrind and strace"
         " outputs) after the run, for a look at them (callgrind_annotate)",
     )
-    asyncio.run(compare(parser.parse_args()))
+    args = parser.parse_args()
+    if args.replay and (args.transport == "grpc" or args.retries or args.streams):
+        parser.error("--replay is for blocking JSON-RPC or HTTP+JSON sends")
+    asyncio.run(compare(args))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,12 @@ def _message(message_id: str | None = None) -> dict[str, object]:
     return {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": "hi"}]}
 
 
+def _next_id(message_id: str | None, id_prefix: str | None, number: int) -> str | None:
+    """The messageId of send ``number``: ``message_id`` every time, or ``<id_prefix>-<n>``
+    (the same sequence each time the prefix is given again), or None (a new one)."""
+    return message_id if id_prefix is None else f"{id_prefix}-{number}"
+
+
 async def sends(
     url: str,
     headers: dict[str, str],
@@ -48,19 +54,22 @@ async def sends(
     *,
     rest: bool = False,
     message_id: str | None = None,
+    id_prefix: str | None = None,
 ) -> float:
     """Blocking sends/s: ``count`` SendMessage calls, ``concurrency`` at a time, each
     with a new messageId (or ``message_id`` every time: after the first, retries answered
-    from the stored task, as the side-by-side bench sends); every answer must be a
-    completed task."""
+    from the stored task, as the side-by-side bench's gRPC sends; or ``<id_prefix>-<n>``
+    for the n-th: given again, the same ids, retries of the first run's sends, as the
+    side-by-side bench's JSON-RPC and HTTP+JSON sends after its first warm-up); every
+    answer must be a completed task."""
     counter = itertools.count()
     headers = {**headers, "A2A-Version": "1.0", "Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
 
         async def worker() -> None:
-            while next(counter) < count:
-                params = {"message": _message(message_id)}
+            while (number := next(counter)) < count:
+                params = {"message": _message(_next_id(message_id, id_prefix, number))}
                 body = (
                     params
                     if rest
