@@ -105,6 +105,10 @@ class FileTaskReads(TaskFiles):
             if ahead is not None:
                 return ahead[1] if isinstance(ahead[1], Loaded) else None
         path = f"{self._dir}/{task_id}.json"
+        if self._cache.peek(task_id) is None:
+            # Nothing cached to validate: the read's own fstat gives the stamp (a cold
+            # read, e.g. a retry answered by a fresh process, stats the file once).
+            return self._read_file(task_id, path)
         try:
             st = os.stat(path)
         except OSError:
