@@ -89,12 +89,17 @@ def server_cpu_s(pid: int) -> float:
 
 
 async def start_server(
-    tree: Path, args: argparse.Namespace, workspace: Path, port: int, grpc_port: int, out: Path
+    tree: Path,
+    args: argparse.Namespace,
+    workspace: Path,
+    port: int,
+    grpc_port: int,
+    out: Path | None,
 ) -> asyncio.subprocess.Process:
     """``a2a-gateway serve --faux`` of ``tree`` on ``workspace`` (under callgrind with
-    ``--callgrind``, its dump ``out``)."""
+    ``--callgrind`` and an ``out`` for its dump)."""
     command = [sys.executable, "-P", "-m", "a2a_gateway", "serve", "--faux", "--allow-anonymous"]
-    if args.callgrind:
+    if args.callgrind and out is not None:
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
     command += ["--workspace", str(workspace), "--port", str(port), "--grpc-port", str(grpc_port)]
     command += ["--store", args.store]
@@ -112,7 +117,7 @@ async def seed(tree: Path, args: argparse.Namespace, workspace: Path, name: str)
     one starts afresh on the same workspace, its record cache empty, as each repeat of
     the side-by-side bench does)."""
     port = free_port()
-    server = await start_server(tree, args, workspace, port, -1, workspace / "unused")
+    server = await start_server(tree, args, workspace, port, -1, None)
     try:
         base = f"http://127.0.0.1:{port}"
         await wait_ready(base + "/.well-known/agent-card.json", 10)
