@@ -243,15 +243,22 @@ _recent_tasks: dict[str, tuple[bytes, bytes]] = {}
 def remember_task_json(task: pb.Task) -> bytes:
     """``orjson.dumps(to_dict(task))``, kept for :func:`recent_task_json`."""
     out = orjson.dumps(_task(task))
+    remember_recent_json(task.id, task.SerializeToString(), out)
+    return out
+
+
+def remember_recent_json(task_id: str, binary: bytes, json: bytes) -> None:
+    """Keep ``json``, the task's ``orjson.dumps(to_dict(task))``, for the task whose
+    binary form is ``binary`` (a task file read back whose task's dict
+    :func:`task_from_dict` took is that JSON: a stored task answered again). (Event
+    loop only: the eviction iterates the map.)"""
     recent = _recent_tasks
-    binary = task.SerializeToString()  # (ByteSize() serializes too: once, not twice)
     if len(binary) <= RECENT_TASK_BYTES:
         if len(recent) >= RECENT_TASKS:
             recent.pop(next(iter(recent)), None)
-        recent[task.id] = (binary, out)
+        recent[task_id] = (binary, json)
     else:
-        recent.pop(task.id, None)
-    return out
+        recent.pop(task_id, None)
 
 
 def recent_task_json(task: pb.Task) -> bytes | None:
@@ -347,13 +354,30 @@ def _by_json_format(fd: descriptor.FieldDescriptor) -> _Handler:
 # read through it: ParseDict costs ~40 us for a one-turn task, this ~6 us. Exact types
 # only (``type(x) is str``); tests/protocol/test_proto_dict_decode.py compares both
 # ways on generated tasks and on random edits.
+#
+# "Exactly" includes what the encoders leave out and their order: no field at its
+# default (an empty string or list, an UNSPECIFIED enum), keys in the encoders' order,
+# a timestamp's fraction as long as ``timestamp_text`` writes it. So a dict it accepts
+# is the one ``to_dict`` makes of the task it returns, and ``orjson.dumps`` of it is
+# that task's JSON (a stored task's answer reuses it: ``remember_recent_json``).
 
 _ROLE_NUMBER = {v.name: v.number for v in pb.Role.DESCRIPTOR.values}
 _STATE_NUMBER = {v.name: v.number for v in pb.TaskState.DESCRIPTOR.values}
-_TASK_KEYS = frozenset({"id", "contextId", "status", "artifacts", "history"})
-_STATUS_KEYS = frozenset({"state", "message", "timestamp"})
-_MESSAGE_KEYS = frozenset({"messageId", "contextId", "taskId", "role", "parts"})
-_ARTIFACT_KEYS = frozenset({"artifactId", "name", "parts"})
+
+
+def _in_order(*keys: str) -> frozenset[tuple[str, ...]]:
+    """Every tuple of some of ``keys`` in their order: the key sequences an encoder
+    above writes for a message whose fields are these."""
+    return frozenset(
+        tuple(key for bit, key in enumerate(keys) if mask >> bit & 1)
+        for mask in range(1 << len(keys))
+    )
+
+
+_TASK_KEYS = _in_order("id", "contextId", "status", "artifacts", "history")
+_STATUS_KEYS = _in_order("state", "message", "timestamp")
+_MESSAGE_KEYS = _in_order("messageId", "contextId", "taskId", "role", "parts")
+_ARTIFACT_KEYS = _in_order("artifactId", "name", "parts")
 _FRACTION_LENGTHS = frozenset({0, 3, 6, 9})
 _ASCII_DIGITS = frozenset("0123456789")
 _DATE_TIME_LAYOUT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}")
@@ -363,11 +387,13 @@ _last_date_time: list[Any] = ["", 0]  # (the "YYYY-MM-DDTHH:MM:SS" text, its sec
 def task_from_dict(value: Any) -> pb.Task | None:
     """The Task ``json_format.ParseDict(value, pb.Task())`` builds, when ``value`` has
     the shape ``to_dict`` writes for common tasks; None otherwise (nothing is raised)."""
-    if type(value) is not dict or not _TASK_KEYS.issuperset(value):
+    if type(value) is not dict or tuple(value) not in _TASK_KEYS:
         return None
     task_id = value.get("id", "")
     context_id = value.get("contextId", "")
     if type(task_id) is not str or type(context_id) is not str:
+        return None
+    if not (_left_out(value, "id", task_id) and _left_out(value, "contextId", context_id)):
         return None
     try:
         task = pb.Task(id=task_id, context_id=context_id)
@@ -376,6 +402,8 @@ def task_from_dict(value: Any) -> pb.Task | None:
         artifacts = value.get("artifacts", [])
         history = value.get("history", [])
         if type(artifacts) is not list or type(history) is not list:
+            return None
+        if not (_left_out(value, "artifacts", artifacts) and _left_out(value, "history", history)):
             return None
         for item in artifacts:
             if not _artifact_into(task.artifacts.add(), item):
@@ -388,8 +416,15 @@ def task_from_dict(value: Any) -> pb.Task | None:
     return task
 
 
+def _left_out(value: dict[str, Any], key: str, item: Any) -> bool:
+    """Whether ``item``, ``value[key]`` or its default, is as an encoder writes it: not
+    written when empty (a string, a list or an UNSPECIFIED enum left out)."""
+    return bool(item) or key not in value
+
+
 def _texts_into(parts: Any, value: Any) -> bool:
-    if type(value) is not list:
+    """(``value`` is a message's or an artifact's parts, when present: not empty)"""
+    if type(value) is not list or not value:
         return False
     add = parts.add
     for part in value:
@@ -403,7 +438,7 @@ def _texts_into(parts: Any, value: Any) -> bool:
 
 
 def _message_into(target: pb.Message, value: Any) -> bool:
-    if type(value) is not dict or not _MESSAGE_KEYS.issuperset(value):
+    if type(value) is not dict or tuple(value) not in _MESSAGE_KEYS:
         return False
     message_id = value.get("messageId", "")
     context_id = value.get("contextId", "")
@@ -412,34 +447,41 @@ def _message_into(target: pb.Message, value: Any) -> bool:
     if type(message_id) is not str or type(context_id) is not str or type(task_id) is not str:
         return False
     role = _ROLE_NUMBER.get(role_name) if type(role_name) is str else None
-    if role is None:
+    if role is None or not (
+        _left_out(value, "messageId", message_id)
+        and _left_out(value, "contextId", context_id)
+        and _left_out(value, "taskId", task_id)
+        and _left_out(value, "role", role)
+    ):
         return False
     target.SetInParent()
     target.message_id = message_id
     target.context_id = context_id
     target.task_id = task_id
     target.role = role  # type: ignore[assignment]
-    return _texts_into(target.parts, value.get("parts", []))
+    return "parts" not in value or _texts_into(target.parts, value["parts"])
 
 
 def _artifact_into(target: pb.Artifact, value: Any) -> bool:
-    if type(value) is not dict or not _ARTIFACT_KEYS.issuperset(value):
+    if type(value) is not dict or tuple(value) not in _ARTIFACT_KEYS:
         return False
     artifact_id = value.get("artifactId", "")
     name = value.get("name", "")
     if type(artifact_id) is not str or type(name) is not str:
         return False
+    if not (_left_out(value, "artifactId", artifact_id) and _left_out(value, "name", name)):
+        return False
     target.artifact_id = artifact_id
     target.name = name
-    return _texts_into(target.parts, value.get("parts", []))
+    return "parts" not in value or _texts_into(target.parts, value["parts"])
 
 
 def _status_into(target: pb.TaskStatus, value: Any) -> bool:
-    if type(value) is not dict or not _STATUS_KEYS.issuperset(value):
+    if type(value) is not dict or tuple(value) not in _STATUS_KEYS:
         return False
     state_name = value.get("state", "TASK_STATE_UNSPECIFIED")
     state = _STATE_NUMBER.get(state_name) if type(state_name) is str else None
-    if state is None:
+    if state is None or not _left_out(value, "state", state):
         return False
     target.SetInParent()
     target.state = state  # type: ignore[assignment]
@@ -449,9 +491,10 @@ def _status_into(target: pb.TaskStatus, value: Any) -> bool:
 
 
 def _timestamp_into(target: timestamp_pb2.Timestamp, text: Any) -> bool:
-    """``target.FromJsonString(text)`` for "YYYY-MM-DDTHH:MM:SS[.fff[fff[fff]]]Z"; the
-    date-time part is converted by FromJsonString itself (and remembered), the fraction
-    as FromJsonString does, so the result is always the same as its."""
+    """``target.FromJsonString(text)`` for "YYYY-MM-DDTHH:MM:SS[.fff[fff[fff]]]Z" as
+    :func:`timestamp_text` writes it; the date-time part is converted by FromJsonString
+    itself (and remembered), the fraction as FromJsonString does, so the result is
+    always the same as its."""
     if type(text) is not str or len(text) < 20 or text[-1] != "Z":
         return False
     date_time, fraction = text[:19], text[19:-1]
@@ -459,13 +502,15 @@ def _timestamp_into(target: timestamp_pb2.Timestamp, text: Any) -> bool:
         if fraction[0] != "." or len(fraction) - 1 not in _FRACTION_LENGTHS:
             return False
         fraction = fraction[1:]
-        if not _ASCII_DIGITS.issuperset(fraction):
-            return False
+        if not fraction or not _ASCII_DIGITS.issuperset(fraction) or fraction.endswith("000"):
+            return False  # (timestamp_text writes the shortest of 3, 6 or 9 digits, or none)
     if _last_date_time[0] != date_time:
         if not _DATE_TIME_LAYOUT.fullmatch(date_time):
             return False
         whole = timestamp_pb2.Timestamp()
         whole.FromJsonString(date_time + "Z")  # ValueError: the caller falls back
+        if whole.ToJsonString() != date_time + "Z":  # e.g. a leap second's ":60"
+            return False
         _last_date_time[:] = [date_time, whole.seconds]
     target.SetInParent()
     target.seconds = _last_date_time[1]

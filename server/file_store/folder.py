@@ -67,9 +67,18 @@ def _nothing() -> None:
 
 
 class Loaded:
-    """A parsed task file: its owner, summary, serialized protobufs and retry keys."""
+    """A parsed task file: its owner, summary, serialized protobufs and retry keys, and
+    the task's JSON when the file holds it as an answer prints it (``task_json``)."""
 
-    __slots__ = ("owner", "push", "push_versions", "retry_keys", "summary", "task_bytes")
+    __slots__ = (
+        "owner",
+        "push",
+        "push_versions",
+        "retry_keys",
+        "summary",
+        "task_bytes",
+        "task_json",
+    )
 
     def __init__(
         self,
@@ -79,6 +88,7 @@ class Loaded:
         push: tuple[bytes, ...],
         push_versions: tuple[tuple[str, str], ...] = (),
         retry_keys: tuple[MessageKey, ...] = (),
+        task_json: bytes | None = None,
     ) -> None:
         self.owner = owner
         self.summary = summary
@@ -86,6 +96,7 @@ class Loaded:
         self.push = push
         self.push_versions = push_versions
         self.retry_keys = retry_keys
+        self.task_json = task_json
 
 
 MALFORMED = object()  # cache value for a file that failed to parse (logged once)

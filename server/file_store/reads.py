@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.proto_dict import remember_recent_json
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..ids import valid_id
@@ -53,10 +54,14 @@ class FileTaskReads(TaskFiles):
         return TaskRecord(task, owner, configs, versions, retry_keys=list(loaded.retry_keys))
 
     def stored_bytes(self, owner: Caller, task_id: str) -> tuple[int, bytes] | None:
-        # The file stat'ed as for load (an edit or a removal applies at once).
+        # The file stat'ed as for load (an edit or a removal applies at once). Its
+        # task's JSON, when the file holds it as an answer prints it, is the answer's
+        # (the task's dict is not built and encoded again: proto_dict.recent_task_json).
         loaded = self._read(task_id)
         if loaded is None or loaded.owner != owner:
             return None
+        if loaded.task_json is not None:
+            remember_recent_json(task_id, loaded.task_bytes, loaded.task_json)
         return loaded.summary.state, loaded.task_bytes
 
     def replay_check(
@@ -150,6 +155,7 @@ class FileTaskReads(TaskFiles):
             tuple(c.SerializeToString() for c in self._open_configs(decoded.configs, path)),
             tuple(decoded.versions.items()),
             decoded.retry_keys,
+            decoded.task_json,
         )
 
     def _parse_summary(self, task_id: str, path: str) -> Parsed:
@@ -176,6 +182,8 @@ class FileTaskReads(TaskFiles):
             self._cache.put(task_id, (stamp, MALFORMED), _ENTRY_OVERHEAD)
             return None
         size = len(parsed.task_bytes) + sum(len(p) for p in parsed.push) + _ENTRY_OVERHEAD
+        if parsed.task_json is not None:
+            size += len(parsed.task_json)
         self._cache.put(task_id, (stamp, parsed), size)
         return parsed
 

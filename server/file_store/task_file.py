@@ -92,6 +92,10 @@ class Decoded(NamedTuple):
     configs: list[pb.TaskPushNotificationConfig]
     versions: dict[str, str]  # pushConfigVersions: config id -> A2A version
     retry_keys: tuple[MessageKey, ...]
+    #: The task's JSON as ``to_dict`` writes it, when the file holds it so (as written
+    #: here: ``task_from_dict`` took it) and is small enough for its answer to be kept
+    #: (``proto_dict.remember_recent_json``); None otherwise.
+    task_json: bytes | None = None
 
 
 def decode_document(data: bytes, task_id: str) -> Decoded:
@@ -106,10 +110,13 @@ def decode_document(data: bytes, task_id: str) -> Decoded:
     raw_task, raw_configs = document.get("task"), document.get("pushConfigs", [])
     if not isinstance(raw_task, dict) or not isinstance(raw_configs, list):
         raise ValueError("task must be an object and pushConfigs a list")
+    task_json = None
     try:
         task = proto_dict.task_from_dict(raw_task)  # the common shapes, ~7x faster
         if task is None:
             task = json_format.ParseDict(raw_task, pb.Task(), ignore_unknown_fields=True)
+        elif len(data) <= proto_dict.RECENT_TASK_BYTES:  # a small task's answer is kept
+            task_json = orjson.dumps(raw_task)  # (the dict to_dict makes of the task)
         configs = [
             json_format.ParseDict(c, pb.TaskPushNotificationConfig(), ignore_unknown_fields=True)
             for c in raw_configs
@@ -125,7 +132,7 @@ def decode_document(data: bytes, task_id: str) -> Decoded:
         isinstance(k, str) and isinstance(v, str) for k, v in raw_versions.items()
     ):
         raise ValueError("pushConfigVersions must map config ids to version strings")
-    return Decoded(task, owner, configs, raw_versions, _retry_keys(document))
+    return Decoded(task, owner, configs, raw_versions, _retry_keys(document), task_json)
 
 
 def _retry_keys(document: dict[str, Any]) -> tuple[MessageKey, ...]:

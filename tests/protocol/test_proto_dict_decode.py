@@ -1,7 +1,8 @@
 """``proto_dict.task_from_dict`` builds exactly the Task ``json_format.ParseDict`` builds,
 or declines (None) and leaves the dict to ParseDict; it never accepts what ParseDict
-refuses. Checked on the tasks the engine writes, on every A2A field set, and on random
-edits of a task dict."""
+refuses, nor a dict other than the one ``to_dict`` makes of the task it builds (so a
+task file's JSON it takes is that task's answer, byte for byte). Checked on the tasks
+the engine writes, on every A2A field set, and on random edits of a task dict."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from google.protobuf import json_format
 
@@ -45,12 +47,14 @@ def _parse_dict(value: Any) -> tuple[str, bytes | None]:
 
 
 def _agrees(value: Any) -> bool:
-    """True when the fast path built the task (and it is ParseDict's), False when it
-    declined; fails the test when it built something ParseDict does not."""
+    """True when the fast path built the task (and it is ParseDict's, and ``value`` is
+    its ``to_dict`` to the byte), False when it declined; fails the test when it built
+    something ParseDict does not, or took a dict the encoder would write otherwise."""
     fast = task_from_dict(copy.deepcopy(value))
     if fast is None:
         return False
     assert _parse_dict(value) == ("built", fast.SerializeToString(deterministic=True)), value
+    assert orjson.dumps(value) == orjson.dumps(to_dict(fast)), value
     return True
 
 
@@ -102,6 +106,33 @@ def test_timestamps_round_trip(seconds: int, nanos: int) -> None:
 def test_other_timestamp_texts_agree_or_go_to_json_format(text: str) -> None:
     value = {"id": "t", "status": {"state": "TASK_STATE_COMPLETED", "timestamp": text}}
     _agrees(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"id": "t", "contextId": ""}, {"contextId": "c", "id": "t"}, {"id": "t", "history": []},
+     {"id": "t", "artifacts": [{"artifactId": "a", "name": ""}]},
+     {"id": "t", "artifacts": [{"parts": []}]},
+     {"id": "t", "history": [{"role": "ROLE_UNSPECIFIED"}]},
+     {"id": "t", "history": [{"messageId": "m", "taskId": ""}]},
+     {"id": "t", "history": [{"role": "ROLE_USER", "messageId": "m"}]},
+     {"id": "t", "status": {"state": "TASK_STATE_UNSPECIFIED"}},
+     {"id": "t", "status": {"timestamp": "2026-11-30T10:08:22Z", "state": "TASK_STATE_WORKING"}},
+     {"id": "t", "status": {"timestamp": "2026-11-30T10:08:22.000Z"}},
+     {"id": "t", "status": {"timestamp": "2026-11-30T10:08:22.120000Z"}},
+     {"id": "t", "status": {"timestamp": "2026-11-30T10:08:22.123456000Z"}},
+     {"id": "t", "status": {"timestamp": "2026-11-30T10:08:22.Z"}},
+     {"id": "t", "status": {"timestamp": "2016-12-31T23:59:60Z"}}],
+)  # fmt: skip
+def test_what_the_encoder_would_write_otherwise_goes_to_json_format(value: Any) -> None:
+    """Fields at their default written out, keys out of the encoder's order, a fraction
+    longer than needed: ParseDict's task, the same as the shape the encoder writes,
+    but not this dict's JSON, so the fast path declines it."""
+    assert task_from_dict(copy.deepcopy(value)) is None
+    built = _parse_dict(value)
+    if built[0] == "built":
+        task = pb.Task.FromString(built[1] or b"")
+        assert orjson.dumps(to_dict(task)) != orjson.dumps(value)
 
 
 def test_every_other_field_goes_to_json_format() -> None:

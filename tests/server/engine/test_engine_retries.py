@@ -15,7 +15,9 @@ import pytest
 
 from a2a_gateway.agent.base import Turn
 from a2a_gateway.agent.faux import FauxAgent
+from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.proto_dict import recent_task_json, to_dict
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.engine.retries import message_fingerprint, retry_key
 from a2a_gateway.server.file_store import WorkspaceTaskStore
@@ -279,6 +281,40 @@ async def test_a_retry_is_answered_with_the_task_file_as_it_is_now(
     assert trimmed.id == first.id
     assert list(trimmed.history) == []
     assert dict(trimmed.metadata) == {"edited": "by hand"}
+
+
+async def test_a_retry_answered_from_a_task_file_prints_the_task_as_the_encoder_does(
+    on_files: tuple[TaskEngine, WorkspaceTaskStore],
+) -> None:
+    """A retry answered from a task file reuses the file's task JSON when the file holds
+    it as the encoder writes it (edited or not), and encodes the task anew when the file
+    holds an equivalent other shape (keys reordered, a default written out): the answer's
+    JSON is the task's as ``to_dict`` writes it either way, never a stale one."""
+    engine, store = on_files
+    first = await _found_in_memory(engine, store)
+    path = store.path(first.id)
+
+    async def answer_json() -> tuple[pb.Task, bytes]:
+        async with asyncio.timeout(WAIT_S):
+            response = await engine.send_message(request(**_send_kwargs({})), ctx(ALICE))
+        return response.task, codec.to_json(response)
+
+    document = orjson.loads(path.read_bytes())
+    document["task"]["artifacts"][0]["parts"][0]["text"] = "edited"  # the encoder's shape
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    task, printed = await answer_json()
+    assert task.artifacts[0].parts[0].text == "edited"
+    assert printed == b'{"task":' + orjson.dumps(document["task"]) + b"}"
+    assert recent_task_json(task) == orjson.dumps(document["task"])  # the file's, kept
+
+    reordered = {key: document["task"][key] for key in reversed(document["task"])}
+    reordered["artifacts"][0]["name"] = ""  # a default written out
+    path.write_bytes(orjson.dumps({**document, "task": reordered}))
+    task, printed = await answer_json()
+    assert task.artifacts[0].name == "" and task.artifacts[0].parts[0].text == "edited"
+    assert printed == b'{"task":' + orjson.dumps(to_dict(task)) + b"}"
+    assert printed != b'{"task":' + orjson.dumps(reordered) + b"}"
+    assert recent_task_json(task) is None  # (encoded anew, not kept)
 
 
 async def test_a_found_key_of_an_expired_task_is_gone_with_it(
