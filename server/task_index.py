@@ -257,6 +257,9 @@ class _IndexCore(abc.ABC):
         # ``_owners`` (its row queued).
         self._last_owner: Caller | None = None
         self._last_owner_id = 0
+        # The last owner a lookup hashed without a row of its (:meth:`retry_key`).
+        self._last_hashed: Caller | None = None
+        self._last_hashed_id = 0
         self._pending: list[tuple[str, Any, bool]] = []  # writes not yet sent
         self._flush_timer: asyncio.TimerHandle | None = None
         self._inflight: Future[bool] | None = None  # the last batch sent to the writer
@@ -754,9 +757,12 @@ class _IndexRetryKeys(_IndexCore):
         owner, the same in every index)."""
         if owner is self._last_owner:
             return (self._last_owner_id, message_id, fingerprint)
+        if owner is self._last_hashed:  # a process that only looks up (answers retries)
+            return (self._last_hashed_id, message_id, fingerprint)
         owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
+            self._last_hashed, self._last_hashed_id = owner, owner_id
         return (owner_id, message_id, fingerprint)
 
     def found_key(self, key: _RetryKey) -> str | None:
