@@ -385,15 +385,16 @@ _last_date_time: list[Any] = ["", 0]  # (the "YYYY-MM-DDTHH:MM:SS" text, its sec
 
 
 def task_from_dict(value: Any) -> pb.Task | None:
-    """The Task ``json_format.ParseDict(value, pb.Task())`` builds, when ``value`` has
-    the shape ``to_dict`` writes for common tasks; None otherwise (nothing is raised)."""
+    """The Task ``json_format.ParseDict(value, pb.Task())`` builds, when ``value`` is
+    the very dict ``to_dict`` writes for it (a common task: see above); None otherwise
+    (nothing is raised)."""
     if type(value) is not dict or tuple(value) not in _TASK_KEYS:
         return None
     task_id = value.get("id", "")
     context_id = value.get("contextId", "")
     if type(task_id) is not str or type(context_id) is not str:
         return None
-    if not (_left_out(value, "id", task_id) and _left_out(value, "contextId", context_id)):
+    if not (_as_encoded(value, "id", task_id) and _as_encoded(value, "contextId", context_id)):
         return None
     try:
         task = pb.Task(id=task_id, context_id=context_id)
@@ -403,7 +404,9 @@ def task_from_dict(value: Any) -> pb.Task | None:
         history = value.get("history", [])
         if type(artifacts) is not list or type(history) is not list:
             return None
-        if not (_left_out(value, "artifacts", artifacts) and _left_out(value, "history", history)):
+        if not _as_encoded(value, "artifacts", artifacts):
+            return None
+        if not _as_encoded(value, "history", history):
             return None
         for item in artifacts:
             if not _artifact_into(task.artifacts.add(), item):
@@ -416,9 +419,10 @@ def task_from_dict(value: Any) -> pb.Task | None:
     return task
 
 
-def _left_out(value: dict[str, Any], key: str, item: Any) -> bool:
-    """Whether ``item``, ``value[key]`` or its default, is as an encoder writes it: not
-    written when empty (a string, a list or an UNSPECIFIED enum left out)."""
+def _as_encoded(value: dict[str, Any], key: str, item: Any) -> bool:
+    """Whether field ``key`` of ``value`` (``item``: its value, or its default when
+    absent) is as the encoders write it: an empty one (a string, a list, an UNSPECIFIED
+    enum) is left out."""
     return bool(item) or key not in value
 
 
@@ -448,10 +452,10 @@ def _message_into(target: pb.Message, value: Any) -> bool:
         return False
     role = _ROLE_NUMBER.get(role_name) if type(role_name) is str else None
     if role is None or not (
-        _left_out(value, "messageId", message_id)
-        and _left_out(value, "contextId", context_id)
-        and _left_out(value, "taskId", task_id)
-        and _left_out(value, "role", role)
+        _as_encoded(value, "messageId", message_id)
+        and _as_encoded(value, "contextId", context_id)
+        and _as_encoded(value, "taskId", task_id)
+        and _as_encoded(value, "role", role)
     ):
         return False
     target.SetInParent()
@@ -469,7 +473,7 @@ def _artifact_into(target: pb.Artifact, value: Any) -> bool:
     name = value.get("name", "")
     if type(artifact_id) is not str or type(name) is not str:
         return False
-    if not (_left_out(value, "artifactId", artifact_id) and _left_out(value, "name", name)):
+    if not (_as_encoded(value, "artifactId", artifact_id) and _as_encoded(value, "name", name)):
         return False
     target.artifact_id = artifact_id
     target.name = name
@@ -481,7 +485,7 @@ def _status_into(target: pb.TaskStatus, value: Any) -> bool:
         return False
     state_name = value.get("state", "TASK_STATE_UNSPECIFIED")
     state = _STATE_NUMBER.get(state_name) if type(state_name) is str else None
-    if state is None or not _left_out(value, "state", state):
+    if state is None or not _as_encoded(value, "state", state):
         return False
     target.SetInParent()
     target.state = state  # type: ignore[assignment]
