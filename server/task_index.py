@@ -770,11 +770,6 @@ class _IndexRetryKeys(_IndexCore):
         makes it once per kept answer: no owner hashed on each call)."""
         if self._db is None or self._keys_behind:
             return None
-        found = self._pending_retry.get(key)
-        if found is None:
-            found = self._found_retry.get(key)
-        if found is not None:
-            return found
         return self._find_key(key)
 
     async def lookup_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
