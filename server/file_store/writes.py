@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -120,19 +119,12 @@ class FileTaskWrites(TaskFiles):
             fd = os.open(path, _CREATE_FLAGS, 0o600)
         except OSError:  # there already (a replacement), or removed under us
             return None
-        try:  # (removed_on_failure written out: ours, O_EXCL created it)
+        with removed_on_failure(path):  # ours: O_EXCL created it
             try:
-                written = os.write(fd, data)  # (one page: whole; checked all the same)
-                if written != len(data):
-                    write_all(fd, data[written:])
-                st = os.fstat(fd)
+                stamp = self._fill(fd, data)  # (no fsync here: see the condition above)
             finally:
                 os.close(fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
-        return (st.st_mtime_ns, st.st_size, st.st_ino)  # (file_stamp)
+        return stamp
 
     def _write_unnamed(
         self, path: str, task_id: str, data: bytes, again: bool = False
