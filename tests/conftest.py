@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,14 @@ import pytest
 from .support.postgres import postgres  # noqa: F401 - the session's PostgreSQL
 from .support.processes import Sdk03Agent, sdk03_agent_running
 from .support.secrets import MIN_SECRET_CHARS, registered_secrets, use_secret
+
+# ``make test`` runs the suite on pytest-xdist's workers, which start with COLUMNS=80 and
+# LINES=24 in their environment (a plain run has neither). Every subprocess a test starts
+# would inherit them, and a terminal program sized by its pty (the chat's pexpect tests)
+# would wrap at 80 columns: a worker's environment is made the one a plain run has.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 #: The suite-wide fixtures (``workspace``, ``callers``) live in tests/support.
 pytest_plugins = ["tests.support.fixtures"]
