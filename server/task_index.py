@@ -1059,6 +1059,8 @@ class _Scan:
     """One reconcile pass, run on the maintenance thread (one method call at a time)."""
 
     def __init__(self, path: str, folder: str, parse: ParseFn) -> None:
+        # First: the finalizer reads it, also that of a scan whose connection failed.
+        self.entries: Any = None
         self.path = path
         self.folder = folder
         self.parse = parse
@@ -1066,10 +1068,8 @@ class _Scan:
         self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen(task_id TEXT PRIMARY KEY)")
         self.db.execute("DELETE FROM temp.seen")
         self.last_gone: str | None = ""
-        try:
-            self.entries: Any = os.scandir(folder)
-        except OSError:
-            self.entries = None
+        with contextlib.suppress(OSError):  # (no folder: nothing to list)
+            self.entries = os.scandir(folder)
 
     def next_batch(self) -> list[_Change] | None:
         """The changes among the next ``BATCH`` files of the folder; None at the end."""

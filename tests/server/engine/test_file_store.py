@@ -164,9 +164,11 @@ async def test_a_listed_task_unread_for_lack_of_file_descriptors_keeps_its_row(
             await store.save(rec)
             store.remember_message(ALICE, f"m-{rec.task.id}", "fp", rec.task.id)
         task_file(tmp_path, "t-gone").unlink()
-        # The index opens on its writer thread: done before the limit, which is the
-        # whole process's (else that open may be what meets it).
+        # The index opens on its writer thread, and a new index's first reconcile opens
+        # a connection of its own on the maintenance thread: both done before the limit,
+        # which is the whole process's (else one of them may be what meets it).
         await store.index.opened()
+        await store.index.wait_reconciled()
         await store.index.flushed()  # nor is a batch of the saves above in flight then
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         lowest_free = os.open("/", os.O_RDONLY)

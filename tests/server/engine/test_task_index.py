@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sqlite3
 import threading
@@ -302,6 +303,21 @@ async def test_a_reconcile_opens_no_database_on_the_event_loop(
         assert threading.get_ident() not in opened_on
     finally:
         await store.aclose()
+
+
+def test_a_scan_whose_connection_does_not_open_leaves_nothing_half_made(tmp_path: Path) -> None:
+    """A reconcile's scan whose connection cannot be opened (at the process's file limit,
+    or here a folder that is not there: "unable to open database file") fails as that
+    error, and the half-made scan is dropped cleanly: its finalizer does not fail on
+    the folder handle it never opened."""
+    missing = tmp_path / "not-there" / INDEX_NAME
+
+    def never_parsed(task_id: str, path: str) -> task_index.Parsed:
+        raise AssertionError("no file is read")
+
+    with pytest.raises(sqlite3.OperationalError):
+        task_index._Scan(str(missing), str(tmp_path), never_parsed)
+    gc.collect()  # the scan's finalizer runs by here (an error in it fails the test)
 
 
 async def test_a_file_that_cannot_be_read_for_now_keeps_its_row_and_retry_keys(
