@@ -268,6 +268,9 @@ async def test_a_new_task_file_whose_write_fails_is_not_left_behind(tmp_path: Pa
     store = WorkspaceTaskStore(tmp_path)
     try:
         await store.save(_versioned("t-1", pb.TASK_STATE_COMPLETED, "one"))
+        # The limit is the whole process's: the index's writes and the new index's first
+        # reconcile (its temporary table is a file) are done before it.
+        await store.index.wait_reconciled()
         await store.index.flushed()
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
