@@ -326,22 +326,26 @@ async def test_cancelling_the_consumer_task_closes_the_stream() -> None:
 
 
 class StreamingServicer(a2a_pb2_grpc.A2AServiceServicer):
+    """One event, then 30 s of silence; ``cancelled`` is set when the call ends before
+    that (the tests' bounds are shorter): the client's cancel may land in the sleep, or
+    while grpc still sends the first event (this generator then closed at its yield,
+    never resumed into the sleep)."""
+
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
 
     async def SendStreamingMessage(
         self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[pb.StreamResponse]:
-        yield pb.StreamResponse(
-            task=pb.Task(
-                id="t-1", context_id="c-1", status=pb.TaskStatus(state=pb.TASK_STATE_WORKING)
-            )
-        )
         try:
+            yield pb.StreamResponse(
+                task=pb.Task(
+                    id="t-1", context_id="c-1", status=pb.TaskStatus(state=pb.TASK_STATE_WORKING)
+                )
+            )
             await asyncio.sleep(30)
-        except asyncio.CancelledError:
+        finally:
             self.cancelled.set()
-            raise
 
 
 @pytest.fixture
