@@ -7,6 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+from .support import ports
+
 TESTS = Path(__file__).resolve().parent
 SUPPORT = TESTS / "support"
 #: Fixtures only tests/support defines (tests/support/fixtures.py).
@@ -89,3 +93,22 @@ class SlowService(EchoService): pass
 def test_the_shared_fixtures_are_defined_in_tests_support() -> None:
     source = (SUPPORT / "fixtures.py").read_text(encoding="utf-8")
     assert {f.split("'")[1] for f in misplaced(source, "fixtures.py")} == SHARED_FIXTURES
+
+
+def test_each_worker_is_given_ports_of_its_own_below_the_ephemeral_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two xdist workers draw from disjoint slices under the system's ephemeral range (a
+    port released before its server binds it cannot be taken by the other worker), and
+    free_ports hands out distinct ports, not the same ones again on the next call."""
+    slices = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        slices.append(set(ports._worker_slice()))
+    assert slices[0] and slices[1] and not slices[0] & slices[1]
+    assert max(slices[0] | slices[1]) < ports.HIGH_PORT <= 32768
+    first, second = ports.free_ports(3), ports.free_ports(3)
+    assert len(set(first + second)) == 6
+    if ports._SLICE:  # (the system's ephemeral range starts above ours: Linux's default)
+        assert set(first + second) <= set(ports._SLICE)

@@ -34,10 +34,10 @@ def _ephemeral_start() -> int:
 def _worker_slice() -> range:
     """This process's share of [LOW_PORT, HIGH_PORT): the whole of it outside xdist."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
-    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    size = (HIGH_PORT - LOW_PORT) // max(count, 1)
-    start = LOW_PORT + (index % max(count, 1)) * size
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1"))
+    index = int(worker[2:]) % count if worker.startswith("gw") and worker[2:].isdigit() else 0
+    size = (HIGH_PORT - LOW_PORT) // count
+    start = LOW_PORT + index * size
     return range(start, start + size)
 
 
