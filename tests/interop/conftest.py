@@ -72,7 +72,9 @@ def interop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interop
     require_peer_venv()
     port, grpc_port = free_ports(2)
     logs = tmp_path_factory.mktemp("interop-logs")
-    key = secrets.token_urlsafe(24)
+    # A leading "-" on purpose: 1 random key in 64 has one, and a driver given it as
+    # "--api-key KEY" took it for an option (hence "--api-key=KEY" everywhere).
+    key = "-" + secrets.token_urlsafe(24)
     base_url = f"http://{HOST}:{port}"
     workspace: Path | None = None
     extended_name: str | None = None

@@ -47,7 +47,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     """Our gateway (faux agent, webhooks on loopback allowed) and a caller key."""
     require_peer03_venv()
     workspace = tmp_path_factory.mktemp("workspace")
-    key = secrets.token_urlsafe(24)
+    # A leading "-" on purpose: 1 random key in 64 has one, and a driver given it as
+    # "--api-key KEY" took it for an option (hence "--api-key=KEY" everywhere).
+    key = "-" + secrets.token_urlsafe(24)
     state = WorkspaceLayout(workspace).state
     state.mkdir()
     write_callers(workspace, [{"name": "sdk03", "key": key}])
@@ -72,7 +74,7 @@ def binding(request: pytest.FixtureRequest) -> str:
 def results(gateway: tuple[str, str], binding: str) -> Results:
     """Every scenario's line, by scenario name (the script runs once per binding)."""
     base, key = gateway
-    command = [str(PEER03_PYTHON), str(SDK03_CLIENT), "--card-url", base, "--api-key", key]
+    command = [str(PEER03_PYTHON), str(SDK03_CLIENT), "--card-url", base, f"--api-key={key}"]
     return run_script([*command, "--transport", binding], DRIVER_TIMEOUT_S)
 
 

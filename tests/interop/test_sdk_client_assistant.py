@@ -68,7 +68,9 @@ def assistant_server(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> 
     require_peer_venv()
     port, grpc_port = free_ports(2)
     workspace = tmp_path_factory.mktemp("assistant-ws")
-    key = secrets.token_urlsafe(24)
+    # A leading "-" on purpose: 1 random key in 64 has one, and a driver given it as
+    # "--api-key KEY" took it for an option (hence "--api-key=KEY" everywhere).
+    key = "-" + secrets.token_urlsafe(24)
     write_callers(workspace, [{"name": "sdk", "key": key}])
     command = gateway_command(workspace, port, grpc_port)
     command[command.index("--faux")] = "--llm"
@@ -151,7 +153,7 @@ def test_a_0_3_client_reads_a_streamed_answer_whole(
     require_peer03_venv()
     command = [str(PEER03_PYTHON), str(SDK03_CLIENT), "--card-url"]
     command += [assistant_server.card_url.removesuffix(CARD_PATH), "--transport", binding]
-    command += ["--api-key", assistant_server.key, "--answer", f"essay, 0.3 {binding}"]
+    command += [f"--api-key={assistant_server.key}", "--answer", f"essay, 0.3 {binding}"]
     results = run_script(command, 60.0)
     whole = "".join(ESSAY)
     assert scenario_result(results, "answer-text") == {"answerText": whole, "getText": whole}

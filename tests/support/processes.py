@@ -105,7 +105,7 @@ def sdk_server_command(
         ",".join(transports),
     ]
     if api_key is not None:
-        command += ["--api-key", api_key]
+        command.append(f"--api-key={api_key}")  # (a key may start with "-")
     if allow_anonymous:
         command.append("--allow-anonymous")
     if push:
@@ -260,7 +260,7 @@ def proxy_running(
     write_callers(workspace, list(callers))
     port, grpc_port = free_ports(2)
     base = f"http://{HOST}:{port}"
-    command = [*GATEWAY, "serve", "--upstream", upstream, "--upstream-key", key]
+    command = [*GATEWAY, "serve", "--upstream", upstream, f"--upstream-key={key}"]
     if upstream_transport is not None:
         command += ["--upstream-transport", upstream_transport]
     command += ["--workspace", str(workspace), "--host", HOST, "--port", str(port)]
@@ -499,9 +499,9 @@ class SdkClient:
         argv = ["--card-url", self.card_url, "--transport", self.transport]
         argv += ["--timeout", str(CALL_TIMEOUT_S), "--deadline", str(DRIVER_DEADLINE_S)]
         if self.api_key is not None:
-            argv += ["--api-key", self.api_key]
+            argv.append(f"--api-key={self.api_key}")  # (a key may start with "-")
         if self.auth_header is not None:
-            argv += ["--auth-header", self.auth_header]
+            argv.append(f"--auth-header={self.auth_header}")
         return [*argv, *scenario]
 
     def __call__(self, *scenario: str, timeout: float = COMMAND_TIMEOUT_S) -> DriverResult:
