@@ -402,6 +402,11 @@ def to_json(msg: message.Message) -> bytes:
         if recent is not None:
             return b"".join((b'{"task":', recent, b"}"))
         return orjson.dumps({"task": proto_dict.to_dict(task)})
+    if type(msg) is pb.Task and msg.id:  # (its one always-emitted field, the id, is there)
+        # GetTask of a task just stored or read from its file: the JSON kept then.
+        recent = proto_dict.recent_task_json(msg)
+        if recent is not None:
+            return recent
     return orjson.dumps(to_dict(msg))
 
 

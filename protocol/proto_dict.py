@@ -232,8 +232,9 @@ _SPECIAL: dict[type, Callable[[Any], dict[str, Any]]] = {
 # they are) and the answer finds them again (:func:`recent_task_json`) by the task's id,
 # checked against the task's binary form, which determines the JSON (equal bytes, equal
 # message). So the answer is the same JSON without encoding or serializing the task a
-# second time. A few small tasks only: at most RECENT_TASKS, of at most
-# RECENT_TASK_BYTES each.
+# second time. A GetTask's task read from its file finds the file's JSON so too (the
+# file store keeps it when the file holds it as the encoder writes it). A few small
+# tasks only: at most RECENT_TASKS, of at most RECENT_TASK_BYTES each.
 
 RECENT_TASKS = 64
 RECENT_TASK_BYTES = 4096

@@ -51,6 +51,8 @@ class FileTaskReads(TaskFiles):
         configs = [pb.TaskPushNotificationConfig.FromString(data) for data in loaded.push]
         versions = dict(loaded.push_versions)
         task = pb.Task.FromString(loaded.task_bytes)
+        if loaded.task_json is not None:  # a GetTask's answer (codec.to_json)
+            remember_recent_json(task_id, loaded.task_bytes, loaded.task_json)
         return TaskRecord(task, owner, configs, versions, retry_keys=list(loaded.retry_keys))
 
     def stored_bytes(self, owner: Caller, task_id: str) -> tuple[int, bytes] | None:

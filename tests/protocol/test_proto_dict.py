@@ -15,6 +15,7 @@ from a2a_gateway.protocol.proto_dict import (
     RECENT_TASK_BYTES,
     RECENT_TASKS,
     recent_task_json,
+    remember_recent_json,
     remember_task_json,
     timestamp_text,
     to_dict,
@@ -200,6 +201,22 @@ def test_a_send_answers_the_task_it_stored_with_the_same_json() -> None:
     assert codec.to_json(pb.SendMessageResponse(task=task)) == (
         orjson.dumps(json_format.MessageToDict(pb.SendMessageResponse(task=task)))
     )
+
+
+def test_a_task_whose_json_is_kept_is_printed_from_it() -> None:
+    """A GetTask's task (a pb.Task answered on its own) equal to a task whose JSON is
+    kept is printed from the kept bytes: the JSON of that very message, found by its
+    binary form; a task changed since is encoded anew."""
+    task = pb.Task(id="t-kept-for-get", context_id="c")
+    task.status.state = pb.TASK_STATE_COMPLETED
+    remember_recent_json(task.id, task.SerializeToString(), b'{"kept":true}')  # a marker
+    view = pb.Task()
+    view.CopyFrom(task)  # (as the engine's task_view hands it over)
+    assert codec.to_json(view) == b'{"kept":true}'
+    view.status.state = pb.TASK_STATE_FAILED
+    assert codec.to_json(view) == orjson.dumps(json_format.MessageToDict(view))
+    remember_task_json(task)  # (the marker replaced by the task's own JSON)
+    assert codec.to_json(task) == orjson.dumps(json_format.MessageToDict(task))
 
 
 def test_the_tasks_kept_for_answers_are_bounded() -> None:

@@ -22,8 +22,9 @@ import pytest
 
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.local.layout import WorkspaceLayout
-from a2a_gateway.protocol import errors
+from a2a_gateway.protocol import codec, errors
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
+from a2a_gateway.protocol.proto_dict import recent_task_json
 from a2a_gateway.server import file_store
 from a2a_gateway.server.engine import SERVER_RESTARTED, TaskEngine, records
 from a2a_gateway.server.file_store import (
@@ -86,6 +87,37 @@ async def test_edits_and_removals_on_disk_apply_to_the_next_request(
     with pytest.raises(errors.TaskNotFoundError):
         await get(files, task.id)
     assert (await files.list_tasks(pb.ListTasksRequest(), ctx())).total_size == 0
+
+
+async def test_a_task_read_from_its_file_is_printed_from_the_file_s_json(
+    files: TaskEngine, tmp_path: Path
+) -> None:
+    """GetTask of a task read from its file answers with the file's task JSON when the
+    file holds it as the encoder writes it (edited or not), and with the task encoded
+    anew when the file holds another shape (keys reordered, a default written out) or
+    the answer is not the whole task (historyLength): the JSON of the answer's task
+    either way."""
+    task = await send(files, "hello")
+    path = task_file(tmp_path, task.id)
+    document = orjson.loads(path.read_bytes())
+    document["task"]["artifacts"][0]["parts"][0]["text"] = "edited"  # the encoder's shape
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    got = await get(files, task.id)
+    assert got.artifacts[0].parts[0].text == "edited"
+    assert recent_task_json(got) == orjson.dumps(document["task"])  # the file's, kept
+    assert codec.to_json(got) == orjson.dumps(document["task"])
+
+    request = pb.GetTaskRequest(id=task.id, history_length=0)
+    short = await files.get_task(request, ctx())
+    assert list(short.history) == [] and recent_task_json(short) is None
+    assert codec.to_json(short) == orjson.dumps(codec.to_dict(short))
+
+    reordered = {key: document["task"][key] for key in reversed(document["task"])}
+    reordered["artifacts"][0]["name"] = ""  # a default written out
+    path.write_bytes(orjson.dumps({**document, "task": reordered}))
+    got = await get(files, task.id)
+    assert got.artifacts[0].name == "" and recent_task_json(got) is None
+    assert codec.to_json(got) == orjson.dumps(codec.to_dict(got)) != orjson.dumps(reordered)
 
 
 @pytest.mark.parametrize(
