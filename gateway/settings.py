@@ -805,43 +805,22 @@ class ModelSettings(VerbSettings):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ServeSettings(ModelSettings):
-    """``serve``'s settings, resolved: one field per setting of :data:`SETTINGS`."""
-
-    TABLE: ClassVar[tuple[Setting, ...]] = SETTINGS
-    SECTION: ClassVar[str] = "serve"
+class HostSettings(ModelSettings):
+    """What the verbs that host agents (``serve``, ``telegram``) share: one typed field per
+    setting their two tables hold alike (listeners, stores, limits, identity, TLS,
+    observability). A setting added to ``serve``'s table that the bot takes too
+    (``telegram_settings.TELEGRAM_SETTINGS``) gets its field here, once."""
 
     host: str
     port: int
     grpc_port: int
     public_url: str
-    workspace: tuple[str, ...]
     workspaces_root: str
-    agent: str
-    exec: str
-    faux: bool
-    llm: bool
     session_mode: SessionMode
     message_template: str
-    upstream: str
-    upstream_key: str = field(repr=False)  # a secret
-    upstream_signing_secret: str = field(repr=False)  # a secret
-    upstream_basic_user: str
-    upstream_password: str = field(repr=False)  # a secret
-    upstream_client_id: str
-    upstream_client_secret: str = field(repr=False)  # a secret
-    upstream_token_url: str
-    upstream_token_command: str
-    upstream_client_cert: str
-    upstream_client_key: str
-    upstream_ca_cert: str
-    upstream_transport: UpstreamTransport
-    upstream_timeout: float
-    upstream_idle_timeout: float
     grpc_default_deadline: float
     grpc_stream_idle_timeout: float
     shutdown_grace: float
-    allow_anonymous: bool
     allow_private_urls: bool
     jsonrpc_path: str
     rest_path: str
@@ -895,3 +874,33 @@ class ServeSettings(ModelSettings):
     otlp_endpoint: str
     log_format: LogFormat
     log_level: LogLevel
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings(HostSettings):
+    """``serve``'s settings, resolved: one field per setting of :data:`SETTINGS`."""
+
+    TABLE: ClassVar[tuple[Setting, ...]] = SETTINGS
+    SECTION: ClassVar[str] = "serve"
+
+    workspace: tuple[str, ...]
+    agent: str
+    exec: str
+    faux: bool
+    llm: bool
+    upstream: str
+    upstream_key: str = field(repr=False)  # a secret
+    upstream_signing_secret: str = field(repr=False)  # a secret
+    upstream_basic_user: str
+    upstream_password: str = field(repr=False)  # a secret
+    upstream_client_id: str
+    upstream_client_secret: str = field(repr=False)  # a secret
+    upstream_token_url: str
+    upstream_token_command: str
+    upstream_client_cert: str
+    upstream_client_key: str
+    upstream_ca_cert: str
+    upstream_transport: UpstreamTransport
+    upstream_timeout: float
+    upstream_idle_timeout: float
+    allow_anonymous: bool

@@ -3,20 +3,11 @@ command line never imports python-telegram-bot)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from .chat_settings import DELEGATION_SETTINGS, LLM_MODEL_HELP, TURN_TIMEOUT_SETTING
-from .settings import (
-    SETTINGS,
-    CardFormat,
-    LogFormat,
-    LogLevel,
-    ModelSettings,
-    SessionMode,
-    Setting,
-    StoreKind,
-)
+from .settings import SETTINGS, HostSettings, Setting
 
 #: The public Bot API (python-telegram-bot adds ``/bot<token>`` and ``/file/bot<token>``).
 DEFAULT_BASE_URL = "https://api.telegram.org"
@@ -85,7 +76,7 @@ TELEGRAM_SETTINGS = TELEGRAM_SETTINGS + tuple(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TelegramSettings(ModelSettings):
+class TelegramSettings(HostSettings):
     """``telegram``'s settings, resolved: one field per setting of :data:`TELEGRAM_SETTINGS`."""
 
     TABLE: ClassVar[tuple[Setting, ...]] = TELEGRAM_SETTINGS
@@ -101,66 +92,3 @@ class TelegramSettings(ModelSettings):
     a2a_max_wait: float
     watch_timeout: float
     time_zone: str
-    host: str
-    port: int
-    grpc_port: int
-    public_url: str
-    workspaces_root: str
-    session_mode: SessionMode
-    message_template: str
-    grpc_default_deadline: float
-    grpc_stream_idle_timeout: float
-    shutdown_grace: float
-    allow_private_urls: bool
-    jsonrpc_path: str
-    rest_path: str
-    card_name: str
-    card_description: str
-    card_skills: str
-    card_extensions: str
-    card_icon: str
-    card_format: CardFormat
-    max_hops: int
-    max_file_bytes: int
-    keepalive: float
-    store: StoreKind
-    database_url: str = field(repr=False)  # a secret
-    database_pool_size: int
-    database_lease: float
-    fsync: bool
-    task_retention: str
-    task_retention_files: bool
-    task_cache_entries: int
-    task_cache_mib: int
-    index_reconcile_interval: float
-    list_max_mib: float
-    event_log_kib: int
-    event_log_tasks: int
-    event_log_mib: int
-    memory_event_log_mib: int
-    memory_store_tasks: int
-    memory_store_mib: int
-    retry_keys: int
-    retry_keys_mib: int
-    rate_limit_per_minute: int
-    ip_rate_limit_per_minute: int
-    jwt_leeway: float
-    identity_fetch_timeout: float
-    pact_token_max_lifetime: float
-    card_signing_key: str
-    tls_cert: str
-    tls_key: str
-    tls_client_ca: str
-    introspection_url: str
-    introspection_client_id: str
-    introspection_client_secret: str = field(repr=False)  # a secret
-    introspection_cache: float
-    oauth2_token_url: str
-    max_running_tasks: int
-    max_open_contexts: int
-    access_log: bool
-    metrics: bool
-    metrics_port: int
-    otlp_endpoint: str
-    log_format: LogFormat
-    log_level: LogLevel
