@@ -289,15 +289,17 @@ def check_base64(value: Any, path: str) -> None:
         raise InvalidParamsError(f"{path}: {problem}", violations=[FieldViolation(path, problem)])
 
 
-# --- the hand-written parser -------------------------------------------------------
-# Accepted: ``{"message": {...}, "tenant"?: str}`` where the message has a non-empty
+# --- the hand-written parsers ------------------------------------------------------
+# SendMessage's: ``{"message": {...}, "tenant"?: str}`` where the message has a non-empty
 # string ``messageId``, a ``role`` given by the name of a non-zero Role, a non-empty
 # ``parts`` list of exactly ``{"text": str}`` objects, and optionally string
 # ``contextId``/``taskId``. Exact types only (``type(x) is str``, never a subclass).
 # Any other key, type or an empty required value falls back to the strict path, so
 # this never accepts anything json_format would refuse or validate() would flag, and
 # sets exactly the fields ParseDict sets (tests/protocol/test_codec_fast.py compares
-# the two paths on fixed shapes and on random edits).
+# the two paths on fixed shapes and on random edits). The requests naming one task
+# (GetTask, CancelTask, SubscribeToTask) the same way: ``{"id": non-empty str}``, a
+# string ``tenant``, GetTask's ``historyLength`` as a JSON integer in int32's range.
 
 _ROLE_BY_NAME: dict[str, int] = {
     value.name: value.number for value in pb.Role.DESCRIPTOR.values if value.number != 0
@@ -358,8 +360,47 @@ def _parse_send_message_request(value: Any) -> pb.SendMessageRequest | None:
     return request
 
 
+_INT32 = range(-(2**31), 2**31)
+
+
+def _task_id_request(cls: type[M], keys: frozenset[str]) -> Callable[[Any], M | None]:
+    """The parser of a request naming one task: ``{"id"}`` with ``"tenant"`` and, where
+    ``keys`` has it, ``"historyLength"`` (a JSON integer in int32's range); the field
+    names as the JSON names them, nothing else (GetTask, CancelTask, SubscribeToTask)."""
+
+    def parse(value: Any) -> M | None:
+        if type(value) is not dict or not keys.issuperset(value):
+            return None
+        task_id = value.get("id")
+        tenant = value.get("tenant", "")
+        if type(task_id) is not str or not task_id or type(tenant) is not str:
+            return None
+        length = value.get("historyLength")
+        if "historyLength" in value and (type(length) is not int or length not in _INT32):
+            return None
+        request = cls()
+        try:
+            request.id = task_id  # type: ignore[attr-defined]
+            if tenant:
+                request.tenant = tenant  # type: ignore[attr-defined]
+            if length is not None:
+                request.history_length = length  # type: ignore[attr-defined]
+        except (ValueError, TypeError):  # e.g. a string protobuf refuses: strict path decides
+            return None
+        return request
+
+    return parse
+
+
 _FAST_PARSERS: dict[type, Callable[[Any], message.Message | None]] = {
     pb.SendMessageRequest: _parse_send_message_request,
+    pb.GetTaskRequest: _task_id_request(
+        pb.GetTaskRequest, frozenset({"id", "tenant", "historyLength"})
+    ),
+    pb.CancelTaskRequest: _task_id_request(pb.CancelTaskRequest, frozenset({"id", "tenant"})),
+    pb.SubscribeToTaskRequest: _task_id_request(
+        pb.SubscribeToTaskRequest, frozenset({"id", "tenant"})
+    ),
 }
 
 

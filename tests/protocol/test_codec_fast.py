@@ -31,18 +31,20 @@ def _strict(cls: type[message.Message], value: Any) -> message.Message:
     return codec.parse(cls, value, path="params")
 
 
-def _outcome(parse: Any, value: Any) -> tuple[str, Any]:
+def _outcome(
+    parse: Any, value: Any, cls: type[message.Message] = pb.SendMessageRequest
+) -> tuple[str, Any]:
     """('ok', serialized message) or ('error', (type, message, violations))."""
     try:
-        msg = parse(pb.SendMessageRequest, copy.deepcopy(value))
+        msg = parse(cls, copy.deepcopy(value))
     except errors.A2AError as exc:
         return "error", (type(exc), exc.message, exc.violations)
     return "ok", msg.SerializeToString(deterministic=True)
 
 
-def _fast_is_strict(value: Any) -> None:
-    fast = _outcome(lambda cls, v: codec.parse_request(cls, v, path="params"), value)
-    assert fast == _outcome(_strict, value), value
+def _fast_is_strict(value: Any, cls: type[message.Message] = pb.SendMessageRequest) -> None:
+    fast = _outcome(lambda cls, v: codec.parse_request(cls, v, path="params"), value, cls)
+    assert fast == _outcome(_strict, value, cls), value
 
 
 ACCEPTED_BY_THE_FAST_PARSER: list[dict[str, Any]] = [
@@ -113,8 +115,88 @@ def test_anything_else_is_left_to_the_strict_path(value: Any) -> None:
 
 
 def test_other_request_types_have_no_fast_parser() -> None:
-    assert codec.parse_fast(pb.GetTaskRequest, {"id": "t-1"}) is None
-    assert codec.parse_request(pb.GetTaskRequest, {"id": "t-1"}) == pb.GetTaskRequest(id="t-1")
+    assert codec.parse_fast(pb.ListTasksRequest, {"pageSize": 5}) is None
+    assert codec.parse_request(pb.ListTasksRequest, {"pageSize": 5}) == pb.ListTasksRequest(
+        page_size=5
+    )
+
+
+# --- the requests naming one task: GetTask, CancelTask, SubscribeToTask ----------------
+
+TASK_ID_REQUESTS = [pb.GetTaskRequest, pb.CancelTaskRequest, pb.SubscribeToTaskRequest]
+
+TASK_ID_ACCEPTED: list[tuple[type[message.Message], dict[str, Any]]] = [
+    *((cls, {"id": "t-1"}) for cls in TASK_ID_REQUESTS),
+    *((cls, {"id": "é ✓ 𝄞", "tenant": "acme"}) for cls in TASK_ID_REQUESTS),
+    *((cls, {"id": "t-1", "tenant": ""}) for cls in TASK_ID_REQUESTS),
+    (pb.GetTaskRequest, {"id": "t-1", "historyLength": 0}),
+    (pb.GetTaskRequest, {"id": "t-1", "historyLength": 3, "tenant": "acme"}),
+    (pb.GetTaskRequest, {"id": "t-1", "historyLength": -1}),  # (the engine refuses it)
+    (pb.GetTaskRequest, {"id": "t-1", "historyLength": 2**31 - 1}),
+]
+
+
+@pytest.mark.parametrize(("cls", "value"), TASK_ID_ACCEPTED)
+def test_the_task_id_parser_builds_what_json_format_builds(
+    cls: type[message.Message], value: dict[str, Any]
+) -> None:
+    fast = codec.parse_fast(cls, value)
+    assert fast is not None
+    strict = _strict(cls, value)
+    assert fast == strict
+    assert fast.SerializeToString(deterministic=True) == strict.SerializeToString(
+        deterministic=True
+    )
+    if cls is pb.GetTaskRequest:
+        assert fast.HasField("history_length") is ("historyLength" in value)
+
+
+_NOT_A_TASK_ID_REQUEST: list[Any] = [
+    None, [], "t-1", {}, {"id": ""}, {"id": None}, {"id": 5}, {"id": ["t"]},
+    {"id": "t-1", "tenant": None}, {"id": "t-1", "tenant": 5}, {"tenant": "acme"},
+    {"id": "t-1", "extra": 1}, {"id": "t-1", "history_length": 1},
+    {"id": "t-1", "metadata": {"k": "v"}},
+]  # fmt: skip
+_NOT_AN_INT32: list[Any] = [None, "3", 3.0, 2.5, True, 2**31, -(2**31) - 1, [], {}]
+
+TASK_ID_LEFT_TO_THE_STRICT_PATH: list[tuple[type[message.Message], Any]] = [
+    *((cls, value) for cls in TASK_ID_REQUESTS for value in _NOT_A_TASK_ID_REQUEST),
+    *((pb.GetTaskRequest, {"id": "t-1", "historyLength": v}) for v in _NOT_AN_INT32),
+    (pb.CancelTaskRequest, {"id": "t-1", "historyLength": 1}),
+    (pb.SubscribeToTaskRequest, {"id": "t-1", "historyLength": 1}),
+]
+
+
+@pytest.mark.parametrize(("cls", "value"), TASK_ID_LEFT_TO_THE_STRICT_PATH)
+def test_any_other_task_id_request_is_left_to_the_strict_path(
+    cls: type[message.Message], value: Any
+) -> None:
+    assert codec.parse_fast(cls, copy.deepcopy(value)) is None
+    _fast_is_strict(value, cls)
+
+
+_TASK_ID_REPLACEMENTS: list[Any] = [
+    None, "", "t-2", "acme", 0, 1, -1, 2**31, 2**40, 1.5, True, False, [], {}, "5",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", TASK_ID_REQUESTS, ids=lambda cls: cls.DESCRIPTOR.name)
+def test_random_edits_of_a_task_id_request_give_the_same_answer_both_ways(
+    cls: type[message.Message],
+) -> None:
+    rng = random.Random(cls.DESCRIPTOR.name)
+    fast = 0
+    for _ in range(300):
+        value: dict[str, Any] = {"id": "t-1", "tenant": "acme", "historyLength": 2}
+        for _ in range(rng.randint(1, 3)):
+            key = rng.choice(["id", "tenant", "historyLength", "metadata", "bogus"])
+            if rng.random() < 0.3:
+                value.pop(key, None)
+            else:
+                value[key] = copy.deepcopy(rng.choice(_TASK_ID_REPLACEMENTS))
+        _fast_is_strict(value, cls)
+        fast += codec.parse_fast(cls, copy.deepcopy(value)) is not None
+    assert 0 < fast < 300  # both paths were exercised
 
 
 def test_over_deep_input_is_still_refused() -> None:
