@@ -12,11 +12,12 @@ so that a typo there is reported.
 Speed (every request of every binding goes through here): ``json_format.ParseDict``
 costs ~12 us for a one-part ``SendMessageRequest`` and the REQUIRED/oneof walk ~4 us,
 most of a blocking send's binding time. So :func:`parse_request` first tries a
-hand-written parser for the common ``SendMessageRequest`` shape (:func:`parse_fast`,
-~1 us) that accepts only input the strict path would accept *and build identically*
-and answers ``None`` for anything else (then the strict path runs and reports the
-error), and :func:`validate` follows a per-type plan compiled from the descriptors
-instead of reflecting over ``ListFields()``.
+hand-written parser (:func:`parse_fast`, ~1 us) for the common ``SendMessageRequest``
+shape and for the requests naming one task (GetTask, CancelTask, SubscribeToTask) that
+accepts only input the strict path would accept *and build identically* and answers
+``None`` for anything else (then the strict path runs and reports the error), and
+:func:`validate` follows a per-type plan compiled from the descriptors instead of
+reflecting over ``ListFields()``.
 """
 
 from __future__ import annotations

@@ -169,7 +169,8 @@ async def _params(request: web.Request, found: routes.Match) -> message.Message:
                     return fast
             codec.check_depth(body)
     data = routes.request_dict(found, request.rel_url.query.items(), body)
-    return codec.parse(cls, data, path="body")
+    fast = codec.parse_fast(cls, data)  # (GET /tasks/{id}, the other task-id routes)
+    return fast if fast is not None else codec.parse(cls, data, path="body")
 
 
 def _shown(request: web.Request) -> str:
