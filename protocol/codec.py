@@ -365,9 +365,8 @@ _INT32 = range(-(2**31), 2**31)
 
 
 def _task_id_request(cls: type[M], keys: frozenset[str]) -> Callable[[Any], M | None]:
-    """The parser of a request naming one task: ``{"id"}`` with ``"tenant"`` and, where
-    ``keys`` has it, ``"historyLength"`` (a JSON integer in int32's range); the field
-    names as the JSON names them, nothing else (GetTask, CancelTask, SubscribeToTask)."""
+    """The parser of a request naming one task (the shape in the comment above); ``keys``
+    are the JSON names it may hold."""
 
     def parse(value: Any) -> M | None:
         if type(value) is not dict or not keys.issuperset(value):

@@ -50,7 +50,7 @@ def shares(path: Path, thread: str, lines: bool) -> tuple[int, Counter[str], Cou
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("raw", type=Path, help="py-spy record -f raw output")
     parser.add_argument("--top", type=int, default=60, help="functions listed (each list)")
     parser.add_argument("--lines", action="store_true", help="one entry per line, not function")
