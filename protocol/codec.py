@@ -451,6 +451,15 @@ def to_json(msg: message.Message) -> bytes:
     return orjson.dumps(to_dict(msg))
 
 
+def answer_json(msg: message.Message, task_json: bytes | None) -> bytes:
+    """A unary answer's ProtoJSON: :func:`to_json` of ``msg``, or, for a SendMessage the
+    service answered with a stored task's JSON (``CallContext.task_json``, ``msg`` then
+    naming the task only), that task."""
+    if task_json is None:
+        return to_json(msg)
+    return b"".join((b'{"task":', task_json, b"}"))
+
+
 def stream_event_json(event: pb.StreamResponse) -> bytes:
     """``to_json(event)`` for a stream event, without the look-up of fields always
     emitted (a StreamResponse has none: its fields are one oneof of messages)."""

@@ -210,6 +210,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 )
         params = codec.parse_request(rpc.request_class, envelope.params, path="params")
         context.tenant = getattr(params, "tenant", "")
+        context.prints_json = True  # (result_response)
         del raw, body, envelope  # a held stream must not pin its request's JSON...
         outcome = await call_service(request, rpc, params, context)
         del params  # ...nor its request message: the service has it now
@@ -259,12 +260,14 @@ _RESULT_HEAD = b'{"jsonrpc":"2.0","id":'
 _RESULT_MIDDLE = b',"result":'
 
 
-def result_body(request_id: RequestId, result: message.Message) -> bytes:
+def result_body(
+    request_id: RequestId, result: message.Message, task_json: bytes | None = None
+) -> bytes:
     """``{"jsonrpc":"2.0","id":<id>,"result":<result>}``: the constant parts of the
-    envelope are pre-encoded bytes, so only the id and the result are encoded."""
-    return b"".join(
-        (_RESULT_HEAD, orjson.dumps(request_id), _RESULT_MIDDLE, codec.to_json(result), b"}")
-    )
+    envelope are pre-encoded bytes, so only the id and the result are encoded (the
+    result as :func:`codec.answer_json` prints it)."""
+    result_json = codec.answer_json(result, task_json)
+    return b"".join((_RESULT_HEAD, orjson.dumps(request_id), _RESULT_MIDDLE, result_json, b"}"))
 
 
 class StreamCodec:
@@ -295,7 +298,8 @@ class StreamCodec:
 def result_response(
     result: message.Message, context: CallContext, request_id: RequestId
 ) -> web.Response:
-    response = Answer(body=result_body(request_id, result), content_type=JSON_CONTENT_TYPE)
+    body = result_body(request_id, result, context.task_json)
+    response = Answer(body=body, content_type=JSON_CONTENT_TYPE)
     echo_extensions(response, context)
     return response
 

@@ -134,6 +134,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         rpc = found.route.rpc
         params = await _params(request, found)
         context.tenant = getattr(params, "tenant", "")
+        context.prints_json = True  # (result_response)
         outcome = await call_service(request, RPCS[rpc], params, context)
         # A stream may last long; its request (inline file bytes and all) must not, nor
         # its path and route match.
@@ -200,7 +201,7 @@ STREAM_CODEC = _StreamCodec()
 
 
 def result_response(result: message.Message, context: CallContext) -> web.Response:
-    response = Answer(body=codec.to_json(result), content_type=CONTENT_TYPE)
+    response = Answer(body=codec.answer_json(result, context.task_json), content_type=CONTENT_TYPE)
     echo_extensions(response, context)
     return response
 

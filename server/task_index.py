@@ -4,7 +4,10 @@ Task files stay the source of truth; this index is what ListTasks filters and or
 so a page costs an indexed range query, not a pass over every task:
 
 - ``tasks``: one row per readable task file: id, owner, context, state, status
-  timestamp (ns) and the file's (mtime, size, inode) stamp when it was indexed;
+  timestamp (ns), the file's (mtime, size, inode) stamp when it was indexed, and
+  whether that file holds its task's JSON as an answer prints it (``answer``: every
+  file this gateway writes; a file written by hand, when it reads so), which lets a
+  settled task's file answer a retry without its task being decoded (``settled_file``);
 - ``counts``: how many tasks each owner has, in all and per state, kept by triggers,
   so ``totalSize`` is one lookup; with a context or ``statusTimestampAfter`` filter it
   is a count over that index range (the tasks of one context);
@@ -81,7 +84,8 @@ from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3  # 2: retry keys carry the fingerprint (engine.retries); 3: hashed owner ids
+#: 2: retry keys carry the fingerprint (engine.retries); 3: hashed owner ids; 4: ``answer``
+SCHEMA_VERSION = 4
 INDEX_NAME = RELATIVE.task_index.name
 CACHE_KIB = 4096  # SQLite page cache per connection
 BATCH = 500  # files per reconcile batch, rows per applied batch
@@ -111,7 +115,10 @@ Stamp = tuple[int, int, int]  # (mtime_ns, size, inode) of a task file
 #: What a task file holds for the index: its stamp, then (owner, summary, retry keys),
 #: or None when the file is malformed (it is not listed); None overall when it cannot
 #: be read.
-Parsed = tuple[Stamp, tuple[Caller, TaskSummary, tuple[MessageKey, ...]] | None] | None
+#: What a reconcile reads of one file: its stamp and, when it is a task's, the owner,
+#: summary, retry keys and whether the file holds the task's JSON as an answer prints
+#: it (the row's ``answer``); None when it cannot be read.
+Parsed = tuple[Stamp, tuple[Caller, TaskSummary, tuple[MessageKey, ...], bool] | None] | None
 ParseFn = Callable[[str, str], Parsed]
 
 _T = TypeVar("_T")
@@ -125,7 +132,8 @@ CREATE TABLE IF NOT EXISTS owners(
 CREATE TABLE IF NOT EXISTS tasks(
   task_id TEXT PRIMARY KEY, owner INTEGER NOT NULL, context_id TEXT NOT NULL,
   state INTEGER NOT NULL, ts INTEGER NOT NULL,
-  mtime INTEGER NOT NULL, size INTEGER NOT NULL, ino INTEGER NOT NULL) WITHOUT ROWID;
+  mtime INTEGER NOT NULL, size INTEGER NOT NULL, ino INTEGER NOT NULL,
+  answer INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_by_owner ON tasks(owner, ts, task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(owner, state, ts, task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks(owner, context_id, ts, task_id, state);
@@ -157,14 +165,15 @@ END;
 """
 
 _UPSERT = (
-    "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET"
+    "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET"
     " owner = excluded.owner, context_id = excluded.context_id, state = excluded.state,"
-    " ts = excluded.ts, mtime = excluded.mtime, size = excluded.size, ino = excluded.ino"
+    " ts = excluded.ts, mtime = excluded.mtime, size = excluded.size, ino = excluded.ino,"
+    " answer = excluded.answer"
 )
-_INSERT_NEW = "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO NOTHING"
+_INSERT_NEW = "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO NOTHING"
 _UPDATE_IF = (
     "UPDATE tasks SET owner = ?, context_id = ?, state = ?, ts = ?, mtime = ?, size = ?,"
-    " ino = ? WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
+    " ino = ?, answer = ? WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
 )
 _DELETE_IF = "DELETE FROM tasks WHERE task_id = ? AND mtime = ? AND size = ? AND ino = ?"
 # A retry key read from a task file (a reconcile): the index's own keys win, and a key
@@ -182,7 +191,7 @@ class _Change:
 
     task_id: str
     expect: Stamp | None
-    row: tuple[Caller, TaskSummary, Stamp] | None
+    row: tuple[Caller, TaskSummary, Stamp, bool] | None
     retry_keys: tuple[MessageKey, ...] = ()
     #: The file was empty: a new task file whose creation a killed process did not
     #: finish (``file_store.writes``), removed with its row if it is still empty.
@@ -523,8 +532,9 @@ class _IndexCore(abc.ABC):
         self._last_owner, self._last_owner_id = owner, known
         return known
 
-    def put(self, owner: Caller, summary: TaskSummary, stamp: Stamp) -> None:
-        """The row of a task file this process just wrote (replaces any)."""
+    def put(self, owner: Caller, summary: TaskSummary, stamp: Stamp, answer: bool) -> None:
+        """The row of a task file this process just wrote or read (replaces any);
+        ``answer``: the file holds the task's JSON as an answer prints it."""
         self._write(
             _UPSERT,
             (
@@ -534,6 +544,7 @@ class _IndexCore(abc.ABC):
                 summary.state,
                 summary.timestamp_ns,
                 *stamp,
+                answer,
             ),
         )
 
@@ -717,21 +728,7 @@ class _IndexRetryKeys(_IndexCore):
         known = self._found_retry.get(key)
         if known is not None:
             return known
-        db, cursor = self._db, self._lookup
-        assert cursor is not None  # (set with _db)
-        if not self._snapshot:
-            self._lookups += 1
-            inflight = self._inflight
-            if self._lookups > 1 and (inflight is None or inflight.done()):
-                # A second lookup before the next batch goes to the writer: the next
-                # ones read in one read transaction (a point SELECT then skips the
-                # WAL's read lock and header, 4.4 -> 1.8 us here). No batch is in
-                # flight, and none is handed over before it ends (_take_batch): it
-                # sees every committed key, and the writer's checkpoint after each
-                # commit never waits on it (the WAL still restarts).
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("BEGIN")
-                    self._snapshot = True
+        cursor = self._point_cursor()
         try:
             found = cursor.execute(
                 "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
@@ -747,6 +744,46 @@ class _IndexRetryKeys(_IndexCore):
         self._found_retry.put(key, task_id, size)
         return task_id
 
+    def _point_cursor(self) -> sqlite3.Cursor:
+        """(the index open) The event loop's cursor for a point lookup."""
+        db, cursor = self._db, self._lookup
+        assert db is not None and cursor is not None  # (set with _db)
+        if not self._snapshot:
+            self._lookups += 1
+            inflight = self._inflight
+            if self._lookups > 1 and (inflight is None or inflight.done()):
+                # A second lookup before the next batch goes to the writer: the next
+                # ones read in one read transaction (a point SELECT then skips the
+                # WAL's read lock and header, 4.4 -> 1.8 us here). No batch is in
+                # flight, and none is handed over before it ends (_take_batch): it
+                # sees every committed row, and the writer's checkpoint after each
+                # commit never waits on it (the WAL still restarts).
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("BEGIN")
+                    self._snapshot = True
+        return cursor
+
+    def settled_file(self, owner: Caller, task_id: str) -> Stamp | None:
+        """The stamp its file had when indexed, for the owner's settled task (a state
+        not in ACTIVE) whose file holds its JSON as an answer prints it (``answer``);
+        None otherwise: not open yet, no such row (or not committed yet), another
+        owner's, active, or a file in another shape. A file with this stamp now is the
+        one that row describes (the record cache trusts the same stamp)."""
+        if self._db is None:
+            return None
+        cursor = self._point_cursor()
+        try:
+            row = cursor.execute(
+                "SELECT owner, state, mtime, size, ino FROM tasks WHERE task_id = ? AND answer",
+                (task_id,),
+            ).fetchone()
+        except sqlite3.Error:
+            log.exception("task index lookup failed; the task file is read whole")
+            return None
+        if row is None or row[1] in ACTIVE or row[0] != self._lookup_owner_id(owner):
+            return None
+        return (row[2], row[3], row[4])
+
     def found_message(self, owner: Caller, message_id: str, fingerprint: str) -> str | None:
         """What :meth:`lookup_message` answers, when it would answer without waiting
         (open, no keys owed by a reconcile); None otherwise (or no task has the key)."""
@@ -757,13 +794,20 @@ class _IndexRetryKeys(_IndexCore):
         owner, the same in every index)."""
         if owner is self._last_owner:
             return (self._last_owner_id, message_id, fingerprint)
+        return (self._lookup_owner_id(owner), message_id, fingerprint)
+
+    def _lookup_owner_id(self, owner: Caller) -> int:
+        """The owner's id, its row not queued (a hash of the owner, the same in every
+        index)."""
+        if owner is self._last_owner:
+            return self._last_owner_id
         if owner is self._last_hashed:  # a process that only looks up (answers retries)
-            return (self._last_hashed_id, message_id, fingerprint)
+            return self._last_hashed_id
         owner_id = self._owners.get(owner)
         if owner_id is None:
             owner_id = _owner_hash(owner)
             self._last_hashed, self._last_hashed_id = owner, owner_id
-        return (owner_id, message_id, fingerprint)
+        return owner_id
 
     def found_key(self, key: _RetryKey) -> str | None:
         """:meth:`found_message` of a key made by :meth:`retry_key` (the memo's check
@@ -927,13 +971,14 @@ class _FolderSync(_IndexCore):
                     self._rows_deleted()
                     self._write(_DELETE_IF, (change.task_id, *expect))
                 continue
-            owner, summary, stamp = row
+            owner, summary, stamp, answer = row
             values = (
                 self.owner_id(owner),
                 summary.context_id,
                 summary.state,
                 summary.timestamp_ns,
                 *stamp,
+                answer,
             )
             if expect is None:
                 inserts.append((change.task_id, *values))
@@ -1127,8 +1172,8 @@ class _Scan:
                 if indexed is not None:
                     changes.append(_Change(task_id, indexed, None))
                 continue
-            file_stamp, (owner, summary, keys) = parsed[0], parsed[1]
-            changes.append(_Change(task_id, indexed, (owner, summary, file_stamp), keys))
+            file_stamp, (owner, summary, keys, answer) = parsed[0], parsed[1]
+            changes.append(_Change(task_id, indexed, (owner, summary, file_stamp, answer), keys))
         return changes
 
     def gone(self) -> list[_Change] | None:

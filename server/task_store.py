@@ -231,6 +231,14 @@ class TaskStore(
         ask :meth:`load` (most stores; or missing, another owner's, unreadable)."""
         return None
 
+    def stored_json(self, owner: Caller, task_id: str) -> bytes | None:
+        """The owner's stored task as the ProtoJSON its answer prints (``codec.to_json``
+        of the task), when it is settled (no state in ``ACTIVE``) and the store holds
+        that JSON at hand without waiting (the file store: a task file the index
+        vouches for, or its cached record); None: ask :meth:`stored_bytes` or
+        :meth:`load` (most stores; or missing, another owner's, active, unreadable)."""
+        return None
+
     @abc.abstractmethod
     async def save(self, record: TaskRecord) -> None:
         """Create or replace ``record.task.id``."""

@@ -207,6 +207,13 @@ class Records:
             return None
         return stored[1]
 
+    def stored_json(self, caller: Caller, task_id: str) -> bytes | None:
+        """The caller's settled stored task as the ProtoJSON its answer prints, when
+        the store has it at hand; None: :meth:`stored_answer` or :meth:`load` it."""
+        if not valid_id(task_id):
+            return None
+        return self._tasks.stored_json(caller, task_id)
+
     async def _recover(self, caller: Caller, task_id: str) -> TaskRecord | None:
         """(holding the task's lock) Fail a stored active task no run has here."""
         if task_id in self._state.runs:  # a run started while we waited

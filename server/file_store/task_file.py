@@ -96,6 +96,9 @@ class Decoded(NamedTuple):
     #: here: ``task_from_dict`` took it) and is small enough for its answer to be kept
     #: (``proto_dict.remember_recent_json``); None otherwise.
     task_json: bytes | None = None
+    #: Whether the file holds the task's JSON as ``to_dict`` writes it, whatever its
+    #: size (the index's ``answer``).
+    answer: bool = False
 
 
 def decode_document(data: bytes, task_id: str) -> Decoded:
@@ -113,6 +116,7 @@ def decode_document(data: bytes, task_id: str) -> Decoded:
     task_json = None
     try:
         task = proto_dict.task_from_dict(raw_task)  # the common shapes, ~7x faster
+        answer = task is not None
         if task is None:
             task = json_format.ParseDict(raw_task, pb.Task(), ignore_unknown_fields=True)
         elif len(data) <= proto_dict.RECENT_TASK_BYTES:  # a small task's answer is kept
@@ -132,7 +136,7 @@ def decode_document(data: bytes, task_id: str) -> Decoded:
         isinstance(k, str) and isinstance(v, str) for k, v in raw_versions.items()
     ):
         raise ValueError("pushConfigVersions must map config ids to version strings")
-    return Decoded(task, owner, configs, raw_versions, _retry_keys(document), task_json)
+    return Decoded(task, owner, configs, raw_versions, _retry_keys(document), task_json, answer)
 
 
 def _retry_keys(document: dict[str, Any]) -> tuple[MessageKey, ...]:

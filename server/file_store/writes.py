@@ -80,7 +80,7 @@ class FileTaskWrites(TaskFiles):
             if len(unfinished) > UNFINISHED_KEPT:
                 del unfinished[next(iter(unfinished))]
         index = self._start() if not self._started else self.index
-        index.put(owner, summary, stamp)
+        index.put(owner, summary, stamp, answer=True)  # (encode_record)
         index.wrote_folder()
 
     def _write_atomically(self, task_id: str, data: bytes) -> Stamp:

@@ -137,6 +137,7 @@ class PactService(A2AService):
         forwarded.CopyFrom(request)
         forwarded.configuration.history_length = 0  # the reply needs none of it
         context.message_replies = False
+        context.prints_json = False  # the answer's task is read here, not printed
         answer = await self.service.send_message(forwarded, context)
         if answer.HasField("message"):  # a service that answered without a task anyway
             return answer

@@ -5,11 +5,14 @@ and parts are the same too; any other message under a reused id is a new message
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import aiohttp.web
 import orjson
 import pytest
 
@@ -18,9 +21,13 @@ from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.proto_dict import recent_task_json, to_dict
+from a2a_gateway.server.auth import AllowAnonymous
+from a2a_gateway.server.card import CardProvider
+from a2a_gateway.server.config import ServerConfig
 from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.engine.retries import message_fingerprint, retry_key
 from a2a_gateway.server.file_store import WorkspaceTaskStore
+from a2a_gateway.server.http_app import build_http_app
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .engine_helpers import ALICE, BOB, WAIT_S, collect, ctx, request, send, state_name
@@ -357,3 +364,131 @@ async def test_a_changed_message_under_a_found_id_is_new(
     await store.index.flushed()
     assert (await send(engine, **_send_kwargs({"text": "hi!"}))).id == changed.id
     assert (await send(engine, **_send_kwargs({}))).id == first.id
+
+
+async def _settled_in_a_closed_process(folder: Path, **send_kwargs: Any) -> pb.Task:
+    """A task sent and settled by an engine on ``folder``, closed since (its index too)."""
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))
+    try:
+        return await send(engine, **_send_kwargs(send_kwargs))
+    finally:
+        await engine.aclose()
+
+
+async def _json_retry(
+    engine: TaskEngine, caller: Caller = ALICE, **kwargs: Any
+) -> tuple[pb.SendMessageResponse, bytes | None]:
+    """A retry of FIRST from a binding that prints JSON: the answer, and the task JSON
+    the service handed in its place (None: none)."""
+    context = ctx(caller, prints_json=True)
+    async with asyncio.timeout(WAIT_S):
+        answer = await engine.send_message(request(**_send_kwargs({}), **kwargs), context)
+    return answer, context.task_json
+
+
+async def test_a_fresh_process_answers_a_json_retry_with_the_task_file_s_json(
+    tmp_path: Path,
+) -> None:
+    """A retry a fresh process answers, for a binding that prints the answer as JSON, is
+    the task file's task JSON, handed as ``CallContext.task_json`` with no task decoded
+    (the answer names the task only) when the index vouches for the file: its row has
+    the file's stamp, a settled task, the caller, the encoder's shape. Printed, it is the
+    first answer's JSON. A binding that reads the task, a ``historyLength`` or another
+    caller get what they got before."""
+    folder = tmp_path / "ws"
+    first = await _settled_in_a_closed_process(folder)
+    stored = orjson.loads((folder / ".a2a" / "tasks" / f"{first.id}.json").read_bytes())
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))
+    try:
+        answer, task_json = await _json_retry(engine)
+        assert answer == pb.SendMessageResponse(task=pb.Task(id=first.id))
+        assert task_json == orjson.dumps(stored["task"])
+        printed = codec.answer_json(answer, task_json)
+        assert printed == codec.to_json(pb.SendMessageResponse(task=first))
+        answer, task_json = await _json_retry(engine)  # again: the same, not decoded
+        assert (answer.task, task_json) == (pb.Task(id=first.id), orjson.dumps(stored["task"]))
+        trimmed, task_json = await _json_retry(engine, history_length=0)
+        assert task_json is None
+        assert trimmed.task.id == first.id and list(trimmed.task.history) == []
+        assert trimmed.task.status == first.status
+        async with asyncio.timeout(WAIT_S):
+            read = await engine.send_message(request(**_send_kwargs({})), ctx(ALICE))
+        assert read.task == first  # a binding that reads the task gets it whole
+        other, task_json = await _json_retry(engine, caller=BOB)
+        assert task_json is None and other.task.id != first.id  # not Bob's: a new task
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("rebuilt", [False, True])
+async def test_a_json_retry_of_a_file_the_index_does_not_vouch_for_reads_it_whole(
+    tmp_path: Path, rebuilt: bool
+) -> None:
+    """A task file rewritten by hand in another shape than the encoder's (keys
+    reordered, a field this gateway does not know) while no process ran: its stamp is
+    not the row's, or (``rebuilt``) the rebuilt index read it in that shape; either way
+    it is decoded for the answer: the edit shows, the unknown field does not, and the
+    JSON printed is the encoder's."""
+    folder = tmp_path / "ws"
+    first = await _settled_in_a_closed_process(folder)
+    path = folder / ".a2a" / "tasks" / f"{first.id}.json"
+    document = orjson.loads(path.read_bytes())
+    task = document["task"]
+    task["artifacts"][0]["parts"][0]["text"] = "edited"
+    document["task"] = {"unknownToUs": 1, **{key: task[key] for key in reversed(task)}}
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    if rebuilt:
+        (folder / ".a2a" / "index.sqlite3").unlink()
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))
+    try:
+        answer, task_json = await _json_retry(engine)
+        assert task_json is None
+        assert answer.task.artifacts[0].parts[0].text == "edited"
+        assert codec.answer_json(answer, None) == orjson.dumps({"task": task})
+    finally:
+        await engine.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _served(folder: Path) -> AsyncIterator[str]:
+    """The engine of a process on ``folder`` behind the HTTP app; its base URL."""
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))
+    config = ServerConfig(host="127.0.0.1")
+    runner = aiohttp.web.AppRunner(
+        build_http_app(engine, config, AllowAnonymous(), CardProvider(config))
+    )
+    await runner.setup()
+    try:
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+        await engine.aclose()
+
+
+async def test_both_json_bindings_print_a_fresh_process_s_retry_as_the_first_answer(
+    tmp_path: Path,
+) -> None:
+    """JSON-RPC and HTTP+JSON answer a retry a fresh process finds with the bytes they
+    answered the message with (the task file's JSON, printed in the task's place)."""
+    message = {"role": "ROLE_USER", "messageId": "m-http", "parts": [{"text": "hi"}]}
+    rpc = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": message}}
+    calls = [("/a2a", rpc), ("/a2a/v1/message:send", {"message": {**message, "messageId": "m-r"}})]
+    headers = {"A2A-Version": "1.0"}
+
+    async def answers(base: str) -> list[bytes]:
+        bodies = []
+        async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT_S):
+            for path, body in calls:
+                async with http.post(base + path, json=body, headers=headers) as response:
+                    assert response.status == 200
+                    bodies.append(await response.read())
+        return bodies
+
+    folder = tmp_path / "ws"
+    async with _served(folder) as base:
+        first = await answers(base)
+    assert [b'"TASK_STATE_COMPLETED"' in body for body in first] == [True, True]
+    async with _served(folder) as base:
+        assert await answers(base) == first
