@@ -182,7 +182,7 @@ class Intake:
             if subscriber is None and self._state.live(caller, retried) is None:
                 # A stored task, as the store's JSON or bytes when it has them at hand
                 # (no record parsed and copied into the answer; the file still stat'ed).
-                if context.prints_json and _whole_history(request):
+                if context.prints_json and send_history_length(request) is None:
                     kept = self._records.stored_json(caller, retried)
                     if kept is not None:
                         context.task_json = kept  # printed in the answer's place
@@ -522,13 +522,6 @@ def _check_no_file_parts(message: pb.Message) -> None:
             raise ContentTypeNotSupportedError(
                 f"{field}: {description}", violations=[FieldViolation(field, description)]
             )
-
-
-def _whole_history(request: pb.SendMessageRequest) -> bool:
-    """Whether the send's answer shows the task's whole history (no historyLength)."""
-    return not (
-        request.HasField("configuration") and request.configuration.HasField("history_length")
-    )
 
 
 def send_history_length(request: pb.SendMessageRequest) -> int | None:
