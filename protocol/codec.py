@@ -452,11 +452,14 @@ def to_json(msg: message.Message) -> bytes:
 
 
 def answer_json(msg: message.Message, task_json: bytes | None) -> bytes:
-    """A unary answer's ProtoJSON: :func:`to_json` of ``msg``, or, for a SendMessage the
-    service answered with a stored task's JSON (``CallContext.task_json``, ``msg`` then
-    naming the task only), that task."""
+    """A unary answer's ProtoJSON: :func:`to_json` of ``msg``, or, when the service
+    answered with a stored task's JSON (``CallContext.task_json``: ``msg`` then names the
+    task only), that task in its place: the answer itself (GetTask), or a
+    SendMessageResponse's ``task``."""
     if task_json is None:
         return to_json(msg)
+    if type(msg) is pb.Task:
+        return task_json
     return b"".join((b'{"task":', task_json, b"}"))
 
 

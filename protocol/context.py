@@ -81,9 +81,10 @@ class CallContext:
     #: replay.py``); a binding that keeps answers (the gRPC retry memo) keeps it with
     #: the answer and asks the service's check before each reuse. None: not so.
     replay: object = None
-    #: Set by a binding that prints a SendMessage's answer whole as ProtoJSON (the
-    #: JSON-RPC and HTTP+JSON 1.0 methods): the service may then give a stored task's
-    #: answer as the task's JSON (``task_json``), not decoded into the answer message.
+    #: Set by a binding that prints the answer whole as ProtoJSON (the JSON-RPC and
+    #: HTTP+JSON 1.0 methods): the service may then give a stored task (a retried
+    #: SendMessage's, GetTask's) as the task's JSON (``task_json``), not decoded into
+    #: the answer message.
     prints_json: bool = False
     #: Set by the service when ``prints_json``: the answer's task as the ProtoJSON the
     #: binding prints in its place (the answer message then holds the task's id only).

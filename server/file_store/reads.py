@@ -79,7 +79,7 @@ class FileTaskReads(TaskFiles):
             if loaded is None or loaded.owner != owner or loaded.summary.state in ACTIVE:
                 return None
             return loaded.task_json
-        stamp = self.index.settled_file(owner, task_id)
+        stamp = self._start().settled_file(owner, task_id)
         if stamp is None:
             return None
         raw = self._read_raw(f"{self._dir}/{task_id}.json")

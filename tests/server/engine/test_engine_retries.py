@@ -20,6 +20,7 @@ from a2a_gateway.agent.base import Turn
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.protocol import codec
 from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.errors import TaskNotFoundError
 from a2a_gateway.protocol.proto_dict import recent_task_json, to_dict
 from a2a_gateway.server.auth import AllowAnonymous
 from a2a_gateway.server.card import CardProvider
@@ -28,6 +29,7 @@ from a2a_gateway.server.engine import TaskEngine
 from a2a_gateway.server.engine.retries import message_fingerprint, retry_key
 from a2a_gateway.server.file_store import WorkspaceTaskStore
 from a2a_gateway.server.http_app import build_http_app
+from a2a_gateway.server.task_store import TaskRecord
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from .engine_helpers import ALICE, BOB, WAIT_S, collect, ctx, request, send, state_name
@@ -467,28 +469,83 @@ async def _served(folder: Path) -> AsyncIterator[str]:
         await engine.aclose()
 
 
-async def test_both_json_bindings_print_a_fresh_process_s_retry_as_the_first_answer(
+async def test_both_json_bindings_print_a_fresh_process_s_stored_task_as_before(
     tmp_path: Path,
 ) -> None:
-    """JSON-RPC and HTTP+JSON answer a retry a fresh process finds with the bytes they
-    answered the message with (the task file's JSON, printed in the task's place)."""
+    """JSON-RPC and HTTP+JSON answer a retry, and a GetTask, that a fresh process finds
+    with the bytes they answered before the restart (the task file's JSON, printed in the
+    task's place)."""
     message = {"role": "ROLE_USER", "messageId": "m-http", "parts": [{"text": "hi"}]}
     rpc = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": message}}
-    calls = [("/a2a", rpc), ("/a2a/v1/message:send", {"message": {**message, "messageId": "m-r"}})]
+    sends = [("/a2a", rpc), ("/a2a/v1/message:send", {"message": {**message, "messageId": "m-r"}})]
     headers = {"A2A-Version": "1.0"}
 
     async def answers(base: str) -> list[bytes]:
         bodies = []
         async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT_S):
-            for path, body in calls:
+            for path, body in sends:
                 async with http.post(base + path, json=body, headers=headers) as response:
                     assert response.status == 200
                     bodies.append(await response.read())
+            task_id = orjson.loads(bodies[0])["result"]["task"]["id"]
+            get = {"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": task_id}}
+            async with http.post(base + "/a2a", json=get, headers=headers) as response:
+                bodies.append(await response.read())
+            async with http.get(f"{base}/a2a/v1/tasks/{task_id}", headers=headers) as response:
+                bodies.append(await response.read())
         return bodies
 
     folder = tmp_path / "ws"
     async with _served(folder) as base:
         first = await answers(base)
-    assert [b'"TASK_STATE_COMPLETED"' in body for body in first] == [True, True]
+    assert [b'"TASK_STATE_COMPLETED"' in body for body in first] == [True] * 4
+    assert orjson.loads(first[3]) == orjson.loads(first[2])["result"]
     async with _served(folder) as base:
         assert await answers(base) == first
+
+
+async def test_a_fresh_process_answers_a_json_get_task_with_the_task_file_s_json(
+    tmp_path: Path,
+) -> None:
+    """GetTask of a settled task a fresh process has not read, for a binding that prints
+    JSON, is the file's task JSON (``CallContext.task_json``; the answer names the task
+    only); a ``historyLength``, a binding that reads the task, another caller, and an
+    active task (recovered: failed, the server restarted) get what they got before."""
+    folder = tmp_path / "ws"
+    store = WorkspaceTaskStore(folder)
+    engine = TaskEngine(FauxAgent(), store)
+    try:
+        first = await send(engine, **_send_kwargs({}))
+        held = pb.Task(id="held", context_id="c", status=pb.TaskStatus(state=pb.TASK_STATE_WORKING))
+        await store.save(TaskRecord(held, ALICE))  # a run a killed process had
+    finally:
+        await engine.aclose()
+    engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))
+    path = folder / ".a2a" / "tasks" / f"{first.id}.json"
+
+    async def get(task_id: str, caller: Caller = ALICE, **fields: Any) -> tuple[pb.Task, Any]:
+        context = ctx(caller, prints_json=True)
+        async with asyncio.timeout(WAIT_S):
+            task = await engine.get_task(pb.GetTaskRequest(id=task_id, **fields), context)
+        return task, context.task_json
+
+    try:
+        for _ in range(200):  # GetTasks alone: once the index's open (in the background) is in
+            task, task_json = await get(first.id)
+            if task_json is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert task == pb.Task(id=first.id)
+        assert task_json == orjson.dumps(orjson.loads(path.read_bytes())["task"])
+        assert codec.answer_json(task, task_json) == codec.to_json(first)
+        trimmed, task_json = await get(first.id, history_length=0)
+        assert task_json is None and trimmed.id == first.id and list(trimmed.history) == []
+        async with asyncio.timeout(WAIT_S):
+            read = await engine.get_task(pb.GetTaskRequest(id=first.id), ctx(ALICE))
+        assert read == first
+        with pytest.raises(TaskNotFoundError):
+            await get(first.id, caller=BOB)
+        recovered, task_json = await get("held")
+        assert task_json is None and state_name(recovered) == "FAILED"
+    finally:
+        await engine.aclose()
