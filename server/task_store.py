@@ -231,12 +231,14 @@ class TaskStore(
         ask :meth:`load` (most stores; or missing, another owner's, unreadable)."""
         return None
 
-    def stored_json(self, owner: Caller, task_id: str) -> bytes | None:
+    def stored_json(self, owner: Caller, task_id: str, read_once: bool) -> bytes | None:
         """The owner's stored task as the ProtoJSON its answer prints (``codec.to_json``
         of the task), when it is settled (no state in ``ACTIVE``) and the store holds
-        that JSON at hand without waiting (the file store: a task file the index
-        vouches for, or its cached record); None: ask :meth:`stored_bytes` or
-        :meth:`load` (most stores; or missing, another owner's, active, unreadable)."""
+        that JSON at hand without waiting (the file store: its cached record, or, with
+        ``read_once``, a task file the index vouches for, read for this answer alone
+        and not kept: a retry's, not a GetTask's, which the next poll asks again); None:
+        ask :meth:`stored_bytes` or :meth:`load` (most stores; or missing, another
+        owner's, active, unreadable)."""
         return None
 
     @abc.abstractmethod

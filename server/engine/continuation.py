@@ -183,7 +183,7 @@ class Intake:
                 # A stored task, as the store's JSON or bytes when it has them at hand
                 # (no record parsed and copied into the answer; the file still stat'ed).
                 if context.prints_json and send_history_length(request) is None:
-                    kept = self._records.stored_json(caller, retried)
+                    kept = self._records.stored_json(caller, retried, True)
                     if kept is not None:
                         context.task_json = kept  # printed in the answer's place
                         return pb.Task(id=retried)

@@ -54,8 +54,9 @@ class Reads:
             and history_length is None
             and self._state.live(caller, request.id) is None
         ):
-            # A settled stored task, as the JSON the store holds (as a retried send's).
-            kept = self._records.stored_json(caller, request.id)
+            # A settled task the store's cache holds, as the JSON it kept (the first
+            # GetTask loads it, and the cache keeps it, for the next polls).
+            kept = self._records.stored_json(caller, request.id, False)
             if kept is not None:
                 context.task_json = kept  # printed in the answer's place
                 return pb.Task(id=request.id)

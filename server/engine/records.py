@@ -207,12 +207,13 @@ class Records:
             return None
         return stored[1]
 
-    def stored_json(self, caller: Caller, task_id: str) -> bytes | None:
+    def stored_json(self, caller: Caller, task_id: str, read_once: bool) -> bytes | None:
         """The caller's settled stored task as the ProtoJSON its answer prints, when
-        the store has it at hand; None: :meth:`stored_answer` or :meth:`load` it."""
+        the store has it at hand (``read_once``: see ``TaskStore.stored_json``); None:
+        :meth:`stored_answer` or :meth:`load` it."""
         if not valid_id(task_id):
             return None
-        return self._tasks.stored_json(caller, task_id)
+        return self._tasks.stored_json(caller, task_id, read_once)
 
     async def _recover(self, caller: Caller, task_id: str) -> TaskRecord | None:
         """(holding the task's lock) Fail a stored active task no run has here."""

@@ -68,17 +68,20 @@ class FileTaskReads(TaskFiles):
             remember_recent_json(task_id, loaded.task_bytes, loaded.task_json)
         return loaded.summary.state, loaded.task_bytes
 
-    def stored_json(self, owner: Caller, task_id: str) -> bytes | None:
+    def stored_json(self, owner: Caller, task_id: str, read_once: bool) -> bytes | None:
         # Fresh as load: a record cached at the file's stamp gives the JSON it kept.
-        # Else (a retry answered by a fresh process) the index's row vouches for a file
-        # with the stamp it was indexed at, whose task is then taken from its JSON
-        # without being decoded (the task built and its bytes made and copied: ~24 of
-        # ~26 us for the bench's task, docs/performance.md).
+        # Else, read once (a retry answered by a fresh process), the index's row vouches
+        # for a file with the stamp it was indexed at, whose task is then taken from its
+        # JSON without being decoded (the task built and its bytes made and copied: ~24
+        # of ~26 us for the bench's task, docs/performance.md), nor kept: a task asked
+        # for again (GetTask's polls) is loaded, and cached, instead.
         if self._cache.peek(task_id) is not None:
             loaded = self._read(task_id)
             if loaded is None or loaded.owner != owner or loaded.summary.state in ACTIVE:
                 return None
             return loaded.task_json
+        if not read_once:
+            return None
         stamp = self._start().settled_file(owner, task_id)
         if stamp is None:
             return None

@@ -81,8 +81,8 @@ class WorkspaceTaskStores(
             store = self.store_for(owner)
         return store.stored_bytes(owner, task_id)
 
-    def stored_json(self, owner: Caller, task_id: str) -> bytes | None:
-        return self.store_for(owner).stored_json(owner, task_id)
+    def stored_json(self, owner: Caller, task_id: str, read_once: bool) -> bytes | None:
+        return self.store_for(owner).stored_json(owner, task_id, read_once)
 
     def replay_check(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes

@@ -507,10 +507,12 @@ async def test_both_json_bindings_print_a_fresh_process_s_stored_task_as_before(
 async def test_a_fresh_process_answers_a_json_get_task_with_the_task_file_s_json(
     tmp_path: Path,
 ) -> None:
-    """GetTask of a settled task a fresh process has not read, for a binding that prints
-    JSON, is the file's task JSON (``CallContext.task_json``; the answer names the task
-    only); a ``historyLength``, a binding that reads the task, another caller, and an
-    active task (recovered: failed, the server restarted) get what they got before."""
+    """GetTask of a settled task, for a binding that prints JSON, is the task JSON its
+    cached record kept (``CallContext.task_json``; the answer names the task only): the
+    first GetTask of a fresh process loads it (and the cache keeps it), the next ones
+    print the JSON. A ``historyLength``, a binding that reads the task, another caller,
+    and an active task (recovered: failed, the server restarted) get what they got
+    before."""
     folder = tmp_path / "ws"
     store = WorkspaceTaskStore(folder)
     engine = TaskEngine(FauxAgent(), store)
@@ -530,11 +532,9 @@ async def test_a_fresh_process_answers_a_json_get_task_with_the_task_file_s_json
         return task, context.task_json
 
     try:
-        for _ in range(200):  # GetTasks alone: once the index's open (in the background) is in
-            task, task_json = await get(first.id)
-            if task_json is not None:
-                break
-            await asyncio.sleep(0.01)
+        task, task_json = await get(first.id)
+        assert task == first and task_json is None  # loaded, and kept by the cache
+        task, task_json = await get(first.id)
         assert task == pb.Task(id=first.id)
         assert task_json == orjson.dumps(orjson.loads(path.read_bytes())["task"])
         assert codec.answer_json(task, task_json) == codec.to_json(first)

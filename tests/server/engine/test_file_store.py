@@ -567,11 +567,11 @@ async def test_store_round_trips_records(tmp_path: Path) -> None:
 
 
 async def test_stored_json_is_a_settled_task_file_the_index_vouches_for(tmp_path: Path) -> None:
-    """``stored_json`` (a retry's answer for a binding that prints JSON), from a fresh
-    store: the task's JSON as its file holds it when the index's row vouches for the
-    file (the caller's, settled, the stamp it was indexed at), or when the record cache
-    holds the file; None for another owner, an active task, no row, a file rewritten
-    since it was indexed."""
+    """``stored_json`` (an answer for a binding that prints JSON), from a fresh store:
+    the task's JSON as its file holds it when the record cache holds the file, or, read
+    once (a retry's), when the index's row vouches for the file (the caller's, settled,
+    the stamp it was indexed at); None for another owner, an active task, no row, a
+    file rewritten since it was indexed, a file not cached unless read once."""
     store = WorkspaceTaskStore(tmp_path)
     await store.save(_record("done", pb.TASK_STATE_COMPLETED))
     await store.save(_record("busy", pb.TASK_STATE_WORKING))
@@ -581,18 +581,19 @@ async def test_stored_json_is_a_settled_task_file_the_index_vouches_for(tmp_path
         await fresh.index.opened()
         path = task_file(tmp_path, "done")
         done = orjson.dumps(orjson.loads(path.read_bytes())["task"])
-        assert fresh.stored_json(ALICE, "done") == done
-        assert fresh.stored_json(BOB, "done") is None
-        assert fresh.stored_json(ALICE, "busy") is None
-        assert fresh.stored_json(ALICE, "absent") is None
+        assert fresh.stored_json(ALICE, "done", True) == done
+        assert fresh.stored_json(ALICE, "done", False) is None  # read once: not cached
+        assert fresh.stored_json(BOB, "done", True) is None
+        assert fresh.stored_json(ALICE, "busy", True) is None
+        assert fresh.stored_json(ALICE, "absent", True) is None
         data, indexed = path.read_bytes(), path.stat()
         path.unlink()
         path.write_bytes(data)  # the same bytes, not the file indexed: a later mtime
         os.utime(path, ns=(indexed.st_atime_ns, indexed.st_mtime_ns + 10**9))
-        assert fresh.stored_json(ALICE, "done") is None
+        assert fresh.stored_json(ALICE, "done", True) is None
         assert await fresh.load(ALICE, "done") is not None  # the record cache holds it now
-        assert fresh.stored_json(ALICE, "done") == done
-        assert fresh.stored_json(BOB, "done") is None
+        assert fresh.stored_json(ALICE, "done", False) == done
+        assert fresh.stored_json(BOB, "done", False) is None
     finally:
         await fresh.aclose()
 
