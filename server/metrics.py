@@ -753,9 +753,9 @@ def _timed_check(
 
 
 #: Synchronous reads that stand in for an operation of STORE_OPERATIONS, timed as it:
-#: ``stored_json`` and ``stored_bytes`` are a retried send's load, answered from the
-#: file store's files or cache; ``found_message`` its retry-key lookup, when a stored
-#: answer is given again.
+#: ``stored_json`` and ``stored_bytes`` are a retried send's (or GetTask's) load,
+#: answered from the file store's files or cache; ``found_message`` its retry-key
+#: lookup, when a stored answer is given again.
 STORE_FOUND_OPERATIONS: Final = (
     ("stored_json", "load"),
     ("stored_bytes", "load"),

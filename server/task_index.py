@@ -792,8 +792,6 @@ class _IndexRetryKeys(_IndexCore):
     def retry_key(self, owner: Caller, message_id: str, fingerprint: str) -> _RetryKey:
         """The key lookups take (the owner's id without queuing its row: a hash of the
         owner, the same in every index)."""
-        if owner is self._last_owner:
-            return (self._last_owner_id, message_id, fingerprint)
         return (self._lookup_owner_id(owner), message_id, fingerprint)
 
     def _lookup_owner_id(self, owner: Caller) -> int:

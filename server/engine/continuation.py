@@ -182,11 +182,10 @@ class Intake:
             if subscriber is None and self._state.live(caller, retried) is None:
                 # A stored task, as the store's JSON or bytes when it has them at hand
                 # (no record parsed and copied into the answer; the file still stat'ed).
-                if context.prints_json and send_history_length(request) is None:
-                    kept = self._records.stored_json(caller, retried, True)
-                    if kept is not None:
-                        context.task_json = kept  # printed in the answer's place
-                        return pb.Task(id=retried)
+                if send_history_length(request) is None:
+                    named = self._records.json_answer(context, retried, read_once=True)
+                    if named is not None:
+                        return named
                 stored = self._records.stored_answer(caller, retried)
                 if stored is not None:
                     if inline_push is None:  # nothing but the request and these shape it

@@ -48,19 +48,13 @@ class Reads:
 
     async def get_task(self, request: pb.GetTaskRequest, context: CallContext) -> pb.Task:
         history_length = read_history_length(request, "historyLength")
-        caller = context.caller
-        if (
-            context.prints_json
-            and history_length is None
-            and self._state.live(caller, request.id) is None
-        ):
+        if history_length is None and self._state.live(context.caller, request.id) is None:
             # A settled task the store's cache holds, as the JSON it kept (the first
             # GetTask loads it, and the cache keeps it, for the next polls).
-            kept = self._records.stored_json(caller, request.id, False)
-            if kept is not None:
-                context.task_json = kept  # printed in the answer's place
-                return pb.Task(id=request.id)
-        record = await self._records.view_or_not_found(caller, request.id)
+            named = self._records.json_answer(context, request.id, read_once=False)
+            if named is not None:
+                return named
+        record = await self._records.view_or_not_found(context.caller, request.id)
         return task_view(record.task, history_length)
 
     async def list_tasks(

@@ -34,7 +34,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from a2a_gateway.protocol.context import Caller
+from a2a_gateway.protocol.context import CallContext, Caller
 from lf.a2a.v1 import a2a_pb2 as pb
 
 from ..ids import valid_id
@@ -207,13 +207,19 @@ class Records:
             return None
         return stored[1]
 
-    def stored_json(self, caller: Caller, task_id: str, read_once: bool) -> bytes | None:
-        """The caller's settled stored task as the ProtoJSON its answer prints, when
-        the store has it at hand (``read_once``: see ``TaskStore.stored_json``); None:
-        :meth:`stored_answer` or :meth:`load` it."""
-        if not valid_id(task_id):
+    def json_answer(self, context: CallContext, task_id: str, *, read_once: bool) -> pb.Task | None:
+        """For a binding that prints the answer as JSON (``context.prints_json``): the
+        caller's settled stored task handed over as the ProtoJSON the store has at hand
+        (``context.task_json``, printed in the answer's place; ``read_once``: see
+        ``TaskStore.stored_json``), and the answer naming the task only. None: nothing
+        handed over; :meth:`stored_answer` or :meth:`load` it."""
+        if not context.prints_json or not valid_id(task_id):
             return None
-        return self._tasks.stored_json(caller, task_id, read_once)
+        kept = self._tasks.stored_json(context.caller, task_id, read_once)
+        if kept is None:
+            return None
+        context.task_json = kept
+        return pb.Task(id=task_id)
 
     async def _recover(self, caller: Caller, task_id: str) -> TaskRecord | None:
         """(holding the task's lock) Fail a stored active task no run has here."""
