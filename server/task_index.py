@@ -5,9 +5,9 @@ so a page costs an indexed range query, not a pass over every task:
 
 - ``tasks``: one row per readable task file: id, owner, context, state, status
   timestamp (ns), the file's (mtime, size, inode) stamp when it was indexed, and
-  whether that file holds its task's JSON as an answer prints it (``answer``: every
-  file this gateway writes; a file written by hand, when it reads so), which lets a
-  settled task's file answer a retry without its task being decoded (``settled_file``);
+  whether that file's task line is its task's JSON as an answer prints it (``answer``:
+  every file this gateway writes; a file written by hand, when it reads so), which lets
+  a settled task's file answer a retry with that line, nothing decoded (``settled_file``);
 - ``counts``: how many tasks each owner has, in all and per state, kept by triggers,
   so ``totalSize`` is one lookup; with a context or ``statusTimestampAfter`` filter it
   is a count over that index range (the tasks of one context);
@@ -84,8 +84,9 @@ from .task_store import Listing, MessageKey, TaskFilter, TaskSummary, Window
 
 log = logging.getLogger(__name__)
 
-#: 2: retry keys carry the fingerprint (engine.retries); 3: hashed owner ids; 4: ``answer``
-SCHEMA_VERSION = 4
+#: 2: retry keys carry the fingerprint (engine.retries); 3: hashed owner ids; 4: ``answer``;
+#: 5: ``answer`` vouches for the file's task line as it stands (schema 4's for its dict)
+SCHEMA_VERSION = 5
 INDEX_NAME = RELATIVE.task_index.name
 CACHE_KIB = 4096  # SQLite page cache per connection
 BATCH = 500  # files per reconcile batch, rows per applied batch

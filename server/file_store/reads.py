@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import orjson
-
 from a2a_gateway.protocol.context import Caller
 from a2a_gateway.protocol.proto_dict import remember_recent_json
 from lf.a2a.v1 import a2a_pb2 as pb
@@ -23,7 +21,7 @@ from ..task_index import RECONCILE_WAIT_ROWS, Parsed, unreadable_for_now
 from ..task_states import ACTIVE
 from ..task_store import Listing, TaskFilter, TaskRecord, TaskSummary, Window
 from .folder import MALFORMED, Loaded, ReadBudget, Stamp, TaskFiles, file_stamp
-from .task_file import decode_document
+from .task_file import decode_document, task_line
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +69,11 @@ class FileTaskReads(TaskFiles):
     def stored_json(self, owner: Caller, task_id: str, read_once: bool) -> bytes | None:
         # Fresh as load: a record cached at the file's stamp gives the JSON it kept.
         # Else, read once (a retry answered by a fresh process), the index's row vouches
-        # for a file with the stamp it was indexed at, whose task is then taken from its
-        # JSON without being decoded (the task built and its bytes made and copied: ~24
-        # of ~26 us for the bench's task, docs/performance.md), nor kept: a task asked
-        # for again (GetTask's polls) is loaded, and cached, instead.
+        # for a file with the stamp it was indexed at, whose task line is then the
+        # answer, nothing decoded (not the task built and its bytes made and copied, ~24
+        # of ~26 us for the bench's task, nor the document parsed and the task printed
+        # again, docs/performance.md), nor kept: a task asked for again (GetTask's
+        # polls) is loaded, and cached, instead.
         if self._cache.peek(task_id) is not None:
             loaded = self._read(task_id)
             if loaded is None or loaded.owner != owner or loaded.summary.state in ACTIVE:
@@ -88,11 +87,7 @@ class FileTaskReads(TaskFiles):
         raw = self._read_raw(f"{self._dir}/{task_id}.json")
         if raw is None or raw[0] != stamp or raw[1] is None:
             return None  # changed since it was indexed: read whole (and anew) by load
-        try:
-            task = orjson.loads(raw[1]).get("task")
-        except (orjson.JSONDecodeError, AttributeError):
-            return None
-        return orjson.dumps(task) if type(task) is dict else None
+        return task_line(raw[1])  # (the row vouches for the line: no JSON parsed)
 
     def replay_check(
         self, owner: Caller, message_id: str, fingerprint: str, task_id: str, task_bytes: bytes

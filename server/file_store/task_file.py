@@ -46,6 +46,27 @@ def encode_record(record: TaskRecord, box: SecretBox | None = None) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
+#: Where a task file's task line starts: the document's ``task`` key, at the indent
+#: :func:`encode_record` gives top-level keys (a string holds no raw newline, a nested
+#: key is indented deeper, and the task itself is one line: nothing else matches).
+_TASK_LINE = b'\n  "task": '
+
+
+def task_line(data: bytes) -> bytes | None:
+    """The bytes of a task file's task line, as :func:`encode_record` writes it (its
+    trailing comma cut), or None when the file has no such line. Its being the task's
+    JSON as an answer prints it is the index's to vouch for (``answer``, checked by
+    :func:`decode_document`)."""
+    start = data.find(_TASK_LINE)
+    if start < 0:
+        return None
+    start += len(_TASK_LINE)
+    end = data.find(b"\n", start)
+    if end < 0:
+        return None
+    return data[start : end - 1] if data[end - 1] == 0x2C else data[start:end]  # (",")
+
+
 def owner_from_document(document: dict[str, Any]) -> Caller:
     """The ``"owner": {"name", "workspace"}`` of a record file (task files here, proxy
     ownership records in ``gateway.proxy_owners``); ValueError with a reason if bad."""
@@ -96,8 +117,8 @@ class Decoded(NamedTuple):
     #: here: ``task_from_dict`` took it) and is small enough for its answer to be kept
     #: (``proto_dict.remember_recent_json``); None otherwise.
     task_json: bytes | None = None
-    #: Whether the file holds the task's JSON as ``to_dict`` writes it, whatever its
-    #: size (the index's ``answer``).
+    #: Whether the file's task line (:func:`task_line`) is the task's JSON as ``to_dict``
+    #: and ``orjson`` print it, whatever its size (the index's ``answer``).
     answer: bool = False
 
 
@@ -116,11 +137,14 @@ def decode_document(data: bytes, task_id: str) -> Decoded:
     task_json = None
     try:
         task = proto_dict.task_from_dict(raw_task)  # the common shapes, ~7x faster
-        answer = task is not None
+        answer = False
         if task is None:
             task = json_format.ParseDict(raw_task, pb.Task(), ignore_unknown_fields=True)
-        elif len(data) <= proto_dict.RECENT_TASK_BYTES:  # a small task's answer is kept
-            task_json = orjson.dumps(raw_task)  # (the dict to_dict makes of the task)
+        else:
+            printed = orjson.dumps(raw_task)  # (the dict to_dict makes of the task)
+            answer = task_line(data) == printed  # (a file written by hand may differ)
+            if len(data) <= proto_dict.RECENT_TASK_BYTES:  # a small task's answer is kept
+                task_json = printed
         configs = [
             json_format.ParseDict(c, pb.TaskPushNotificationConfig(), ignore_unknown_fields=True)
             for c in raw_configs

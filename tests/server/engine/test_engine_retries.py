@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -423,22 +424,30 @@ async def test_a_fresh_process_answers_a_json_retry_with_the_task_file_s_json(
 
 
 @pytest.mark.parametrize("rebuilt", [False, True])
+@pytest.mark.parametrize("shape", ["foreign", "spread", "spaced"])
 async def test_a_json_retry_of_a_file_the_index_does_not_vouch_for_reads_it_whole(
-    tmp_path: Path, rebuilt: bool
+    tmp_path: Path, rebuilt: bool, shape: str
 ) -> None:
-    """A task file rewritten by hand in another shape than the encoder's (keys
-    reordered, a field this gateway does not know) while no process ran: its stamp is
-    not the row's, or (``rebuilt``) the rebuilt index read it in that shape; either way
-    it is decoded for the answer: the edit shows, the unknown field does not, and the
-    JSON printed is the encoder's."""
+    """A task file rewritten by hand while no process ran, its task in another shape than
+    the encoder's (``foreign``: keys reordered, a field this gateway does not know) or in
+    the encoder's shape but not on one line as the encoder prints it (``spread`` over
+    lines, ``spaced`` after its commas and colons): its stamp is not the row's, or
+    (``rebuilt``) the rebuilt index read it so; either way it is decoded for the answer:
+    the edit shows, the unknown field does not, and the JSON printed is the encoder's."""
     folder = tmp_path / "ws"
     first = await _settled_in_a_closed_process(folder)
     path = folder / ".a2a" / "tasks" / f"{first.id}.json"
     document = orjson.loads(path.read_bytes())
     task = document["task"]
     task["artifacts"][0]["parts"][0]["text"] = "edited"
-    document["task"] = {"unknownToUs": 1, **{key: task[key] for key in reversed(task)}}
-    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    if shape == "foreign":
+        document["task"] = {"unknownToUs": 1, **{key: task[key] for key in reversed(task)}}
+    written = orjson.dumps(document, option=orjson.OPT_INDENT_2)  # (the task spread)
+    if shape == "spaced":
+        document["task"] = orjson.Fragment(json.dumps(task).encode())
+        written = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+        assert b'"task": {"id": ' in written
+    path.write_bytes(written)
     if rebuilt:
         (folder / ".a2a" / "index.sqlite3").unlink()
     engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))

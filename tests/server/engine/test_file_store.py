@@ -22,7 +22,7 @@ import pytest
 
 from a2a_gateway.agent.faux import FauxAgent
 from a2a_gateway.local.layout import WorkspaceLayout
-from a2a_gateway.protocol import codec, errors
+from a2a_gateway.protocol import codec, errors, proto_dict
 from a2a_gateway.protocol.context import ANONYMOUS, Caller
 from a2a_gateway.protocol.proto_dict import recent_task_json
 from a2a_gateway.server import file_store
@@ -34,6 +34,7 @@ from a2a_gateway.server.file_store import (
     decode_record,
     owner_from_document,
 )
+from a2a_gateway.server.file_store.task_file import encode_record, task_line
 from a2a_gateway.server.task_store import TaskFilter, TaskRecord, Window
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -596,6 +597,21 @@ async def test_stored_json_is_a_settled_task_file_the_index_vouches_for(tmp_path
         assert fresh.stored_json(BOB, "done", False) is None
     finally:
         await fresh.aclose()
+
+
+def test_a_task_line_is_the_task_as_the_encoder_wrote_it() -> None:
+    """``task_line``: the line ``encode_record`` writes the task on (the comma after it
+    cut, whether keys follow or not); a task spread over lines gives its first line
+    (which the index does not vouch for); None where there is no such line."""
+    record = _record("done", pb.TASK_STATE_COMPLETED)
+    printed = orjson.dumps(proto_dict.to_dict(record.task))
+    assert task_line(encode_record(record)) == printed
+    last = {"version": 1, "task": orjson.Fragment(printed)}
+    assert task_line(orjson.dumps(last, option=orjson.OPT_INDENT_2)) == printed
+    spread = {"version": 1, "task": proto_dict.to_dict(record.task), "pushConfigs": []}
+    assert task_line(orjson.dumps(spread, option=orjson.OPT_INDENT_2)) == b"{"
+    assert task_line(b'{"version": 1, "task": ' + printed + b"}") is None  # not its line
+    assert task_line(b'{\n  "task": ' + printed) is None  # cut short: no line's end
 
 
 # --- when files are written -------------------------------------------------------------
