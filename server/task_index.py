@@ -171,6 +171,13 @@ _UPSERT = (
     " ts = excluded.ts, mtime = excluded.mtime, size = excluded.size, ino = excluded.ino,"
     " answer = excluded.answer"
 )
+# A retry key's task, with its task row as settled_file reads it (none: NULLs).
+_FIND_KEY = (
+    "SELECT r.task_id, t.owner, t.state, t.mtime, t.size, t.ino, t.answer FROM retry AS r"
+    " LEFT JOIN tasks AS t ON t.task_id = r.task_id"
+    " WHERE r.owner = ? AND r.message_id = ? AND r.fingerprint = ?"
+)
+_TASK_ROW = "SELECT owner, state, mtime, size, ino, answer FROM tasks WHERE task_id = ?"
 _INSERT_NEW = "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(task_id) DO NOTHING"
 _UPDATE_IF = (
     "UPDATE tasks SET owner = ?, context_id = ?, state = ?, ts = ?, mtime = ?, size = ?,"
@@ -277,6 +284,10 @@ class _IndexCore(abc.ABC):
         # Keys a lookup found committed (see FOUND_KEYS); dropped with any task row.
         self._found_retry: ByteLRU[_RetryKey, str] = ByteLRU(FOUND_KEYS, FOUND_KEY_BYTES)
         self._deletes_unsent = False  # a queued write deletes task rows (and their keys)
+        # The task row a lookup's SELECT found with its key (task id, then owner, state,
+        # mtime, size, ino, answer), for the settled_file that follows it in the same
+        # step (a retry answered from its file); taken once, dropped by any write.
+        self._found_row: tuple[str, tuple[Any, ...]] | None = None
         # (key, task id) of each retry key written since the last batch went.
         self._unsent_retry: list[tuple[_RetryKey, str]] = []
         self._writer: ThreadPoolExecutor | None = None
@@ -404,6 +415,7 @@ class _IndexCore(abc.ABC):
         later, or before any read that must see it (:meth:`flushed`). Without a
         running loop (a synchronous caller) it is written at once."""
         self._pending.append((sql, params, many))
+        self._found_row = None
         if self._flush_timer is not None:
             return
         try:
@@ -731,16 +743,14 @@ class _IndexRetryKeys(_IndexCore):
             return known
         cursor = self._point_cursor()
         try:
-            found = cursor.execute(
-                "SELECT task_id FROM retry WHERE owner = ? AND message_id = ? AND fingerprint = ?",
-                key,
-            ).fetchone()
+            found = cursor.execute(_FIND_KEY, key).fetchone()
         except sqlite3.Error:
             log.exception("task index lookup failed; answered as no retry")
             return None
         if found is None:
             return None
         task_id = str(found[0])
+        self._found_row = (task_id, found[1:])
         size = len(key[1]) + len(key[2]) + len(task_id) + _FOUND_KEY_OVERHEAD
         self._found_retry.put(key, task_id, size)
         return task_id
@@ -772,16 +782,17 @@ class _IndexRetryKeys(_IndexCore):
         one that row describes (the record cache trusts the same stamp)."""
         if self._db is None:
             return None
-        cursor = self._point_cursor()
-        try:
-            row = cursor.execute(
-                "SELECT owner, state, mtime, size, ino FROM tasks WHERE task_id = ? AND answer",
-                (task_id,),
-            ).fetchone()
-        except sqlite3.Error:
-            log.exception("task index lookup failed; the task file is read whole")
-            return None
-        if row is None or row[1] in ACTIVE or row[0] != self._lookup_owner_id(owner):
+        found, self._found_row = self._found_row, None
+        if found is not None and found[0] == task_id:
+            row = found[1]  # (the retry's lookup read it: no second SELECT)
+        else:
+            cursor = self._point_cursor()
+            try:
+                row = cursor.execute(_TASK_ROW, (task_id,)).fetchone()
+            except sqlite3.Error:
+                log.exception("task index lookup failed; the task file is read whole")
+                return None
+        if row is None or not row[5] or row[1] in ACTIVE or row[0] != self._lookup_owner_id(owner):
             return None
         return (row[2], row[3], row[4])
 

@@ -599,6 +599,29 @@ async def test_stored_json_is_a_settled_task_file_the_index_vouches_for(tmp_path
         await fresh.aclose()
 
 
+async def test_a_retry_lookup_s_task_row_serves_only_its_own_task(tmp_path: Path) -> None:
+    """The lookup of a retry key reads its task's row with it, for the ``stored_json``
+    that follows (no second query): that row answers for that task only; another
+    task's file is vouched for by its own row."""
+    store = WorkspaceTaskStore(tmp_path)
+    for task_id in ("one", "two"):
+        await store.save(_record(task_id, pb.TASK_STATE_COMPLETED))
+        store.remember_message(ALICE, f"m-{task_id}", "fp", task_id)
+    await store.aclose()
+    fresh = WorkspaceTaskStore(tmp_path)
+    try:
+        await fresh.index.opened()
+        lines = {t: task_line(task_file(tmp_path, t).read_bytes()) for t in ("one", "two")}
+        assert await fresh.lookup_message(ALICE, "m-one", "fp") == "one"
+        assert fresh.stored_json(ALICE, "two", True) == lines["two"]
+        assert await fresh.lookup_message(ALICE, "m-two", "fp") == "two"
+        assert fresh.stored_json(ALICE, "two", True) == lines["two"]
+        assert await fresh.lookup_message(ALICE, "m-one", "fp") == "one"  # (now known)
+        assert fresh.stored_json(BOB, "one", True) is None  # the row is Alice's
+    finally:
+        await fresh.aclose()
+
+
 def test_a_task_line_is_the_task_as_the_encoder_wrote_it() -> None:
     """``task_line``: the line ``encode_record`` writes the task on (the comma after it
     cut, whether keys follow or not); a task spread over lines gives its first line
