@@ -192,7 +192,7 @@ class FileTaskReads(TaskFiles):
         if data is None:
             return stamp, None
         try:
-            decoded = decode_document(data, task_id)
+            decoded = decode_document(data, task_id, check_line=True)
         except ValueError:
             return stamp, None
         summary = TaskSummary.of(decoded.task)

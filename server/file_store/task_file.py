@@ -118,12 +118,15 @@ class Decoded(NamedTuple):
     #: (``proto_dict.remember_recent_json``); None otherwise.
     task_json: bytes | None = None
     #: Whether the file's task line (:func:`task_line`) is the task's JSON as ``to_dict``
-    #: and ``orjson`` print it, whatever its size (the index's ``answer``).
+    #: and ``orjson`` print it, whatever its size (the index's ``answer``); checked only
+    #: when asked (``check_line``), False otherwise.
     answer: bool = False
 
 
-def decode_document(data: bytes, task_id: str) -> Decoded:
-    """:func:`decode_record` with ``pushConfigVersions`` and ``retryKeys``."""
+def decode_document(data: bytes, task_id: str, *, check_line: bool = False) -> Decoded:
+    """:func:`decode_record` with ``pushConfigVersions`` and ``retryKeys``; with
+    ``check_line`` (the index's read of a file), whether its task line is the answer's
+    JSON (``Decoded.answer``: one more printing of a large task, which a load skips)."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -141,10 +144,12 @@ def decode_document(data: bytes, task_id: str) -> Decoded:
         if task is None:
             task = json_format.ParseDict(raw_task, pb.Task(), ignore_unknown_fields=True)
         else:
-            printed = orjson.dumps(raw_task)  # (the dict to_dict makes of the task)
-            answer = task_line(data) == printed  # (a file written by hand may differ)
-            if len(data) <= proto_dict.RECENT_TASK_BYTES:  # a small task's answer is kept
-                task_json = printed
+            small = len(data) <= proto_dict.RECENT_TASK_BYTES  # a small task's answer is kept
+            printed = orjson.dumps(raw_task) if small or check_line else None
+            if check_line:  # (a file written by hand may hold another line)
+                answer = task_line(data) == printed
+            if small:
+                task_json = printed  # (the dict to_dict makes of the task)
         configs = [
             json_format.ParseDict(c, pb.TaskPushNotificationConfig(), ignore_unknown_fields=True)
             for c in raw_configs

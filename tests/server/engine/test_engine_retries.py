@@ -424,16 +424,18 @@ async def test_a_fresh_process_answers_a_json_retry_with_the_task_file_s_json(
 
 
 @pytest.mark.parametrize("rebuilt", [False, True])
-@pytest.mark.parametrize("shape", ["foreign", "spread", "spaced"])
-async def test_a_json_retry_of_a_file_the_index_does_not_vouch_for_reads_it_whole(
+@pytest.mark.parametrize("shape", ["encoder", "foreign", "spread", "spaced"])
+async def test_a_json_retry_of_a_file_edited_by_hand_prints_its_line_only_if_vouched_for(
     tmp_path: Path, rebuilt: bool, shape: str
 ) -> None:
-    """A task file rewritten by hand while no process ran, its task in another shape than
-    the encoder's (``foreign``: keys reordered, a field this gateway does not know) or in
-    the encoder's shape but not on one line as the encoder prints it (``spread`` over
-    lines, ``spaced`` after its commas and colons): its stamp is not the row's, or
-    (``rebuilt``) the rebuilt index read it so; either way it is decoded for the answer:
-    the edit shows, the unknown field does not, and the JSON printed is the encoder's."""
+    """A task file rewritten by hand while no process ran, its task edited: as the
+    encoder writes it (``encoder``), in another shape (``foreign``: keys reordered, a
+    field this gateway does not know), or in the encoder's shape but not on one line as
+    the encoder prints it (``spread`` over lines, ``spaced`` after its commas and
+    colons). Its stamp is not the row's, so it is decoded for the answer: the edit
+    shows, the unknown field does not, the JSON printed is the encoder's. Once the index
+    is rebuilt (``rebuilt``), the index vouches for the encoder's line, whose bytes are
+    then the answer's, and for no other."""
     folder = tmp_path / "ws"
     first = await _settled_in_a_closed_process(folder)
     path = folder / ".a2a" / "tasks" / f"{first.id}.json"
@@ -442,20 +444,24 @@ async def test_a_json_retry_of_a_file_the_index_does_not_vouch_for_reads_it_whol
     task["artifacts"][0]["parts"][0]["text"] = "edited"
     if shape == "foreign":
         document["task"] = {"unknownToUs": 1, **{key: task[key] for key in reversed(task)}}
-    written = orjson.dumps(document, option=orjson.OPT_INDENT_2)  # (the task spread)
-    if shape == "spaced":
+    elif shape == "encoder":
+        document["task"] = orjson.Fragment(orjson.dumps(task))
+    elif shape == "spaced":
         document["task"] = orjson.Fragment(json.dumps(task).encode())
-        written = orjson.dumps(document, option=orjson.OPT_INDENT_2)
-        assert b'"task": {"id": ' in written
+    written = orjson.dumps(document, option=orjson.OPT_INDENT_2)  # (a dict: spread)
+    assert (b'"task": {"id": ' in written) is (shape == "spaced")
     path.write_bytes(written)
     if rebuilt:
         (folder / ".a2a" / "index.sqlite3").unlink()
     engine = TaskEngine(FauxAgent(), WorkspaceTaskStore(folder))
     try:
         answer, task_json = await _json_retry(engine)
-        assert task_json is None
-        assert answer.task.artifacts[0].parts[0].text == "edited"
-        assert codec.answer_json(answer, None) == orjson.dumps({"task": task})
+        if shape == "encoder" and rebuilt:
+            assert task_json == orjson.dumps(task) and answer.task == pb.Task(id=first.id)
+        else:
+            assert task_json is None
+            assert answer.task.artifacts[0].parts[0].text == "edited"
+        assert codec.answer_json(answer, task_json) == orjson.dumps({"task": task})
     finally:
         await engine.aclose()
 
