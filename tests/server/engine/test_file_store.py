@@ -612,6 +612,7 @@ async def test_a_retry_lookup_s_task_row_serves_only_its_own_task(tmp_path: Path
     try:
         await fresh.index.opened()
         lines = {t: task_line(task_file(tmp_path, t).read_bytes()) for t in ("one", "two")}
+        assert None not in lines.values() and lines["one"] != lines["two"]
         assert await fresh.lookup_message(ALICE, "m-one", "fp") == "one"
         assert fresh.stored_json(ALICE, "two", True) == lines["two"]
         assert await fresh.lookup_message(ALICE, "m-two", "fp") == "two"
