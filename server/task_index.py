@@ -284,9 +284,10 @@ class _IndexCore(abc.ABC):
         # Keys a lookup found committed (see FOUND_KEYS); dropped with any task row.
         self._found_retry: ByteLRU[_RetryKey, str] = ByteLRU(FOUND_KEYS, FOUND_KEY_BYTES)
         self._deletes_unsent = False  # a queued write deletes task rows (and their keys)
-        # The task row a lookup's SELECT found with its key (task id, then owner, state,
-        # mtime, size, ino, answer), for the settled_file that follows it in the same
-        # step (a retry answered from its file); taken once, dropped by any write.
+        # The task row the last lookup's SELECT found with its key (task id, then owner,
+        # state, mtime, size, ino, answer), for the settled_file that follows it in the
+        # same step (a retry answered from its file); taken once. (A row older than the
+        # file is harmless: the file's stamp must still be the row's.)
         self._found_row: tuple[str, tuple[Any, ...]] | None = None
         # (key, task id) of each retry key written since the last batch went.
         self._unsent_retry: list[tuple[_RetryKey, str]] = []
@@ -415,7 +416,6 @@ class _IndexCore(abc.ABC):
         later, or before any read that must see it (:meth:`flushed`). Without a
         running loop (a synchronous caller) it is written at once."""
         self._pending.append((sql, params, many))
-        self._found_row = None
         if self._flush_timer is not None:
             return
         try:
@@ -735,6 +735,7 @@ class _IndexRetryKeys(_IndexCore):
         return self._find_key(self.retry_key(owner, message_id, fingerprint))
 
     def _find_key(self, key: _RetryKey) -> str | None:
+        self._found_row = None  # (only this lookup's SELECT may leave one)
         pending = self._pending_retry.get(key)
         if pending is not None or self._db is None:
             return pending  # not open yet: :meth:`lookup_message` waits for the open
