@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
-from google.protobuf import json_format, message
+from google.protobuf import message
 
 from a2a_gateway.protocol import codec, compat03, sse, versioning
 from a2a_gateway.protocol.context import CallContext
@@ -47,7 +47,7 @@ from a2a_gateway.protocol.errors import (
     RateLimitedError,
     UnauthenticatedError,
     VersionNotSupportedError,
-    status_proto,
+    status_details_json,
 )
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -83,11 +83,10 @@ _TRANSPORT_ERRORS = (UnauthenticatedError, RateLimitedError)
 
 def error_object(error: A2AError) -> dict[str, Any]:
     """``{code, message, data: [ErrorInfo, BadRequest?]}`` (digest §7.3)."""
-    status = status_proto(error)
     return {
         "code": error.spec.jsonrpc_code,
         "message": error.message,
-        "data": [json_format.MessageToDict(detail) for detail in status.details],
+        "data": status_details_json(error),
     }
 
 

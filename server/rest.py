@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
-from google.protobuf import json_format, message
+from google.protobuf import message
 
 from a2a_gateway.protocol import codec, compat03, routes, sse, versioning
 from a2a_gateway.protocol.context import CallContext
@@ -39,7 +39,7 @@ from a2a_gateway.protocol.errors import (
     A2AError,
     MethodNotAllowedError,
     MethodNotFoundError,
-    status_proto,
+    status_details_json,
 )
 from lf.a2a.v1 import a2a_pb2 as pb
 
@@ -72,13 +72,12 @@ REST_PREFIX = web.AppKey("a2a_rest_prefix", str)
 
 def error_body(error: A2AError) -> dict[str, Any]:
     """``{"error": google.rpc.Status}`` with the HTTP status as ``code``."""
-    status = status_proto(error, code_as_http=True)
     return {
         "error": {
-            "code": status.code,
+            "code": error.spec.http_status,
             "status": error.spec.grpc_status.name,
             "message": error.message,
-            "details": [json_format.MessageToDict(detail) for detail in status.details],
+            "details": status_details_json(error),
         }
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from google.protobuf import json_format
 
 from a2a_gateway.protocol import errors
 
@@ -106,6 +107,33 @@ def test_status_round_trip_keeps_type_message_and_metadata(cls: type[errors.A2AE
     assert back.violations == error.violations
     http = errors.status_proto(error, code_as_http=True)
     assert http.code == cls.spec.http_status
+
+
+_DETAIL_SHAPES = [
+    {},
+    {"metadata": {"taskId": "t-1", "contextId": "c-1", "é": "ü \u2028"}},
+    {
+        "metadata": {"taskId": "t-1"},
+        "violations": [
+            errors.FieldViolation("message.parts", "is required"),
+            errors.FieldViolation("", "the whole request"),
+            errors.FieldViolation("params.id", ""),
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize("cls", errors.ALL_ERRORS, ids=lambda c: c.__name__)
+def test_the_json_details_are_what_json_format_prints_of_the_packed_details(
+    cls: type[errors.A2AError],
+) -> None:
+    # The JSON bindings print status_details_json; gRPC packs status_proto: one answer.
+    for shape in _DETAIL_SHAPES:
+        error = cls("it went wrong", **shape)  # type: ignore[arg-type]
+        printed = [json_format.MessageToDict(d) for d in errors.status_proto(error).details]
+        built = errors.status_details_json(error)
+        assert built == printed
+        assert [list(d) for d in built] == [list(d) for d in printed]  # the keys' order too
 
 
 def test_error_info_domain() -> None:
