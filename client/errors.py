@@ -22,6 +22,8 @@ from google.rpc import status_pb2
 
 from a2a_gateway.local.redaction import Redactor
 from a2a_gateway.protocol.errors import (
+    BAD_REQUEST_TYPE_URL,
+    ERROR_INFO_TYPE_URL,
     A2AError,
     DeadlineExceededError,
     FieldViolation,
@@ -42,8 +44,6 @@ from a2a_gateway.protocol.errors import (
     status_details,
 )
 
-_ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
-_BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 #: Longest remote text quoted in an error message.
 _MAX_QUOTE = 300
@@ -157,14 +157,14 @@ def _details(items: Any) -> tuple[str | None, dict[str, str], list[FieldViolatio
         if not isinstance(item, dict):
             continue
         kind = item.get("@type")
-        if kind == _ERROR_INFO_TYPE:
+        if kind == ERROR_INFO_TYPE_URL:
             if isinstance(item.get("reason"), str) and reason is None:
                 reason = item["reason"]
             raw = item.get("metadata")
             if isinstance(raw, dict):
                 for key, value in raw.items():
                     metadata[str(key)] = value if isinstance(value, str) else _json_text(value)
-        elif kind == _BAD_REQUEST_TYPE:
+        elif kind == BAD_REQUEST_TYPE_URL:
             for violation in item.get("fieldViolations") or item.get("field_violations") or []:
                 if isinstance(violation, dict):
                     violations.append(

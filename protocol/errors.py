@@ -301,8 +301,9 @@ _TYPE_URL_PREFIX = "type.googleapis.com/"  # (what ``Any.Pack`` writes)
 _INFO = error_details_pb2.ErrorInfo.DESCRIPTOR
 _BAD_REQUEST = error_details_pb2.BadRequest.DESCRIPTOR
 _VIOLATION = error_details_pb2.BadRequest.FieldViolation.DESCRIPTOR
-_INFO_URL = _TYPE_URL_PREFIX + _INFO.full_name
-_BAD_REQUEST_URL = _TYPE_URL_PREFIX + _BAD_REQUEST.full_name
+#: The ``@type`` of the ``ErrorInfo`` and ``BadRequest`` details in ProtoJSON.
+ERROR_INFO_TYPE_URL = _TYPE_URL_PREFIX + _INFO.full_name
+BAD_REQUEST_TYPE_URL = _TYPE_URL_PREFIX + _BAD_REQUEST.full_name
 _REASON, _DOMAIN, _METADATA = (
     _INFO.fields_by_name[name].json_name for name in ("reason", "domain", "metadata")
 )
@@ -317,7 +318,11 @@ def status_details_json(error: A2AError) -> list[dict[str, Any]]:
     prints each packed ``Any`` (``@type`` first, empty strings and an empty map left
     out), built directly: the JSON bindings answer every error with them, and packing
     the protos to print them again was half the cost of an error's answer."""
-    info: dict[str, Any] = {"@type": _INFO_URL, _REASON: error.spec.reason, _DOMAIN: ERROR_DOMAIN}
+    info: dict[str, Any] = {
+        "@type": ERROR_INFO_TYPE_URL,
+        _REASON: error.spec.reason,
+        _DOMAIN: ERROR_DOMAIN,
+    }
     if error.metadata:
         info[_METADATA] = dict(error.metadata)
     if not error.violations:
@@ -326,7 +331,7 @@ def status_details_json(error: A2AError) -> list[dict[str, Any]]:
         {name: value for name, value in ((_FIELD, v.field), (_DESCRIPTION, v.description)) if value}
         for v in error.violations
     ]
-    return [info, {"@type": _BAD_REQUEST_URL, _FIELD_VIOLATIONS: violations}]
+    return [info, {"@type": BAD_REQUEST_TYPE_URL, _FIELD_VIOLATIONS: violations}]
 
 
 def status_proto(error: A2AError, *, code_as_http: bool = False) -> status_pb2.Status:
@@ -365,12 +370,12 @@ def status_details(status: status_pb2.Status) -> StatusDetails:
     violations: list[FieldViolation] = []
     for detail in status.details:
         try:
-            if detail.TypeName() == "google.rpc.ErrorInfo":
+            if detail.TypeName() == _INFO.full_name:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 reason = reason or info.reason
                 metadata.update(info.metadata)
-            elif detail.TypeName() == "google.rpc.BadRequest":
+            elif detail.TypeName() == _BAD_REQUEST.full_name:
                 bad = error_details_pb2.BadRequest()
                 detail.Unpack(bad)
                 violations.extend(
@@ -393,7 +398,9 @@ def error_from_status(
 __all__ = [
     "A2A_PROTOCOL_ERRORS",
     "ALL_ERRORS",
+    "BAD_REQUEST_TYPE_URL",
     "ERROR_DOMAIN",
+    "ERROR_INFO_TYPE_URL",
     "A2AError",
     "ErrorSpec",
     "FieldViolation",

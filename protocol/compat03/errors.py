@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import A2AError
+from ..errors import BAD_REQUEST_TYPE_URL, ERROR_INFO_TYPE_URL, A2AError
 from .tables import JSON
 
 #: JSON-RPC codes a 0.3 peer knows (standard errors and -32001..-32007).
@@ -38,10 +38,6 @@ def error_object(error: A2AError) -> JSON:
     return {"code": error_code(error), "message": error.message, "data": data}
 
 
-_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
-_BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
-
-
 def error_in(error: Any) -> Any:
     """A 0.3 JSON-RPC ``error`` in the 1.0 shape (``data`` an array of ErrorInfo and
     BadRequest), so one parser reads both. 0.3 ``data`` is free-form: an object with a
@@ -56,10 +52,10 @@ def error_in(error: Any) -> Any:
     elif isinstance(data, Mapping) and isinstance(data.get("reason"), str):
         metadata = {str(k): v for k, v in data.items() if isinstance(v, str) and k != "reason"}
         details: list[JSON] = [
-            {"@type": _ERROR_INFO, "reason": data["reason"], "metadata": metadata}
+            {"@type": ERROR_INFO_TYPE_URL, "reason": data["reason"], "metadata": metadata}
         ]
         violations = data.get("fieldViolations")
         if isinstance(violations, list):
-            details.append({"@type": _BAD_REQUEST, "fieldViolations": violations})
+            details.append({"@type": BAD_REQUEST_TYPE_URL, "fieldViolations": violations})
         out["data"] = details
     return out
