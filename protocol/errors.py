@@ -334,12 +334,10 @@ def status_details_json(error: A2AError) -> list[dict[str, Any]]:
     return [info, {"@type": BAD_REQUEST_TYPE_URL, _FIELD_VIOLATIONS: violations}]
 
 
-def status_proto(error: A2AError, *, code_as_http: bool = False) -> status_pb2.Status:
-    """``google.rpc.Status`` for ``error`` with ``ErrorInfo`` (and ``BadRequest``) details.
-
-    ``code`` is the gRPC code, or the HTTP status when ``code_as_http`` (the REST body
-    carries the HTTP status in ``code``, as Google's HTTP APIs and the A2A SDK do).
-    """
+def status_proto(error: A2AError) -> status_pb2.Status:
+    """``google.rpc.Status`` for ``error`` (gRPC's code) with ``ErrorInfo`` (and
+    ``BadRequest``) details: gRPC's status details. The JSON bindings print the details
+    with :func:`status_details_json`."""
     details: list[any_pb2.Any] = []
     info = any_pb2.Any()
     info.Pack(error_info(error))
@@ -349,7 +347,7 @@ def status_proto(error: A2AError, *, code_as_http: bool = False) -> status_pb2.S
         packed = any_pb2.Any()
         packed.Pack(violations)
         details.append(packed)
-    code = error.spec.http_status if code_as_http else error.spec.grpc_status.value[0]
+    code = error.spec.grpc_status.value[0]
     return status_pb2.Status(code=code, message=error.message, details=details)
 
 

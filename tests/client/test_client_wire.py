@@ -13,13 +13,13 @@ import grpc
 import orjson
 import pytest
 from aiohttp import web
-from google.protobuf import json_format
 
 import lf.a2a.v1.a2a_pb2 as pb
 import lf.a2a.v1.a2a_pb2_grpc as a2a_pb2_grpc
 from a2a_gateway.client import AuthRejected, Credentials, Timeout
 from a2a_gateway.protocol import errors
 from a2a_gateway.protocol.context import CallContext
+from a2a_gateway.server import jsonrpc, rest
 
 from .client_support import HOST, grpc_serving, remote, serving, silent_server, text_request
 
@@ -88,16 +88,13 @@ def rpc_result(result: Any, extensions: str = "") -> web.Response:
 
 
 def rpc_error(error: errors.A2AError) -> web.Response:
-    status = errors.status_proto(error)
-    data = [json_format.MessageToDict(d) for d in status.details]
-    body = {"code": error.spec.jsonrpc_code, "message": error.message, "data": data}
-    return web.json_response({"jsonrpc": "2.0", "id": "1", "error": body})
+    """The error as our own JSON-RPC binding writes it."""
+    return web.json_response(jsonrpc.error_payload("1", error))
 
 
 def rest_error(error: errors.A2AError) -> web.Response:
-    status = json_format.MessageToDict(errors.status_proto(error, code_as_http=True))
-    status["status"] = error.spec.grpc_status.name
-    return web.json_response({"error": status}, status=error.spec.http_status)
+    """The error as our own HTTP+JSON binding writes it."""
+    return web.json_response(rest.error_body(error), status=error.spec.http_status)
 
 
 # --- service parameters and tenant ------------------------------------------------------
